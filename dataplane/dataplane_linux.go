@@ -84,8 +84,18 @@ func Open(cfg Config) (*Dataplane, error) {
 		nextIdx:  1,
 		nextSlot: 1,
 	}
+	_, parentErr := os.Stat(d.parent)
+	_, pinErr := os.Stat(cfg.PinPath)
 	if err := d.open(); err != nil {
 		d.Close()
+		// Leave nothing behind that this call created.
+		if errors.Is(pinErr, fs.ErrNotExist) {
+			os.Remove(filepath.Join(cfg.PinPath, "links"))
+			os.Remove(cfg.PinPath)
+		}
+		if errors.Is(parentErr, fs.ErrNotExist) {
+			unix.Rmdir(d.parent)
+		}
 		return nil, err
 	}
 	return d, nil
@@ -421,4 +431,23 @@ func sleepBriefly(i int) {
 		return
 	}
 	time.Sleep(5 * time.Millisecond)
+}
+
+// attachedPrograms counts the programs attached at the parent cgroup over all
+// of Shinken's hooks (each hook should hold exactly one).
+func (d *Dataplane) attachedPrograms() (int, error) {
+	fd, err := unix.Open(d.parent, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open parent cgroup: %w", err)
+	}
+	defer unix.Close(fd)
+	n := 0
+	for _, a := range attachments {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: a.attach})
+		if err != nil {
+			return 0, fmt.Errorf("query %s: %w", a.name, err)
+		}
+		n += len(res.Programs)
+	}
+	return n, nil
 }

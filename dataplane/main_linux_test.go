@@ -270,3 +270,16 @@ func mustHandle(t testing.TB, d *Dataplane, parent HandleRef, exp time.Time) Han
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+var zeroTime time.Time
+
+// doAsync is do for use from another goroutine (no t.Fatal there).
+func (p *sessProc) doAsync(line string) string {
+	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
+		return "err " + err.Error()
+	}
+	if !p.out.Scan() {
+		return "err no answer"
+	}
+	return p.out.Text()
+}

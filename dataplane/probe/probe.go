@@ -24,6 +24,7 @@
 //	loopudp ADDR          connect UDP sockets in a tight loop until EPERM; answers "ok NS" with CLOCK_MONOTONIC ns of the first denial
 //	tcpflood N ADDR SECS  connect+close against ADDR N times or for SECS seconds, answers "ok COUNT NS"
 //	stream ADDR SECS      send a TCP stream for SECS seconds; answers "ok BYTES NS"
+//	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
 //	pid                   answers "ok PID"
 package probe
 
@@ -192,6 +193,10 @@ func (p *prober) do(f []string) string {
 		secs, _ := strconv.ParseFloat(arg(3), 64)
 		cnt, ns, err := tcpFlood(arg(2), n, time.Duration(secs*float64(time.Second)))
 		return result(fmt.Sprintf("%d %d", cnt, ns), err)
+	case "hammer":
+		secs, _ := strconv.ParseFloat(arg(2), 64)
+		ok, fail, err := hammer(arg(1), time.Duration(secs*float64(time.Second)))
+		return result(fmt.Sprintf("%d %d", ok, fail), err)
 	case "stream":
 		secs, _ := strconv.ParseFloat(arg(2), 64)
 		b, ns, err := stream(arg(1), time.Duration(secs*float64(time.Second)))
@@ -296,4 +301,26 @@ func stream(addr string, d time.Duration) (int64, int64, error) {
 		total += int64(n)
 	}
 	return total, Monotonic() - start, nil
+}
+
+func hammer(addr string, d time.Duration) (ok, fail int, err error) {
+	sa, fam, err := sockaddr(addr, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	end := Monotonic() + int64(d)
+	for Monotonic() < end {
+		fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return ok, fail, err
+		}
+		if unix.Connect(fd, sa) == nil {
+			ok++
+		} else {
+			fail++
+		}
+		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+		unix.Close(fd)
+	}
+	return ok, fail, nil
 }
