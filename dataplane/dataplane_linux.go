@@ -58,6 +58,7 @@ var attachments = []progAttach{
 	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
 	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
 	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
+	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -131,6 +132,7 @@ func (d *Dataplane) open() error {
 		"shk_egress6":  d.cfg.MaxEgress6,
 		"shk_counters": d.cfg.MaxSessions * NumReasons,
 		"shk_events":   d.cfg.EventRingBytes,
+		"shk_flows":    d.cfg.MaxFlows,
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
@@ -249,7 +251,7 @@ func (d *Dataplane) Uninstall() error {
 	}
 	d.links = nil
 	for _, m := range []*ebpf.Map{d.objs.ShkSessions, d.objs.ShkHandles, d.objs.ShkEgress4, d.objs.ShkEgress6,
-		d.objs.ShkSk, d.objs.ShkCounters, d.objs.ShkStats, d.objs.ShkEvents} {
+		d.objs.ShkFlows, d.objs.ShkCounters, d.objs.ShkStats, d.objs.ShkEvents} {
 		if m != nil {
 			errs = append(errs, m.Unpin())
 		}

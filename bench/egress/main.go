@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/probe"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -307,6 +309,15 @@ func (b *bench) revokeLatency() ([]float64, error) {
 	w, err := b.worker(s)
 	if err != nil {
 		return nil, err
+	}
+	// Worker spins on the last CPU, the revoking thread runs on the first.
+	if n := numCPU(); n > 1 {
+		w.do(fmt.Sprintf("cpu %d", n-1))
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var set unix.CPUSet
+		set.Set(0)
+		unix.SchedSetaffinity(0, &set)
 	}
 	dst := netip.MustParseAddrPort("127.0.0.2:9")
 	var out []float64

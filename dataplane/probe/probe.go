@@ -26,6 +26,7 @@
 //	stream ADDR SECS      send a TCP stream for SECS seconds; answers "ok BYTES NS"
 //	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
 //	udpflood N ADDR       sendto ADDR N times from one unconnected UDP socket; answers "ok COUNT NS"
+//	cpu N                 pin this process to CPU N
 //	pid                   answers "ok PID"
 package probe
 
@@ -100,6 +101,11 @@ func (p *prober) do(f []string) string {
 		return ""
 	}
 	switch f[0] {
+	case "cpu":
+		n, _ := strconv.Atoi(arg(1))
+		var set unix.CPUSet
+		set.Set(n)
+		return result("", unix.SchedSetaffinity(0, &set))
 	case "pid":
 		return result(strconv.Itoa(os.Getpid()), nil)
 	case "tcp", "tcp6", "mptcp":
