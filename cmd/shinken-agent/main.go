@@ -27,18 +27,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "shinken-agent: must run as root (it loads BPF programs and manages cgroups)")
 		os.Exit(1)
 	}
-	dp, err := dataplane.Open(dataplane.Config{Parent: *parent, PinPath: *pin})
-	if err != nil {
-		log.Error("dataplane", "err", err)
-		os.Exit(1)
-	}
+	cfg := dataplane.Config{Parent: *parent, PinPath: *pin}
 	if *uninstall {
-		if err := dp.Uninstall(); err != nil {
+		if err := dataplane.Remove(cfg); err != nil {
 			log.Error("uninstall", "err", err)
 			os.Exit(1)
 		}
-		log.Info("uninstalled", "cgroup", dp.ParentPath(), "pins", *pin)
+		log.Info("uninstalled", "cgroup-parent", *parent, "pins", *pin)
 		return
+	}
+	dp, err := dataplane.Open(cfg)
+	if err != nil {
+		log.Error("dataplane", "err", err)
+		os.Exit(1)
 	}
 	sessions, _ := dp.Sessions()
 	log.Info("dataplane ready", "adopted", dp.Adopted(), "cgroup", dp.ParentPath(), "pins", *pin, "sessions", len(sessions))
