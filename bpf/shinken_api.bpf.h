@@ -102,6 +102,29 @@ struct shk_flow {
 	__u32 reported; /* a flow_revoked event was already emitted */
 };
 
+/* shk_flows entry of a DNS query redirected to the agent's resolver: always
+ * allowed, whatever the egress rules (the resolver enforces names). */
+#define SHK_FLOW_DNS_GENERATION 0xffffffff
+
+/* The per-session resolver address is SHK_DNS_BASE + session index
+ * (127.128.0.0/9: up to 2^23 sessions). */
+#define SHK_DNS_BASE 0x7f800000
+
+/* Value of shk_settings[0]. Set by user space; 0 disables DNS redirection. */
+struct shk_config {
+	__u16 dns_port; /* resolver port, host order; 0 = DNS is ordinary egress */
+	__u16 pad;
+	__u32 flags;    /* reserved, 0 */
+};
+
+/* Value of shk_dns_origs (keyed by socket cookie): where the session meant its
+ * last DNS query to go, so recvmsg can show replies coming from there. */
+struct shk_dns_orig {
+	__u32 addr[4]; /* IPv4 in addr[0] (network order) when family is AF_INET */
+	__u16 port;    /* network order */
+	__u16 family;
+};
+
 /* One denial, sent best effort through shk_events. */
 struct shk_event {
 	__u64 ts_ns;     /* CLOCK_BOOTTIME */

@@ -58,6 +58,10 @@ var attachments = []progAttach{
 	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
 	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
 	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
+	{"recvmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg4 }, ebpf.AttachCGroupUDP4Recvmsg},
+	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
+	{"getpeername4", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername4 }, ebpf.AttachCgroupInet4GetPeername},
+	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
 	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
 }
 
@@ -126,13 +130,14 @@ func (d *Dataplane) open() error {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
 	sizes := map[string]uint32{
-		"shk_sessions": d.cfg.MaxSessions,
-		"shk_handles":  d.cfg.MaxHandles,
-		"shk_egress4":  d.cfg.MaxEgress4,
-		"shk_egress6":  d.cfg.MaxEgress6,
-		"shk_counters": d.cfg.MaxSessions * NumReasons,
-		"shk_events":   d.cfg.EventRingBytes,
-		"shk_flows":    d.cfg.MaxFlows,
+		"shk_sessions":  d.cfg.MaxSessions,
+		"shk_handles":   d.cfg.MaxHandles,
+		"shk_egress4":   d.cfg.MaxEgress4,
+		"shk_egress6":   d.cfg.MaxEgress6,
+		"shk_counters":  d.cfg.MaxSessions * NumReasons,
+		"shk_events":    d.cfg.EventRingBytes,
+		"shk_flows":     d.cfg.MaxFlows,
+		"shk_dns_origs": d.cfg.MaxFlows,
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
