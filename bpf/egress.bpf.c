@@ -100,15 +100,6 @@ struct {
 	__uint(max_entries, 1);
 } shk_settings SEC(".maps");
 
-/* Socket cookie -> original destination of the socket's last redirected DNS
- * query. Sized by user space like shk_flows. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u64);
-	__type(value, struct shk_dns_orig);
-	__uint(max_entries, 262144);
-} shk_dns_origs SEC(".maps");
-
 /* Denials per (session index * SHK_NR_REASONS + reason). Sized by user space
  * to max sessions * SHK_NR_REASONS. Never lossy, unlike the ring buffer. */
 struct {
@@ -310,7 +301,7 @@ static __always_inline int redirect_dns(struct bpf_sock_addr *ctx, __u32 index, 
 {
 	__u32 zero = 0;
 	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
-	struct shk_dns_orig orig = {};
+	struct shk_flow *f, nf = {};
 	__u64 cookie;
 	__u32 ip;
 
@@ -322,24 +313,31 @@ static __always_inline int redirect_dns(struct bpf_sock_addr *ctx, __u32 index, 
 	if (v6 && !connect)
 		return 0;
 	cookie = bpf_get_socket_cookie(ctx);
-	orig.port = (__u16)ctx->user_port;
-	if (v6) {
-		orig.family = AF_INET6;
-		orig.addr[0] = ctx->user_ip6[0];
-		orig.addr[1] = ctx->user_ip6[1];
-		orig.addr[2] = ctx->user_ip6[2];
-		orig.addr[3] = ctx->user_ip6[3];
-	} else {
-		orig.family = AF_INET;
-		orig.addr[0] = ctx->user_ip4;
-	}
-	if (bpf_map_update_elem(&shk_dns_origs, &cookie, &orig, BPF_ANY))
-		return 0; /* could not restore the reply's source: fail closed */
-	if (connect) {
-		struct shk_flow f = { .handle = SHK_HANDLE_NONE, .generation = SHK_FLOW_DNS_GENERATION };
-
-		if (bpf_map_update_elem(&shk_flows, &cookie, &f, BPF_ANY))
+	f = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (!f) {
+		/* Not yet known: insert, then work on the map's copy. */
+		if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&shk_flows, &cookie))
+			return 0; /* no room to restore the reply's source: fail closed */
+		f = bpf_map_lookup_elem(&shk_flows, &cookie);
+		if (!f)
 			return 0;
+	}
+	if (connect) {
+		/* The socket now talks to the resolver only. */
+		f->handle = SHK_HANDLE_NONE;
+		f->generation = SHK_FLOW_DNS_GENERATION;
+	}
+	f->dns_port = (__u16)ctx->user_port;
+	if (v6) {
+		f->dns_family = AF_INET6;
+		f->dns_addr[0] = ctx->user_ip6[0];
+		f->dns_addr[1] = ctx->user_ip6[1];
+		f->dns_addr[2] = ctx->user_ip6[2];
+		f->dns_addr[3] = ctx->user_ip6[3];
+	} else {
+		f->dns_family = AF_INET;
+		f->dns_addr[0] = ctx->user_ip4;
 	}
 	ip = bpf_htonl(SHK_DNS_BASE + index);
 	if (v6) {
@@ -369,11 +367,16 @@ static __always_inline int own_resolver(struct bpf_sock_addr *ctx, __u16 dport, 
 	if (!cfg || !cfg->dns_port || dport != cfg->dns_port)
 		return -1;
 	if (connect) {
-		struct shk_flow f = { .handle = SHK_HANDLE_NONE, .generation = SHK_FLOW_DNS_GENERATION };
 		__u64 cookie = bpf_get_socket_cookie(ctx);
+		struct shk_flow *f = bpf_map_lookup_elem(&shk_flows, &cookie);
+		struct shk_flow nf = { .handle = SHK_HANDLE_NONE, .generation = SHK_FLOW_DNS_GENERATION };
 
-		if (bpf_map_update_elem(&shk_flows, &cookie, &f, BPF_ANY))
+		if (f) {
+			f->handle = SHK_HANDLE_NONE;
+			f->generation = SHK_FLOW_DNS_GENERATION;
+		} else if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_ANY)) {
 			return 0;
+		}
 	}
 	return 1;
 }
@@ -383,7 +386,7 @@ static __always_inline int restore_dns(struct bpf_sock_addr *ctx, int v6)
 {
 	__u32 zero = 0;
 	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
-	struct shk_dns_orig *orig;
+	struct shk_flow *orig;
 	__u64 cookie;
 	__u32 ip;
 
@@ -395,22 +398,22 @@ static __always_inline int restore_dns(struct bpf_sock_addr *ctx, int v6)
 	if (v6 && (ctx->user_ip6[0] || ctx->user_ip6[1] || ctx->user_ip6[2] != bpf_htonl(0x0000ffff)))
 		return 1;
 	cookie = bpf_get_socket_cookie(ctx);
-	orig = bpf_map_lookup_elem(&shk_dns_origs, &cookie);
+	orig = bpf_map_lookup_elem(&shk_flows, &cookie);
 	if (!orig)
 		return 1;
 	if (v6) {
-		if (orig->family != AF_INET6)
+		if (orig->dns_family != AF_INET6)
 			return 1;
-		ctx->user_ip6[0] = orig->addr[0];
-		ctx->user_ip6[1] = orig->addr[1];
-		ctx->user_ip6[2] = orig->addr[2];
-		ctx->user_ip6[3] = orig->addr[3];
+		ctx->user_ip6[0] = orig->dns_addr[0];
+		ctx->user_ip6[1] = orig->dns_addr[1];
+		ctx->user_ip6[2] = orig->dns_addr[2];
+		ctx->user_ip6[3] = orig->dns_addr[3];
 	} else {
-		if (orig->family != AF_INET)
+		if (orig->dns_family != AF_INET)
 			return 1;
-		ctx->user_ip4 = orig->addr[0];
+		ctx->user_ip4 = orig->dns_addr[0];
 	}
-	ctx->user_port = orig->port;
+	ctx->user_port = orig->dns_port;
 	return 1;
 }
 
@@ -477,7 +480,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	if (connect) {
 		__u64 cookie = bpf_get_socket_cookie(ctx);
 
-		ref.pid = pid;
+		ref.pid = pid; /* a new destination: any DNS memory of the socket is void */
 		/* No place to remember the handle: the flow could not be cut
 		 * on revoke, so it is not allowed to start. */
 		if (bpf_map_update_elem(&shk_flows, &cookie, &ref, BPF_ANY)) {
@@ -583,9 +586,12 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 
 	cookie = bpf_get_socket_cookie(skb);
 	st = bpf_map_lookup_elem(&shk_flows, &cookie);
-	if (st) {
-		if (st->handle == SHK_HANDLE_NONE && st->generation == SHK_FLOW_DNS_GENERATION)
+	if (st && st->handle == SHK_HANDLE_NONE) {
+		if (st->generation == SHK_FLOW_DNS_GENERATION)
 			return 1; /* a DNS query redirected to the resolver */
+		st = 0; /* only DNS memory, no connect-time verdict */
+	}
+	if (st) {
 		why = shk_handle_check(st->handle, st->generation);
 		if (why == SHK_REASON_NONE)
 			return 1;
@@ -641,7 +647,6 @@ int shk_sock_release(struct bpf_sock *ctx)
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 
 	bpf_map_delete_elem(&shk_flows, &cookie);
-	bpf_map_delete_elem(&shk_dns_origs, &cookie);
 	return 1;
 }
 

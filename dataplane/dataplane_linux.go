@@ -130,14 +130,13 @@ func (d *Dataplane) open() error {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
 	sizes := map[string]uint32{
-		"shk_sessions":  d.cfg.MaxSessions,
-		"shk_handles":   d.cfg.MaxHandles,
-		"shk_egress4":   d.cfg.MaxEgress4,
-		"shk_egress6":   d.cfg.MaxEgress6,
-		"shk_counters":  d.cfg.MaxSessions * NumReasons,
-		"shk_events":    d.cfg.EventRingBytes,
-		"shk_flows":     d.cfg.MaxFlows,
-		"shk_dns_origs": d.cfg.MaxFlows,
+		"shk_sessions": d.cfg.MaxSessions,
+		"shk_handles":  d.cfg.MaxHandles,
+		"shk_egress4":  d.cfg.MaxEgress4,
+		"shk_egress6":  d.cfg.MaxEgress6,
+		"shk_counters": d.cfg.MaxSessions * NumReasons,
+		"shk_events":   d.cfg.EventRingBytes,
+		"shk_flows":    d.cfg.MaxFlows,
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {

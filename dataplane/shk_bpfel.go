@@ -20,13 +20,6 @@ type shkShkConfig struct {
 	Flags   uint32
 }
 
-type shkShkDnsOrig struct {
-	_      structs.HostLayout
-	Addr   [4]uint32
-	Port   uint16
-	Family uint16
-}
-
 type shkShkEgress4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -69,6 +62,10 @@ type shkShkFlow struct {
 	Generation uint32
 	Pid        uint32
 	Reported   uint32
+	DnsAddr    [4]uint32
+	DnsPort    uint16
+	DnsFamily  uint16
+	Pad        uint32
 }
 
 type shkShkHandle struct {
@@ -102,7 +99,6 @@ type shkShkSession struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	shkMapShkCounters      = "shk_counters"
-	shkMapShkDnsOrigs      = "shk_dns_origs"
 	shkMapShkEgress4       = "shk_egress4"
 	shkMapShkEgress6       = "shk_egress6"
 	shkMapShkEvents        = "shk_events"
@@ -186,7 +182,6 @@ type shkProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkMapSpecs struct {
 	ShkCounters *ebpf.MapSpec `ebpf:"shk_counters"`
-	ShkDnsOrigs *ebpf.MapSpec `ebpf:"shk_dns_origs"`
 	ShkEgress4  *ebpf.MapSpec `ebpf:"shk_egress4"`
 	ShkEgress6  *ebpf.MapSpec `ebpf:"shk_egress6"`
 	ShkEvents   *ebpf.MapSpec `ebpf:"shk_events"`
@@ -226,7 +221,6 @@ func (o *shkObjects) Close() error {
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkMaps struct {
 	ShkCounters *ebpf.Map `ebpf:"shk_counters"`
-	ShkDnsOrigs *ebpf.Map `ebpf:"shk_dns_origs"`
 	ShkEgress4  *ebpf.Map `ebpf:"shk_egress4"`
 	ShkEgress6  *ebpf.Map `ebpf:"shk_egress6"`
 	ShkEvents   *ebpf.Map `ebpf:"shk_events"`
@@ -240,7 +234,6 @@ type shkMaps struct {
 func (m *shkMaps) Close() error {
 	return _ShkClose(
 		m.ShkCounters,
-		m.ShkDnsOrigs,
 		m.ShkEgress4,
 		m.ShkEgress6,
 		m.ShkEvents,
