@@ -83,10 +83,12 @@ struct {
 
 /* Socket cookie -> the handle a connection was allowed under. Written at
  * connect, deleted at socket release, read for every packet of the flow.
- * Preallocated and sized by user space (max concurrent session flows); a
- * connect that finds it full is denied. */
+ * Sized by user space (max concurrent session flows); a connect that finds
+ * it full is denied. Not preallocated: the kernel's per-CPU element caches
+ * hand a closing socket's element to the next connect while it is still hot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u64);
 	__type(value, struct shk_flow);
 	__uint(max_entries, 262144);
