@@ -2,8 +2,12 @@ module github.com/shinken-agent/shinken
 
 go 1.26.8
 
+require github.com/cedar-policy/cedar-go v1.9.1
+
 require (
 	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/go-json-experiment/json v1.27.2 // indirect
+	golang.org/x/exp v0.0.0-20220921023135-46d9e7742f1e // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )
