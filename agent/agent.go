@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -58,11 +57,11 @@ type SessionSpec struct {
 	Expires       time.Time `json:"expires,omitzero"`    // session end; zero: none
 }
 
-var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+
 
 func (s *SessionSpec) normalize() error {
-	if !sessionIDRE.MatchString(s.ID) {
-		return fmt.Errorf("%w: session id %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidRequest, s.ID)
+	if err := dataplane.ValidSessionName(s.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if err := validateToken("image", s.Image); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
@@ -330,7 +329,7 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 		delete(a.st.Sessions, spec.ID)
 		return err
 	}
-	if err := a.kernel.CreateSession(spec.ID); err != nil {
+	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.persist())
 	}

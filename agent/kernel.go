@@ -8,14 +8,13 @@ import (
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
-// Kernel is the part of *dataplane.Dataplane the agent drives (sessions by
-// name only; NewDataplaneKernel adapts a *dataplane.Dataplane). The agent owns
+// Kernel is the part of *dataplane.Dataplane the agent drives. The agent owns
 // the dataplane's sessions and handle table: on start it revokes kernel
 // handles and removes egress rules that its state does not account for.
 type Kernel interface {
-	CreateSession(name string) error
+	CreateSession(name string) (dataplane.Session, error)
 	DestroySession(name string) error
-	SessionNames() ([]string, error)
+	Sessions() ([]dataplane.Session, error)
 	NewHandle(parent dataplane.HandleRef, expires time.Time) (dataplane.HandleRef, error)
 	Revoke(ref dataplane.HandleRef) error
 	FreeHandle(ref dataplane.HandleRef) error
@@ -24,6 +23,8 @@ type Kernel interface {
 	RemoveEgress(session string, r dataplane.EgressRule) error
 	EgressRules(session string) ([]dataplane.EgressRule, error)
 }
+
+var _ Kernel = (*dataplane.Dataplane)(nil)
 
 // ErrNotEnforceable is returned for a grant of a class this host cannot
 // enforce: the grant is refused rather than issued as an advisory promise.

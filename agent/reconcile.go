@@ -30,9 +30,13 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	defer a.mu.Unlock()
 	rep := &ReconcileReport{}
 	var errs []error
-	kernelSessions, err := a.kernel.SessionNames()
+	ks, err := a.kernel.Sessions()
 	if err != nil {
 		return nil, fmt.Errorf("%w: list sessions: %w", ErrKernel, err)
+	}
+	kernelSessions := make([]string, len(ks))
+	for i, s := range ks {
+		kernelSessions[i] = s.Name
 	}
 	// Sessions.
 	for _, id := range sortedKeys(a.st.Sessions) {
