@@ -20,16 +20,16 @@ import (
 
 // Errors of the grant protocol.
 var (
-	ErrInvalidRequest   = errors.New("agent: invalid request")
-	ErrSessionExists    = errors.New("agent: session already exists")
-	ErrSessionInactive  = errors.New("agent: session is not active")
-	ErrBlockTier        = errors.New("agent: Block tier is never grantable in-session")
+	ErrInvalidRequest    = errors.New("agent: invalid request")
+	ErrSessionExists     = errors.New("agent: session already exists")
+	ErrSessionInactive   = errors.New("agent: session is not active")
+	ErrBlockTier         = errors.New("agent: Block tier is never grantable in-session")
 	ErrStandingInSession = errors.New("agent: standing grants are set in admin policy only")
-	ErrApprovalRequired = errors.New("agent: human approval required")
-	ErrUnknownApproval  = errors.New("agent: unknown approval")
-	ErrApprovalExpired  = errors.New("agent: approval timed out")
-	ErrBreakerTripped   = errors.New("agent: denial circuit breaker tripped")
-	ErrKernel           = errors.New("agent: kernel step failed")
+	ErrApprovalRequired  = errors.New("agent: human approval required")
+	ErrUnknownApproval   = errors.New("agent: unknown approval")
+	ErrApprovalExpired   = errors.New("agent: approval timed out")
+	ErrBreakerTripped    = errors.New("agent: denial circuit breaker tripped")
+	ErrKernel            = errors.New("agent: kernel step failed")
 )
 
 // ApprovalRequiredError carries the pending approval an Ask-tier request
@@ -56,8 +56,6 @@ type SessionSpec struct {
 	Workspace     string    `json:"workspace,omitempty"` // for the tier table
 	Expires       time.Time `json:"expires,omitzero"`    // session end; zero: none
 }
-
-
 
 func (s *SessionSpec) normalize() error {
 	if err := dataplane.ValidSessionName(s.ID); err != nil {
