@@ -109,7 +109,12 @@ func (s SessionAttrs) entity() types.Entity {
 	}
 }
 
+var emptySet = types.NewSet()
+
 func stringSet(s []string) types.Set {
+	if len(s) == 0 {
+		return emptySet
+	}
 	v := make([]types.Value, len(s))
 	for i, x := range s {
 		v[i] = types.String(x)
@@ -268,7 +273,57 @@ func (r UseRequest) Validate() error {
 	return nil
 }
 
-func (r UseRequest) context(now time.Time) types.Record {
+// keyLens says which prefix lengths of the request's address and port the
+// policies can ever compare against: the lengths named by the base policies'
+// literals and by the session's grants. Request keys at other lengths can
+// match nothing, so they are not built (nil keyLens: build all).
+type keyLens struct {
+	v4   uint64
+	v6   [3]uint64
+	port uint32
+}
+
+func (k *keyLens) addPrefix(p netip.Prefix) {
+	if p.Addr().Is4() {
+		k.v4 |= 1 << p.Bits()
+	} else {
+		k.v6[p.Bits()/64] |= 1 << (p.Bits() % 64)
+	}
+}
+
+func (k *keyLens) addPortBlock(s string) {
+	_, l, ok := strings.Cut(s, "/")
+	if n, err := strconv.Atoi(l); ok && err == nil && n >= 0 && n <= 16 {
+		k.port |= 1 << n
+	}
+}
+
+func (k *keyLens) union(o *keyLens) *keyLens {
+	if k == nil || o == nil {
+		return nil
+	}
+	u := *k
+	u.v4 |= o.v4
+	for i := range u.v6 {
+		u.v6[i] |= o.v6[i]
+	}
+	u.port |= o.port
+	return &u
+}
+
+func (k *keyLens) has(a netip.Addr, bits int) bool {
+	if k == nil {
+		return true
+	}
+	if a.Is4() {
+		return k.v4&(1<<bits) != 0
+	}
+	return k.v6[bits/64]&(1<<(bits%64)) != 0
+}
+
+func (r UseRequest) context(now time.Time) types.Record { return r.contextLens(now, nil) }
+
+func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
 	var pathKeys, domainKeys, cidrKeys, portKeys []string
 	if r.Path != "" {
 		pathKeys = pathAncestors(r.Path)
@@ -277,10 +332,10 @@ func (r UseRequest) context(now time.Time) types.Record {
 		domainKeys = domainKeysOf(strings.ToLower(r.Domain))
 	}
 	if r.IP.IsValid() {
-		cidrKeys = cidrKeysOf(r.IP.Unmap())
+		cidrKeys = cidrKeysOf(r.IP.Unmap(), lens)
 	}
 	if r.Class == ClassNetEgress {
-		portKeys = portKeysOf(r.Port)
+		portKeys = portKeysOf(r.Port, lens)
 	}
 	return types.NewRecord(types.RecordMap{
 		"now": types.NewDatetime(now),
@@ -320,19 +375,26 @@ func domainKeysOf(d string) []string {
 	return out
 }
 
-func cidrKeysOf(a netip.Addr) []string {
-	out := make([]string, 0, a.BitLen()+1)
+func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
+	out := make([]string, 0, 8)
 	for b := a.BitLen(); b >= 0; b-- {
+		if !lens.has(a, b) {
+			continue
+		}
 		p, _ := a.Prefix(b)
 		out = append(out, p.String())
 	}
 	return out
 }
 
-// portKeysOf returns the 17 aligned blocks "base/len" covering port p.
-func portKeysOf(p uint16) []string {
-	out := make([]string, 0, 17)
+// portKeysOf returns the aligned blocks "base/len" covering port p (all 17,
+// or those at the lengths lens names).
+func portKeysOf(p uint16, lens *keyLens) []string {
+	out := make([]string, 0, 4)
 	for l := 16; l >= 0; l-- {
+		if lens != nil && lens.port&(1<<l) == 0 {
+			continue
+		}
 		base := uint32(p) >> (16 - l) << (16 - l)
 		out = append(out, strconv.Itoa(int(base))+"/"+strconv.Itoa(l))
 	}
@@ -371,11 +433,34 @@ type policyBase struct {
 	policies cedar.PolicyMap
 	where    map[cedar.PolicyID]string // "file:line"
 	files    []string
+	lens     keyLens // address and port key lengths its literals name
 }
 
 type sessionSet struct {
 	entities types.EntityMap
 	policies cedar.PolicyMap
+	lens     keyLens // address and port key lengths its grants name
+}
+
+func (s *sessionSet) computeLens() {
+	s.lens = keyLens{}
+	for uid, ent := range s.entities {
+		if uid.Type != typeGrant {
+			continue
+		}
+		if v, ok := ent.Attributes.Get("cidrs"); ok {
+			for x := range v.(types.Set).All() {
+				if p, err := netip.ParsePrefix(string(x.(types.String))); err == nil {
+					s.lens.addPrefix(p)
+				}
+			}
+		}
+		if v, ok := ent.Attributes.Get("ports"); ok {
+			for x := range v.(types.Set).All() {
+				s.lens.addPortBlock(string(x.(types.String)))
+			}
+		}
+	}
 }
 
 // Engine is the decision layer: the shipped base policies, the policy
@@ -498,6 +583,16 @@ func (e *Engine) load(dir string) (*policyBase, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	var lit literals
+	for _, p := range b.policies {
+		lit.collect(p)
+	}
+	for _, p := range lit.ips {
+		b.lens.addPrefix(p)
+	}
+	for _, s := range lit.strs {
+		b.lens.addPortBlock(s)
+	}
 	return b, nil
 }
 
@@ -545,6 +640,7 @@ func (e *Engine) PutSession(s SessionAttrs) {
 	if old != nil {
 		ns.entities = old.entities.Clone()
 		ns.policies = old.policies
+		ns.lens = old.lens
 	}
 	ns.entities[sessionUID(s.ID)] = s.entity()
 	e.sessions[s.ID] = ns
@@ -568,6 +664,7 @@ func (e *Engine) PutGrant(g GrantData) error {
 	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
 	ns.entities[grantUID(g.ID)] = grantEntity(g)
 	ns.policies[cedar.PolicyID("grant:"+g.ID)] = grantPolicy(g)
+	ns.computeLens()
 	e.sessions[g.Session] = ns
 	return nil
 }
@@ -583,6 +680,7 @@ func (e *Engine) RemoveGrant(session, id string) {
 	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
 	delete(ns.entities, grantUID(id))
 	delete(ns.policies, cedar.PolicyID("grant:"+id))
+	ns.computeLens()
 	e.sessions[session] = ns
 }
 
@@ -643,11 +741,12 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 	if err != nil {
 		return Decision{}, err
 	}
-	d, diag := cedar.Authorize(chain{e.base.Load().policies, s.policies}, s.entities, cedar.Request{
+	base := e.base.Load()
+	d, diag := cedar.Authorize(chain{base.policies, s.policies}, s.entities, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),
-		Context:   r.context(now),
+		Context:   r.contextLens(now, base.lens.union(&s.lens)),
 	})
 	return decision(d, diag), nil
 }
@@ -713,4 +812,30 @@ func (e *Engine) AuthorizeGrant(session string, c Capability, tier Tier, p Prove
 		}),
 	})
 	return decision(d, diag), nil
+}
+
+// CedarRequest is the Cedar request Decide evaluates for a use-time request.
+func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
+	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now)}
+}
+
+// Flatten returns one policy set holding the base policies and every
+// session's grant policies, with one entity map holding every session and
+// grant: the "one flat policy set" a decision would evaluate without the
+// per-session split. Evaluating it gives the same answers as Decide; it
+// exists to measure what the split saves (bench/decision).
+func (e *Engine) Flatten() (cedar.PolicyMap, types.EntityMap) {
+	pm := maps2(e.base.Load().policies)
+	em := types.EntityMap{}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, s := range e.sessions {
+		for k, v := range s.policies {
+			pm[k] = v
+		}
+		for k, v := range s.entities {
+			em[k] = v
+		}
+	}
+	return pm, em
 }

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"errors"
+
+	cedar "github.com/cedar-policy/cedar-go"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -109,6 +111,12 @@ func TestDecideGrantPolicies(t *testing.T) {
 			}
 			if d.Allowed != tc.want {
 				t.Fatalf("Decide = %+v, want allowed=%v", d, tc.want)
+			}
+			// The per-session path (with request keys cut to the lengths the
+			// policies name) agrees with the flat set and all keys.
+			pm, em := e.Flatten()
+			if fd, _ := cedar.Authorize(pm, em, CedarRequest(tc.session, tc.req, t0)); (fd == cedar.Allow) != d.Allowed {
+				t.Fatalf("flat set says %v, Decide says %v", fd, d.Allowed)
 			}
 			// The Go meaning of the grammar agrees with Cedar wherever no
 			// hard-deny forbid fired.

@@ -366,7 +366,7 @@ func TestPortBlocks(t *testing.T) {
 				continue
 			}
 			in := r.Lo <= port && port <= r.Hi
-			keys := portKeysOf(port)
+			keys := portKeysOf(port, nil)
 			hit := false
 			for _, k := range keys {
 				for _, b := range blocks {
