@@ -858,7 +858,8 @@ func (a *Agent) teardown(x *GrantRecord) error {
 }
 
 // Sweep revokes grants whose expiry has passed (the kernel already denies
-// them; this tears their state down) and times out stale approvals.
+// them; this tears their state down), ends expired sessions and times out
+// stale approvals. The daemon calls it periodically.
 func (a *Agent) Sweep(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -867,6 +868,12 @@ func (a *Agent) Sweep(ctx context.Context) error {
 	for _, g := range a.sortedGrants() {
 		if g.Phase == PhaseLive && !g.Expires.IsZero() && !now.Before(g.Expires) {
 			errs = append(errs, a.revokeLocked(g, "expired"))
+		}
+	}
+	for _, id := range sortedKeys(a.st.Sessions) {
+		rec := a.st.Sessions[id]
+		if rec.Phase == SessionActive && !rec.Spec.Expires.IsZero() && !now.Before(rec.Spec.Expires) {
+			errs = append(errs, a.endSessionLocked(id, "session expired"))
 		}
 	}
 	changed := false
@@ -881,6 +888,21 @@ func (a *Agent) Sweep(ctx context.Context) error {
 		errs = append(errs, a.persist())
 	}
 	return errors.Join(errs...)
+}
+
+// ReloadPolicies re-reads the policy directory (see Engine.Reload): a
+// directory with errors, or an edit that widens authority without
+// opts.AllowWiden, leaves the previous set in force.
+func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
+	rep, err := a.engine.Reload(opts)
+	out := "ok"
+	if err != nil {
+		out = err.Error()
+	} else if rep.Widens() {
+		out = "accepted widening: " + rep.Counterexample.String()
+	}
+	a.emit(Event{Kind: "policy.reload", Outcome: out})
+	return rep, err
 }
 
 // PendingApprovals lists the Asks waiting for a human.
