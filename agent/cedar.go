@@ -434,12 +434,60 @@ type policyBase struct {
 	where    map[cedar.PolicyID]string // "file:line"
 	files    []string
 	lens     keyLens // address and port key lengths its literals name
+	// useByClass slices the set for "use" requests by resource class: a
+	// policy whose scope names another action or another Capability cannot
+	// match, so it is left out (policies with any other scope shape are in
+	// every slice). Evaluating a slice gives exactly the full set's answer.
+	useByClass map[Class]cedar.PolicyMap
+}
+
+// slice fills useByClass from the policies' scopes.
+func (b *policyBase) slice() {
+	b.useByClass = map[Class]cedar.PolicyMap{}
+	for _, c := range Classes {
+		b.useByClass[c] = cedar.PolicyMap{}
+	}
+	for id, p := range b.policies {
+		a := (*xast.Policy)(p.AST())
+		if sc, ok := a.Action.(xast.ScopeTypeEq); ok && sc.Entity != actionUse {
+			continue
+		}
+		if sc, ok := a.Resource.(xast.ScopeTypeEq); ok {
+			if sc.Entity.Type != typeCapability {
+				continue
+			}
+			if m, ok := b.useByClass[Class(sc.Entity.ID)]; ok {
+				m[id] = p
+			}
+			continue
+		}
+		for _, m := range b.useByClass {
+			m[id] = p
+		}
+	}
 }
 
 type sessionSet struct {
 	entities types.EntityMap
 	policies cedar.PolicyMap
 	lens     keyLens // address and port key lengths its grants name
+	byClass  map[Class]cedar.PolicyMap
+}
+
+func (s *sessionSet) index() {
+	s.byClass = map[Class]cedar.PolicyMap{}
+	for uid, ent := range s.entities {
+		if uid.Type != typeGrant {
+			continue
+		}
+		v, _ := ent.Attributes.Get("class")
+		c := Class(v.(types.String))
+		if s.byClass[c] == nil {
+			s.byClass[c] = cedar.PolicyMap{}
+		}
+		id := cedar.PolicyID("grant:" + string(uid.ID))
+		s.byClass[c][id] = s.policies[id]
+	}
 }
 
 func (s *sessionSet) computeLens() {
@@ -593,6 +641,7 @@ func (e *Engine) load(dir string) (*policyBase, error) {
 	for _, s := range lit.strs {
 		b.lens.addPortBlock(s)
 	}
+	b.slice()
 	return b, nil
 }
 
@@ -641,6 +690,7 @@ func (e *Engine) PutSession(s SessionAttrs) {
 		ns.entities = old.entities.Clone()
 		ns.policies = old.policies
 		ns.lens = old.lens
+		ns.byClass = old.byClass
 	}
 	ns.entities[sessionUID(s.ID)] = s.entity()
 	e.sessions[s.ID] = ns
@@ -665,6 +715,7 @@ func (e *Engine) PutGrant(g GrantData) error {
 	ns.entities[grantUID(g.ID)] = grantEntity(g)
 	ns.policies[cedar.PolicyID("grant:"+g.ID)] = grantPolicy(g)
 	ns.computeLens()
+	ns.index()
 	e.sessions[g.Session] = ns
 	return nil
 }
@@ -681,6 +732,7 @@ func (e *Engine) RemoveGrant(session, id string) {
 	delete(ns.entities, grantUID(id))
 	delete(ns.policies, cedar.PolicyID("grant:"+id))
 	ns.computeLens()
+	ns.index()
 	e.sessions[session] = ns
 }
 
@@ -742,7 +794,7 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 		return Decision{}, err
 	}
 	base := e.base.Load()
-	d, diag := cedar.Authorize(chain{base.policies, s.policies}, s.entities, cedar.Request{
+	d, diag := cedar.Authorize(chain{base.useByClass[r.Class], s.byClass[r.Class]}, s.entities, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),

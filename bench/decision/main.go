@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -37,6 +38,7 @@ var (
 	nRego     = flag.Int("n-rego", 50000, "decisions measured with OPA")
 	nFlat     = flag.Int("n-flat", 400, "decisions measured against the flat set (each evaluates every grant of every session)")
 	seed      = flag.Uint64("seed", 1, "request mix seed")
+	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the agent-path phase")
 )
 
 type session struct {
@@ -115,7 +117,7 @@ func queries(r *rand.Rand, n, sessions int) []query {
 	return out
 }
 
-type stats struct{ p50, p99, mean float64 }
+type stats struct{ p50, p90, p99, p999, mean float64 }
 
 func summarize(d []time.Duration) stats {
 	slices.Sort(d)
@@ -124,7 +126,7 @@ func summarize(d []time.Duration) stats {
 		sum += x
 	}
 	us := func(x time.Duration) float64 { return float64(x) / 1e3 }
-	return stats{p50: us(d[len(d)/2]), p99: us(d[len(d)*99/100]), mean: us(sum) / float64(len(d))}
+	return stats{p50: us(d[len(d)/2]), p90: us(d[len(d)*90/100]), p99: us(d[len(d)*99/100]), p999: us(d[len(d)*999/1000]), mean: us(sum) / float64(len(d))}
 }
 
 func main() {
@@ -154,6 +156,12 @@ func main() {
 		eng.Decide(q.session, q.req, now)
 	}
 	lat := make([]time.Duration, len(qs))
+	runtime.GC()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+	}
 	for i, q := range qs {
 		st := time.Now()
 		d, err := eng.Decide(q.session, q.req, now)
@@ -163,14 +171,18 @@ func main() {
 			fail("agent path: %s %+v: allowed=%v want %v (%v)", q.session, q.req, d.Allowed, q.want, d)
 		}
 	}
+	if *cpuprof != "" {
+		pprof.StopCPUProfile()
+	}
 	ag := summarize(lat)
-	fmt.Printf("cedar agent path (base + session grants): n=%d p50=%.2fµs p99=%.2fµs mean=%.2fµs\n", len(qs), ag.p50, ag.p99, ag.mean)
+	fmt.Printf("cedar agent path (base + session grants): n=%d p50=%.2fµs p99=%.2fµs mean=%.2fµs (p90=%.2fµs p99.9=%.2fµs)\n", len(qs), ag.p50, ag.p99, ag.mean, ag.p90, ag.p999)
 
 	// 2. The same decisions against one flat set holding every grant.
 	pm, em := eng.Flatten()
 	fmt.Printf("flat set: %d policies, %d entities\n", len(pm), len(em))
 	fq := qs[:min(len(qs), *nFlat)]
 	lat = make([]time.Duration, len(fq))
+	runtime.GC()
 	for i, q := range fq {
 		req := agent.CedarRequest(q.session, q.req, now)
 		st := time.Now()
@@ -204,6 +216,7 @@ func main() {
 		pq.Eval(ctx, rego.EvalInput(inputs[i]))
 	}
 	lat = make([]time.Duration, len(rq))
+	runtime.GC()
 	for i, q := range rq {
 		st := time.Now()
 		rs, err := pq.Eval(ctx, rego.EvalInput(inputs[i]))
