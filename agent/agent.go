@@ -905,6 +905,25 @@ func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
 	return rep, err
 }
 
+// ReloadManifests re-reads Config.ManifestDir. On any error (reported with
+// file:line) the previous manifests stay in force. Live grants are not
+// re-checked: narrowing a manifest affects later requests; revoke what must
+// go.
+func (a *Agent) ReloadManifests() error {
+	if a.cfg.ManifestDir == "" {
+		return fmt.Errorf("%w: no manifest directory configured", ErrInvalidRequest)
+	}
+	ms, err := LoadManifestDir(a.cfg.ManifestDir)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.manifests = ms
+	a.mu.Unlock()
+	a.emit(Event{Kind: "manifest.reload", Outcome: fmt.Sprintf("%d images", len(ms))})
+	return nil
+}
+
 // PendingApprovals lists the Asks waiting for a human.
 func (a *Agent) PendingApprovals() []ApprovalRecord {
 	a.mu.Lock()

@@ -505,3 +505,100 @@ func TestEndSession(t *testing.T) {
 		t.Fatalf("duplicate session: %v", err)
 	}
 }
+
+// TestKernelFailureRollsBack: a kernel step failing in the middle of GRANT
+// (the fifth rule on one prefix, a delegation chain too deep) rolls the whole
+// grant back: no live handle, no rule, a rolledback tombstone, nothing open.
+func TestKernelFailureRollsBack(t *testing.T) {
+	d, _ := newKernel(t)
+	events := &eventLog{}
+	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Events = events })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	xp := netip.MustParseAddrPort(x).Port()
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+		Ports: []PortRange{{xp, xp}, {1001, 1001}, {1002, 1002}, {1003, 1003}, {1004, 1004}}}}
+	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
+	if !errors.Is(err, ErrKernel) || !errors.Is(err, dataplane.ErrRulesFull) {
+		t.Fatalf("err = %v, want ErrKernel wrapping ErrRulesFull", err)
+	}
+	if n := len(liveHandles(t, d)); n != 0 {
+		t.Fatalf("live handles after rollback: %d", n)
+	}
+	if rs := kernelRules(t, d, "s1"); len(rs) != 0 {
+		t.Fatalf("rules after rollback: %v", rs)
+	}
+	gs := a.Grants("s1")
+	if len(gs) != 1 || gs[0].Phase != PhaseRolledBack {
+		t.Fatalf("grants after rollback: %+v", gs)
+	}
+	if !slices.Contains(events.kinds(), "grant.rollback") {
+		t.Fatalf("no rollback event: %v", events.kinds())
+	}
+	p := startProbe(t, d, "s1")
+	if got := p.do("tcp " + x); got != "err EPERM" {
+		t.Fatalf("rolled-back grant is open: %s", got)
+	}
+
+	// A delegation chain deeper than the kernel walks (domain-only grants:
+	// handles and no rules).
+	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{443, 443}}}}
+	_, err = a.Grant(ctx, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
+	var are *ApprovalRequiredError
+	if !errors.As(err, &are) {
+		t.Fatalf("domain egress should ask: %v", err)
+	}
+	g, err := a.Approve(ctx, are.ID, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doms := a.EgressDomains("s1"); len(doms["**.example.com"]) != 1 {
+		t.Fatalf("EgressDomains = %v", doms)
+	}
+	tok := g.Handle
+	var chainErr error
+	for i := 0; i < dataplane.MaxChain+1 && chainErr == nil; i++ {
+		var cg *Grant
+		cg, chainErr = a.Attenuate(ctx, tok, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
+		if chainErr == nil {
+			tok = cg.Handle
+		}
+	}
+	if !errors.Is(chainErr, dataplane.ErrChainTooDeep) {
+		t.Fatalf("deep chain: %v", chainErr)
+	}
+	if n := len(liveHandles(t, d)); n != dataplane.MaxChain {
+		t.Fatalf("live handles = %d, want %d (the failed link rolled back)", n, dataplane.MaxChain)
+	}
+	if err := a.Revoke(ctx, g.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(liveHandles(t, d)); n != 0 {
+		t.Fatalf("live handles after revoking the root of the chain: %d", n)
+	}
+}
+
+// TestManifestDirReload: a broken manifest file is rejected with file:line
+// and the previous manifests keep deciding.
+func TestManifestDirReload(t *testing.T) {
+	d, _ := newKernel(t)
+	mdir := t.TempDir()
+	writeFile(t, mdir+"/py.manifest", "image py\nallow net.egress cidrs=127.0.0.0/24\n")
+	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Manifests = nil; c.ManifestDir = mdir })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	writeFile(t, mdir+"/py.manifest", "image py\nallow net.egress cidrs=127.0.0.0/24\nallow net.egres cidrs=10.0.0.0/8\n")
+	if err := a.ReloadManifests(); !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), `py.manifest:3: unknown class "net.egres"`) {
+		t.Fatalf("reload: %v", err)
+	}
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); err != nil {
+		t.Fatalf("previous manifest not in force: %v", err)
+	}
+	writeFile(t, mdir+"/py.manifest", "image py\nallow net.egress cidrs=127.0.1.0/24\n")
+	if err := a.ReloadManifests(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrOutsideManifest) {
+		t.Fatalf("narrowed manifest: %v", err)
+	}
+}
