@@ -146,7 +146,10 @@ func main() {
 			check(eng.PutGrant(g))
 		}
 	}
-	fmt.Printf("agent engine loaded in %v\n", time.Since(t0).Round(time.Millisecond))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Printf("agent engine loaded in %v, live heap %d MiB\n", time.Since(t0).Round(time.Millisecond), ms.HeapAlloc>>20)
 
 	rnd := rand.New(rand.NewPCG(*seed, 2))
 	qs := queries(rnd, *nAgent, *nSessions)
