@@ -858,16 +858,20 @@ func (a *Agent) teardown(x *GrantRecord) error {
 }
 
 // Sweep revokes grants whose expiry has passed (the kernel already denies
-// them; this tears their state down), ends expired sessions and times out
-// stale approvals. The daemon calls it periodically.
+// them; this tears their state down), retries revocations whose teardown
+// failed, ends expired sessions and times out stale approvals. The daemon
+// calls it periodically.
 func (a *Agent) Sweep(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.cfg.Now()
 	var errs []error
 	for _, g := range a.sortedGrants() {
-		if g.Phase == PhaseLive && !g.Expires.IsZero() && !now.Before(g.Expires) {
+		switch {
+		case g.Phase == PhaseLive && !g.Expires.IsZero() && !now.Before(g.Expires):
 			errs = append(errs, a.revokeLocked(g, "expired"))
+		case g.Phase == PhaseRevoking: // a teardown that failed earlier: retry
+			errs = append(errs, a.revokeLocked(g, g.EndReason))
 		}
 	}
 	for _, id := range sortedKeys(a.st.Sessions) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	cedar "github.com/cedar-policy/cedar-go"
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -322,5 +323,61 @@ when { principal.image == "trainer" };`, "", true, false},
 				t.Fatalf("Proved = %v, want %v (report %+v)", rep.Proved, tc.proved, rep)
 			}
 		})
+	}
+}
+
+// TestNoPolicyInjection: scope values that look like Cedar are data, never
+// policy text: a grant whose path is a would-be injection allows exactly that
+// path, and every per-grant policy type-checks against the schema.
+func TestNoPolicyInjection(t *testing.T) {
+	e := newTestEngine(t, "")
+	e.PutSession(testSession("s1"))
+	evil := `/work/x") || true || ("`
+	g := GrantData{ID: "g1", Session: "s1", Capability: fsCap(nil, []string{evil}, nil)}
+	if err := g.Capability.Validate(); err != nil {
+		t.Fatalf("the path is a legal (odd) path: %v", err)
+	}
+	if err := e.PutGrant(g); err != nil {
+		t.Fatal(err)
+	}
+	if text := string(grantPolicy(g).MarshalCedar()); strings.Contains(text, "true ||") || strings.Contains(text, "/work") {
+		t.Fatalf("user value reached the policy text:\n%s", text)
+	}
+	cases := []struct {
+		path string
+		want bool
+	}{
+		{evil, true},
+		{evil + "/f", true},
+		{"/work/y", false},
+		{"/etc/passwd", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.path, func(t *testing.T) {
+			d, err := e.Decide("s1", UseRequest{Class: ClassFSScope, Op: "write", Path: tc.path}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != tc.want {
+				t.Fatalf("allowed = %v, want %v", d.Allowed, tc.want)
+			}
+		})
+	}
+	// Every class's template, filled, validates against the schema.
+	full := []Capability{
+		egress([]string{"10.0.0.0/8"}, []PortRange{{1, 65535}}, "**.a.example"),
+		fsCap([]string{"/a"}, []string{"/b"}, []string{"/b/c"}),
+		{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true, CopyOut: true}},
+		{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: "render"}},
+		{Class: ClassInstall, Install: &InstallScope{Scope: "pkg"}},
+		{Class: ClassPersistence, Persistence: &PersistenceScope{Paths: []string{"/p"}, SurvivesSession: true}},
+		{Class: ClassCredentials, Credentials: &CredentialsScope{BrokerScopes: []string{"x"}, NeverRaw: true}},
+		{Class: ClassPeripheral, Peripheral: &PeripheralScope{Camera: true, USB: []string{"a:b"}}},
+	}
+	for _, c := range full {
+		p := grantPolicy(GrantData{ID: "v", Session: "s1", Capability: c})
+		if err := e.validator.Policy("v", (*xast.Policy)(p.AST())); err != nil {
+			t.Errorf("%s template: %v", c.Class, err)
+		}
 	}
 }
