@@ -6,6 +6,7 @@ require (
 	github.com/cedar-policy/cedar-go v1.9.1
 	github.com/open-policy-agent/opa v1.22.4
 	github.com/shinken-agent/shinken v0.0.0
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -34,7 +35,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
