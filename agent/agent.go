@@ -336,6 +336,9 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(err, a.kernel.DestroySession(spec.ID))
 	}
+	a.bmu.Lock()
+	a.breaker[spec.ID] = &BreakerState{}
+	a.bmu.Unlock()
 	a.engine.PutSession(a.sessionAttrs(spec))
 	return a.emit(Event{Kind: "session.create", Session: spec.ID, Outcome: "ok"})
 }
@@ -1008,13 +1011,13 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 	return d, nil
 }
 
+// breakerFor returns the session's live breaker counters; a.bmu held. The
+// counters are seeded from the persisted state when a session is created or
+// loaded (under a.mu), so this never reads a.st.
 func (a *Agent) breakerFor(session string) *BreakerState {
 	b := a.breaker[session]
 	if b == nil {
 		b = &BreakerState{}
-		if rec, ok := a.st.Sessions[session]; ok {
-			*b = rec.Breaker
-		}
 		a.breaker[session] = b
 	}
 	return b

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -600,5 +602,55 @@ func TestManifestDirReload(t *testing.T) {
 	}
 	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrOutsideManifest) {
 		t.Fatalf("narrowed manifest: %v", err)
+	}
+}
+
+// TestConcurrentUse: decisions run concurrently with grants, revokes and
+// session churn (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Breaker = BreakerConfig{Consecutive: 1 << 30, Total: 1 << 30} })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	ap := netip.MustParseAddrPort(x)
+	use := UseRequest{Class: ClassNetEgress, Op: "connect", IP: ap.Addr(), Port: ap.Port()}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := a.Decide("s1", use); err != nil {
+					t.Error(err)
+					return
+				}
+				a.Breaker("s1")
+			}
+		}()
+	}
+	for i := 0; i < 30; i++ {
+		g, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid := fmt.Sprintf("tmp%d", i)
+		mustSession(t, a, SessionSpec{ID: sid})
+		if err := a.Revoke(ctx, g.Handle); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.EndSession(sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if n := len(liveHandles(t, d)); n != 0 {
+		t.Fatalf("live handles: %d", n)
 	}
 }

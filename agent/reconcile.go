@@ -62,6 +62,12 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 			rep.EndedSessions = append(rep.EndedSessions, id)
 		default:
 			a.engine.PutSession(a.sessionAttrs(rec.Spec))
+			a.bmu.Lock()
+			if a.breaker[id] == nil {
+				b := rec.Breaker
+				a.breaker[id] = &b
+			}
+			a.bmu.Unlock()
 		}
 	}
 	for _, name := range kernelSessions {
