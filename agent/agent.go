@@ -912,6 +912,28 @@ func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
 	return rep, err
 }
 
+// NoteIngredients records ingredients of the "at most two of three" rule
+// that the agent cannot see itself (the tool runner labels a turn that
+// ingested external content; the broker reports credential access). Flags
+// only accumulate for the session's life.
+func (a *Agent) NoteIngredients(session string, in Ingredients) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rec, ok := a.st.Sessions[session]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownSession, session)
+	}
+	old := rec.Ingredients
+	rec.Ingredients.ExternalIngestion = old.ExternalIngestion || in.ExternalIngestion
+	rec.Ingredients.CredentialAccess = old.CredentialAccess || in.CredentialAccess
+	rec.Ingredients.ExternalCommunication = old.ExternalCommunication || in.ExternalCommunication
+	if err := a.persist(); err != nil {
+		rec.Ingredients = old
+		return err
+	}
+	return nil
+}
+
 // ReloadManifests re-reads Config.ManifestDir. On any error (reported with
 // file:line) the previous manifests stay in force. Live grants are not
 // re-checked: narrowing a manifest affects later requests; revoke what must

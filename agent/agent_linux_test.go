@@ -654,3 +654,32 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("live handles: %d", n)
 	}
 }
+
+// TestTwoOfThreeGate: a Notify grant that would complete the three
+// ingredients goes to a human instead; without them it runs with a notice.
+func TestTwoOfThreeGate(t *testing.T) {
+	d, _ := newKernel(t)
+	events := &eventLog{}
+	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Events = events })
+	mustSession(t, a, SessionSpec{ID: "plain"})
+	mustSession(t, a, SessionSpec{ID: "risky"})
+	pub := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, Ports: []PortRange{{443, 443}}}}
+	g, err := a.Grant(ctx, GrantRequest{Session: "plain", Capability: pub, Lifecycle: LifecycleSession})
+	if err != nil || g.Tier != TierNotify {
+		t.Fatalf("plain session: %+v %v", g, err)
+	}
+	if !slices.Contains(events.kinds(), "grant.notify") {
+		t.Fatalf("no notice for a Notify grant: %v", events.kinds())
+	}
+	if err := a.NoteIngredients("risky", Ingredients{ExternalIngestion: true, CredentialAccess: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Grant(ctx, GrantRequest{Session: "risky", Capability: pub, Lifecycle: LifecycleSession})
+	var are *ApprovalRequiredError
+	if !errors.As(err, &are) || are.Tier != TierAsk {
+		t.Fatalf("third ingredient unattended: %v", err)
+	}
+	if err := a.NoteIngredients("nope", Ingredients{}); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("unknown session: %v", err)
+	}
+}

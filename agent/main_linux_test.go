@@ -84,6 +84,7 @@ const testManifest = `image py
 allow net.egress cidrs=127.0.0.0/24,::1/128                       # loopback: auto by default
 allow net.egress cidrs=127.0.1.0/24 tier=ask                       # a "new destination" needing a human
 allow net.egress domains=**.example.com cidrs=192.0.2.0/24 ports=443
+allow net.egress cidrs=198.51.100.0/24 ports=443 tier=notify
 allow fs.scope read=/work write=/work/out
 allow clipboard paste_in=true
 allow credentials broker_scopes=github:read
