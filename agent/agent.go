@@ -191,6 +191,10 @@ type Config struct {
 	Now         func() time.Time
 	// ApprovalTimeout: an Ask not answered in time does not run (default 10m).
 	ApprovalTimeout time.Duration
+	// TombstoneRetention is how long revoked and rolled-back grant records
+	// are kept (default 24h); Sweep prunes older ones. A pruned grant's token
+	// still verifies (the MAC is the agent's), so Revoke stays idempotent.
+	TombstoneRetention time.Duration
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;
 	// tests make it kill the process to check recovery.
 	CrashHook func(Step)
@@ -223,6 +227,9 @@ func (c *Config) validate() error {
 	}
 	if c.ApprovalTimeout == 0 {
 		c.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	if c.TombstoneRetention == 0 {
+		c.TombstoneRetention = 24 * time.Hour
 	}
 	return nil
 }
@@ -727,6 +734,13 @@ func (a *Agent) Revoke(ctx context.Context, token string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	g, err := a.resolveHandle(token)
+	if errors.Is(err, ErrUnknownHandle) {
+		// The MAC is ours, so the agent issued it; a grant that is not in
+		// the state was pruned long after its revocation (or never went
+		// live): nothing is live under it (reconcile guarantees the kernel
+		// holds no handle the state does not account for).
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -884,6 +898,12 @@ func (a *Agent) Sweep(ctx context.Context) error {
 		}
 	}
 	changed := false
+	for id, g := range a.st.Grants {
+		if g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention {
+			delete(a.st.Grants, id)
+			changed = true
+		}
+	}
 	for id, ap := range a.st.Approvals {
 		if !now.Before(ap.Expires) {
 			delete(a.st.Approvals, id)

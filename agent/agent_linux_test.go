@@ -683,3 +683,41 @@ func TestTwoOfThreeGate(t *testing.T) {
 		t.Fatalf("unknown session: %v", err)
 	}
 }
+
+// TestTombstonePruning: revoked records are pruned after the retention; the
+// pruned grant's token still revokes idempotently and cannot be used.
+func TestTombstonePruning(t *testing.T) {
+	d, _ := newKernel(t)
+	now := time.Now()
+	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Now = func() time.Time { return now } })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	g, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Revoke(ctx, g.Handle); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(23 * time.Hour)
+	a.Sweep(ctx)
+	if n := len(a.Grants("")); n != 1 {
+		t.Fatalf("pruned too early: %d records", n)
+	}
+	now = now.Add(2 * time.Hour)
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.Grants("")); n != 0 {
+		t.Fatalf("not pruned: %d records", n)
+	}
+	if err := a.Revoke(ctx, g.Handle); err != nil {
+		t.Fatalf("revoke a pruned grant: %v", err)
+	}
+	if err := a.Consume(ctx, g.Handle); !errors.Is(err, ErrUnknownHandle) {
+		t.Fatalf("use a pruned grant: %v", err)
+	}
+	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrUnknownHandle) {
+		t.Fatalf("attenuate a pruned grant: %v", err)
+	}
+}
