@@ -40,6 +40,7 @@ var (
 	nFlat     = flag.Int("n-flat", 400, "decisions measured against the flat set (each evaluates every grant of every session)")
 	seed      = flag.Uint64("seed", 1, "request mix seed")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the agent-path phase")
+	hot       = flag.Int("query-sessions", 0, "draw requests from the first N sessions only (0: all); a small N shows the cache-hot cost")
 )
 
 type session struct {
@@ -153,7 +154,11 @@ func main() {
 	fmt.Printf("agent engine loaded in %v, live heap %d MiB\n", time.Since(t0).Round(time.Millisecond), ms.HeapAlloc>>20)
 
 	rnd := rand.New(rand.NewPCG(*seed, 2))
-	qs := queries(rnd, *nAgent, *nSessions)
+	qn := *nSessions
+	if *hot > 0 {
+		qn = min(*hot, qn)
+	}
+	qs := queries(rnd, *nAgent, qn)
 
 	// 1. The agent's path: base policies + the asking session's grants.
 	for _, q := range qs[:min(len(qs), 2000)] { // warm up
@@ -207,6 +212,12 @@ func main() {
 	fmt.Printf("cedar agent path (base + session grants): n=%d p50=%.2fµs p99=%.2fµs mean=%.2fµs (p90=%.2fµs p99.9=%.2fµs)\n", len(qs), ag.p50, ag.p99, ag.mean, ag.p90, ag.p999)
 	oc := summarize(cpu)
 	fmt.Printf("  same decisions, on-CPU time of the thread (excludes time the OS ran others; includes clock_gettime cost): p50=%.2fµs p99=%.2fµs p99.9=%.2fµs\n", oc.p50, oc.p99, oc.p999)
+
+	// Calibration: the same number of repetitions of a fixed, allocation-free
+	// CPU loop as long as the agent path's median. Its tail is what this
+	// machine adds to any µs-scale operation (other tenants, the hypervisor).
+	cal := calibrate(time.Duration(ag.p50*1e3), len(qs))
+	fmt.Printf("  calibration: fixed allocation-free CPU loop of ~p50 length: p50=%.2fµs p99=%.2fµs p99.9=%.2fµs\n", cal.p50, cal.p99, cal.p999)
 
 	// 2. The same decisions against one flat set holding every grant.
 	pm, em := eng.Flatten()
@@ -265,6 +276,37 @@ func main() {
 	fmt.Printf("decision_p99_us=%.2f\n", ag.p99)
 	fmt.Printf("decision_speedup_vs_flat=%.2f\n", fl.p99/ag.p99)
 	fmt.Printf("decision_speedup_vs_rego=%.2f\n", rg.p99/ag.p99)
+}
+
+var sink uint64
+
+func spin(n int) {
+	x := sink
+	for i := 0; i < n; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	sink = x
+}
+
+// calibrate times n runs of a CPU loop sized to take about d.
+func calibrate(d time.Duration, n int) stats {
+	iters := 1000
+	for {
+		st := time.Now()
+		spin(iters)
+		if el := time.Since(st); el >= d/2 {
+			iters = int(float64(iters) * float64(d) / float64(el))
+			break
+		}
+		iters *= 2
+	}
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		st := time.Now()
+		spin(iters)
+		lat[i] = time.Since(st)
+	}
+	return summarize(lat)
 }
 
 func threadCPU() time.Duration {
