@@ -7,9 +7,9 @@
 //
 // The last three lines of its output are the headline figures:
 //
-//	decision_p99_us=<agent path p99, µs>
-//	decision_speedup_vs_flat=<flat p99 / agent p99>
-//	decision_speedup_vs_rego=<rego p99 / agent p99>
+//	decision_p99_us=<agent path p99, µs, wall clock>
+//	decision_speedup_vs_flat=<flat p50 / agent p50>
+//	decision_speedup_vs_rego=<rego p50 / agent p50>
 package main
 
 import (
@@ -271,11 +271,14 @@ func main() {
 	}
 	rg := summarize(lat)
 	fmt.Printf("rego (OPA %s):                          n=%d p50=%.2fµs p99=%.2fµs mean=%.2fµs\n", opaVersion(), len(rq), rg.p50, rg.p99, rg.mean)
-	fmt.Printf("speedups on p50: vs flat %.1f×, vs rego %.1f×\n", fl.p50/ag.p50, rg.p50/ag.p50)
-
+	// Speedups are ratios of medians: on a shared machine the p99 of each
+	// phase is dominated by what else ran during that phase, so p99 ratios
+	// swing between runs; the medians are stable. The p99 ratios are printed
+	// for reference.
+	fmt.Printf("speedups on p99 (noisy, for reference): vs flat %.1f×, vs rego %.1f×\n", fl.p99/ag.p99, rg.p99/ag.p99)
 	fmt.Printf("decision_p99_us=%.2f\n", ag.p99)
-	fmt.Printf("decision_speedup_vs_flat=%.2f\n", fl.p99/ag.p99)
-	fmt.Printf("decision_speedup_vs_rego=%.2f\n", rg.p99/ag.p99)
+	fmt.Printf("decision_speedup_vs_flat=%.2f\n", fl.p50/ag.p50)
+	fmt.Printf("decision_speedup_vs_rego=%.2f\n", rg.p50/ag.p50)
 }
 
 var sink uint64
