@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -390,6 +391,14 @@ func (w *memWriter) TsigTimersOnly(bool)       {}
 func (w *memWriter) Hijack()                   {}
 func (w *memWriter) Network() string           { return "tcp" }
 
-
-
 func portRange(lo, hi uint16) dataplane.PortRange { return dataplane.PortRange{Lo: lo, Hi: hi} }
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }
+
+func (d *fakeDataplane) setSession(i uint32, name string) {
+	d.mu.Lock()
+	d.sessions[i] = name
+	d.mu.Unlock()
+}
+func (d *fakeDataplane) setFail(err error) { d.mu.Lock(); d.fail = err; d.mu.Unlock() }
+func (f *fakeUpstream) setRcode(rc int)    { f.mu.Lock(); f.rcode = rc; f.mu.Unlock() }
