@@ -84,15 +84,7 @@ type fakeUpstream struct {
 
 func startFakeUpstream(t testing.TB, zone []string) *fakeUpstream {
 	t.Helper()
-	f := &fakeUpstream{rrs: map[string][]dns.RR{}}
-	for _, s := range zone {
-		rr, err := dns.NewRR(s)
-		if err != nil {
-			t.Fatalf("zone %q: %v", s, err)
-		}
-		n := strings.ToLower(rr.Header().Name)
-		f.rrs[n] = append(f.rrs[n], rr)
-	}
+	f := loadZone(t, zone)
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +105,21 @@ func startFakeUpstream(t testing.TB, zone []string) *fakeUpstream {
 	<-started
 	<-started
 	t.Cleanup(f.stop)
+	return f
+}
+
+// loadZone builds a fakeUpstream that does not listen (see memExchanger).
+func loadZone(t testing.TB, zone []string) *fakeUpstream {
+	t.Helper()
+	f := &fakeUpstream{rrs: map[string][]dns.RR{}}
+	for _, s := range zone {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatalf("zone %q: %v", s, err)
+		}
+		n := strings.ToLower(rr.Header().Name)
+		f.rrs[n] = append(f.rrs[n], rr)
+	}
 	return f
 }
 

@@ -275,6 +275,9 @@ func (r *Resolver) parse(qname string, qtype uint16, m *dns.Msg, now time.Time) 
 			res.otherEx = append(res.otherEx, exp(h.Ttl))
 		}
 	}
+	if res.rcode == dns.RcodeNameError {
+		res.addrs, res.other, res.otherEx = nil, nil, nil // a name that does not exist has no addresses
+	}
 	if len(res.addrs) == 0 && len(res.other) == 0 {
 		// Negative answer (NXDOMAIN or NODATA): cache it briefly, for the
 		// SOA's negative TTL clamped like any other TTL.
