@@ -20,15 +20,14 @@ var (
 	ErrStarted       = errors.New("dnsresolver: already started")
 )
 
-// Dataplane is what the resolver needs from the kernel side. *dataplane
-// implementations satisfy AllowEgress directly; SessionByIndex maps the kernel
-// index the session address encodes back to the session's name.
+// Dataplane is what the resolver needs from the kernel side: the method set
+// of *dataplane.Dataplane's AllowEgress, so the real dataplane satisfies it.
 type Dataplane interface {
-	// AllowEgress installs (or refreshes, with the later expiry) one egress
-	// rule for the session. It must return only once the rule is enforced.
+	// AllowEgress installs (or refreshes) one egress rule for the session.
+	// It must return only once the rule is enforced. Refreshing should keep
+	// the later of the old and new expiry: two names may resolve to one
+	// address with different TTLs.
 	AllowEgress(session string, r dataplane.EgressRule) error
-	// SessionByIndex names the live session with this kernel index.
-	SessionByIndex(index uint32) (session string, ok bool)
 }
 
 // Defaults.
@@ -45,8 +44,12 @@ const (
 
 // Config configures a Resolver. Zero fields take the defaults above.
 type Config struct {
-	// Dataplane receives the egress entries and names sessions. Required.
+	// Dataplane receives the egress entries. Required.
 	Dataplane Dataplane
+	// SessionName names the live session with a kernel index (the index the
+	// session address encodes, see SessionAddr), or reports false. Required.
+	// It is called for every query, so keep it a map lookup.
+	SessionName func(index uint32) (session string, ok bool)
 
 	// ListenAddr is where the UDP and TCP sockets bind. Default
 	// 0.0.0.0:DefaultPort. It must be the IPv4 wildcard address (the
@@ -137,6 +140,9 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	if c.Dataplane == nil {
 		return fmt.Errorf("%w: Dataplane is required", ErrInvalidConfig)
+	}
+	if c.SessionName == nil {
+		return fmt.Errorf("%w: SessionName is required", ErrInvalidConfig)
 	}
 	if a := c.ListenAddr.Addr(); !a.Is4() || !a.IsUnspecified() {
 		return fmt.Errorf("%w: ListenAddr %v: must be 0.0.0.0:<port>, the session addresses span 127.128.0.0/9", ErrInvalidConfig, c.ListenAddr)

@@ -181,11 +181,12 @@ func FuzzHandle(f *testing.F) {
 		dp.sessions[2] = "s2"
 		now := time.Unix(1_800_000_000, 0)
 		r, err := New(Config{
-			Dataplane: dp,
-			Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-			CacheSize: -1,
-			now:       func() time.Time { return now },
+			Dataplane:   dp,
+			SessionName: dp.SessionByIndex,
+			Upstreams:   []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
+			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+			CacheSize:   -1,
+			now:         func() time.Time { return now },
 		})
 		if err != nil {
 			t.Fatal(err)

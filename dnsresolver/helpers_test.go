@@ -306,13 +306,14 @@ func newTestEnv(t testing.TB, mod func(*Config)) *testEnv {
 	e.dp.sessions[1] = "s1"
 	e.dp.sessions[300] = "s2"
 	cfg := Config{
-		Dataplane:  e.dp,
-		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
-		Upstreams:  []netip.AddrPort{e.up.addr},
-		MinTTL:     5 * time.Second,
-		MaxTTL:     time.Hour,
-		OnDenial:   e.den.add,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dataplane:   e.dp,
+		SessionName: e.dp.SessionByIndex,
+		ListenAddr:  netip.MustParseAddrPort("0.0.0.0:0"),
+		Upstreams:   []netip.AddrPort{e.up.addr},
+		MinTTL:      5 * time.Second,
+		MaxTTL:      time.Hour,
+		OnDenial:    e.den.add,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -123,7 +123,7 @@ func (r *Resolver) newQuery(local netip.Addr, transport string, req *dns.Msg) *q
 	r.stats.total.queries.Add(1)
 	if idx, ok := SessionIndexFromAddr(local); ok {
 		q.index = idx
-		if name, ok := r.cfg.Dataplane.SessionByIndex(idx); ok {
+		if name, ok := r.cfg.SessionName(idx); ok {
 			q.session = name
 			q.sc = r.stats.session(name)
 			q.sc.queries.Add(1)

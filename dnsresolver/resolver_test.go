@@ -478,21 +478,22 @@ func TestConfigValidate(t *testing.T) {
 		cfg  Config
 		ok   bool
 	}{
-		{"minimal", Config{Dataplane: dp, Upstreams: up}, true},
-		{"no dataplane", Config{Upstreams: up}, false},
-		{"listen on loopback", Config{Dataplane: dp, Upstreams: up, ListenAddr: netip.MustParseAddrPort("127.0.0.1:53")}, false},
-		{"listen v6", Config{Dataplane: dp, Upstreams: up, ListenAddr: netip.MustParseAddrPort("[::]:53")}, false},
-		{"upstream port 0", Config{Dataplane: dp, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("1.1.1.1:0")}}, false},
-		{"upstream is a session", Config{Dataplane: dp, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.128.0.1:53")}}, false},
-		{"min > max", Config{Dataplane: dp, Upstreams: up, MinTTL: time.Hour, MaxTTL: time.Minute}, false},
-		{"min < 1s", Config{Dataplane: dp, Upstreams: up, MinTTL: time.Millisecond}, false},
-		{"rcode servfail", Config{Dataplane: dp, Upstreams: up, DenyRcode: dns.RcodeServerFailure}, false},
-		{"nxdomain", Config{Dataplane: dp, Upstreams: up, DenyRcode: dns.RcodeNameError}, true},
-		{"passthrough ANY", Config{Dataplane: dp, Upstreams: up, PassthroughTypes: []uint16{dns.TypeANY}}, false},
-		{"passthrough HTTPS", Config{Dataplane: dp, Upstreams: up, PassthroughTypes: []uint16{dns.TypeHTTPS}}, false},
-		{"passthrough MX", Config{Dataplane: dp, Upstreams: up, PassthroughTypes: []uint16{dns.TypeMX}}, true},
-		{"chain 100", Config{Dataplane: dp, Upstreams: up, MaxCNAMEChain: 100}, false},
-		{"bad resolv.conf", Config{Dataplane: dp, ResolvConf: "/nonexistent"}, false},
+		{"minimal", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up}, true},
+		{"no dataplane", Config{Upstreams: up, SessionName: dp.SessionByIndex}, false},
+		{"no SessionName", Config{Dataplane: dp, Upstreams: up}, false},
+		{"listen on loopback", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, ListenAddr: netip.MustParseAddrPort("127.0.0.1:53")}, false},
+		{"listen v6", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, ListenAddr: netip.MustParseAddrPort("[::]:53")}, false},
+		{"upstream port 0", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("1.1.1.1:0")}}, false},
+		{"upstream is a session", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.128.0.1:53")}}, false},
+		{"min > max", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, MinTTL: time.Hour, MaxTTL: time.Minute}, false},
+		{"min < 1s", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, MinTTL: time.Millisecond}, false},
+		{"rcode servfail", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, DenyRcode: dns.RcodeServerFailure}, false},
+		{"nxdomain", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, DenyRcode: dns.RcodeNameError}, true},
+		{"passthrough ANY", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, PassthroughTypes: []uint16{dns.TypeANY}}, false},
+		{"passthrough HTTPS", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, PassthroughTypes: []uint16{dns.TypeHTTPS}}, false},
+		{"passthrough MX", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, PassthroughTypes: []uint16{dns.TypeMX}}, true},
+		{"chain 100", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, MaxCNAMEChain: 100}, false},
+		{"bad resolv.conf", Config{Dataplane: dp, SessionName: dp.SessionByIndex, ResolvConf: "/nonexistent"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.cfg)
@@ -511,7 +512,7 @@ func TestResolvConfDefault(t *testing.T) {
 	if err := writeFile(f, "# test\nnameserver 127.0.0.53\nnameserver ::1\nnameserver 127.128.0.5\noptions edns0\n"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Dataplane: newFakeDataplane(), ResolvConf: f})
+	r, err := New(Config{Dataplane: newFakeDataplane(), SessionName: newFakeDataplane().SessionByIndex, ResolvConf: f})
 	if err != nil {
 		t.Fatal(err)
 	}
