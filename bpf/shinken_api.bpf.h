@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The ABI that the kernel programs of bpf/ and the Go side in dataplane/ share.
+ * Every struct here is exported through bpf2go (-type) and its Go layout is
+ * checked by dataplane tests. Change a field and both sides change together.
+ */
+#pragma once
+
+#include <linux/types.h>
+
+/* Slot 0 of shk_handles is never issued: a zero reference means "none". */
+#define SHK_HANDLE_NONE 0
+
+/* Depth of the handle parent chain the kernel walks (a handle plus up to
+ * SHK_MAX_CHAIN-1 ancestors). User space refuses to issue deeper handles. */
+#define SHK_MAX_CHAIN 8
+
+/* Rules one egress prefix entry of one session can hold. */
+#define SHK_MAX_RULES 4
+
+/* Covering prefixes one lookup visits, longest first. User space refuses an
+ * entry that would be covered by more prefixes than this. */
+#define SHK_MAX_COVER 8
+
+/* Denial reasons; index of the counters and the reason field of events.
+ * Mirrored by dataplane.Reason. */
+enum shk_reason {
+	SHK_REASON_NONE = 0,
+	SHK_REASON_NO_RULE = 1,
+	SHK_REASON_HANDLE_REVOKED = 2,
+	SHK_REASON_HANDLE_EXPIRED = 3,
+	SHK_REASON_RULE_EXPIRED = 4,
+	SHK_REASON_UNKNOWN_SESSION = 5,
+	SHK_REASON_UNCHECKED = 6,
+	SHK_REASON_FLOW_REVOKED = 7,
+	SHK_NR_REASONS = 8,
+};
+
+enum shk_handle_state {
+	SHK_HANDLE_FREE = 0,
+	SHK_HANDLE_LIVE = 1,
+	SHK_HANDLE_REVOKED = 2,
+};
+
+/* One caretaker handle: value of the shk_handles array, indexed by slot.
+ * Set by user space only. Revoke is one write of this value with
+ * state = REVOKED. */
+struct shk_handle {
+	__u32 state;             /* enum shk_handle_state */
+	__u32 generation;        /* bumped each time the slot is issued */
+	__u32 parent;            /* parent slot, SHK_HANDLE_NONE for a root */
+	__u32 parent_generation; /* generation the parent had when this was issued */
+	__u64 expires_ns;        /* CLOCK_BOOTTIME deadline, 0 = never */
+};
+
+/* Value of shk_sessions, keyed by the session cgroup's id (__u64). */
+struct shk_session {
+	__u32 index; /* dense session index, 1.. ; 0 is "no session" */
+	__u32 flags; /* reserved, 0 */
+};
+
+/* One allow rule on a prefix. */
+struct shk_rule {
+	__u32 handle;      /* handle slot */
+	__u32 generation;  /* handle generation the rule was issued under */
+	__u64 expires_ns;  /* CLOCK_BOOTTIME deadline of the rule itself (DNS TTL), 0 = never */
+	__u16 port_lo;     /* inclusive, host order; 0/0 = any port */
+	__u16 port_hi;
+	__u8 proto;        /* 0 any, 6 tcp, 17 udp */
+	__u8 pad[3];
+};
+
+/* Value of shk_egress4/6. The kernel does a longest-prefix lookup, tries the
+ * rules, and if none allows, looks again for the next shorter covering
+ * prefix (prefixlen tells how long this entry's prefix is). */
+struct shk_egress_value {
+	__u32 prefixlen; /* address bits of this entry's prefix (0..32 / 0..128) */
+	__u32 nrules;    /* valid entries of rules[] */
+	struct shk_rule rules[SHK_MAX_RULES];
+};
+
+/* LPM keys: prefixlen counts the 32 session bits plus the address bits. */
+struct shk_egress4_key {
+	__u32 prefixlen;
+	__u32 session;
+	__u8 addr[4];
+};
+
+struct shk_egress6_key {
+	__u32 prefixlen;
+	__u32 session;
+	__u8 addr[16];
+};
+
+/* Socket-local storage written at connect time: the handle the connection
+ * was allowed under, so packets of an open flow die with the handle. */
+struct shk_sk_state {
+	__u32 handle;
+	__u32 generation;
+	__u32 pid;
+	__u32 reported; /* a flow_revoked event was already emitted */
+};
+
+/* One denial, sent best effort through shk_events. */
+struct shk_event {
+	__u64 ts_ns;     /* CLOCK_BOOTTIME */
+	__u64 cgroup_id; /* the session cgroup (0 if unknown) */
+	__u32 session;   /* session index, 0 if unknown */
+	__u32 pid;       /* tgid */
+	__u32 reason;    /* enum shk_reason */
+	__u16 family;    /* AF_INET / AF_INET6 */
+	__u16 dport;     /* host order */
+	__u8 proto;
+	__u8 pad[7];
+	__u8 daddr[16];  /* IPv4 in the first 4 bytes */
+	char comm[16];
+};
+
+/* Global statistics (per-CPU array shk_stats). */
+enum shk_stat {
+	SHK_STAT_RINGBUF_DROPS = 0,
+	SHK_NR_STATS = 4,
+};

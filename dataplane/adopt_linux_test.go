@@ -1,0 +1,115 @@
+package dataplane
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAdoption: programs and maps keep enforcing after the loader process
+// exits, and a new loader adopts them (atomic program replacement on the
+// pinned links) with no window where a denied destination is reachable.
+func TestAdoption(t *testing.T) {
+	requireRoot(t)
+	cfg := testConfig(t)
+	allowed := listenTCP(t, "127.0.0.2:0")
+	denied := listenTCP(t, "127.0.0.3:0")
+
+	loader := exec.Command(probeBinary(t))
+	loader.Env = []string{loaderEnv + "=1", "SHINKEN_TEST_PARENT=" + cfg.Parent, "SHINKEN_TEST_PIN=" + cfg.PinPath,
+		"SHINKEN_TEST_ALLOW=" + allowed.addr()}
+	out, err := loader.CombinedOutput()
+	// Whatever happened, remove what the loader left once the test ends.
+	t.Cleanup(func() {
+		cfg2 := loaderConfig2(cfg)
+		if d, err := Open(cfg2); err == nil {
+			d.Uninstall()
+		}
+	})
+	if err != nil {
+		t.Fatalf("loader: %v: %s", err, out)
+	}
+
+	root, _ := FindCgroup2Mount()
+	sess := Session{Name: "ad", Path: filepath.Join(root, cfg.Parent, "ad")}
+	p := startProbe(t, sess, ProcOptions{})
+	// No loader process is alive now: the kernel enforces on its own.
+	if got := p.do("tcp " + allowed.addr()); got != "ok" {
+		t.Fatalf("allowed with no agent running: %s", got)
+	}
+	if got := p.do("tcp " + denied.addr()); got != "err EPERM" {
+		t.Fatalf("denied with no agent running: %s", got)
+	}
+
+	// Hammer both destinations from inside the session while a new loader
+	// adopts the pinned dataplane.
+	hd := startProbe(t, sess, ProcOptions{})
+	ha := startProbe(t, sess, ProcOptions{})
+	resD := make(chan string, 1)
+	resA := make(chan string, 1)
+	go func() { resD <- hd.doAsync("hammer " + denied.addr() + " 1.5") }()
+	go func() { resA <- ha.doAsync("hammer " + allowed.addr() + " 1.5") }()
+	d, err := Open(loaderConfig2(cfg))
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	defer d.Close()
+	if !d.Adopted() {
+		t.Errorf("Open did not report adopting the pinned dataplane")
+	}
+	gotD, gotA := <-resD, <-resA
+	var okD, failD, okA, failA int
+	fmt.Sscanf(gotD, "ok %d %d", &okD, &failD)
+	fmt.Sscanf(gotA, "ok %d %d", &okA, &failA)
+	t.Logf("during adoption: denied dst %d ok / %d refused; allowed dst %d ok / %d refused", okD, failD, okA, failA)
+	if !strings.HasPrefix(gotD, "ok ") || okD != 0 || failD == 0 {
+		t.Errorf("denied destination during adoption: %s (want 0 successes)", gotD)
+	}
+	if !strings.HasPrefix(gotA, "ok ") || failA != 0 || okA == 0 {
+		t.Errorf("allowed destination during adoption: %s (want 0 failures)", gotA)
+	}
+
+	// The adopted dataplane knows the session and its rule.
+	s, err := d.Session("ad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := d.EgressRules("ad")
+	if err != nil || len(rules) != 1 {
+		t.Fatalf("rules after adoption: %v %v", rules, err)
+	}
+	if err := d.Revoke(rules[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.do("tcp " + allowed.addr()); got != "err EPERM" {
+		t.Errorf("revoke through the adopted dataplane: %s", got)
+	}
+	// A new handle must not collide with the adopted one.
+	h2 := mustHandle(t, d, HandleRef{}, zeroTime)
+	if h2.Slot == rules[0].Handle.Slot && h2.Generation == rules[0].Handle.Generation {
+		t.Errorf("new handle %s repeats an adopted one", h2)
+	}
+	s2, err := d.CreateSession("ad2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Index == s.Index {
+		t.Errorf("new session reuses the adopted session's index %d", s.Index)
+	}
+	// Attached exactly once per hook: adoption replaced, never added.
+	n, err := d.attachedPrograms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(attachments) {
+		t.Errorf("%d programs attached at the parent after adoption, want %d", n, len(attachments))
+	}
+	_ = os.Getpid
+}
+
+func loaderConfig2(cfg Config) Config {
+	return Config{Parent: cfg.Parent, PinPath: cfg.PinPath, MaxSessions: 1024, MaxHandles: 4096, MaxEgress4: 1 << 16, MaxEgress6: 1 << 16}
+}

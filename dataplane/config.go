@@ -1,0 +1,94 @@
+package dataplane
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+)
+
+// Config says where the dataplane lives and how large its maps are. The zero
+// value is the product's defaults.
+type Config struct {
+	// CgroupRoot is the cgroup2 mount point; empty means "find it in
+	// /proc/self/mountinfo".
+	CgroupRoot string
+	// Parent is the sessions' parent cgroup, relative to CgroupRoot
+	// (default "shinken"). Programs are attached here, once.
+	Parent string
+	// PinPath is the bpffs directory holding programs' links and maps
+	// (default /sys/fs/bpf/shinken).
+	PinPath string
+
+	MaxSessions    uint32 // default 65536
+	MaxHandles     uint32 // default 262144
+	MaxEgress4     uint32 // IPv4 entries, all sessions together; default 2097152
+	MaxEgress6     uint32 // IPv6 entries, all sessions together; default 1048576
+	EventRingBytes uint32 // default 1 MiB; power of two
+	noAttach       bool   // tests of load and map logic only
+}
+
+const (
+	DefaultParent  = "shinken"
+	DefaultPinPath = "/sys/fs/bpf/shinken"
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+
+func (c *Config) setDefaults() {
+	if c.Parent == "" {
+		c.Parent = DefaultParent
+	}
+	if c.PinPath == "" {
+		c.PinPath = DefaultPinPath
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = 65536
+	}
+	if c.MaxHandles == 0 {
+		c.MaxHandles = 262144
+	}
+	if c.MaxEgress4 == 0 {
+		c.MaxEgress4 = 2 << 20
+	}
+	if c.MaxEgress6 == 0 {
+		c.MaxEgress6 = 1 << 20
+	}
+	if c.EventRingBytes == 0 {
+		c.EventRingBytes = 1 << 20
+	}
+}
+
+func (c *Config) validate() error {
+	if !nameRE.MatchString(c.Parent) {
+		return fmt.Errorf("dataplane config: parent cgroup %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", c.Parent)
+	}
+	if !filepath.IsAbs(c.PinPath) {
+		return fmt.Errorf("dataplane config: pin path %q is not absolute", c.PinPath)
+	}
+	if c.MaxSessions < 2 || c.MaxSessions > 1<<23 {
+		return fmt.Errorf("dataplane config: max sessions %d out of [2, 2^23]", c.MaxSessions)
+	}
+	if c.MaxHandles < 2 {
+		return fmt.Errorf("dataplane config: max handles %d < 2", c.MaxHandles)
+	}
+	if c.EventRingBytes < 4096 || c.EventRingBytes&(c.EventRingBytes-1) != 0 {
+		return fmt.Errorf("dataplane config: event ring size %d is not a power of two >= 4096", c.EventRingBytes)
+	}
+	return nil
+}
+
+// Session is one session cgroup the dataplane knows.
+type Session struct {
+	Name     string `json:"name"`
+	Index    uint32 `json:"index"`     // dense kernel index; 0 is never a session
+	CgroupID uint64 `json:"cgroup_id"` // the cgroup2 id of Path
+	Path     string `json:"path"`      // the cgroup2 directory
+}
+
+// ValidSessionName reports whether name can name a session cgroup.
+func ValidSessionName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidSession, name)
+	}
+	return nil
+}

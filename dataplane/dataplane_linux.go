@@ -1,0 +1,453 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel ABI limits, mirrored from bpf/shinken_api.bpf.h.
+const (
+	MaxChain = 8 // handle plus ancestors the kernel walks
+	MaxRules = 4 // rules on one (session, prefix) entry
+	MaxCover = 8 // covering prefixes one lookup visits
+)
+
+// Dataplane is a loaded (or adopted) set of Shinken programs and maps. Its
+// methods are safe for concurrent use.
+type Dataplane struct {
+	cfg     Config
+	parent  string // absolute cgroup2 path of the sessions' parent
+	level   int    // cgroup level of session cgroups
+	objs    shkObjects
+	links   []link.Link
+	adopted bool
+
+	mu        sync.Mutex
+	sessions  map[string]*Session
+	byIndex   map[uint32]*Session
+	freeIdx   []uint32 // unused session indices (stack)
+	nextIdx   uint32   // lowest never-used index
+	prefixes  map[uint32]map[netip.Prefix]struct{}
+	handleGen []uint32 // last generation issued per slot
+	freeSlots []uint32
+	nextSlot  uint32
+}
+
+type progAttach struct {
+	name   string
+	prog   func(*shkPrograms) *ebpf.Program
+	attach ebpf.AttachType
+}
+
+var attachments = []progAttach{
+	{"connect4", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect4 }, ebpf.AttachCGroupInet4Connect},
+	{"connect6", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect6 }, ebpf.AttachCGroupInet6Connect},
+	{"sendmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg4 }, ebpf.AttachCGroupUDP4Sendmsg},
+	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
+	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
+	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
+}
+
+// Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
+// maps are reused as they are, and pinned links are switched atomically to
+// the newly loaded programs (BPF_LINK_UPDATE), so enforcement never lapses.
+func Open(cfg Config) (*Dataplane, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.CgroupRoot == "" {
+		root, err := FindCgroup2Mount()
+		if err != nil {
+			return nil, err
+		}
+		cfg.CgroupRoot = root
+	}
+	d := &Dataplane{
+		cfg:      cfg,
+		parent:   filepath.Join(cfg.CgroupRoot, cfg.Parent),
+		sessions: map[string]*Session{},
+		byIndex:  map[uint32]*Session{},
+		prefixes: map[uint32]map[netip.Prefix]struct{}{},
+		nextIdx:  1,
+		nextSlot: 1,
+	}
+	_, parentErr := os.Stat(d.parent)
+	_, pinErr := os.Stat(cfg.PinPath)
+	if err := d.open(); err != nil {
+		d.Close()
+		// Leave nothing behind that this call created.
+		if errors.Is(pinErr, fs.ErrNotExist) {
+			os.Remove(filepath.Join(cfg.PinPath, "links"))
+			os.Remove(cfg.PinPath)
+		}
+		if errors.Is(parentErr, fs.ErrNotExist) {
+			unix.Rmdir(d.parent)
+		}
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Dataplane) open() error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	if err := os.Mkdir(d.parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create parent cgroup: %w", err)
+	}
+	lvl, err := cgroupLevel(d.cfg.CgroupRoot, d.parent)
+	if err != nil {
+		return err
+	}
+	d.level = lvl + 1
+	if err := ensureBPFFS(filepath.Dir(d.cfg.PinPath)); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(d.cfg.PinPath, "links"), 0o700); err != nil {
+		return fmt.Errorf("create pin path: %w", err)
+	}
+
+	spec, err := loadShk()
+	if err != nil {
+		return fmt.Errorf("load BPF spec: %w", err)
+	}
+	sizes := map[string]uint32{
+		"shk_sessions": d.cfg.MaxSessions,
+		"shk_handles":  d.cfg.MaxHandles,
+		"shk_egress4":  d.cfg.MaxEgress4,
+		"shk_egress6":  d.cfg.MaxEgress6,
+		"shk_counters": d.cfg.MaxSessions * NumReasons,
+		"shk_events":   d.cfg.EventRingBytes,
+	}
+	for name, m := range spec.Maps {
+		if n, ok := sizes[name]; ok {
+			m.MaxEntries = n
+		}
+		if strings.HasPrefix(name, "shk_") {
+			m.Pinning = ebpf.PinByName
+		}
+	}
+	if err := spec.Variables["shk_session_level"].Set(uint32(d.level)); err != nil {
+		return fmt.Errorf("configure session level: %w", err)
+	}
+	_, statErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_handles"))
+	d.adopted = statErr == nil
+	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})
+	if err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("pinned maps under %s do not match this agent's sizes or layout (remove them with a full uninstall to start fresh): %w", d.cfg.PinPath, err)
+		}
+		return fmt.Errorf("load BPF objects: %w", err)
+	}
+	if !d.cfg.noAttach {
+		if err := d.attach(); err != nil {
+			return err
+		}
+	}
+	return d.reconcile()
+}
+
+func (d *Dataplane) attach() error {
+	parentID, err := cgroupID(d.parent)
+	if err != nil {
+		return err
+	}
+	for _, a := range attachments {
+		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
+		prog := a.prog(&d.objs.shkPrograms)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			info, err := l.Info()
+			if err == nil {
+				if cg := info.Cgroup(); cg != nil && cg.CgroupId != parentID {
+					l.Close()
+					return fmt.Errorf("pinned link %s is attached to cgroup %d, not the parent %s (%d)", pin, cg.CgroupId, d.parent, parentID)
+				}
+			}
+			if err := l.Update(prog); err != nil {
+				l.Close()
+				return fmt.Errorf("adopt %s: replace program: %w", a.name, err)
+			}
+			d.links = append(d.links, l)
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("adopt %s: %w", a.name, err)
+		}
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: d.parent, Attach: a.attach, Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s at %s: %w", a.name, d.parent, err)
+		}
+		if err := l.Pin(pin); err != nil {
+			l.Close()
+			return fmt.Errorf("pin %s: %w", a.name, err)
+		}
+		d.links = append(d.links, l)
+	}
+	return nil
+}
+
+// Adopted reports whether Open found a pinned dataplane and took it over.
+func (d *Dataplane) Adopted() bool { return d.adopted }
+
+// ParentPath is the cgroup2 directory the programs are attached to.
+func (d *Dataplane) ParentPath() string { return d.parent }
+
+// Config returns the effective configuration.
+func (d *Dataplane) Config() Config { return d.cfg }
+
+// Close releases this process's references. Pinned programs, links and maps
+// stay in the kernel and keep enforcing.
+func (d *Dataplane) Close() error {
+	var errs []error
+	for _, l := range d.links {
+		errs = append(errs, l.Close())
+	}
+	d.links = nil
+	errs = append(errs, d.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Uninstall detaches everything, kills the processes of every session,
+// removes the session cgroups, the parent cgroup and the pins. It is for
+// tests and for a full uninstall, never for a restart.
+func (d *Dataplane) Uninstall() error {
+	var errs []error
+	d.mu.Lock()
+	for _, s := range d.sessions {
+		errs = append(errs, killCgroup(s.Path))
+	}
+	d.sessions = map[string]*Session{}
+	d.mu.Unlock()
+	// Session-like directories a crash left behind.
+	if ents, err := os.ReadDir(d.parent); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				errs = append(errs, killCgroup(filepath.Join(d.parent, e.Name())))
+			}
+		}
+	}
+	for _, a := range attachments {
+		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
+		if err := os.Remove(pin); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	for _, l := range d.links {
+		errs = append(errs, l.Close())
+	}
+	d.links = nil
+	for _, m := range []*ebpf.Map{d.objs.ShkSessions, d.objs.ShkHandles, d.objs.ShkEgress4, d.objs.ShkEgress6,
+		d.objs.ShkSk, d.objs.ShkCounters, d.objs.ShkStats, d.objs.ShkEvents} {
+		if m != nil {
+			errs = append(errs, m.Unpin())
+		}
+	}
+	errs = append(errs, d.objs.Close())
+	errs = append(errs, os.Remove(filepath.Join(d.cfg.PinPath, "links")))
+	errs = append(errs, os.Remove(d.cfg.PinPath))
+	errs = append(errs, killCgroup(d.parent))
+	return errors.Join(errs...)
+}
+
+// reconcile rebuilds the in-memory indexes from the maps and the cgroup tree,
+// repairing drift in the fail-closed direction: a session map entry whose
+// cgroup is gone is removed, and egress entries of no session are deleted.
+func (d *Dataplane) reconcile() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	byID := map[uint64]string{}
+	ents, err := os.ReadDir(d.parent)
+	if err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(d.parent, e.Name())
+		id, err := cgroupID(p)
+		if err != nil {
+			return err
+		}
+		byID[id] = e.Name()
+	}
+
+	var (
+		cgid  uint64
+		sess  shkShkSession
+		stale []uint64
+		used  = map[uint32]bool{}
+	)
+	it := d.objs.ShkSessions.Iterate()
+	for it.Next(&cgid, &sess) {
+		name, ok := byID[cgid]
+		if !ok || sess.Index == 0 || sess.Index >= d.cfg.MaxSessions || used[sess.Index] {
+			stale = append(stale, cgid)
+			continue
+		}
+		s := &Session{Name: name, Index: sess.Index, CgroupID: cgid, Path: filepath.Join(d.parent, name)}
+		d.sessions[name] = s
+		d.byIndex[s.Index] = s
+		used[s.Index] = true
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read sessions: %w", err)
+	}
+	for _, id := range stale {
+		if err := d.objs.ShkSessions.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("drop stale session %d: %w", id, err)
+		}
+	}
+	// Cgroups without a session entry (a create that crashed half way) are
+	// denied everything by the kernel already; remove the empty ones.
+	for _, name := range byID {
+		if _, known := d.sessions[name]; !known {
+			_ = unix.Rmdir(filepath.Join(d.parent, name))
+		}
+	}
+	maxIdx := uint32(0)
+	for idx := range used {
+		if idx > maxIdx {
+			maxIdx = idx
+		}
+	}
+	d.nextIdx = maxIdx + 1
+	for i := uint32(1); i < d.nextIdx; i++ {
+		if !used[i] {
+			d.freeIdx = append(d.freeIdx, i)
+		}
+	}
+
+	if err := d.reconcileEgress(); err != nil {
+		return err
+	}
+	return d.reconcileHandles()
+}
+
+func (d *Dataplane) reconcileEgress() error {
+	var (
+		k4   shkShkEgress4Key
+		k6   shkShkEgress6Key
+		v    shkShkEgressValue
+		del4 []shkShkEgress4Key
+		del6 []shkShkEgress6Key
+	)
+	it := d.objs.ShkEgress4.Iterate()
+	for it.Next(&k4, &v) {
+		if _, ok := d.byIndex[k4.Session]; !ok || k4.Prefixlen < 32 {
+			del4 = append(del4, k4)
+			continue
+		}
+		p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32))
+		d.indexPrefix(k4.Session, p)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read egress4: %w", err)
+	}
+	it = d.objs.ShkEgress6.Iterate()
+	for it.Next(&k6, &v) {
+		if _, ok := d.byIndex[k6.Session]; !ok || k6.Prefixlen < 32 {
+			del6 = append(del6, k6)
+			continue
+		}
+		p := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32))
+		d.indexPrefix(k6.Session, p)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read egress6: %w", err)
+	}
+	for _, k := range del4 {
+		if err := d.objs.ShkEgress4.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("purge stale egress4 entry: %w", err)
+		}
+	}
+	for _, k := range del6 {
+		if err := d.objs.ShkEgress6.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("purge stale egress6 entry: %w", err)
+		}
+	}
+	return nil
+}
+
+func (d *Dataplane) reconcileHandles() error {
+	n := d.cfg.MaxHandles
+	d.handleGen = make([]uint32, n)
+	d.freeSlots = d.freeSlots[:0]
+	d.nextSlot = 1
+	var (
+		key uint32
+		h   shkShkHandle
+	)
+	it := d.objs.ShkHandles.Iterate()
+	highest := uint32(0)
+	states := make([]uint32, n)
+	for it.Next(&key, &h) {
+		if key >= n {
+			continue
+		}
+		d.handleGen[key] = h.Generation
+		states[key] = h.State
+		if h.State != uint32(HandleFree) || h.Generation != 0 {
+			highest = key
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read handles: %w", err)
+	}
+	d.nextSlot = highest + 1
+	for s := highest; s >= 1; s-- {
+		if states[s] == uint32(HandleFree) {
+			d.freeSlots = append(d.freeSlots, s)
+		}
+	}
+	return nil
+}
+
+func (d *Dataplane) indexPrefix(session uint32, p netip.Prefix) {
+	set := d.prefixes[session]
+	if set == nil {
+		set = map[netip.Prefix]struct{}{}
+		d.prefixes[session] = set
+	}
+	set[p] = struct{}{}
+}
+
+func sleepBriefly(i int) {
+	if i < 10 {
+		time.Sleep(time.Millisecond)
+		return
+	}
+	time.Sleep(5 * time.Millisecond)
+}
+
+// attachedPrograms counts the programs attached at the parent cgroup over all
+// of Shinken's hooks (each hook should hold exactly one).
+func (d *Dataplane) attachedPrograms() (int, error) {
+	fd, err := unix.Open(d.parent, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open parent cgroup: %w", err)
+	}
+	defer unix.Close(fd)
+	n := 0
+	for _, a := range attachments {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: a.attach})
+		if err != nil {
+			return 0, fmt.Errorf("query %s: %w", a.name, err)
+		}
+		n += len(res.Programs)
+	}
+	return n, nil
+}

@@ -1,0 +1,125 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// EventReader reads denial events from the kernel ring buffer.
+type EventReader struct {
+	rd *ringbuf.Reader
+}
+
+// Events opens a reader on the denial ring buffer. Close it to unblock Read.
+func (d *Dataplane) Events() (*EventReader, error) {
+	rd, err := ringbuf.NewReader(d.objs.ShkEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open event ring: %w", err)
+	}
+	return &EventReader{rd: rd}, nil
+}
+
+// SetDeadline makes Read return os.ErrDeadlineExceeded after t.
+func (r *EventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
+
+// Read blocks until the next event.
+func (r *EventReader) Read() (Event, error) {
+	rec, err := r.rd.Read()
+	if err != nil {
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return Event{}, os.ErrClosed
+		}
+		return Event{}, err
+	}
+	var raw shkShkEvent
+	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &raw); err != nil {
+		return Event{}, fmt.Errorf("decode event: %w", err)
+	}
+	return decodeEvent(&raw), nil
+}
+
+// Close stops the reader.
+func (r *EventReader) Close() error { return r.rd.Close() }
+
+func decodeEvent(raw *shkShkEvent) Event {
+	e := Event{
+		Time:     bootToTime(raw.TsNs),
+		CgroupID: raw.CgroupId,
+		Session:  raw.Session,
+		PID:      raw.Pid,
+		Reason:   Reason(raw.Reason),
+		Proto:    Proto(raw.Proto),
+	}
+	var comm []byte
+	for _, c := range raw.Comm {
+		if c == 0 {
+			break
+		}
+		comm = append(comm, byte(c))
+	}
+	e.Comm = string(comm)
+	var addr netip.Addr
+	if raw.Family == unix.AF_INET6 {
+		addr = netip.AddrFrom16(raw.Daddr)
+	} else {
+		addr = netip.AddrFrom4([4]byte(raw.Daddr[:4]))
+	}
+	e.Dst = netip.AddrPortFrom(addr, raw.Dport)
+	return e
+}
+
+// ProcOptions says who a session process runs as.
+type ProcOptions struct {
+	// UID and GID of the process; both zero means nobody (65534), unless
+	// Privileged is set. Session processes run without privileges by
+	// default so they cannot leave their cgroup, detach programs or write
+	// maps.
+	UID, GID uint32
+	// Privileged keeps the caller's credentials (root). Only for tests of
+	// what a privileged process could do; never the default.
+	Privileged bool
+}
+
+// Nobody is the default identity of session processes.
+const Nobody = 65534
+
+// Start starts cmd inside session s: the child is created directly in the
+// session cgroup (clone3 CLONE_INTO_CGROUP), so not a single instruction of it
+// runs outside, and with the credentials of opts.
+func (s Session) Start(cmd *exec.Cmd, opts ProcOptions) error {
+	fd, err := unix.Open(s.Path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open session cgroup %s: %w", s.Path, err)
+	}
+	defer unix.Close(fd)
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = fd
+	if !opts.Privileged {
+		uid, gid := opts.UID, opts.GID
+		if uid == 0 && gid == 0 {
+			uid, gid = Nobody, Nobody
+		}
+		if uid == 0 {
+			return fmt.Errorf("start in session %s: uid 0 requires Privileged", s.Name)
+		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
+		cmd.SysProcAttr.AmbientCaps = nil
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start in session %s: %w", s.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,36 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// TestABILayout pins the sizes of the structs user space and the kernel
+// share (bpf/shinken_api.bpf.h). bpf2go derives the Go types from the
+// object's BTF; this catches an edit to one side only.
+func TestABILayout(t *testing.T) {
+	cases := []struct {
+		name string
+		v    any
+		size int
+	}{
+		{"shk_handle", shkShkHandle{}, 24},
+		{"shk_session", shkShkSession{}, 8},
+		{"shk_rule", shkShkRule{}, 24},
+		{"shk_egress_value", shkShkEgressValue{}, 8 + MaxRules*24},
+		{"shk_egress4_key", shkShkEgress4Key{}, 12},
+		{"shk_egress6_key", shkShkEgress6Key{}, 24},
+		{"shk_sk_state", shkShkSkState{}, 16},
+		{"shk_event", shkShkEvent{}, 72},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := binary.Size(tc.v); got != tc.size {
+				t.Errorf("size %d, want %d", got, tc.size)
+			}
+		})
+	}
+	if NumReasons != 8 || len(reasonNames) != NumReasons {
+		t.Errorf("reasons out of step with enum shk_reason")
+	}
+}

@@ -1,0 +1,592 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ---- sessions ----
+
+// CreateSession makes the session cgroup and registers it with the kernel:
+// one mkdir and one map insert, whatever the number of sessions.
+func (d *Dataplane) CreateSession(name string) (Session, error) {
+	if err := ValidSessionName(name); err != nil {
+		return Session{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.sessions[name]; ok {
+		return Session{}, fmt.Errorf("%w: %s", ErrSessionExists, name)
+	}
+	idx, err := d.allocIndex()
+	if err != nil {
+		return Session{}, err
+	}
+	path := filepath.Join(d.parent, name)
+	if err := os.Mkdir(path, 0o755); err != nil {
+		d.freeIdx = append(d.freeIdx, idx)
+		if errors.Is(err, fs.ErrExist) {
+			return Session{}, fmt.Errorf("%w: cgroup %s exists", ErrSessionExists, path)
+		}
+		return Session{}, fmt.Errorf("create session cgroup: %w", err)
+	}
+	id, err := cgroupID(path)
+	if err == nil {
+		err = d.zeroCounters(idx)
+	}
+	if err == nil {
+		err = d.objs.ShkSessions.Update(id, shkShkSession{Index: idx}, ebpf.UpdateNoExist)
+		if errors.Is(err, unix.E2BIG) || errors.Is(err, unix.ENOSPC) {
+			err = fmt.Errorf("%w: sessions (%d)", ErrMapFull, d.cfg.MaxSessions)
+		}
+	}
+	if err != nil {
+		_ = unix.Rmdir(path)
+		d.freeIdx = append(d.freeIdx, idx)
+		return Session{}, fmt.Errorf("register session %s: %w", name, err)
+	}
+	s := &Session{Name: name, Index: idx, CgroupID: id, Path: path}
+	d.sessions[name] = s
+	d.byIndex[idx] = s
+	return *s, nil
+}
+
+func (d *Dataplane) allocIndex() (uint32, error) {
+	if n := len(d.freeIdx); n > 0 {
+		idx := d.freeIdx[n-1]
+		d.freeIdx = d.freeIdx[:n-1]
+		return idx, nil
+	}
+	if d.nextIdx >= d.cfg.MaxSessions {
+		return 0, fmt.Errorf("%w: sessions (%d)", ErrMapFull, d.cfg.MaxSessions)
+	}
+	d.nextIdx++
+	return d.nextIdx - 1, nil
+}
+
+func (d *Dataplane) zeroCounters(idx uint32) error {
+	zeros := make([]uint64, runtime.NumCPU())
+	if n, err := ebpf.PossibleCPU(); err == nil {
+		zeros = make([]uint64, n)
+	}
+	for r := uint32(0); r < NumReasons; r++ {
+		if err := d.objs.ShkCounters.Update(idx*NumReasons+r, zeros, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("reset counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// DestroySession revokes the session's kernel identity first (its processes
+// are denied everything from then on), removes its egress entries, kills its
+// processes and removes its cgroup.
+func (d *Dataplane) DestroySession(name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[name]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, name)
+	}
+	if err := d.objs.ShkSessions.Delete(s.CgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unregister session %s: %w", name, err)
+	}
+	delete(d.sessions, name)
+	delete(d.byIndex, s.Index)
+	var errs []error
+	for p := range d.prefixes[s.Index] {
+		errs = append(errs, d.deleteEntry(s.Index, p))
+	}
+	delete(d.prefixes, s.Index)
+	if err := errors.Join(errs...); err != nil {
+		// The index keeps stale entries: never hand it out again in this
+		// process (reconcile purges them on the next start).
+		return fmt.Errorf("purge egress entries of %s: %w", name, err)
+	}
+	d.freeIdx = append(d.freeIdx, s.Index)
+	return killCgroup(s.Path)
+}
+
+// Session returns the session called name.
+func (d *Dataplane) Session(name string) (Session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[name]
+	if !ok {
+		return Session{}, fmt.Errorf("%w: %s", ErrSessionNotFound, name)
+	}
+	return *s, nil
+}
+
+// Sessions lists the sessions.
+func (d *Dataplane) Sessions() ([]Session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]Session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		out = append(out, *s)
+	}
+	return out, nil
+}
+
+// ---- handles ----
+
+// NewHandle issues a live handle. A non-zero parent must be live; the child
+// can then never outlive it, because the kernel checks every ancestor.
+func (d *Dataplane) NewHandle(parent HandleRef, expires time.Time) (HandleRef, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var v shkShkHandle
+	if !parent.IsZero() {
+		depth, err := d.chainDepth(parent)
+		if err != nil {
+			return HandleRef{}, err
+		}
+		if depth >= MaxChain {
+			return HandleRef{}, fmt.Errorf("%w: parent %s is %d deep (max %d)", ErrChainTooDeep, parent, depth, MaxChain)
+		}
+		v.Parent = parent.Slot
+		v.ParentGeneration = parent.Generation
+	}
+	slot, err := d.allocSlot()
+	if err != nil {
+		return HandleRef{}, err
+	}
+	gen := d.handleGen[slot] + 1
+	if gen == 0 {
+		gen = 1
+	}
+	v.State = uint32(HandleLive)
+	v.Generation = gen
+	v.ExpiresNs = bootNs(expires)
+	if err := d.objs.ShkHandles.Update(slot, v, ebpf.UpdateAny); err != nil {
+		d.freeSlots = append(d.freeSlots, slot)
+		return HandleRef{}, fmt.Errorf("issue handle: %w", err)
+	}
+	d.handleGen[slot] = gen
+	return HandleRef{Slot: slot, Generation: gen}, nil
+}
+
+// chainDepth checks that ref and all its ancestors are live and returns how
+// many handles the chain holds.
+func (d *Dataplane) chainDepth(ref HandleRef) (int, error) {
+	for depth := 1; depth <= MaxChain+1; depth++ {
+		h, err := d.readHandle(ref)
+		if err != nil {
+			return 0, err
+		}
+		if h.State != uint32(HandleLive) {
+			return 0, fmt.Errorf("%w: %s is %s", ErrHandleNotLive, ref, HandleState(h.State))
+		}
+		if h.ExpiresNs != 0 && h.ExpiresNs <= bootNow() {
+			return 0, fmt.Errorf("%w: %s expired", ErrHandleNotLive, ref)
+		}
+		if h.Parent == 0 {
+			return depth, nil
+		}
+		ref = HandleRef{Slot: h.Parent, Generation: h.ParentGeneration}
+	}
+	return 0, fmt.Errorf("%w: chain longer than %d", ErrChainTooDeep, MaxChain)
+}
+
+func (d *Dataplane) readHandle(ref HandleRef) (shkShkHandle, error) {
+	var h shkShkHandle
+	if ref.Slot == 0 || ref.Slot >= d.cfg.MaxHandles {
+		return h, fmt.Errorf("%w: %s", ErrInvalidHandle, ref)
+	}
+	if err := d.objs.ShkHandles.Lookup(ref.Slot, &h); err != nil {
+		return h, fmt.Errorf("read handle %s: %w", ref, err)
+	}
+	if h.Generation != ref.Generation || h.State == uint32(HandleFree) {
+		return h, fmt.Errorf("%w: %s (slot is at generation %d, %s)", ErrHandleNotLive, ref, h.Generation, HandleState(h.State))
+	}
+	return h, nil
+}
+
+func (d *Dataplane) allocSlot() (uint32, error) {
+	if n := len(d.freeSlots); n > 0 {
+		s := d.freeSlots[n-1]
+		d.freeSlots = d.freeSlots[:n-1]
+		return s, nil
+	}
+	if d.nextSlot >= d.cfg.MaxHandles {
+		return 0, fmt.Errorf("%w: handles (%d)", ErrMapFull, d.cfg.MaxHandles)
+	}
+	d.nextSlot++
+	return d.nextSlot - 1, nil
+}
+
+// Revoke kills ref and, through the kernel's parent walk, every handle
+// attenuated from it: one map write of the handle's slot. Revoking a handle
+// that is already revoked, freed or recycled is a no-op.
+func (d *Dataplane) Revoke(ref HandleRef) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, err := d.readHandle(ref)
+	if errors.Is(err, ErrHandleNotLive) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if h.State == uint32(HandleRevoked) {
+		return nil
+	}
+	h.State = uint32(HandleRevoked)
+	if err := d.objs.ShkHandles.Update(ref.Slot, h, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("revoke %s: %w", ref, err)
+	}
+	return nil
+}
+
+// FreeHandle returns a revoked handle's slot for reuse. The next handle
+// issued in the slot has a new generation, so entries and sockets that still
+// name ref stay dead.
+func (d *Dataplane) FreeHandle(ref HandleRef) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, err := d.readHandle(ref)
+	if err != nil {
+		return err
+	}
+	if h.State != uint32(HandleRevoked) {
+		return fmt.Errorf("%w: free %s: revoke it first", ErrInvalidHandle, ref)
+	}
+	h = shkShkHandle{State: uint32(HandleFree), Generation: ref.Generation}
+	if err := d.objs.ShkHandles.Update(ref.Slot, h, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("free %s: %w", ref, err)
+	}
+	d.freeSlots = append(d.freeSlots, ref.Slot)
+	return nil
+}
+
+// Handles lists every handle slot that is live or revoked.
+func (d *Dataplane) Handles() ([]Handle, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var (
+		key uint32
+		h   shkShkHandle
+		out []Handle
+	)
+	it := d.objs.ShkHandles.Iterate()
+	for it.Next(&key, &h) {
+		if h.State == uint32(HandleFree) {
+			continue
+		}
+		hd := Handle{Ref: HandleRef{key, h.Generation}, State: HandleState(h.State), Expires: bootToTime(h.ExpiresNs)}
+		if h.Parent != 0 {
+			hd.Parent = HandleRef{h.Parent, h.ParentGeneration}
+		}
+		out = append(out, hd)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read handles: %w", err)
+	}
+	return out, nil
+}
+
+// ---- egress ----
+
+// AllowEgress adds rule to the session's egress map. Adding a rule that is
+// already there (same prefix, protocol, ports and handle) only updates its
+// expiry. On error the maps are unchanged.
+func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[session]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	if _, err := d.chainDepth(rule.Handle); err != nil {
+		return err
+	}
+	p := rule.Prefix
+	val, exists, err := d.lookupEntry(s.Index, p)
+	if err != nil {
+		return err
+	}
+	r := encodeRule(rule)
+	if exists {
+		for i := uint32(0); i < val.Nrules; i++ {
+			o := val.Rules[i]
+			if o.Handle == r.Handle && o.Generation == r.Generation && o.Proto == r.Proto && o.PortLo == r.PortLo && o.PortHi == r.PortHi {
+				val.Rules[i].ExpiresNs = r.ExpiresNs
+				return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+			}
+		}
+		if val.Nrules >= MaxRules {
+			return fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, session)
+		}
+		val.Rules[val.Nrules] = r
+		val.Nrules++
+		return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+	}
+	if err := d.checkCover(s.Index, p); err != nil {
+		return err
+	}
+	val = shkShkEgressValue{Prefixlen: uint32(p.Bits()), Nrules: 1}
+	val.Rules[0] = r
+	if err := d.writeEntry(s.Index, p, &val, ebpf.UpdateNoExist); err != nil {
+		return err
+	}
+	d.indexPrefix(s.Index, p)
+	return nil
+}
+
+// RemoveEgress removes one rule; the entry goes when its last rule does.
+func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[session]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	val, exists, err := d.lookupEntry(s.Index, rule.Prefix)
+	if err != nil {
+		return err
+	}
+	r := encodeRule(rule)
+	if exists {
+		for i := uint32(0); i < val.Nrules; i++ {
+			o := val.Rules[i]
+			if o.Handle != r.Handle || o.Generation != r.Generation || o.Proto != r.Proto || o.PortLo != r.PortLo || o.PortHi != r.PortHi {
+				continue
+			}
+			if val.Nrules == 1 {
+				if err := d.deleteEntry(s.Index, rule.Prefix); err != nil {
+					return err
+				}
+				delete(d.prefixes[s.Index], rule.Prefix)
+				return nil
+			}
+			copy(val.Rules[i:], val.Rules[i+1:val.Nrules])
+			val.Nrules--
+			val.Rules[val.Nrules] = shkShkRule{}
+			return d.writeEntry(s.Index, rule.Prefix, &val, ebpf.UpdateExist)
+		}
+	}
+	return fmt.Errorf("%w: %s in session %s", ErrRuleNotFound, rule, session)
+}
+
+// EgressRules lists the session's rules.
+func (d *Dataplane) EgressRules(session string) ([]EgressRule, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[session]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	var out []EgressRule
+	for p := range d.prefixes[s.Index] {
+		val, exists, err := d.lookupEntry(s.Index, p)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			continue
+		}
+		for i := uint32(0); i < val.Nrules && i < MaxRules; i++ {
+			r := val.Rules[i]
+			out = append(out, EgressRule{
+				Prefix:  p,
+				Proto:   Proto(r.Proto),
+				Ports:   PortRange{r.PortLo, r.PortHi},
+				Handle:  HandleRef{r.Handle, r.Generation},
+				Expires: bootToTime(r.ExpiresNs),
+			})
+		}
+	}
+	return out, nil
+}
+
+// checkCover refuses p when some address would then be covered by more
+// prefixes of the session than the kernel visits.
+func (d *Dataplane) checkCover(session uint32, p netip.Prefix) error {
+	set := d.prefixes[session]
+	above := 0
+	for bits := p.Bits() - 1; bits >= 0; bits-- {
+		q, _ := p.Addr().Prefix(bits)
+		if _, ok := set[q]; ok {
+			above++
+		}
+	}
+	if above+1 > MaxCover {
+		return fmt.Errorf("%w: %s would sit below %d other prefixes (max %d in a chain)", ErrCoverTooDeep, p, above, MaxCover)
+	}
+	for q := range set {
+		if q.Bits() <= p.Bits() || !p.Contains(q.Addr()) || q.Addr().Is4() != p.Addr().Is4() {
+			continue
+		}
+		depth := 1
+		for bits := q.Bits() - 1; bits >= 0; bits-- {
+			a, _ := q.Addr().Prefix(bits)
+			if _, ok := set[a]; ok {
+				depth++
+			}
+		}
+		if depth+1 > MaxCover {
+			return fmt.Errorf("%w: %s would put %s below %d prefixes (max %d)", ErrCoverTooDeep, p, q, depth, MaxCover)
+		}
+	}
+	return nil
+}
+
+func encodeRule(r EgressRule) shkShkRule {
+	return shkShkRule{
+		Handle:     r.Handle.Slot,
+		Generation: r.Handle.Generation,
+		ExpiresNs:  bootNs(r.Expires),
+		PortLo:     r.Ports.Lo,
+		PortHi:     r.Ports.Hi,
+		Proto:      uint8(r.Proto),
+	}
+}
+
+func (d *Dataplane) lookupEntry(session uint32, p netip.Prefix) (shkShkEgressValue, bool, error) {
+	var val shkShkEgressValue
+	var err error
+	if p.Addr().Is4() {
+		k := key4(session, p)
+		// An LPM lookup returns the longest match, not the exact one: check
+		// the entry's own prefix length.
+		err = d.objs.ShkEgress4.Lookup(&k, &val)
+	} else {
+		k := key6(session, p)
+		err = d.objs.ShkEgress6.Lookup(&k, &val)
+	}
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return shkShkEgressValue{}, false, nil
+	}
+	if err != nil {
+		return val, false, fmt.Errorf("read egress entry %s: %w", p, err)
+	}
+	if int(val.Prefixlen) != p.Bits() {
+		return shkShkEgressValue{}, false, nil
+	}
+	if _, ok := d.prefixes[session][p]; !ok {
+		return shkShkEgressValue{}, false, nil
+	}
+	return val, true, nil
+}
+
+func (d *Dataplane) writeEntry(session uint32, p netip.Prefix, val *shkShkEgressValue, flags ebpf.MapUpdateFlags) error {
+	var err error
+	if p.Addr().Is4() {
+		k := key4(session, p)
+		err = d.objs.ShkEgress4.Update(&k, val, flags)
+	} else {
+		k := key6(session, p)
+		err = d.objs.ShkEgress6.Update(&k, val, flags)
+	}
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
+		return fmt.Errorf("%w: egress entries (IPv4 %d, IPv6 %d)", ErrMapFull, d.cfg.MaxEgress4, d.cfg.MaxEgress6)
+	}
+	if err != nil {
+		return fmt.Errorf("write egress entry %s: %w", p, err)
+	}
+	return nil
+}
+
+func (d *Dataplane) deleteEntry(session uint32, p netip.Prefix) error {
+	var err error
+	if p.Addr().Is4() {
+		k := key4(session, p)
+		err = d.objs.ShkEgress4.Delete(&k)
+	} else {
+		k := key6(session, p)
+		err = d.objs.ShkEgress6.Delete(&k)
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete egress entry %s: %w", p, err)
+	}
+	return nil
+}
+
+func key4(session uint32, p netip.Prefix) shkShkEgress4Key {
+	return shkShkEgress4Key{Prefixlen: uint32(32 + p.Bits()), Session: session, Addr: p.Addr().As4()}
+}
+
+func key6(session uint32, p netip.Prefix) shkShkEgress6Key {
+	return shkShkEgress6Key{Prefixlen: uint32(32 + p.Bits()), Session: session, Addr: p.Addr().As16()}
+}
+
+// ---- counters ----
+
+// Counters returns the session's denial counts by reason, summed over CPUs.
+// Index 0 of the kernel table ("no session") is read with index 0.
+func (d *Dataplane) Counters(index uint32) ([NumReasons]uint64, error) {
+	var out [NumReasons]uint64
+	if index >= d.cfg.MaxSessions {
+		return out, fmt.Errorf("%w: index %d", ErrSessionNotFound, index)
+	}
+	var per []uint64
+	for r := uint32(0); r < NumReasons; r++ {
+		if err := d.objs.ShkCounters.Lookup(index*NumReasons+r, &per); err != nil {
+			return out, fmt.Errorf("read counters: %w", err)
+		}
+		for _, v := range per {
+			out[r] += v
+		}
+	}
+	return out, nil
+}
+
+// RingbufDrops is the number of denial events the ring buffer had no room for
+// (the counters still counted them).
+func (d *Dataplane) RingbufDrops() (uint64, error) {
+	var per []uint64
+	if err := d.objs.ShkStats.Lookup(uint32(0), &per); err != nil {
+		return 0, fmt.Errorf("read stats: %w", err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
+}
+
+// ---- clocks ----
+
+// The kernel compares deadlines with bpf_ktime_get_boot_ns (CLOCK_BOOTTIME).
+
+func bootNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return uint64(ts.Nano())
+}
+
+// bootNs converts a wall-clock deadline to CLOCK_BOOTTIME nanoseconds; zero
+// stays zero ("never") and a deadline in the past becomes 1 (already passed).
+func bootNs(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	now := bootNow()
+	d := time.Until(t)
+	if d <= 0 {
+		return 1
+	}
+	return now + uint64(d)
+}
+
+func bootToTime(ns uint64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(int64(ns) - int64(bootNow())))
+}

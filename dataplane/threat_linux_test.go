@@ -1,0 +1,87 @@
+package dataplane
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestThreatModel exercises the bypass attempts the README's threat model
+// lists, from inside a session. Each case is one claim of that section.
+func TestThreatModel(t *testing.T) {
+	d := newDataplane(t, testConfig(t))
+	s, err := d.CreateSession("tm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := listenTCP(t, "127.0.0.2:0")
+	u := listenUDP(t, "127.0.0.2:0")
+	h := mustHandle(t, d, HandleRef{}, time.Time{})
+	mustAllow(t, d, "tm", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoUDP, Ports: Port(portOf(t, u.addr())), Handle: h})
+
+	p := startProbe(t, s, ProcOptions{}) // the default: nobody, no capabilities
+	root, _ := FindCgroup2Mount()
+	cases := []struct {
+		name, cmd string
+		ok        func(string) bool
+		want      string
+	}{
+		{"raw socket needs CAP_NET_RAW", "raw 127.0.0.2", isErrno("EPERM"), "err EPERM"},
+		{"leave the session cgroup for the parent", "cgmove " + filepath.Join(d.ParentPath(), "cgroup.procs"), isAnyErrno("EACCES", "EPERM"), "err EACCES"},
+		{"leave the session cgroup for the root", "cgmove " + filepath.Join(root, "cgroup.procs"), isAnyErrno("EACCES", "EPERM"), "err EACCES"},
+		{"open a pinned map", "bpfget " + filepath.Join(d.Config().PinPath, "shk_handles"), isAnyErrno("EACCES", "EPERM"), "err EPERM"},
+		{"open a pinned link", "bpfget " + filepath.Join(d.Config().PinPath, "links", "connect4"), isAnyErrno("EACCES", "EPERM"), "err EPERM"},
+		{"TCP Fast Open to a denied destination", "tfo " + a.addr(), isErrno("EPERM"), "err EPERM"},
+		{"MPTCP to a denied destination", "mptcp " + a.addr(), isErrno("EPERM"), "err EPERM"},
+		{"v4-mapped IPv6 to a denied destination", "tcp6 " + a.addr(), isErrno("EPERM"), "err EPERM"},
+		{"allowed UDP rule does not open TCP", "tcp 127.0.0.2:" + strings.Split(u.addr(), ":")[1], isErrno("EPERM"), "err EPERM"},
+		{"sendmmsg to a denied port", "mmsg " + a.addr(), isErrno("EPERM"), "err EPERM"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := p.do(tc.cmd); !tc.ok(got) {
+				t.Errorf("%s: got %q, want %s", tc.cmd, got, tc.want)
+			}
+		})
+	}
+
+	t.Run("connected UDP socket re-aimed with sendto", func(t *testing.T) {
+		if got := p.do("open u udp " + u.addr()); got != "ok" {
+			t.Fatal(got)
+		}
+		if got := p.do("sendto u " + a.addr() + " sneaky"); got != "err EPERM" {
+			t.Errorf("sendto on a connected socket to a denied destination: %s", got)
+		}
+	})
+
+	// A session process that somehow held CAP_NET_RAW (root in the session)
+	// still cannot send raw packets: cgroup_skb drops packets that no
+	// connect/sendmsg check covered.
+	t.Run("raw ICMP as root inside the session", func(t *testing.T) {
+		before, _ := d.Counters(s.Index)
+		pr := startProbe(t, s, ProcOptions{Privileged: true})
+		if got := pr.do("raw 127.0.0.2"); got != "err EPERM" {
+			t.Errorf("raw ICMP: %s (want the packet dropped with EPERM)", got)
+		}
+		after, _ := d.Counters(s.Index)
+		if after[ReasonUnchecked] <= before[ReasonUnchecked] {
+			t.Errorf("unchecked-packet drop not counted: %v -> %v", before, after)
+		}
+	})
+}
+
+func isErrno(name string) func(string) bool {
+	return func(s string) bool { return s == "err "+name }
+}
+
+func isAnyErrno(names ...string) func(string) bool {
+	return func(s string) bool {
+		for _, n := range names {
+			if s == "err "+n {
+				return true
+			}
+		}
+		return false
+	}
+}
