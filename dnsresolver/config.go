@@ -39,6 +39,7 @@ const (
 	DefaultMaxCNAMEChain   = 8
 	DefaultCacheSize       = 16384
 	DefaultMaxInflight     = 4096
+	DefaultUDPWorkers      = 128
 	DefaultResolvConf      = "/etc/resolv.conf"
 )
 
@@ -87,8 +88,19 @@ type Config struct {
 	// negative disables the cache.
 	CacheSize int
 
-	// MaxInflight bounds concurrently handled queries (UDP packets beyond
-	// it are dropped, TCP connections wait). Default 4096.
+	// AlwaysWrite makes every answer call AllowEgress for every rule, even
+	// one this resolver already wrote with the same expiry (a cache hit).
+	// By default such a write is skipped: the rule is in the kernel unless
+	// something outside the resolver removed it, and SetPolicy and
+	// RemovePolicy forget what was written for their session. Skipping
+	// can only cost availability (a connection denied), never widen access.
+	AlwaysWrite bool
+
+	// UDPWorkers is the number of goroutines reading and answering UDP
+	// queries; it bounds the UDP queries in flight (a query waiting for the
+	// upstream holds one). Default 128.
+	UDPWorkers int
+	// MaxInflight bounds concurrently handled TCP queries. Default 4096.
 	MaxInflight int
 
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
@@ -125,6 +137,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
+	}
+	if c.UDPWorkers == 0 {
+		c.UDPWorkers = DefaultUDPWorkers
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
@@ -171,6 +186,9 @@ func (c *Config) validate() error {
 		if slices.Contains(neverPassthrough, t) {
 			return fmt.Errorf("%w: PassthroughTypes: %s may not be passed through", ErrInvalidConfig, dns.TypeToString[t])
 		}
+	}
+	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
+		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)
 	}
 	if c.MaxInflight < 1 {
 		return fmt.Errorf("%w: MaxInflight %d", ErrInvalidConfig, c.MaxInflight)

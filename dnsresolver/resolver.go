@@ -28,6 +28,8 @@ type Resolver struct {
 	polMu    sync.RWMutex
 	policies map[string]*compiledPolicy
 
+	memo *writeMemo // entries known to be in the kernel already
+
 	// server state (server.go)
 	mu      sync.Mutex
 	started bool
@@ -64,6 +66,9 @@ func New(cfg Config) (*Resolver, error) {
 		policies: map[string]*compiledPolicy{},
 		sem:      make(chan struct{}, cfg.MaxInflight),
 	}
+	if !cfg.AlwaysWrite {
+		r.memo = newWriteMemo(memoSize)
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -85,6 +90,7 @@ func (r *Resolver) SetPolicy(session string, p Policy) error {
 	r.polMu.Lock()
 	r.policies[session] = c
 	r.polMu.Unlock()
+	r.memo.forget(session)
 	return nil
 }
 
@@ -95,6 +101,7 @@ func (r *Resolver) RemovePolicy(session string) {
 	r.polMu.Lock()
 	delete(r.policies, session)
 	r.polMu.Unlock()
+	r.memo.forget(session)
 	r.stats.forget(session)
 }
 
@@ -338,11 +345,16 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 		}
 	}
 	for _, rule := range rules {
+		if r.memo.has(q.session, rule) {
+			both(&r.stats.total, q.sc, func(c *counters) { c.memoHits.Add(1) })
+			continue
+		}
 		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
 			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
 			r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err)
 			return r.servfail(q)
 		}
+		r.memo.add(q.session, rule)
 		both(&r.stats.total, q.sc, func(c *counters) { c.written.Add(1) })
 	}
 

@@ -95,7 +95,8 @@ func TestResolve(t *testing.T) {
 	}
 	for _, transport := range []string{"udp", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
-			e := newTestEnv(t, nil)
+			// Every case checks its own writes, so no write is skipped.
+			e := newTestEnv(t, func(c *Config) { c.AlwaysWrite = true })
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					if tc.index == 0 {
@@ -299,10 +300,11 @@ func TestWriteFailure(t *testing.T) {
 	}
 }
 
-// TestCacheRewritesEntries: a cached answer still writes its entry (with the
-// original expiry) before it is returned, and does not ask the upstream again.
+// TestCacheRewritesEntries: with AlwaysWrite, a cached answer still writes
+// its entry (with the original expiry) before it is returned, and does not
+// ask the upstream again.
 func TestCacheRewritesEntries(t *testing.T) {
-	e := newTestEnv(t, nil)
+	e := newTestEnv(t, func(c *Config) { c.AlwaysWrite = true })
 	first := e.ask(t, 1, "udp", "api.allowed.test.", dns.TypeA)
 	n := e.up.queries()
 	e1 := e.dp.take()
@@ -320,6 +322,45 @@ func TestCacheRewritesEntries(t *testing.T) {
 	}
 	if e.r.Stats().Sessions["s1"].CacheHits != 1 {
 		t.Fatal("cache hit not counted")
+	}
+}
+
+// TestWriteMemo: by default a cached answer whose entry this resolver
+// already wrote (same rule, same expiry) skips the write; a new policy, a
+// different grant or another session writes again.
+func TestWriteMemo(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.dp.setSession(2, "s2")
+	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name   string
+		do     func()
+		writes int
+	}{
+		{"first answer writes", func() { e.ask(t, 1, "udp", "api.allowed.test.", dns.TypeA) }, 1},
+		{"cached answer skips", func() { e.ask(t, 1, "tcp", "api.allowed.test.", dns.TypeA) }, 0},
+		{"mixed case is the same name", func() { e.ask(t, 1, "udp", "API.allowed.TEST.", dns.TypeA) }, 0},
+		{"other session writes", func() { e.ask(t, 2, "udp", "api.allowed.test.", dns.TypeA) }, 1},
+		{"SetPolicy forgets", func() {
+			if err := e.r.SetPolicy("s1", testPolicy); err != nil {
+				t.Fatal(err)
+			}
+			e.ask(t, 1, "udp", "api.allowed.test.", dns.TypeA)
+		}, 1},
+		{"s2 still remembered", func() { e.ask(t, 2, "udp", "api.allowed.test.", dns.TypeA) }, 0},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			s.do()
+			if got := e.dp.take(); len(got) != s.writes {
+				t.Fatalf("%d writes, want %d: %v", len(got), s.writes, got)
+			}
+		})
+	}
+	if st := e.r.Stats(); st.Total.WritesSkipped != 3 || st.Total.EntriesWritten != 3 {
+		t.Fatalf("stats %+v", st.Total)
 	}
 }
 

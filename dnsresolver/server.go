@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -21,8 +19,6 @@ const (
 	tcpIdle    = 10 * time.Second
 	tcpMaxMsgs = 1000 // per connection
 )
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, udpBufSize+1); return &b }}
 
 // Start binds the UDP and TCP sockets on Config.ListenAddr and serves until
 // Close. The UDP socket asks for IP_PKTINFO, so each query's destination
@@ -54,8 +50,7 @@ func (r *Resolver) Start() error {
 		return fmt.Errorf("dnsresolver: listen tcp %v: %w", r.cfg.ListenAddr, err)
 	}
 	r.udp, r.tcp, r.started = udp, tcp, true
-	readers := max(2, runtime.GOMAXPROCS(0))
-	for range readers {
+	for range r.cfg.UDPWorkers {
 		r.wg.Go(func() { r.serveUDP(pc) })
 	}
 	r.wg.Go(r.serveTCP)
@@ -96,12 +91,14 @@ func (r *Resolver) Close() error {
 	return errors.Join(errs...)
 }
 
+// serveUDP is one of MaxInflight/… long-lived workers: each reads a packet
+// and answers it inline, so a slow upstream blocks only its own worker and no
+// goroutine is started per packet.
 func (r *Resolver) serveUDP(pc *ipv4.PacketConn) {
+	buf := make([]byte, udpBufSize+1)
 	for {
-		bp := bufPool.Get().(*[]byte)
-		n, cm, src, err := pc.ReadFrom(*bp)
+		n, cm, src, err := pc.ReadFrom(buf)
 		if err != nil {
-			bufPool.Put(bp)
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -110,31 +107,20 @@ func (r *Resolver) serveUDP(pc *ipv4.PacketConn) {
 		}
 		// Without the destination address the session is unknown: drop.
 		if cm == nil || cm.Dst == nil || n > udpBufSize {
-			bufPool.Put(bp)
 			continue
 		}
 		dst, ok := netip.AddrFromSlice(cm.Dst)
 		if !ok {
-			bufPool.Put(bp)
 			continue
 		}
-		select {
-		case r.sem <- struct{}{}:
-		default:
-			bufPool.Put(bp) // overloaded: drop, the client retries
+		out := r.handleRaw(dst.Unmap(), "udp", buf[:n])
+		if out == nil {
 			continue
 		}
-		r.wg.Go(func() {
-			defer func() { <-r.sem; bufPool.Put(bp) }()
-			out := r.handleRaw(dst.Unmap(), "udp", (*bp)[:n])
-			if out == nil {
-				return
-			}
-			// Reply from the address the query was sent to.
-			if _, err := pc.WriteTo(out, &ipv4.ControlMessage{Src: cm.Dst}, src); err != nil && !errors.Is(err, net.ErrClosed) {
-				r.log.Debug("udp write", "err", err)
-			}
-		})
+		// Reply from the address the query was sent to.
+		if _, err := pc.WriteTo(out, &ipv4.ControlMessage{Src: cm.Dst}, src); err != nil && !errors.Is(err, net.ErrClosed) {
+			r.log.Debug("udp write", "err", err)
+		}
 	}
 }
 

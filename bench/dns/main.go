@@ -1,0 +1,527 @@
+// Command dns benchmarks Shinken's allowlisting resolver (dnsresolver) against
+// dnsmasq, side by side in one run, both forwarding to the same fake upstream
+// on loopback. See README.md.
+//
+// Scenarios, each a closed loop of -c concurrent clients with one UDP socket
+// each, run in -rounds interleaved rounds of -d:
+//
+//	shinken/allowed  allowed names: answer + one egress entry write per query
+//	                 (into a real dataplane when one can be opened, else into
+//	                 an in-memory sink, said in the output)
+//	shinken/refused  names outside the allowlist: REFUSED, never forwarded
+//	dnsmasq/allowed  the same allowed names (dnsmasq: server=/allowed.bench/..., cached)
+//	dnsmasq/refused  the same refused names (dnsmasq has no server for them: REFUSED)
+//
+// Everything listens and sends on 127.0.0.0/8 only.
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dnsresolver"
+)
+
+var (
+	flagConc     = flag.Int("c", 8, "concurrent clients per scenario")
+	flagDur      = flag.Duration("d", 2*time.Second, "duration of one scenario in one round")
+	flagRounds   = flag.Int("rounds", 3, "interleaved rounds")
+	flagNames    = flag.Int("names", 1000, "distinct allowed (and refused) names")
+	flagDP       = flag.String("dataplane", "auto", "real dataplane for entry writes: auto, on, off")
+	flagDnsmasq  = flag.String("dnsmasq", "dnsmasq", "dnsmasq binary")
+	flagNoCache  = flag.Bool("nocache", false, "disable both caches (every allowed query goes upstream)")
+	flagUpstream = flag.Duration("upstream-delay", 0, "added latency of the fake upstream")
+	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the shinken/allowed scenario (resolver and clients) here")
+)
+
+func main() {
+	log.SetFlags(0)
+	flag.Parse()
+	if err := run(); err != nil {
+		log.Fatalf("bench-dns: %v", err)
+	}
+}
+
+// ---- fake upstream ----
+
+type upstream struct {
+	addr  netip.AddrPort
+	delay time.Duration
+	n     atomic.Uint64
+	srv   []*dns.Server
+}
+
+func startUpstream(delay time.Duration) (*upstream, error) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := pc.LocalAddr().(*net.UDPAddr).Port
+	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	u := &upstream{addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)), delay: delay}
+	u.srv = []*dns.Server{{PacketConn: pc, Handler: u}, {Listener: ln, Handler: u}}
+	var wg sync.WaitGroup
+	for _, s := range u.srv {
+		wg.Add(1)
+		s.NotifyStartedFunc = wg.Done
+		go s.ActivateAndServe()
+	}
+	wg.Wait()
+	return u, nil
+}
+
+// ServeDNS answers every nK.allowed.bench with one public A record (never
+// contacted: it only becomes a map entry), TTL 300; anything else NXDOMAIN.
+func (u *upstream) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	u.n.Add(1)
+	if u.delay > 0 {
+		time.Sleep(u.delay)
+	}
+	m := new(dns.Msg)
+	m.SetReply(req)
+	q := req.Question[0]
+	var k int
+	if _, err := fmt.Sscanf(strings.ToLower(q.Name), "n%d.allowed.bench.", &k); err == nil && q.Qtype == dns.TypeA {
+		m.Answer = []dns.RR{&dns.A{
+			Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+			A:   net.IPv4(93, 184, byte(k>>8), byte(k)),
+		}}
+	} else {
+		m.Rcode = dns.RcodeNameError
+	}
+	w.WriteMsg(m)
+}
+
+func (u *upstream) close() {
+	for _, s := range u.srv {
+		s.Shutdown()
+	}
+}
+
+// ---- entry sinks ----
+
+type memSink struct {
+	mu sync.Mutex
+	m  map[netip.Prefix]dataplane.EgressRule
+}
+
+func (s *memSink) AllowEgress(_ string, r dataplane.EgressRule) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.m[r.Prefix] = r
+	s.mu.Unlock()
+	return nil
+}
+
+type sink struct {
+	dnsresolver.Dataplane
+	desc    string
+	session string
+	index   uint32
+	handle  dataplane.HandleRef
+	count   func() int
+	close   func()
+}
+
+// openSink opens a private dataplane (own parent cgroup and pin path,
+// uninstalled at exit) with one session, or falls back to memory.
+func openSink(mode string) (*sink, error) {
+	if mode != "off" {
+		b := make([]byte, 4)
+		rand.Read(b)
+		n := "shinken-benchdns-" + hex.EncodeToString(b)
+		dp, err := dataplane.Open(dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 16, MaxHandles: 64, MaxEgress4: 1 << 16, MaxEgress6: 1 << 10})
+		if err == nil {
+			sess, err1 := dp.CreateSession("bench")
+			h, err2 := dp.NewHandle(dataplane.HandleRef{}, time.Time{})
+			if err := errors.Join(err1, err2); err != nil {
+				dp.Uninstall()
+				return nil, err
+			}
+			return &sink{
+				Dataplane: dp, desc: "real dataplane (BPF LPM map write per answer)",
+				session: sess.Name, index: sess.Index, handle: h,
+				count: func() int { r, _ := dp.EgressRules(sess.Name); return len(r) },
+				close: func() {
+					if err := dp.Uninstall(); err != nil {
+						log.Printf("uninstall dataplane: %v", err)
+					}
+				},
+			}, nil
+		}
+		if mode == "on" {
+			return nil, fmt.Errorf("open dataplane: %w", err)
+		}
+		log.Printf("no dataplane (%v): entry writes go to an in-memory sink", err)
+	}
+	m := &memSink{m: map[netip.Prefix]dataplane.EgressRule{}}
+	return &sink{
+		Dataplane: m, desc: "in-memory sink (NOT a kernel map write)",
+		session: "bench", index: 1, handle: dataplane.HandleRef{Slot: 1, Generation: 1},
+		count: func() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.m) },
+		close: func() {},
+	}, nil
+}
+
+// ---- dnsmasq ----
+
+type peer struct {
+	cmd  *exec.Cmd
+	addr netip.AddrPort
+	dir  string
+}
+
+func freePort() (uint16, error) {
+	// A port free for both UDP and TCP on 127.0.0.1.
+	for range 20 {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		pc.Close()
+		if err == nil {
+			ln.Close()
+			return uint16(port), nil
+		}
+	}
+	return 0, errors.New("no free port")
+}
+
+func startDnsmasq(bin string, up netip.AddrPort, nocache bool) (*peer, error) {
+	dir, err := os.MkdirTemp("", "shinken-bench-dnsmasq-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cache := 10000
+	if nocache {
+		cache = 0
+	}
+	conf := fmt.Sprintf(`# written by bench/dns; loopback only
+port=%d
+listen-address=127.0.0.1
+bind-interfaces
+no-resolv
+no-hosts
+no-poll
+no-negcache
+server=/allowed.bench/%s#%d
+cache-size=%d
+dns-forward-max=1000
+`, port, up.Addr(), up.Port(), cache)
+	cf := filepath.Join(dir, "dnsmasq.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--keep-in-foreground", "--conf-file="+cf, "--pid-file="+filepath.Join(dir, "pid"), "--log-facility=-")
+	cmd.Stderr = io.Discard
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &peer{cmd: cmd, addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), dir: dir}
+	// Wait until it answers.
+	m := new(dns.Msg)
+	m.SetQuestion("n0.allowed.bench.", dns.TypeA)
+	for i := 0; ; i++ {
+		if _, _, err := (&dns.Client{Timeout: 200 * time.Millisecond}).Exchange(m, p.addr.String()); err == nil {
+			break
+		}
+		if i == 50 {
+			p.stop()
+			return nil, errors.New("dnsmasq does not answer")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return p, nil
+}
+
+// stop kills the dnsmasq this program started, by its pid.
+func (p *peer) stop() {
+	if p.cmd.Process != nil {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
+	}
+	os.RemoveAll(p.dir)
+}
+
+// ---- load ----
+
+type result struct {
+	n, errs int
+	wrong   int // unexpected rcode
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+func (r *result) add(o result) {
+	r.n += o.n
+	r.errs += o.errs
+	r.wrong += o.wrong
+	r.lat = append(r.lat, o.lat...)
+	r.elapsed += o.elapsed
+}
+
+func (r *result) qps() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+func (r *result) pct(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	slices.Sort(r.lat)
+	return r.lat[min(len(r.lat)-1, int(float64(len(r.lat))*p))]
+}
+
+// pack prepares one wire query per name.
+func pack(names []string) [][]byte {
+	out := make([][]byte, len(names))
+	for i, n := range names {
+		m := new(dns.Msg)
+		m.SetQuestion(n, dns.TypeA)
+		out[i], _ = m.Pack()
+	}
+	return out
+}
+
+// load runs conc closed-loop clients against target for d.
+func load(target netip.AddrPort, queries [][]byte, wantRcode int, conc int, d time.Duration) (result, error) {
+	var (
+		mu    sync.Mutex
+		total result
+		wg    sync.WaitGroup
+		ferr  error
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range conc {
+		wg.Go(func() {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, net.UDPAddrFromAddrPort(target))
+			if err != nil {
+				mu.Lock()
+				ferr = err
+				mu.Unlock()
+				return
+			}
+			defer c.Close()
+			var r result
+			r.lat = make([]time.Duration, 0, 1<<16)
+			buf := make([]byte, 1500)
+			q := make([]byte, 512)
+			var idb [2]byte
+			for i := w; ; i++ {
+				t0 := time.Now()
+				if !t0.Before(deadline) {
+					break
+				}
+				qq := queries[i%len(queries)]
+				q = append(q[:0], qq...)
+				rand.Read(idb[:])
+				copy(q, idb[:])
+				c.SetReadDeadline(t0.Add(2 * time.Second))
+				if _, err := c.Write(q); err != nil {
+					r.errs++
+					continue
+				}
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						r.errs++
+						break
+					}
+					if n < 12 || buf[0] != idb[0] || buf[1] != idb[1] {
+						continue // stale reply of a timed-out query
+					}
+					r.lat = append(r.lat, time.Since(t0))
+					r.n++
+					if int(buf[3]&0xf) != wantRcode {
+						r.wrong++
+					}
+					break
+				}
+			}
+			mu.Lock()
+			total.add(r)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	total.elapsed = time.Since(start)
+	return total, ferr
+}
+
+func run() error {
+	up, err := startUpstream(*flagUpstream)
+	if err != nil {
+		return err
+	}
+	defer up.close()
+
+	sk, err := openSink(*flagDP)
+	if err != nil {
+		return err
+	}
+	defer sk.close()
+	// Uninstall on ^C too.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() { <-sig; sk.close(); os.Exit(1) }()
+
+	cacheSize := 0
+	if *flagNoCache {
+		cacheSize = -1
+	}
+	res, err := dnsresolver.New(dnsresolver.Config{
+		Dataplane: sk,
+		SessionName: func(i uint32) (string, bool) {
+			if i == sk.index {
+				return sk.session, true
+			}
+			return "", false
+		},
+		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
+		Upstreams:  []netip.AddrPort{up.addr},
+		CacheSize:  cacheSize,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return err
+	}
+	if err := res.SetPolicy(sk.session, dnsresolver.Policy{Grants: []dnsresolver.Grant{
+		{Pattern: "**.allowed.bench", Handle: sk.handle, Proto: dataplane.ProtoTCP, Ports: dataplane.Port(443)},
+	}}); err != nil {
+		return err
+	}
+	if err := res.Start(); err != nil {
+		return err
+	}
+	defer res.Close()
+	shinken := netip.AddrPortFrom(dnsresolver.SessionAddr(sk.index), res.Port())
+
+	pr, err := startDnsmasq(*flagDnsmasq, up.addr, *flagNoCache)
+	if err != nil {
+		return err
+	}
+	defer pr.stop()
+
+	var allowed, refused []string
+	for i := range *flagNames {
+		allowed = append(allowed, fmt.Sprintf("n%d.allowed.bench.", i))
+		refused = append(refused, fmt.Sprintf("x%d.notallowed.bench.", i))
+	}
+	qa, qr := pack(allowed), pack(refused)
+
+	// Warm both caches (and write every entry once).
+	for _, t := range []netip.AddrPort{shinken, pr.addr} {
+		for _, q := range qa {
+			m := new(dns.Msg)
+			m.Unpack(q)
+			r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, t.String())
+			if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+				return fmt.Errorf("warm-up %s %s: %v %v", t, m.Question[0].Name, r, err)
+			}
+		}
+	}
+	// Check the refused path of both before measuring.
+	for _, t := range []netip.AddrPort{shinken, pr.addr} {
+		m := new(dns.Msg)
+		m.SetQuestion(refused[0], dns.TypeA)
+		r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, t.String())
+		if err != nil || r.Rcode != dns.RcodeRefused {
+			return fmt.Errorf("refused check %s: %v %v", t, r, err)
+		}
+	}
+	upBefore := up.n.Load()
+
+	type scen struct {
+		name   string
+		target netip.AddrPort
+		q      [][]byte
+		rcode  int
+		res    result
+	}
+	scens := []*scen{
+		{name: "shinken/allowed", target: shinken, q: qa, rcode: dns.RcodeSuccess},
+		{name: "dnsmasq/allowed", target: pr.addr, q: qa, rcode: dns.RcodeSuccess},
+		{name: "shinken/refused", target: shinken, q: qr, rcode: dns.RcodeRefused},
+		{name: "dnsmasq/refused", target: pr.addr, q: qr, rcode: dns.RcodeRefused},
+	}
+	fmt.Printf("bench-dns: %d clients, %d rounds x %v per scenario, %d names, cache=%v, upstream delay %v\n",
+		*flagConc, *flagRounds, *flagDur, *flagNames, !*flagNoCache, *flagUpstream)
+	fmt.Printf("entry writes: %s\n", sk.desc)
+	for round := range *flagRounds {
+		for _, s := range scens {
+			prof := *flagProfile != "" && round == 0 && s == scens[0]
+			if prof {
+				f, err := os.Create(*flagProfile)
+				if err != nil {
+					return err
+				}
+				pprof.StartCPUProfile(f)
+				defer f.Close()
+			}
+			r, err := load(s.target, s.q, s.rcode, *flagConc, *flagDur)
+			if prof {
+				pprof.StopCPUProfile()
+			}
+			if err != nil {
+				return err
+			}
+			s.res.add(r)
+		}
+	}
+	fmt.Printf("%-16s %12s %10s %10s %10s %8s %8s\n", "scenario", "queries/s", "p50_us", "p99_us", "p999_us", "errors", "wrong")
+	for _, s := range scens {
+		r := &s.res
+		fmt.Printf("%-16s %12.0f %10.1f %10.1f %10.1f %8d %8d\n", s.name, r.qps(),
+			us(r.pct(0.50)), us(r.pct(0.99)), us(r.pct(0.999)), r.errs, r.wrong)
+	}
+	st := res.Stats()
+	fmt.Printf("shinken: %d entries in the sink, %d entry writes, %d write errors, %d cache hits, %d refused\n",
+		sk.count(), st.Total.EntriesWritten, st.Total.WriteErrors, st.Total.CacheHits, st.Total.Refused)
+	fmt.Printf("upstream queries during measurement: %d\n", up.n.Load()-upBefore)
+	fmt.Printf("dns_qps_ratio_vs_peer=%.3f\n", scens[0].res.qps()/scens[1].res.qps())
+	fmt.Printf("dns_p99_us=%.1f\n", us(scens[0].res.pct(0.99)))
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
