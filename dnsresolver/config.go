@@ -39,7 +39,7 @@ const (
 	DefaultMaxCNAMEChain   = 8
 	DefaultCacheSize       = 16384
 	DefaultMaxInflight     = 4096
-	DefaultUDPWorkers      = 128
+	DefaultUDPWorkers      = 2
 	DefaultResolvConf      = "/etc/resolv.conf"
 )
 
@@ -96,9 +96,9 @@ type Config struct {
 	// can only cost availability (a connection denied), never widen access.
 	AlwaysWrite bool
 
-	// UDPWorkers is the number of goroutines reading and answering UDP
-	// queries; it bounds the UDP queries in flight (a query waiting for the
-	// upstream holds one). Default 128.
+	// UDPWorkers is the number of goroutines reading batches of UDP
+	// queries and answering those the cache can answer. Default 2. (A
+	// query that must go upstream gets its own goroutine.)
 	UDPWorkers int
 	// MaxInflight bounds concurrently handled TCP queries. Default 4096.
 	MaxInflight int

@@ -142,33 +142,57 @@ func (r *Resolver) newQuery(local netip.Addr, transport string, req *dns.Msg) *q
 // handle answers one query that arrived on local. It returns nil when no
 // reply must be sent (the message was itself a response).
 func (r *Resolver) handle(ctx context.Context, local netip.Addr, transport string, req *dns.Msg) *dns.Msg {
+	m, p := r.begin(local, transport, req)
+	if p == nil {
+		return m
+	}
+	return r.finish(ctx, p)
+}
+
+// pending is a query that passed every check and needs an answer: from the
+// cache (res set) or from the upstream (res nil).
+type pending struct {
+	q      *query
+	qname  string
+	qtype  uint16
+	pol    *compiledPolicy
+	grants []*compiledGrant
+	now    time.Time
+	res    *result
+}
+
+// begin does everything that never blocks: identify the session, check the
+// message, the name, the policy and the type, and look in the cache. It
+// returns either a reply (nil to send none) or a pending query. Nothing is
+// ever sent upstream for a query that does not reach the pending state.
+func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns.Msg, *pending) {
 	q := r.newQuery(local, transport, req)
 	if req.Response {
-		return nil
+		return nil, nil
 	}
 	if q.session == "" {
-		return r.refuse(q, ReasonUnknownSession, dns.RcodeRefused)
+		return r.refuse(q, ReasonUnknownSession, dns.RcodeRefused), nil
 	}
 	if req.Opcode != dns.OpcodeQuery {
-		return r.refuse(q, ReasonMalformed, dns.RcodeNotImplemented)
+		return r.refuse(q, ReasonMalformed, dns.RcodeNotImplemented), nil
 	}
 	if len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
-		return r.refuse(q, ReasonMalformed, dns.RcodeFormatError)
+		return r.refuse(q, ReasonMalformed, dns.RcodeFormatError), nil
 	}
 	qname, err := CanonicalName(req.Question[0].Name)
 	if err != nil {
-		return r.refuse(q, ReasonInvalidName, r.cfg.DenyRcode)
+		return r.refuse(q, ReasonInvalidName, r.cfg.DenyRcode), nil
 	}
 	pol := r.policy(q.session)
 	if pol == nil {
-		return r.refuse(q, ReasonNotAllowed, r.cfg.DenyRcode)
+		return r.refuse(q, ReasonNotAllowed, r.cfg.DenyRcode), nil
 	}
 	if pol.denied(qname) {
-		return r.refuse(q, ReasonDenied, r.cfg.DenyRcode)
+		return r.refuse(q, ReasonDenied, r.cfg.DenyRcode), nil
 	}
 	grants := pol.grants(qname)
 	if len(grants) == 0 {
-		return r.refuse(q, ReasonNotAllowed, r.cfg.DenyRcode)
+		return r.refuse(q, ReasonNotAllowed, r.cfg.DenyRcode), nil
 	}
 	// Only now, with an allowed name, may anything go upstream.
 	qtype := req.Question[0].Qtype
@@ -178,36 +202,42 @@ func (r *Resolver) handle(ctx context.Context, local netip.Addr, transport strin
 		// Answered empty, locally: HTTPS/SVCB address hints would bypass the
 		// entries, and clients fall back to A/AAAA on NODATA.
 		both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
-		return r.reply(q, dns.RcodeSuccess)
+		return r.reply(q, dns.RcodeSuccess), nil
 	default:
-		return r.refuse(q, ReasonQType, dns.RcodeRefused)
+		return r.refuse(q, ReasonQType, dns.RcodeRefused), nil
 	}
-
-	now := r.cfg.now()
-	key := cacheKey{qname, qtype}
-	res := r.cache.get(key, now)
-	if res != nil {
+	p := &pending{q: q, qname: qname, qtype: qtype, pol: pol, grants: grants, now: r.cfg.now()}
+	p.res = r.cache.get(cacheKey{qname, qtype}, p.now)
+	if p.res != nil {
 		both(&r.stats.total, q.sc, func(c *counters) { c.cacheHits.Add(1) })
-	} else {
-		resp, err := r.up.exchange(ctx, upstreamQuery(qname, qtype))
+	}
+	return nil, p
+}
+
+// finish asks the upstream if the cache had nothing (this blocks), writes
+// the entries and builds the answer.
+func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
+	q := p.q
+	if p.res == nil {
+		resp, err := r.up.exchange(ctx, upstreamQuery(p.qname, p.qtype))
 		if err == nil {
-			res, err = r.parse(qname, qtype, resp, now)
+			p.res, err = r.parse(p.qname, p.qtype, resp, p.now)
 		}
 		if err != nil {
 			if errors.Is(err, errBadTarget) {
 				return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
 			}
-			r.log.Warn("upstream", "session", q.session, "name", qname, "qtype", dns.TypeToString[qtype], "err", err)
+			r.log.Warn("upstream", "session", q.session, "name", p.qname, "qtype", dns.TypeToString[p.qtype], "err", err)
 			return r.servfail(q)
 		}
-		r.cache.put(key, res)
+		r.cache.put(cacheKey{p.qname, p.qtype}, p.res)
 	}
-	for _, l := range res.chain {
-		if pol.denied(l.target) {
+	for _, l := range p.res.chain {
+		if p.pol.denied(l.target) {
 			return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
 		}
 	}
-	return r.answer(q, qname, grants, res, now)
+	return r.answer(q, p.qname, p.grants, p.res, p.now)
 }
 
 var (

@@ -91,13 +91,26 @@ func (r *Resolver) Close() error {
 	return errors.Join(errs...)
 }
 
-// serveUDP is one of MaxInflight/… long-lived workers: each reads a packet
-// and answers it inline, so a slow upstream blocks only its own worker and no
-// goroutine is started per packet.
+// udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
+const udpBatch = 32
+
+// serveUDP is one of Config.UDPWorkers long-lived workers. Each reads a
+// batch of datagrams (recvmmsg, with IP_PKTINFO per datagram), answers what
+// needs no upstream inline, sends those answers in one sendmmsg, each from
+// the address its query was sent to, and hands queries that must go upstream
+// to their own goroutine, so a slow upstream never holds the batch.
 func (r *Resolver) serveUDP(pc *ipv4.PacketConn) {
-	buf := make([]byte, udpBufSize+1)
+	in := make([]ipv4.Message, udpBatch)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, udpBufSize+1)}
+		in[i].OOB = ipv4.NewControlMessage(ipv4.FlagDst)
+	}
+	out := make([]ipv4.Message, 0, udpBatch)
 	for {
-		n, cm, src, err := pc.ReadFrom(buf)
+		for i := range in {
+			in[i].OOB = in[i].OOB[:cap(in[i].OOB)]
+		}
+		n, err := pc.ReadBatch(in, 0)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -105,21 +118,51 @@ func (r *Resolver) serveUDP(pc *ipv4.PacketConn) {
 			r.log.Warn("udp read", "err", err)
 			continue
 		}
-		// Without the destination address the session is unknown: drop.
-		if cm == nil || cm.Dst == nil || n > udpBufSize {
-			continue
+		out = out[:0]
+		for i := range n {
+			m := &in[i]
+			var cm ipv4.ControlMessage
+			// Without the destination address the session is unknown: drop.
+			if m.N > udpBufSize || m.NN == 0 || cm.Parse(m.OOB[:m.NN]) != nil || cm.Dst == nil {
+				continue
+			}
+			dst, ok := netip.AddrFromSlice(cm.Dst)
+			if !ok {
+				continue
+			}
+			dst = dst.Unmap()
+			src := m.Addr
+			reply, req, p := r.beginRaw(dst, "udp", m.Buffers[0][:m.N])
+			if p != nil && p.res == nil {
+				r.wg.Go(func() {
+					b := r.packReply(req, r.finish(r.ctx, p), "udp")
+					if b == nil {
+						return
+					}
+					if _, err := pc.WriteTo(b, &ipv4.ControlMessage{Src: dst.AsSlice()}, src); err != nil && !errors.Is(err, net.ErrClosed) {
+						r.log.Debug("udp write", "err", err)
+					}
+				})
+				continue
+			}
+			if p != nil {
+				reply = r.packReply(req, r.finish(r.ctx, p), "udp")
+			}
+			if reply == nil {
+				continue
+			}
+			// Reply from the address the query was sent to.
+			out = append(out, ipv4.Message{Buffers: [][]byte{reply}, OOB: (&ipv4.ControlMessage{Src: dst.AsSlice()}).Marshal(), Addr: src})
 		}
-		dst, ok := netip.AddrFromSlice(cm.Dst)
-		if !ok {
-			continue
-		}
-		out := r.handleRaw(dst.Unmap(), "udp", buf[:n])
-		if out == nil {
-			continue
-		}
-		// Reply from the address the query was sent to.
-		if _, err := pc.WriteTo(out, &ipv4.ControlMessage{Src: cm.Dst}, src); err != nil && !errors.Is(err, net.ErrClosed) {
-			r.log.Debug("udp write", "err", err)
+		for len(out) > 0 {
+			k, err := pc.WriteBatch(out, 0)
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					r.log.Debug("udp write", "err", err)
+				}
+				break
+			}
+			out = out[k:]
 		}
 	}
 }
@@ -172,11 +215,21 @@ func (r *Resolver) serveConn(c *net.TCPConn) {
 
 // handleRaw answers one wire-format query; nil means send nothing.
 func (r *Resolver) handleRaw(local netip.Addr, transport string, raw []byte) []byte {
+	out, req, p := r.beginRaw(local, transport, raw)
+	if p != nil {
+		return r.packReply(req, r.finish(r.ctx, p), transport)
+	}
+	return out
+}
+
+// beginRaw unpacks a query and runs begin: it returns the packed reply, or
+// the unpacked request and a pending query to finish.
+func (r *Resolver) beginRaw(local netip.Addr, transport string, raw []byte) ([]byte, *dns.Msg, *pending) {
 	req := new(dns.Msg)
 	if err := req.Unpack(raw); err != nil {
 		// Answer FORMERR when at least the header is there and is a query.
 		if len(raw) < 12 || raw[2]&0x80 != 0 {
-			return nil
+			return nil, nil, nil
 		}
 		hdr := new(dns.Msg)
 		hdr.Id = binary.BigEndian.Uint16(raw)
@@ -185,11 +238,18 @@ func (r *Resolver) handleRaw(local netip.Addr, transport string, raw []byte) []b
 		if q.session == "" {
 			why = ReasonUnknownSession
 		}
-		m := r.refuse(q, why, dns.RcodeFormatError)
-		out, _ := m.Pack()
-		return out
+		out, _ := r.refuse(q, why, dns.RcodeFormatError).Pack()
+		return out, nil, nil
 	}
-	m := r.handle(r.ctx, local, transport, req)
+	m, p := r.begin(local, transport, req)
+	if p != nil {
+		return nil, req, p
+	}
+	return r.packReply(req, m, transport), nil, nil
+}
+
+// packReply packs m, truncated for UDP to what the client can take.
+func (r *Resolver) packReply(req, m *dns.Msg, transport string) []byte {
 	if m == nil {
 		return nil
 	}

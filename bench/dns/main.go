@@ -16,7 +16,9 @@
 package main
 
 import (
+	"bufio"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -50,14 +52,21 @@ var (
 	flagNames    = flag.Int("names", 1000, "distinct allowed (and refused) names")
 	flagDP       = flag.String("dataplane", "auto", "real dataplane for entry writes: auto, on, off")
 	flagDnsmasq  = flag.String("dnsmasq", "dnsmasq", "dnsmasq binary")
+	flagWorkers  = flag.Int("workers", 0, "resolver UDP workers (0: default)")
 	flagNoCache  = flag.Bool("nocache", false, "disable both caches (every allowed query goes upstream)")
 	flagUpstream = flag.Duration("upstream-delay", 0, "added latency of the fake upstream")
-	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the shinken/allowed scenario (resolver and clients) here")
+	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the resolver process during the first shinken/allowed scenario here")
 )
+
+const clientEnv = "SHINKEN_BENCH_DNS_CLIENT"
 
 func main() {
 	log.SetFlags(0)
 	flag.Parse()
+	if os.Getenv(clientEnv) != "" {
+		clientMain()
+		return
+	}
 	if err := run(); err != nil {
 		log.Fatalf("bench-dns: %v", err)
 	}
@@ -389,6 +398,59 @@ func load(target netip.AddrPort, queries [][]byte, wantRcode int, conc int, d ti
 	return total, ferr
 }
 
+// clientMain is the load generator, a separate process so that it never
+// shares a Go scheduler or garbage collector with the resolver under test.
+// Arguments: TARGET NAMEFILE RCODE CONC DURATION; it writes n, errs, wrong,
+// elapsed and then every latency (ns) as little-endian int64s on stdout.
+func clientMain() {
+	a := flag.Args()
+	target := netip.MustParseAddrPort(a[0])
+	data, err := os.ReadFile(a[1])
+	if err != nil {
+		log.Fatal(err)
+	}
+	var rcode, conc int
+	fmt.Sscan(a[2], &rcode)
+	fmt.Sscan(a[3], &conc)
+	d, _ := time.ParseDuration(a[4])
+	r, err := load(target, pack(strings.Fields(string(data))), rcode, conc, d)
+	if err != nil {
+		log.Fatal(err)
+	}
+	w := bufio.NewWriter(os.Stdout)
+	for _, v := range []int64{int64(r.n), int64(r.errs), int64(r.wrong), int64(r.elapsed)} {
+		binary.Write(w, binary.LittleEndian, v)
+	}
+	for _, l := range r.lat {
+		binary.Write(w, binary.LittleEndian, int64(l))
+	}
+	w.Flush()
+}
+
+// runClient runs one scenario in a client process.
+func runClient(target netip.AddrPort, nameFile string, rcode, conc int, d time.Duration) (result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	cmd := exec.Command(self, target.String(), nameFile, fmt.Sprint(rcode), fmt.Sprint(conc), d.String())
+	cmd.Env = append(os.Environ(), clientEnv+"=1", "GOMAXPROCS=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return result{}, fmt.Errorf("client: %w", err)
+	}
+	if len(out) < 32 || len(out)%8 != 0 {
+		return result{}, fmt.Errorf("client: %d bytes of output", len(out))
+	}
+	v := func(i int) int64 { return int64(binary.LittleEndian.Uint64(out[8*i:])) }
+	r := result{n: int(v(0)), errs: int(v(1)), wrong: int(v(2)), elapsed: time.Duration(v(3))}
+	for i := 4; i < len(out)/8; i++ {
+		r.lat = append(r.lat, time.Duration(v(i)))
+	}
+	return r, nil
+}
+
 func run() error {
 	up, err := startUpstream(*flagUpstream)
 	if err != nil {
@@ -421,6 +483,7 @@ func run() error {
 		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
 		Upstreams:  []netip.AddrPort{up.addr},
 		CacheSize:  cacheSize,
+		UDPWorkers: *flagWorkers,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -448,7 +511,17 @@ func run() error {
 		allowed = append(allowed, fmt.Sprintf("n%d.allowed.bench.", i))
 		refused = append(refused, fmt.Sprintf("x%d.notallowed.bench.", i))
 	}
-	qa, qr := pack(allowed), pack(refused)
+	qa := pack(allowed)
+	tmp, err := os.MkdirTemp("", "shinken-bench-dns-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	fa, fr := filepath.Join(tmp, "allowed"), filepath.Join(tmp, "refused")
+	if err := errors.Join(os.WriteFile(fa, []byte(strings.Join(allowed, "\n")), 0o644),
+		os.WriteFile(fr, []byte(strings.Join(refused, "\n")), 0o644)); err != nil {
+		return err
+	}
 
 	// Warm both caches (and write every entry once).
 	for _, t := range []netip.AddrPort{shinken, pr.addr} {
@@ -475,15 +548,17 @@ func run() error {
 	type scen struct {
 		name   string
 		target netip.AddrPort
-		q      [][]byte
+		names  string
 		rcode  int
 		res    result
+		cpu    time.Duration // server CPU (user+system) during the scenario
+		cpuOf  func() time.Duration
 	}
 	scens := []*scen{
-		{name: "shinken/allowed", target: shinken, q: qa, rcode: dns.RcodeSuccess},
-		{name: "dnsmasq/allowed", target: pr.addr, q: qa, rcode: dns.RcodeSuccess},
-		{name: "shinken/refused", target: shinken, q: qr, rcode: dns.RcodeRefused},
-		{name: "dnsmasq/refused", target: pr.addr, q: qr, rcode: dns.RcodeRefused},
+		{name: "shinken/allowed", target: shinken, names: fa, rcode: dns.RcodeSuccess, cpuOf: selfCPU},
+		{name: "dnsmasq/allowed", target: pr.addr, names: fa, rcode: dns.RcodeSuccess, cpuOf: pr.cpu},
+		{name: "shinken/refused", target: shinken, names: fr, rcode: dns.RcodeRefused, cpuOf: selfCPU},
+		{name: "dnsmasq/refused", target: pr.addr, names: fr, rcode: dns.RcodeRefused, cpuOf: pr.cpu},
 	}
 	fmt.Printf("bench-dns: %d clients, %d rounds x %v per scenario, %d names, cache=%v, upstream delay %v\n",
 		*flagConc, *flagRounds, *flagDur, *flagNames, !*flagNoCache, *flagUpstream)
@@ -499,7 +574,9 @@ func run() error {
 				pprof.StartCPUProfile(f)
 				defer f.Close()
 			}
-			r, err := load(s.target, s.q, s.rcode, *flagConc, *flagDur)
+			c0 := s.cpuOf()
+			r, err := runClient(s.target, s.names, s.rcode, *flagConc, *flagDur)
+			s.cpu += s.cpuOf() - c0
 			if prof {
 				pprof.StopCPUProfile()
 			}
@@ -509,11 +586,11 @@ func run() error {
 			s.res.add(r)
 		}
 	}
-	fmt.Printf("%-16s %12s %10s %10s %10s %8s %8s\n", "scenario", "queries/s", "p50_us", "p99_us", "p999_us", "errors", "wrong")
+	fmt.Printf("%-16s %12s %10s %10s %10s %12s %8s %8s\n", "scenario", "queries/s", "p50_us", "p99_us", "p999_us", "cpu_us/query", "errors", "wrong")
 	for _, s := range scens {
 		r := &s.res
-		fmt.Printf("%-16s %12.0f %10.1f %10.1f %10.1f %8d %8d\n", s.name, r.qps(),
-			us(r.pct(0.50)), us(r.pct(0.99)), us(r.pct(0.999)), r.errs, r.wrong)
+		fmt.Printf("%-16s %12.0f %10.1f %10.1f %10.1f %12.2f %8d %8d\n", s.name, r.qps(),
+			us(r.pct(0.50)), us(r.pct(0.99)), us(r.pct(0.999)), us(s.cpu)/float64(max(r.n, 1)), r.errs, r.wrong)
 	}
 	st := res.Stats()
 	fmt.Printf("shinken: %d entries in the sink, %d entry writes, %d write errors, %d cache hits, %d refused\n",
@@ -522,6 +599,28 @@ func run() error {
 	fmt.Printf("dns_qps_ratio_vs_peer=%.3f\n", scens[0].res.qps()/scens[1].res.qps())
 	fmt.Printf("dns_p99_us=%.1f\n", us(scens[0].res.pct(0.99)))
 	return nil
+}
+
+// selfCPU is this process's CPU time: the resolver (the clients run in
+// their own processes; the fake upstream is idle once the caches are warm).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpu is dnsmasq's CPU time, from /proc/PID/stat.
+func (p *peer) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
