@@ -85,14 +85,26 @@ type fakeUpstream struct {
 func startFakeUpstream(t testing.TB, zone []string) *fakeUpstream {
 	t.Helper()
 	f := loadZone(t, zone)
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
+	var (
+		pc   net.PacketConn
+		ln   net.Listener
+		port int
+	)
+	for try := 0; ; try++ {
+		var err error
+		pc, err = net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = pc.LocalAddr().(*net.UDPAddr).Port
+		ln, err = net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			break
+		}
+		pc.Close()
+		if try == 20 {
+			t.Fatal(err)
+		}
 	}
 	f.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
 	f.udp = &dns.Server{PacketConn: pc, Handler: f}

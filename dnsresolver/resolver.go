@@ -34,11 +34,12 @@ type Resolver struct {
 	mu      sync.Mutex
 	started bool
 	closed  bool
-	udp     *net.UDPConn
+	udp     *udpSocket
 	tcp     *net.TCPListener
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // TCP and upstream-bound UDP queries
+	udpWG   sync.WaitGroup // UDP workers
 	sem     chan struct{}
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
 )
 
 const (
@@ -32,29 +31,33 @@ func (r *Resolver) Start() error {
 	case r.started:
 		return ErrStarted
 	}
-	la := net.UDPAddrFromAddrPort(r.cfg.ListenAddr)
-	udp, err := net.ListenUDP("udp4", la)
-	if err != nil {
-		return fmt.Errorf("dnsresolver: listen udp %v: %w", r.cfg.ListenAddr, err)
-	}
-	pc := ipv4.NewPacketConn(udp)
-	if err := pc.SetControlMessage(ipv4.FlagDst, true); err != nil {
-		udp.Close()
-		return fmt.Errorf("dnsresolver: IP_PKTINFO: %w", err)
-	}
-	// TCP on the same port as UDP (relevant when ListenAddr's port is 0).
-	port := udp.LocalAddr().(*net.UDPAddr).AddrPort().Port()
-	tcp, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(netip.AddrPortFrom(r.cfg.ListenAddr.Addr(), port)))
-	if err != nil {
-		udp.Close()
-		return fmt.Errorf("dnsresolver: listen tcp %v: %w", r.cfg.ListenAddr, err)
+	var (
+		udp *udpSocket
+		tcp *net.TCPListener
+		err error
+	)
+	// With port 0, UDP picks a port and TCP must get the same one; retry
+	// when that TCP port is taken.
+	for try := 0; ; try++ {
+		udp, err = listenUDP(r.cfg.ListenAddr)
+		if err != nil {
+			return fmt.Errorf("dnsresolver: listen udp %v: %w", r.cfg.ListenAddr, err)
+		}
+		tcp, err = net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(netip.AddrPortFrom(r.cfg.ListenAddr.Addr(), udp.port)))
+		if err == nil {
+			break
+		}
+		udp.close()
+		if r.cfg.ListenAddr.Port() != 0 || try == 20 {
+			return fmt.Errorf("dnsresolver: listen tcp %v: %w", r.cfg.ListenAddr, err)
+		}
 	}
 	r.udp, r.tcp, r.started = udp, tcp, true
 	for range r.cfg.UDPWorkers {
-		r.wg.Go(func() { r.serveUDP(pc) })
+		r.udpWG.Go(func() { udp.serve(r) })
 	}
 	r.wg.Go(r.serveTCP)
-	r.log.Info("dns resolver listening", "port", port, "upstreams", r.cfg.Upstreams)
+	r.log.Info("dns resolver listening", "port", udp.port, "upstreams", r.cfg.Upstreams)
 	return nil
 }
 
@@ -65,7 +68,7 @@ func (r *Resolver) Port() uint16 {
 	if r.udp == nil {
 		return 0
 	}
-	return r.udp.LocalAddr().(*net.UDPAddr).AddrPort().Port()
+	return r.udp.port
 }
 
 // Close stops serving, waits for queries in flight, and releases the sockets.
@@ -81,90 +84,19 @@ func (r *Resolver) Close() error {
 	r.cancel()
 	var errs []error
 	if r.udp != nil {
-		errs = append(errs, r.udp.Close())
+		r.udp.shutdown()
 	}
 	if r.tcp != nil {
 		errs = append(errs, r.tcp.Close())
 	}
 	r.mu.Unlock()
+	r.udpWG.Wait()
 	r.wg.Wait()
+	if r.udp != nil {
+		// Only now: no goroutine can still use the descriptor.
+		errs = append(errs, r.udp.close())
+	}
 	return errors.Join(errs...)
-}
-
-// udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
-const udpBatch = 32
-
-// serveUDP is one of Config.UDPWorkers long-lived workers. Each reads a
-// batch of datagrams (recvmmsg, with IP_PKTINFO per datagram), answers what
-// needs no upstream inline, sends those answers in one sendmmsg, each from
-// the address its query was sent to, and hands queries that must go upstream
-// to their own goroutine, so a slow upstream never holds the batch.
-func (r *Resolver) serveUDP(pc *ipv4.PacketConn) {
-	in := make([]ipv4.Message, udpBatch)
-	for i := range in {
-		in[i].Buffers = [][]byte{make([]byte, udpBufSize+1)}
-		in[i].OOB = ipv4.NewControlMessage(ipv4.FlagDst)
-	}
-	out := make([]ipv4.Message, 0, udpBatch)
-	for {
-		for i := range in {
-			in[i].OOB = in[i].OOB[:cap(in[i].OOB)]
-		}
-		n, err := pc.ReadBatch(in, 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			r.log.Warn("udp read", "err", err)
-			continue
-		}
-		out = out[:0]
-		for i := range n {
-			m := &in[i]
-			var cm ipv4.ControlMessage
-			// Without the destination address the session is unknown: drop.
-			if m.N > udpBufSize || m.NN == 0 || cm.Parse(m.OOB[:m.NN]) != nil || cm.Dst == nil {
-				continue
-			}
-			dst, ok := netip.AddrFromSlice(cm.Dst)
-			if !ok {
-				continue
-			}
-			dst = dst.Unmap()
-			src := m.Addr
-			reply, req, p := r.beginRaw(dst, "udp", m.Buffers[0][:m.N])
-			if p != nil && p.res == nil {
-				r.wg.Go(func() {
-					b := r.packReply(req, r.finish(r.ctx, p), "udp")
-					if b == nil {
-						return
-					}
-					if _, err := pc.WriteTo(b, &ipv4.ControlMessage{Src: dst.AsSlice()}, src); err != nil && !errors.Is(err, net.ErrClosed) {
-						r.log.Debug("udp write", "err", err)
-					}
-				})
-				continue
-			}
-			if p != nil {
-				reply = r.packReply(req, r.finish(r.ctx, p), "udp")
-			}
-			if reply == nil {
-				continue
-			}
-			// Reply from the address the query was sent to.
-			out = append(out, ipv4.Message{Buffers: [][]byte{reply}, OOB: (&ipv4.ControlMessage{Src: dst.AsSlice()}).Marshal(), Addr: src})
-		}
-		for len(out) > 0 {
-			k, err := pc.WriteBatch(out, 0)
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					r.log.Debug("udp write", "err", err)
-				}
-				break
-			}
-			out = out[k:]
-		}
-	}
 }
 
 func (r *Resolver) serveTCP() {

@@ -82,15 +82,24 @@ type upstream struct {
 }
 
 func startUpstream(delay time.Duration) (*upstream, error) {
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
+	var (
+		pc   net.PacketConn
+		ln   net.Listener
+		port int
+	)
+	for try := 0; ; try++ {
+		var err error
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		port = pc.LocalAddr().(*net.UDPAddr).Port
+		if ln, err = net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			break
+		}
 		pc.Close()
-		return nil, err
+		if try == 20 {
+			return nil, err
+		}
 	}
 	u := &upstream{addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)), delay: delay}
 	u.srv = []*dns.Server{{PacketConn: pc, Handler: u}, {Listener: ln, Handler: u}}
