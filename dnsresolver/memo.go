@@ -1,6 +1,7 @@
 package dnsresolver
 
 import (
+	"net/netip"
 	"sync"
 
 	"github.com/shinken-agent/shinken/dataplane"
@@ -10,7 +11,7 @@ const memoSize = 1 << 16
 
 type memoKey struct {
 	session string
-	prefix  string
+	prefix  netip.Prefix
 	proto   dataplane.Proto
 	ports   dataplane.PortRange
 	handle  dataplane.HandleRef
@@ -32,7 +33,7 @@ func newWriteMemo(max int) *writeMemo {
 }
 
 func key(session string, r dataplane.EgressRule) memoKey {
-	return memoKey{session, r.Prefix.String(), r.Proto, r.Ports, r.Handle, r.Expires.UnixNano()}
+	return memoKey{session, r.Prefix, r.Proto, r.Ports, r.Handle, r.Expires.UnixNano()}
 }
 
 func (w *writeMemo) has(session string, r dataplane.EgressRule) bool {

@@ -346,14 +346,7 @@ func ttlAt(expires, now time.Time) uint32 {
 // answer applies the session's grants to a result: strips non-public
 // addresses, writes the entries, and only then builds the reply.
 func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *result, now time.Time) *dns.Msg {
-	type key struct {
-		pfx    netip.Prefix
-		handle dataplane.HandleRef
-		proto  dataplane.Proto
-		ports  dataplane.PortRange
-	}
 	var rules []dataplane.EgressRule
-	seen := map[key]bool{}
 	kept := res.addrs[:0:0]
 	for _, ar := range res.addrs {
 		ok := false
@@ -362,10 +355,9 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 				continue
 			}
 			ok = true
-			k := key{netip.PrefixFrom(ar.addr, ar.addr.BitLen()), g.Handle, g.Proto, g.Ports}
-			if !seen[k] {
-				seen[k] = true
-				rules = append(rules, dataplane.EgressRule{Prefix: k.pfx, Proto: g.Proto, Ports: g.Ports, Handle: g.Handle, Expires: ar.expires})
+			rule := dataplane.EgressRule{Prefix: netip.PrefixFrom(ar.addr, ar.addr.BitLen()), Proto: g.Proto, Ports: g.Ports, Handle: g.Handle, Expires: ar.expires}
+			if !slices.Contains(rules, rule) { // two grants with the same handle, proto and ports
+				rules = append(rules, rule)
 			}
 		}
 		if ok {
@@ -452,15 +444,20 @@ func (r *Resolver) refuse(q *query, why Reason, rcode int) *dns.Msg {
 		c.refused.Add(1)
 		c.denials[why].Add(1)
 	})
-	d := Denial{Time: r.cfg.now(), Session: q.session, Index: q.index, Transport: q.transport, Reason: why}
-	if len(q.req.Question) > 0 {
-		d.Name = safeName(q.req.Question[0].Name)
-		d.QType = q.req.Question[0].Qtype
-	}
-	r.log.Debug("dns query refused", "session", d.Session, "index", d.Index, "name", d.Name,
-		"qtype", dns.TypeToString[d.QType], "reason", why.String(), "transport", d.Transport)
-	if r.cfg.OnDenial != nil {
-		r.cfg.OnDenial(d)
+	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
+	if r.cfg.OnDenial != nil || debug {
+		d := Denial{Time: r.cfg.now(), Session: q.session, Index: q.index, Transport: q.transport, Reason: why}
+		if len(q.req.Question) > 0 {
+			d.Name = safeName(q.req.Question[0].Name)
+			d.QType = q.req.Question[0].Qtype
+		}
+		if debug {
+			r.log.Debug("dns query refused", "session", d.Session, "index", d.Index, "name", d.Name,
+				"qtype", dns.TypeToString[d.QType], "reason", why.String(), "transport", d.Transport)
+		}
+		if r.cfg.OnDenial != nil {
+			r.cfg.OnDenial(d)
+		}
 	}
 	return r.reply(q, rcode)
 }

@@ -62,8 +62,8 @@ func (u *udpSocket) send(b []byte, src netip.Addr, to unix.Sockaddr) error {
 	return err
 }
 
-// serve is one UDP worker.
-func (u *udpSocket) serve(r *Resolver) {
+// serveOne is one UDP worker reading a datagram per recvmsg(2).
+func (u *udpSocket) serveOne(r *Resolver) {
 	buf := make([]byte, udpBufSize+1)
 	oob := make([]byte, 128)
 	for !u.closed.Load() {
@@ -90,22 +90,7 @@ func (u *udpSocket) serve(r *Resolver) {
 			continue
 		}
 		dst = dst.Unmap()
-		reply, req, p := r.beginRaw(dst, "udp", buf[:n])
-		if p != nil && p.res == nil {
-			// Must go upstream: off this worker, so a slow upstream never
-			// holds the queries behind it.
-			r.wg.Go(func() {
-				if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
-					if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
-						r.log.Debug("udp write", "err", err)
-					}
-				}
-			})
-			continue
-		}
-		if p != nil {
-			reply = r.packReply(req, r.finish(r.ctx, p), "udp")
-		}
+		reply := u.handle(r, dst, from, buf[:n])
 		if reply == nil {
 			continue
 		}
@@ -114,4 +99,27 @@ func (u *udpSocket) serve(r *Resolver) {
 			r.log.Debug("udp write", "err", err)
 		}
 	}
+}
+
+// handle answers one datagram sent to dst: it returns the reply to send now,
+// or nil when there is none or when the query went to its own goroutine
+// (it must ask the upstream), which then sends the reply itself.
+func (u *udpSocket) handle(r *Resolver, dst netip.Addr, from unix.Sockaddr, raw []byte) []byte {
+	reply, req, p := r.beginRaw(dst, "udp", raw)
+	if p != nil && p.res == nil {
+		// Must go upstream: off this worker, so a slow upstream never
+		// holds the queries behind it.
+		r.wg.Go(func() {
+			if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
+				if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
+					r.log.Debug("udp write", "err", err)
+				}
+			}
+		})
+		return nil
+	}
+	if p != nil {
+		reply = r.packReply(req, r.finish(r.ctx, p), "udp")
+	}
+	return reply
 }
