@@ -172,7 +172,14 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 		return nil, nil
 	}
 	if q.session == "" {
-		return r.refuse(q, ReasonUnknownSession, dns.RcodeRefused), nil
+		m := r.refuse(q, ReasonUnknownSession, dns.RcodeRefused)
+		if transport == "udp" && !local.IsLoopback() {
+			// Sent to one of the host's real addresses (the socket is bound
+			// to 0.0.0.0): no reply, so the resolver never reflects spoofed
+			// datagrams at anyone.
+			return nil, nil
+		}
+		return m, nil
 	}
 	if req.Opcode != dns.OpcodeQuery {
 		return r.refuse(q, ReasonMalformed, dns.RcodeNotImplemented), nil

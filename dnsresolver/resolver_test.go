@@ -585,3 +585,57 @@ func TestStartClose(t *testing.T) {
 		t.Fatal("answered after Close")
 	}
 }
+
+func TestWriteMetrics(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.ask(t, 1, "udp", "allowed.test.", dns.TypeA)
+	e.ask(t, 1, "udp", "notallowed.test.", dns.TypeA)
+	e.ask(t, 77, "udp", "allowed.test.", dns.TypeA)
+	var b strings.Builder
+	if err := e.r.WriteMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		`shinken_dns_queries_total{session="s1"} 2`,
+		`shinken_dns_queries_total{session=""} 1`,
+		`shinken_dns_refused_total{session="s1",reason="not_allowed"} 1`,
+		`shinken_dns_refused_total{session="",reason="unknown_session"} 1`,
+		`shinken_dns_entries_written_total{session="s1"} 1`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "notallowed") {
+		t.Error("a query name leaked into the metrics")
+	}
+}
+
+// TestNoReflection: a UDP query that reached the socket on one of the host's
+// real (non-loopback) addresses is counted and reported, never answered.
+// In-process: no packet is sent to such an address.
+func TestNoReflection(t *testing.T) {
+	e := newTestEnv(t, nil)
+	m := new(dns.Msg)
+	m.SetQuestion("allowed.test.", dns.TypeA)
+	q, _ := m.Pack()
+	for _, a := range []string{"10.0.0.1", "192.0.2.1", "203.0.113.9"} {
+		local := netip.MustParseAddr(a)
+		if out := e.r.handleRaw(local, "udp", q); out != nil {
+			t.Errorf("%s: answered over UDP", a)
+		}
+		if out := e.r.handleRaw(local, "udp", q[:14]); out != nil {
+			t.Errorf("%s: malformed answered over UDP", a)
+		}
+		if out := e.r.handleRaw(local, "tcp", q); out == nil {
+			t.Errorf("%s: no TCP answer", a)
+		}
+	}
+	if d := e.den.take(); len(d) != 9 || d[0].Reason != ReasonUnknownSession {
+		t.Fatalf("denials %+v", d)
+	}
+	if e.up.queries() != 0 {
+		t.Fatal("forwarded")
+	}
+}

@@ -171,6 +171,9 @@ func (r *Resolver) beginRaw(local netip.Addr, transport string, raw []byte) ([]b
 			why = ReasonUnknownSession
 		}
 		out, _ := r.refuse(q, why, dns.RcodeFormatError).Pack()
+		if q.session == "" && transport == "udp" && !local.IsLoopback() {
+			return nil, nil, nil // see begin: no reflection
+		}
 		return out, nil, nil
 	}
 	m, p := r.begin(local, transport, req)
