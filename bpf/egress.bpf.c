@@ -10,6 +10,7 @@
  *   cgroup_skb/ingress  handle that has since died are dropped, and packets no
  *                       connect/sendmsg check covered (raw, ICMP, a SYN whose
  *                       connect was never checked) are dropped
+ *   cgroup/sock_release forgets a closed socket's flow
  *
  * A destination is allowed when an entry of the session's egress map covers
  * it with a matching protocol and port, the entry has not expired, and the
@@ -75,13 +76,16 @@ struct {
 	__uint(max_entries, 1048576);
 } shk_egress6 SEC(".maps");
 
-/* Handle a connection was allowed under, per socket. */
+/* Socket cookie -> the handle a connection was allowed under. Written at
+ * connect, deleted at socket release, read for every packet of the flow.
+ * Preallocated and sized by user space (max concurrent session flows); a
+ * connect that finds it full is denied. */
 struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct shk_sk_state);
-} shk_sk SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct shk_flow);
+	__uint(max_entries, 262144);
+} shk_flows SEC(".maps");
 
 /* Denials per (session index * SHK_NR_REASONS + reason). Sized by user space
  * to max sessions * SHK_NR_REASONS. Never lossy, unlike the ring buffer. */
@@ -111,10 +115,12 @@ const struct shk_event *unused_event __attribute__((unused));
 
 /*
  * Returns SHK_REASON_NONE when handle (slot, gen) and every ancestor is live
- * and unexpired at now, else why not. Global, so the verifier checks it once.
+ * and unexpired, else why not. Reads the clock only when a deadline is set. Global, so the verifier checks it once.
  */
-__noinline int shk_handle_check(__u32 slot, __u32 gen, __u64 now)
+__noinline int shk_handle_check(__u32 slot, __u32 gen)
 {
+	__u64 now = 0;
+
 	for (int i = 0; i < SHK_MAX_CHAIN; i++) {
 		__u32 key = slot;
 		struct shk_handle *h;
@@ -124,8 +130,12 @@ __noinline int shk_handle_check(__u32 slot, __u32 gen, __u64 now)
 		h = bpf_map_lookup_elem(&shk_handles, &key);
 		if (!h || h->generation != gen || h->state != SHK_HANDLE_LIVE)
 			return SHK_REASON_HANDLE_REVOKED;
-		if (h->expires_ns && now >= h->expires_ns)
-			return SHK_REASON_HANDLE_EXPIRED;
+		if (h->expires_ns) {
+			if (!now)
+				now = bpf_ktime_get_boot_ns();
+			if (now >= h->expires_ns)
+				return SHK_REASON_HANDLE_EXPIRED;
+		}
 		if (h->parent == SHK_HANDLE_NONE)
 			return SHK_REASON_NONE;
 		slot = h->parent;
@@ -189,7 +199,7 @@ static __always_inline void report(__u64 cgid, __u32 session, __u32 pid, __u32 r
  * allowed; otherwise the most telling reason seen so far.
  */
 static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
-				       __u64 now, __u32 best, struct shk_sk_state *ref)
+				       __u64 now, __u32 best, struct shk_flow *ref)
 {
 	for (int i = 0; i < SHK_MAX_RULES; i++) {
 		const struct shk_rule *r;
@@ -207,7 +217,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 				best = SHK_REASON_RULE_EXPIRED;
 			continue;
 		}
-		why = shk_handle_check(r->handle, r->generation, now);
+		why = shk_handle_check(r->handle, r->generation);
 		if (why == SHK_REASON_NONE) {
 			ref->handle = r->handle;
 			ref->generation = r->generation;
@@ -219,7 +229,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 }
 
 static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, __u64 now,
-				     struct shk_sk_state *ref)
+				     struct shk_flow *ref)
 {
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -241,7 +251,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 }
 
 static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, __u64 now,
-				     struct shk_sk_state *ref)
+				     struct shk_flow *ref)
 {
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -273,7 +283,7 @@ static __always_inline int is_v4mapped(const __u32 *a)
  */
 static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, int connect)
 {
-	struct shk_sk_state ref = {};
+	struct shk_flow ref = {};
 	struct shk_session *s;
 	__u32 daddr[4] = {};
 	__u64 cgid, now;
@@ -317,19 +327,16 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	}
 
 	if (connect) {
-		struct shk_sk_state *st = bpf_sk_storage_get(&shk_sk, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		__u64 cookie = bpf_get_socket_cookie(ctx);
 
+		ref.pid = pid;
 		/* No place to remember the handle: the flow could not be cut
 		 * on revoke, so it is not allowed to start. */
-		if (!st) {
+		if (bpf_map_update_elem(&shk_flows, &cookie, &ref, BPF_ANY)) {
 			report(cgid, s->index, pid, SHK_REASON_UNCHECKED, family, proto, dport, daddr,
 			       family == AF_INET6 ? 4 : 1, 1);
 			return 0;
 		}
-		st->handle = ref.handle;
-		st->generation = ref.generation;
-		st->pid = pid;
-		st->reported = 0;
 	}
 	return 1;
 }
@@ -391,9 +398,9 @@ static __always_inline int is_syn(struct __sk_buff *skb)
 static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 {
 	struct bpf_sock *sk = skb->sk;
-	struct shk_sk_state *st;
+	struct shk_flow *st;
 	struct shk_session *s;
-	__u64 cgid;
+	__u64 cgid, cookie;
 	__u32 why, index = 0;
 
 	if (!sk)
@@ -402,9 +409,10 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	if (!sk)
 		return 1; /* request and timewait sockets of accepted/closed flows */
 
-	st = bpf_sk_storage_get(&shk_sk, sk, 0, 0);
+	cookie = bpf_get_socket_cookie(skb);
+	st = bpf_map_lookup_elem(&shk_flows, &cookie);
 	if (st) {
-		why = shk_handle_check(st->handle, st->generation, bpf_ktime_get_boot_ns());
+		why = shk_handle_check(st->handle, st->generation);
 		if (why == SHK_REASON_NONE)
 			return 1;
 		cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
@@ -450,6 +458,16 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		index = s->index;
 	count(index, SHK_REASON_UNCHECKED);
 	return 0;
+}
+
+/* The socket is gone: forget its flow. */
+SEC("cgroup/sock_release")
+int shk_sock_release(struct bpf_sock *ctx)
+{
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+
+	bpf_map_delete_elem(&shk_flows, &cookie);
+	return 1;
 }
 
 SEC("cgroup_skb/egress")

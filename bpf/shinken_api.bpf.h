@@ -92,9 +92,10 @@ struct shk_egress6_key {
 	__u8 addr[16];
 };
 
-/* Socket-local storage written at connect time: the handle the connection
- * was allowed under, so packets of an open flow die with the handle. */
-struct shk_sk_state {
+/* Value of shk_flows (keyed by socket cookie), written at connect time: the
+ * handle the connection was allowed under, so packets of an open flow die
+ * with the handle. */
+struct shk_flow {
 	__u32 handle;
 	__u32 generation;
 	__u32 pid;

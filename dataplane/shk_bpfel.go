@@ -49,6 +49,14 @@ type shkShkEvent struct {
 	Comm     [16]int8
 }
 
+type shkShkFlow struct {
+	_          structs.HostLayout
+	Handle     uint32
+	Generation uint32
+	Pid        uint32
+	Reported   uint32
+}
+
 type shkShkHandle struct {
 	_                structs.HostLayout
 	State            uint32
@@ -75,14 +83,6 @@ type shkShkSession struct {
 	Flags uint32
 }
 
-type shkShkSkState struct {
-	_          structs.HostLayout
-	Handle     uint32
-	Generation uint32
-	Pid        uint32
-	Reported   uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -91,9 +91,9 @@ const (
 	shkMapShkEgress4      = "shk_egress4"
 	shkMapShkEgress6      = "shk_egress6"
 	shkMapShkEvents       = "shk_events"
+	shkMapShkFlows        = "shk_flows"
 	shkMapShkHandles      = "shk_handles"
 	shkMapShkSessions     = "shk_sessions"
-	shkMapShkSk           = "shk_sk"
 	shkMapShkStats        = "shk_stats"
 	shkProgShkConnect4    = "shk_connect4"
 	shkProgShkConnect6    = "shk_connect6"
@@ -101,6 +101,7 @@ const (
 	shkProgShkSendmsg6    = "shk_sendmsg6"
 	shkProgShkSkbEgress   = "shk_skb_egress"
 	shkProgShkSkbIngress  = "shk_skb_ingress"
+	shkProgShkSockRelease = "shk_sock_release"
 	shkVarShkSessionLevel = "shk_session_level"
 	shkVarUnusedEvent     = "unused_event"
 )
@@ -147,12 +148,13 @@ type shkSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkProgramSpecs struct {
-	ShkConnect4   *ebpf.ProgramSpec `ebpf:"shk_connect4"`
-	ShkConnect6   *ebpf.ProgramSpec `ebpf:"shk_connect6"`
-	ShkSendmsg4   *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6   *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
-	ShkSkbEgress  *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
-	ShkSkbIngress *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkConnect4    *ebpf.ProgramSpec `ebpf:"shk_connect4"`
+	ShkConnect6    *ebpf.ProgramSpec `ebpf:"shk_connect6"`
+	ShkSendmsg4    *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6    *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
+	ShkSkbEgress   *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
+	ShkSkbIngress  *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkSockRelease *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
 }
 
 // shkMapSpecs contains maps before they are loaded into the kernel.
@@ -163,9 +165,9 @@ type shkMapSpecs struct {
 	ShkEgress4  *ebpf.MapSpec `ebpf:"shk_egress4"`
 	ShkEgress6  *ebpf.MapSpec `ebpf:"shk_egress6"`
 	ShkEvents   *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkFlows    *ebpf.MapSpec `ebpf:"shk_flows"`
 	ShkHandles  *ebpf.MapSpec `ebpf:"shk_handles"`
 	ShkSessions *ebpf.MapSpec `ebpf:"shk_sessions"`
-	ShkSk       *ebpf.MapSpec `ebpf:"shk_sk"`
 	ShkStats    *ebpf.MapSpec `ebpf:"shk_stats"`
 }
 
@@ -201,9 +203,9 @@ type shkMaps struct {
 	ShkEgress4  *ebpf.Map `ebpf:"shk_egress4"`
 	ShkEgress6  *ebpf.Map `ebpf:"shk_egress6"`
 	ShkEvents   *ebpf.Map `ebpf:"shk_events"`
+	ShkFlows    *ebpf.Map `ebpf:"shk_flows"`
 	ShkHandles  *ebpf.Map `ebpf:"shk_handles"`
 	ShkSessions *ebpf.Map `ebpf:"shk_sessions"`
-	ShkSk       *ebpf.Map `ebpf:"shk_sk"`
 	ShkStats    *ebpf.Map `ebpf:"shk_stats"`
 }
 
@@ -213,9 +215,9 @@ func (m *shkMaps) Close() error {
 		m.ShkEgress4,
 		m.ShkEgress6,
 		m.ShkEvents,
+		m.ShkFlows,
 		m.ShkHandles,
 		m.ShkSessions,
-		m.ShkSk,
 		m.ShkStats,
 	)
 }
@@ -232,12 +234,13 @@ type shkVariables struct {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkPrograms struct {
-	ShkConnect4   *ebpf.Program `ebpf:"shk_connect4"`
-	ShkConnect6   *ebpf.Program `ebpf:"shk_connect6"`
-	ShkSendmsg4   *ebpf.Program `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6   *ebpf.Program `ebpf:"shk_sendmsg6"`
-	ShkSkbEgress  *ebpf.Program `ebpf:"shk_skb_egress"`
-	ShkSkbIngress *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkConnect4    *ebpf.Program `ebpf:"shk_connect4"`
+	ShkConnect6    *ebpf.Program `ebpf:"shk_connect6"`
+	ShkSendmsg4    *ebpf.Program `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6    *ebpf.Program `ebpf:"shk_sendmsg6"`
+	ShkSkbEgress   *ebpf.Program `ebpf:"shk_skb_egress"`
+	ShkSkbIngress  *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkSockRelease *ebpf.Program `ebpf:"shk_sock_release"`
 }
 
 func (p *shkPrograms) Close() error {
@@ -248,6 +251,7 @@ func (p *shkPrograms) Close() error {
 		p.ShkSendmsg6,
 		p.ShkSkbEgress,
 		p.ShkSkbIngress,
+		p.ShkSockRelease,
 	)
 }
 

@@ -25,6 +25,8 @@
 //	tcpflood N ADDR SECS  connect+close against ADDR N times or for SECS seconds, answers "ok COUNT NS"
 //	stream ADDR SECS      send a TCP stream for SECS seconds; answers "ok BYTES NS"
 //	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
+//	udpflood N ADDR       sendto ADDR N times from one unconnected UDP socket; answers "ok COUNT NS"
+//	cpu N                 pin this process to CPU N
 //	pid                   answers "ok PID"
 package probe
 
@@ -99,6 +101,11 @@ func (p *prober) do(f []string) string {
 		return ""
 	}
 	switch f[0] {
+	case "cpu":
+		n, _ := strconv.Atoi(arg(1))
+		var set unix.CPUSet
+		set.Set(n)
+		return result("", unix.SchedSetaffinity(0, &set))
 	case "pid":
 		return result(strconv.Itoa(os.Getpid()), nil)
 	case "tcp", "tcp6", "mptcp":
@@ -197,6 +204,10 @@ func (p *prober) do(f []string) string {
 		secs, _ := strconv.ParseFloat(arg(2), 64)
 		ok, fail, err := hammer(arg(1), time.Duration(secs*float64(time.Second)))
 		return result(fmt.Sprintf("%d %d", ok, fail), err)
+	case "udpflood":
+		n, _ := strconv.Atoi(arg(1))
+		cnt, ns, err := udpFlood(arg(2), n)
+		return result(fmt.Sprintf("%d %d", cnt, ns), err)
 	case "stream":
 		secs, _ := strconv.ParseFloat(arg(2), 64)
 		b, ns, err := stream(arg(1), time.Duration(secs*float64(time.Second)))
@@ -323,4 +334,23 @@ func hammer(addr string, d time.Duration) (ok, fail int, err error) {
 		unix.Close(fd)
 	}
 	return ok, fail, nil
+}
+
+func udpFlood(addr string, n int) (int, int64, error) {
+	sa, fam, err := sockaddr(addr, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	start := Monotonic()
+	for i := 0; i < n; i++ {
+		if err := unix.Sendto(fd, []byte("x"), 0, sa); err != nil {
+			return i, 0, err
+		}
+	}
+	return n, Monotonic() - start, nil
 }
