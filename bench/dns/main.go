@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -53,7 +54,6 @@ var (
 	flagDP       = flag.String("dataplane", "auto", "real dataplane for entry writes: auto, on, off")
 	flagDnsmasq  = flag.String("dnsmasq", "dnsmasq", "dnsmasq binary")
 	flagWorkers  = flag.Int("workers", 0, "resolver UDP workers (0: default)")
-	flagNoCache  = flag.Bool("nocache", false, "disable both caches (every allowed query goes upstream)")
 	flagUpstream = flag.Duration("upstream-delay", 0, "added latency of the fake upstream")
 	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the resolver process during the first shinken/allowed scenario here")
 )
@@ -67,12 +67,78 @@ func main() {
 		clientMain()
 		return
 	}
+	if os.Getenv(upstreamEnv) != "" {
+		upstreamMain()
+		return
+	}
 	if err := run(); err != nil {
 		log.Fatalf("bench-dns: %v", err)
 	}
 }
 
 // ---- fake upstream ----
+
+const upstreamEnv = "SHINKEN_BENCH_DNS_UPSTREAM"
+
+// upstreamMain runs the fake upstream in its own process (so its CPU is
+// nobody's under test): it prints "PORT\n", serves until stdin closes, then
+// prints the number of queries it answered.
+func upstreamMain() {
+	u, err := startUpstream(*flagUpstream)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(u.addr.Port())
+	io.Copy(io.Discard, os.Stdin)
+	u.close()
+	fmt.Println(u.n.Load())
+}
+
+// upstreamProc is the fake upstream's process, seen from the bench.
+type upstreamProc struct {
+	addr netip.AddrPort
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+}
+
+func startUpstreamProc() (*upstreamProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-upstream-delay", flagUpstream.String())
+	cmd.Env = append(os.Environ(), upstreamEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &upstreamProc{cmd: cmd, in: in, out: bufio.NewReader(outp)}
+	var port uint16
+	if _, err := fmt.Fscanln(p.out, &port); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("fake upstream: %w", err)
+	}
+	p.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
+	return p, nil
+}
+
+// stop ends the process (by closing its stdin) and returns its query count.
+func (p *upstreamProc) stop() uint64 {
+	p.in.Close()
+	var n uint64
+	fmt.Fscanln(p.out, &n)
+	p.cmd.Wait()
+	return n
+}
 
 type upstream struct {
 	addr  netip.AddrPort
@@ -166,7 +232,16 @@ type sink struct {
 	handle  dataplane.HandleRef
 	count   func() int
 	close   func()
+	n       atomic.Uint64
 }
+
+// AllowEgress counts and forwards.
+func (s *sink) AllowEgress(session string, r dataplane.EgressRule) error {
+	s.n.Add(1)
+	return s.Dataplane.AllowEgress(session, r)
+}
+
+func (s *sink) writes() uint64 { return s.n.Load() }
 
 // openSink opens a private dataplane (own parent cgroup and pin path,
 // uninstalled at exit) with one session, or falls back to memory.
@@ -184,7 +259,7 @@ func openSink(mode string) (*sink, error) {
 				return nil, err
 			}
 			return &sink{
-				Dataplane: dp, desc: "real dataplane (BPF LPM map write per answer)",
+				Dataplane: dp, desc: "real dataplane (BPF LPM trie write, 3 bpf(2) calls, per written entry)",
 				session: sess.Name, index: sess.Index, handle: h,
 				count: func() int { r, _ := dp.EgressRules(sess.Name); return len(r) },
 				close: func() {
@@ -234,7 +309,7 @@ func freePort() (uint16, error) {
 	return 0, errors.New("no free port")
 }
 
-func startDnsmasq(bin string, up netip.AddrPort, nocache bool) (*peer, error) {
+func startDnsmasq(bin string, up netip.AddrPort, cache int, nftset string) (*peer, error) {
 	dir, err := os.MkdirTemp("", "shinken-bench-dnsmasq-")
 	if err != nil {
 		return nil, err
@@ -243,9 +318,9 @@ func startDnsmasq(bin string, up netip.AddrPort, nocache bool) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := 10000
-	if nocache {
-		cache = 0
+	extra := ""
+	if nftset != "" {
+		extra = "nftset=/allowed.bench/" + nftset + "\n"
 	}
 	conf := fmt.Sprintf(`# written by bench/dns; loopback only
 port=%d
@@ -258,7 +333,7 @@ no-negcache
 server=/allowed.bench/%s#%d
 cache-size=%d
 dns-forward-max=1000
-`, port, up.Addr(), up.Port(), cache)
+%s`, port, up.Addr(), up.Port(), cache, extra)
 	cf := filepath.Join(dir, "dnsmasq.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -460,27 +535,8 @@ func runClient(target netip.AddrPort, nameFile string, rcode, conc int, d time.D
 	return r, nil
 }
 
-func run() error {
-	up, err := startUpstream(*flagUpstream)
-	if err != nil {
-		return err
-	}
-	defer up.close()
-
-	sk, err := openSink(*flagDP)
-	if err != nil {
-		return err
-	}
-	defer sk.close()
-	// Uninstall on ^C too.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() { <-sig; sk.close(); os.Exit(1) }()
-
-	cacheSize := 0
-	if *flagNoCache {
-		cacheSize = -1
-	}
+// startShinken starts one resolver instance writing into sk.
+func startShinken(sk *sink, up netip.AddrPort, cacheSize int, alwaysWrite bool) (*dnsresolver.Resolver, netip.AddrPort, error) {
 	res, err := dnsresolver.New(dnsresolver.Config{
 		Dataplane: sk,
 		SessionName: func(i uint32) (string, bool) {
@@ -489,31 +545,113 @@ func run() error {
 			}
 			return "", false
 		},
-		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
-		Upstreams:  []netip.AddrPort{up.addr},
-		CacheSize:  cacheSize,
-		UDPWorkers: *flagWorkers,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ListenAddr:  netip.MustParseAddrPort("0.0.0.0:0"),
+		Upstreams:   []netip.AddrPort{up},
+		CacheSize:   cacheSize,
+		AlwaysWrite: alwaysWrite,
+		UDPWorkers:  *flagWorkers,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
-		return err
+		return nil, netip.AddrPort{}, err
 	}
 	if err := res.SetPolicy(sk.session, dnsresolver.Policy{Grants: []dnsresolver.Grant{
 		{Pattern: "**.allowed.bench", Handle: sk.handle, Proto: dataplane.ProtoTCP, Ports: dataplane.Port(443)},
 	}}); err != nil {
-		return err
+		return nil, netip.AddrPort{}, err
 	}
 	if err := res.Start(); err != nil {
-		return err
+		return nil, netip.AddrPort{}, err
 	}
-	defer res.Close()
-	shinken := netip.AddrPortFrom(dnsresolver.SessionAddr(sk.index), res.Port())
+	return res, netip.AddrPortFrom(dnsresolver.SessionAddr(sk.index), res.Port()), nil
+}
 
-	pr, err := startDnsmasq(*flagDnsmasq, up.addr, *flagNoCache)
+// nftSet makes a private nftables table holding one IPv4 set with
+// timeouts, for dnsmasq's --nftset; it has no chain, so it filters nothing.
+// The returned func deletes it.
+func nftSet() (string, func(), error) {
+	b := make([]byte, 4)
+	rand.Read(b)
+	table := "shinken_benchdns_" + hex.EncodeToString(b)
+	script := fmt.Sprintf("add table inet %s\nadd set inet %s allowed { type ipv4_addr; flags timeout; timeout 5m; }\n", table, table)
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("nft: %v: %s", err, out)
+	}
+	return "4#inet#" + table + "#allowed", func() {
+		if out, err := exec.Command("nft", "delete", "table", "inet", table).CombinedOutput(); err != nil {
+			log.Printf("nft delete table %s: %v: %s", table, err, out)
+		}
+	}, nil
+}
+
+func run() error {
+	up, err := startUpstreamProc()
 	if err != nil {
 		return err
 	}
-	defer pr.stop()
+	upStopped := false
+	defer func() {
+		if !upStopped {
+			up.stop()
+		}
+	}()
+
+	sk, err := openSink(*flagDP)
+	if err != nil {
+		return err
+	}
+	var cleanups []func()
+	cleanup := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		cleanups = nil
+	}
+	defer cleanup()
+	cleanups = append(cleanups, sk.close)
+	// Clean up on ^C too.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() { <-sig; cleanup(); os.Exit(1) }()
+
+	// Shinken: default (cache; an entry already written with the same
+	// expiry is not written again), always-write (cache; every answer
+	// writes its entry), no cache (every query goes upstream and writes).
+	var targets [3]netip.AddrPort
+	for i, c := range []struct {
+		cache  int
+		always bool
+	}{{0, false}, {0, true}, {-1, false}} {
+		res, t, err := startShinken(sk, up.addr, c.cache, c.always)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { res.Close() })
+		targets[i] = t
+	}
+	shinken, shinkenAlways, shinkenNoCache := targets[0], targets[1], targets[2]
+
+	// dnsmasq: cached, and uncached with --nftset (its "answer + set write").
+	pr, err := startDnsmasq(*flagDnsmasq, up.addr, 10000, "")
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, pr.stop)
+	set, delSet, err := nftSet()
+	nftDesc := "+nftset"
+	if err != nil {
+		log.Printf("no nftables set (%v): the uncached dnsmasq runs without --nftset", err)
+		set, nftDesc = "", ""
+	} else {
+		cleanups = append(cleanups, delSet)
+	}
+	prNoCache, err := startDnsmasq(*flagDnsmasq, up.addr, 0, set)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, prNoCache.stop)
 
 	var allowed, refused []string
 	for i := range *flagNames {
@@ -532,8 +670,8 @@ func run() error {
 		return err
 	}
 
-	// Warm both caches (and write every entry once).
-	for _, t := range []netip.AddrPort{shinken, pr.addr} {
+	// Warm the caches (and write every entry once); check every answer.
+	for _, t := range []netip.AddrPort{shinken, shinkenAlways, shinkenNoCache, pr.addr, prNoCache.addr} {
 		for _, q := range qa {
 			m := new(dns.Msg)
 			m.Unpack(q)
@@ -552,7 +690,13 @@ func run() error {
 			return fmt.Errorf("refused check %s: %v %v", t, r, err)
 		}
 	}
-	upBefore := up.n.Load()
+	if set != "" {
+		out, _ := exec.Command("nft", "list", "set", "inet", strings.Split(set, "#")[2], "allowed").CombinedOutput()
+		if n := strings.Count(string(out), "93.184."); n < *flagNames {
+			return fmt.Errorf("dnsmasq --nftset wrote %d of %d addresses", n, *flagNames)
+		}
+	}
+	st0 := sk.writes()
 
 	type scen struct {
 		name   string
@@ -566,12 +710,16 @@ func run() error {
 	scens := []*scen{
 		{name: "shinken/allowed", target: shinken, names: fa, rcode: dns.RcodeSuccess, cpuOf: selfCPU},
 		{name: "dnsmasq/allowed", target: pr.addr, names: fa, rcode: dns.RcodeSuccess, cpuOf: pr.cpu},
+		{name: "shinken/allowed-alwayswrite", target: shinkenAlways, names: fa, rcode: dns.RcodeSuccess, cpuOf: selfCPU},
+		{name: "shinken/allowed-nocache", target: shinkenNoCache, names: fa, rcode: dns.RcodeSuccess, cpuOf: selfCPU},
+		{name: "dnsmasq/allowed-nocache" + nftDesc, target: prNoCache.addr, names: fa, rcode: dns.RcodeSuccess, cpuOf: prNoCache.cpu},
 		{name: "shinken/refused", target: shinken, names: fr, rcode: dns.RcodeRefused, cpuOf: selfCPU},
 		{name: "dnsmasq/refused", target: pr.addr, names: fr, rcode: dns.RcodeRefused, cpuOf: pr.cpu},
 	}
-	fmt.Printf("bench-dns: %d clients, %d rounds x %v per scenario, %d names, cache=%v, upstream delay %v\n",
-		*flagConc, *flagRounds, *flagDur, *flagNames, !*flagNoCache, *flagUpstream)
+	fmt.Printf("bench-dns: %d clients (separate process), %d interleaved rounds x %v per scenario, %d names, upstream delay %v\n",
+		*flagConc, *flagRounds, *flagDur, *flagNames, *flagUpstream)
 	fmt.Printf("entry writes: %s\n", sk.desc)
+	fmt.Printf("host: %d CPUs (GOMAXPROCS %d), load average %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), loadavg())
 	for round := range *flagRounds {
 		for _, s := range scens {
 			prof := *flagProfile != "" && round == 0 && s == scens[0]
@@ -595,19 +743,29 @@ func run() error {
 			s.res.add(r)
 		}
 	}
-	fmt.Printf("%-16s %12s %10s %10s %10s %12s %8s %8s\n", "scenario", "queries/s", "p50_us", "p99_us", "p999_us", "cpu_us/query", "errors", "wrong")
+	fmt.Printf("%-32s %10s %9s %9s %9s %12s %7s %7s\n", "scenario", "queries/s", "p50_us", "p99_us", "p999_us", "cpu_us/query", "errors", "wrong")
 	for _, s := range scens {
 		r := &s.res
-		fmt.Printf("%-16s %12.0f %10.1f %10.1f %10.1f %12.2f %8d %8d\n", s.name, r.qps(),
+		fmt.Printf("%-32s %10.0f %9.1f %9.1f %9.1f %12.2f %7d %7d\n", s.name, r.qps(),
 			us(r.pct(0.50)), us(r.pct(0.99)), us(r.pct(0.999)), us(s.cpu)/float64(max(r.n, 1)), r.errs, r.wrong)
 	}
-	st := res.Stats()
-	fmt.Printf("shinken: %d entries in the sink, %d entry writes, %d write errors, %d cache hits, %d refused\n",
-		sk.count(), st.Total.EntriesWritten, st.Total.WriteErrors, st.Total.CacheHits, st.Total.Refused)
-	fmt.Printf("upstream queries during measurement: %d\n", up.n.Load()-upBefore)
+	fmt.Printf("entry writes during measurement: %d (alwayswrite + nocache scenarios; the default skips rewrites)\n", sk.writes()-st0)
+	cleanup() // resolvers, dnsmasq, nftables set, dataplane
+	upStopped = true
+	fmt.Printf("fake upstream queries, warm-up included: %d (separate process)\n", up.stop())
+	fmt.Printf("load average after: %s\n", loadavg())
 	fmt.Printf("dns_qps_ratio_vs_peer=%.3f\n", scens[0].res.qps()/scens[1].res.qps())
 	fmt.Printf("dns_p99_us=%.1f\n", us(scens[0].res.pct(0.99)))
 	return nil
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // selfCPU is this process's CPU time: the resolver (the clients run in
