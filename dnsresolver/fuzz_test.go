@@ -123,7 +123,7 @@ func (x *fuzzExchanger) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, err
 
 var fuzzPolicy = Policy{
 	Grants: append(testPolicy.Grants,
-		Grant{Pattern: "**.fuzz.test", Handle: h2, AllowNonPublic: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}),
+		Grant{Pattern: "**.fuzz.test", Handle: h2, AllowNonPublic: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8")}}),
 	Deny: []string{"**.evil.test", "bad.fuzz.test"},
 }
 
@@ -169,6 +169,7 @@ func FuzzHandle(f *testing.F) {
 		{seed("a.fuzz.test.", dns.TypeA, false), upA("a.fuzz.test.", "x.evil.test.", "8.8.4.4")},
 		{seed("a.fuzz.test.", dns.TypeA, false), upA("other.test.", "", "9.9.9.9")},
 		{seed("a.fuzz.test.", dns.TypeA, false), upA("a.fuzz.test.", "", "169.254.169.254")},
+		{seed("a.fuzz.test.", dns.TypeA, false), upA("a.fuzz.test.", "", "127.128.0.2")},
 		{[]byte{0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 0x0c}, nil},
 		{[]byte{}, nil},
 	} {
@@ -230,6 +231,9 @@ func FuzzHandle(f *testing.F) {
 		for _, e := range entries {
 			if e.Session != "s1" {
 				t.Fatalf("entry for session %q", e.Session)
+			}
+			if SessionPrefix.Contains(e.Rule.Prefix.Addr()) {
+				t.Fatalf("entry %v for a session resolver address", e.Rule)
 			}
 			ok := false
 			for _, g := range grants {

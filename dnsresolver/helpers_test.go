@@ -45,6 +45,7 @@ var testZone = []string{
 	"rebind.test. 300 IN AAAA 2a00:1450:4001::1",
 	"internal.corp.test. 300 IN A 10.1.2.3",
 	"internal.corp.test. 300 IN A 192.168.9.9",
+	"internal.corp.test. 300 IN A 127.128.0.2", // another session's resolver address
 	"short.test. 0 IN A 1.1.1.1",
 	"long.test. 86400 IN A 1.0.0.1",
 	// CNAME to a denied name, to an invalid name, in a loop, too long.
@@ -273,7 +274,7 @@ var testPolicy = Policy{
 		{Pattern: "*.allowed.test", Handle: h2, Proto: dataplane.ProtoAny},
 		{Pattern: "www.chain.test", Handle: h1, Proto: dataplane.ProtoTCP, Ports: dataplane.Port(443)},
 		{Pattern: "rebind.test", Handle: h1},
-		{Pattern: "internal.corp.test", Handle: h3, AllowNonPublic: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+		{Pattern: "internal.corp.test", Handle: h3, AllowNonPublic: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8")}},
 		{Pattern: "**.short.test", Handle: h1},
 		{Pattern: "long.test", Handle: h1},
 		{Pattern: "alias.test", Handle: h1},

@@ -54,9 +54,12 @@ func IsPublic(a netip.Addr) bool {
 	return true
 }
 
-// allowedFor reports whether grant g may resolve to a.
+// allows reports whether grant g may resolve to a.
 func (g *compiledGrant) allows(a netip.Addr) bool {
-	if a.Is4In6() || a.Zone() != "" {
+	if a.Is4In6() || a.Zone() != "" || SessionPrefix.Contains(a) {
+		// A session address is never an answer, whatever AllowNonPublic
+		// says: an entry for another session's address would let this
+		// session query the resolver as that session.
 		return false
 	}
 	if IsPublic(a) {
