@@ -11,6 +11,11 @@
  *                       connect/sendmsg check covered (raw, ICMP, a SYN whose
  *                       connect was never checked) are dropped
  *   cgroup/sock_release forgets a closed socket's flow
+ *   cgroup/recvmsg4|6   DNS replies (and getpeername4|6 on a DNS socket) show
+ *   cgroup/getpeername4|6  the server the session asked
+ *
+ * With DNS redirection on, every UDP/TCP query to port 53 goes to the agent's
+ * resolver at the session's own loopback address (SHK_DNS_BASE + index).
  *
  * A destination is allowed when an entry of the session's egress map covers
  * it with a matching protocol and port, the entry has not expired, and the
@@ -78,14 +83,24 @@ struct {
 
 /* Socket cookie -> the handle a connection was allowed under. Written at
  * connect, deleted at socket release, read for every packet of the flow.
- * Preallocated and sized by user space (max concurrent session flows); a
- * connect that finds it full is denied. */
+ * Sized by user space (max concurrent session flows); a connect that finds
+ * it full is denied. Not preallocated: the kernel's per-CPU element caches
+ * hand a closing socket's element to the next connect while it is still hot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u64);
 	__type(value, struct shk_flow);
 	__uint(max_entries, 262144);
 } shk_flows SEC(".maps");
+
+/* Global configuration, one entry (struct shk_config). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct shk_config);
+	__uint(max_entries, 1);
+} shk_settings SEC(".maps");
 
 /* Denials per (session index * SHK_NR_REASONS + reason). Sized by user space
  * to max sessions * SHK_NR_REASONS. Never lossy, unlike the ring buffer. */
@@ -278,6 +293,133 @@ static __always_inline int is_v4mapped(const __u32 *a)
 }
 
 /*
+ * Every DNS query of a session, to any address on port 53, goes to the
+ * agent's resolver at the session's own loopback address, so the resolver
+ * knows which session asks without trusting anything the session sends.
+ * Returns -1 when redirection is off (DNS is then ordinary egress), else the
+ * verdict.
+ */
+static __always_inline int redirect_dns(struct bpf_sock_addr *ctx, __u32 index, int v6, int connect)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	struct shk_flow *f, nf = {};
+	__u64 cookie;
+	__u32 ip;
+
+	if (!cfg || !cfg->dns_port)
+		return -1;
+	/* An unconnected IPv6 send cannot be re-aimed at the IPv4 resolver
+	 * (the kernel has passed its v4-mapped branch by now): refuse it.
+	 * Connected IPv6 sockets (glibc's resolver connects) do reach it. */
+	if (v6 && !connect)
+		return 0;
+	cookie = bpf_get_socket_cookie(ctx);
+	f = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (!f) {
+		/* Not yet known: insert, then work on the map's copy. */
+		if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&shk_flows, &cookie))
+			return 0; /* no room to restore the reply's source: fail closed */
+		f = bpf_map_lookup_elem(&shk_flows, &cookie);
+		if (!f)
+			return 0;
+	}
+	if (connect) {
+		/* The socket now talks to the resolver only. */
+		f->handle = SHK_HANDLE_NONE;
+		f->generation = SHK_FLOW_DNS_GENERATION;
+	}
+	f->dns_port = (__u16)ctx->user_port;
+	if (v6) {
+		f->dns_family = AF_INET6;
+		f->dns_addr[0] = ctx->user_ip6[0];
+		f->dns_addr[1] = ctx->user_ip6[1];
+		f->dns_addr[2] = ctx->user_ip6[2];
+		f->dns_addr[3] = ctx->user_ip6[3];
+	} else {
+		f->dns_family = AF_INET;
+		f->dns_addr[0] = ctx->user_ip4;
+	}
+	ip = bpf_htonl(SHK_DNS_BASE + index);
+	if (v6) {
+		/* v4-mapped: dual-stack sockets reach the IPv4 resolver; a
+		 * V6ONLY socket cannot, and its DNS fails closed. */
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
+		ctx->user_ip6[3] = ip;
+	} else {
+		ctx->user_ip4 = ip;
+	}
+	ctx->user_port = bpf_htons(cfg->dns_port);
+	return 1;
+}
+
+/*
+ * A send aimed at the session's own resolver address and port is a query that
+ * was already redirected (an IPv6 socket's v4-mapped send re-enters the IPv4
+ * hook) or one made there directly: let it through.
+ */
+static __always_inline int own_resolver(struct bpf_sock_addr *ctx, __u16 dport, int connect)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+
+	if (!cfg || !cfg->dns_port || dport != cfg->dns_port)
+		return -1;
+	if (connect) {
+		__u64 cookie = bpf_get_socket_cookie(ctx);
+		struct shk_flow *f = bpf_map_lookup_elem(&shk_flows, &cookie);
+		struct shk_flow nf = { .handle = SHK_HANDLE_NONE, .generation = SHK_FLOW_DNS_GENERATION };
+
+		if (f) {
+			f->handle = SHK_HANDLE_NONE;
+			f->generation = SHK_FLOW_DNS_GENERATION;
+		} else if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_ANY)) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Replies from the resolver show the address the session sent its query to. */
+static __always_inline int restore_dns(struct bpf_sock_addr *ctx, int v6)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	struct shk_flow *orig;
+	__u64 cookie;
+	__u32 ip;
+
+	if (!cfg || !cfg->dns_port || ctx->user_port != bpf_htons(cfg->dns_port))
+		return 1;
+	ip = v6 ? ctx->user_ip6[3] : ctx->user_ip4;
+	if ((bpf_ntohl(ip) & 0xff800000) != SHK_DNS_BASE)
+		return 1;
+	if (v6 && (ctx->user_ip6[0] || ctx->user_ip6[1] || ctx->user_ip6[2] != bpf_htonl(0x0000ffff)))
+		return 1;
+	cookie = bpf_get_socket_cookie(ctx);
+	orig = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (!orig)
+		return 1;
+	if (v6) {
+		if (orig->dns_family != AF_INET6)
+			return 1;
+		ctx->user_ip6[0] = orig->dns_addr[0];
+		ctx->user_ip6[1] = orig->dns_addr[1];
+		ctx->user_ip6[2] = orig->dns_addr[2];
+		ctx->user_ip6[3] = orig->dns_addr[3];
+	} else {
+		if (orig->dns_family != AF_INET)
+			return 1;
+		ctx->user_ip4 = orig->dns_addr[0];
+	}
+	ctx->user_port = orig->dns_port;
+	return 1;
+}
+
+/*
  * The one decision of every connect and unconnected send. connect says
  * whether to remember the allowing handle on the socket.
  */
@@ -316,6 +458,17 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		return 0;
 	}
 
+	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
+		int r = -1;
+
+		if (dport == 53)
+			r = redirect_dns(ctx, s->index, v6, connect);
+		else if (family == AF_INET && daddr[0] == bpf_htonl(SHK_DNS_BASE + s->index))
+			r = own_resolver(ctx, dport, connect);
+		if (r >= 0)
+			return r;
+	}
+
 	now = bpf_ktime_get_boot_ns();
 	if (family == AF_INET)
 		why = lookup4(s->index, daddr[0], proto, dport, now, &ref);
@@ -329,7 +482,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	if (connect) {
 		__u64 cookie = bpf_get_socket_cookie(ctx);
 
-		ref.pid = pid;
+		ref.pid = pid; /* a new destination: any DNS memory of the socket is void */
 		/* No place to remember the handle: the flow could not be cut
 		 * on revoke, so it is not allowed to start. */
 		if (bpf_map_update_elem(&shk_flows, &cookie, &ref, BPF_ANY)) {
@@ -363,6 +516,30 @@ SEC("cgroup/sendmsg6")
 int shk_sendmsg6(struct bpf_sock_addr *ctx)
 {
 	return check_sock_addr(ctx, 1, 0);
+}
+
+SEC("cgroup/recvmsg4")
+int shk_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 0);
+}
+
+SEC("cgroup/recvmsg6")
+int shk_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 1);
+}
+
+SEC("cgroup/getpeername4")
+int shk_getpeername4(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 0);
+}
+
+SEC("cgroup/getpeername6")
+int shk_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 1);
 }
 
 /* Is the packet a TCP SYN without ACK (an active open)? */
@@ -411,6 +588,11 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 
 	cookie = bpf_get_socket_cookie(skb);
 	st = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (st && st->handle == SHK_HANDLE_NONE) {
+		if (st->generation == SHK_FLOW_DNS_GENERATION)
+			return 1; /* a DNS query redirected to the resolver */
+		st = 0; /* only DNS memory, no connect-time verdict */
+	}
 	if (st) {
 		why = shk_handle_check(st->handle, st->generation);
 		if (why == SHK_REASON_NONE)

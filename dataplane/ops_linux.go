@@ -590,3 +590,49 @@ func bootToTime(ns uint64) time.Time {
 	}
 	return time.Now().Add(time.Duration(int64(ns) - int64(bootNow())))
 }
+
+// ---- DNS ----
+
+// DNSBase is the first address of the per-session resolver addresses: the
+// kernel sends a session's DNS queries to DNSBase + session index.
+var DNSBase = netip.AddrFrom4([4]byte{127, 128, 0, 0})
+
+// SessionDNSAddr is the loopback address session index's DNS queries are
+// redirected to.
+func SessionDNSAddr(index uint32) netip.Addr {
+	b := DNSBase.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += index
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// SetDNSRedirect makes the kernel send every UDP and TCP query a session
+// makes to port 53, whatever the address, to the resolver listening on
+// 0.0.0.0:port (it sees the session's own address as destination). Port 0
+// turns redirection off: DNS is then ordinary egress, denied unless allowed.
+func (d *Dataplane) SetDNSRedirect(port uint16) error {
+	if err := d.objs.ShkSettings.Update(uint32(0), shkShkConfig{DnsPort: port}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("configure DNS redirect: %w", err)
+	}
+	return nil
+}
+
+// DNSRedirect returns the resolver port DNS is redirected to (0: off).
+func (d *Dataplane) DNSRedirect() (uint16, error) {
+	var c shkShkConfig
+	if err := d.objs.ShkSettings.Lookup(uint32(0), &c); err != nil {
+		return 0, fmt.Errorf("read config: %w", err)
+	}
+	return c.DnsPort, nil
+}
+
+// SessionByIndex returns the session with kernel index idx.
+func (d *Dataplane) SessionByIndex(idx uint32) (Session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.byIndex[idx]
+	if !ok {
+		return Session{}, fmt.Errorf("%w: index %d", ErrSessionNotFound, idx)
+	}
+	return *s, nil
+}

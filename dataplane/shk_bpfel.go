@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shkShkConfig struct {
+	_       structs.HostLayout
+	DnsPort uint16
+	Pad     uint16
+	Flags   uint32
+}
+
 type shkShkEgress4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -55,6 +62,10 @@ type shkShkFlow struct {
 	Generation uint32
 	Pid        uint32
 	Reported   uint32
+	DnsAddr    [4]uint32
+	DnsPort    uint16
+	DnsFamily  uint16
+	Pad        uint32
 }
 
 type shkShkHandle struct {
@@ -87,23 +98,28 @@ type shkShkSession struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shkMapShkCounters     = "shk_counters"
-	shkMapShkEgress4      = "shk_egress4"
-	shkMapShkEgress6      = "shk_egress6"
-	shkMapShkEvents       = "shk_events"
-	shkMapShkFlows        = "shk_flows"
-	shkMapShkHandles      = "shk_handles"
-	shkMapShkSessions     = "shk_sessions"
-	shkMapShkStats        = "shk_stats"
-	shkProgShkConnect4    = "shk_connect4"
-	shkProgShkConnect6    = "shk_connect6"
-	shkProgShkSendmsg4    = "shk_sendmsg4"
-	shkProgShkSendmsg6    = "shk_sendmsg6"
-	shkProgShkSkbEgress   = "shk_skb_egress"
-	shkProgShkSkbIngress  = "shk_skb_ingress"
-	shkProgShkSockRelease = "shk_sock_release"
-	shkVarShkSessionLevel = "shk_session_level"
-	shkVarUnusedEvent     = "unused_event"
+	shkMapShkCounters      = "shk_counters"
+	shkMapShkEgress4       = "shk_egress4"
+	shkMapShkEgress6       = "shk_egress6"
+	shkMapShkEvents        = "shk_events"
+	shkMapShkFlows         = "shk_flows"
+	shkMapShkHandles       = "shk_handles"
+	shkMapShkSessions      = "shk_sessions"
+	shkMapShkSettings      = "shk_settings"
+	shkMapShkStats         = "shk_stats"
+	shkProgShkConnect4     = "shk_connect4"
+	shkProgShkConnect6     = "shk_connect6"
+	shkProgShkGetpeername4 = "shk_getpeername4"
+	shkProgShkGetpeername6 = "shk_getpeername6"
+	shkProgShkRecvmsg4     = "shk_recvmsg4"
+	shkProgShkRecvmsg6     = "shk_recvmsg6"
+	shkProgShkSendmsg4     = "shk_sendmsg4"
+	shkProgShkSendmsg6     = "shk_sendmsg6"
+	shkProgShkSkbEgress    = "shk_skb_egress"
+	shkProgShkSkbIngress   = "shk_skb_ingress"
+	shkProgShkSockRelease  = "shk_sock_release"
+	shkVarShkSessionLevel  = "shk_session_level"
+	shkVarUnusedEvent      = "unused_event"
 )
 
 // loadShk returns the embedded CollectionSpec for shk.
@@ -148,13 +164,17 @@ type shkSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkProgramSpecs struct {
-	ShkConnect4    *ebpf.ProgramSpec `ebpf:"shk_connect4"`
-	ShkConnect6    *ebpf.ProgramSpec `ebpf:"shk_connect6"`
-	ShkSendmsg4    *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6    *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
-	ShkSkbEgress   *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
-	ShkSkbIngress  *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
-	ShkSockRelease *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
+	ShkConnect4     *ebpf.ProgramSpec `ebpf:"shk_connect4"`
+	ShkConnect6     *ebpf.ProgramSpec `ebpf:"shk_connect6"`
+	ShkGetpeername4 *ebpf.ProgramSpec `ebpf:"shk_getpeername4"`
+	ShkGetpeername6 *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
+	ShkRecvmsg4     *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
+	ShkRecvmsg6     *ebpf.ProgramSpec `ebpf:"shk_recvmsg6"`
+	ShkSendmsg4     *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6     *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
+	ShkSkbEgress    *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
+	ShkSkbIngress   *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkSockRelease  *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
 }
 
 // shkMapSpecs contains maps before they are loaded into the kernel.
@@ -168,6 +188,7 @@ type shkMapSpecs struct {
 	ShkFlows    *ebpf.MapSpec `ebpf:"shk_flows"`
 	ShkHandles  *ebpf.MapSpec `ebpf:"shk_handles"`
 	ShkSessions *ebpf.MapSpec `ebpf:"shk_sessions"`
+	ShkSettings *ebpf.MapSpec `ebpf:"shk_settings"`
 	ShkStats    *ebpf.MapSpec `ebpf:"shk_stats"`
 }
 
@@ -206,6 +227,7 @@ type shkMaps struct {
 	ShkFlows    *ebpf.Map `ebpf:"shk_flows"`
 	ShkHandles  *ebpf.Map `ebpf:"shk_handles"`
 	ShkSessions *ebpf.Map `ebpf:"shk_sessions"`
+	ShkSettings *ebpf.Map `ebpf:"shk_settings"`
 	ShkStats    *ebpf.Map `ebpf:"shk_stats"`
 }
 
@@ -218,6 +240,7 @@ func (m *shkMaps) Close() error {
 		m.ShkFlows,
 		m.ShkHandles,
 		m.ShkSessions,
+		m.ShkSettings,
 		m.ShkStats,
 	)
 }
@@ -234,19 +257,27 @@ type shkVariables struct {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkPrograms struct {
-	ShkConnect4    *ebpf.Program `ebpf:"shk_connect4"`
-	ShkConnect6    *ebpf.Program `ebpf:"shk_connect6"`
-	ShkSendmsg4    *ebpf.Program `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6    *ebpf.Program `ebpf:"shk_sendmsg6"`
-	ShkSkbEgress   *ebpf.Program `ebpf:"shk_skb_egress"`
-	ShkSkbIngress  *ebpf.Program `ebpf:"shk_skb_ingress"`
-	ShkSockRelease *ebpf.Program `ebpf:"shk_sock_release"`
+	ShkConnect4     *ebpf.Program `ebpf:"shk_connect4"`
+	ShkConnect6     *ebpf.Program `ebpf:"shk_connect6"`
+	ShkGetpeername4 *ebpf.Program `ebpf:"shk_getpeername4"`
+	ShkGetpeername6 *ebpf.Program `ebpf:"shk_getpeername6"`
+	ShkRecvmsg4     *ebpf.Program `ebpf:"shk_recvmsg4"`
+	ShkRecvmsg6     *ebpf.Program `ebpf:"shk_recvmsg6"`
+	ShkSendmsg4     *ebpf.Program `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6     *ebpf.Program `ebpf:"shk_sendmsg6"`
+	ShkSkbEgress    *ebpf.Program `ebpf:"shk_skb_egress"`
+	ShkSkbIngress   *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkSockRelease  *ebpf.Program `ebpf:"shk_sock_release"`
 }
 
 func (p *shkPrograms) Close() error {
 	return _ShkClose(
 		p.ShkConnect4,
 		p.ShkConnect6,
+		p.ShkGetpeername4,
+		p.ShkGetpeername6,
+		p.ShkRecvmsg4,
+		p.ShkRecvmsg6,
 		p.ShkSendmsg4,
 		p.ShkSendmsg6,
 		p.ShkSkbEgress,
