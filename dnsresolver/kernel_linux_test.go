@@ -83,20 +83,62 @@ func rawConnect(addr string) string {
 	return "ok"
 }
 
-// sessionQuery sends one query and reports the rcode, the address the reply
-// came from (as the application sees it) and the answer's addresses.
-func sessionQuery(transport, server, name, qtype string) string {
+// sessionQuery sends one query to server and reports the rcode, the address
+// the reply appears to come from (as the application sees it) and the
+// answer's addresses: "ok RCODE FROM a,b,-". mode is udp (unconnected AF_INET
+// socket, sendto/recvfrom), cudp (connected UDP, as glibc does) or tcp.
+// Plain sockets, no getaddrinfo.
+func sessionQuery(mode, server, name, qtype string) string {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), dns.StringToType[qtype])
-	c := &dns.Client{Net: transport, Timeout: 3 * time.Second}
-	conn, err := c.Dial(server)
-	if err != nil {
-		return "err " + strings.ReplaceAll(err.Error(), " ", "_")
-	}
-	defer conn.Close()
-	resp, _, err := c.ExchangeWithConn(m, conn)
-	if err != nil {
-		return "err " + strings.ReplaceAll(err.Error(), " ", "_")
+	fail := func(err error) string { return "err " + strings.ReplaceAll(err.Error(), " ", "_") }
+	var (
+		resp *dns.Msg
+		from string
+	)
+	switch mode {
+	case "udp":
+		to, err := netip.ParseAddrPort(server)
+		if err != nil {
+			return fail(err)
+		}
+		c, err := net.ListenUDP("udp4", nil)
+		if err != nil {
+			return fail(err)
+		}
+		defer c.Close()
+		b, _ := m.Pack()
+		if _, err := c.WriteToUDPAddrPort(b, to); err != nil {
+			return fail(err)
+		}
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 4096)
+		n, src, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return fail(err)
+		}
+		resp = new(dns.Msg)
+		if err := resp.Unpack(buf[:n]); err != nil {
+			return fail(err)
+		}
+		from = src.String()
+	case "cudp", "tcp":
+		network := "udp"
+		if mode == "tcp" {
+			network = "tcp"
+		}
+		c := &dns.Client{Net: network, Timeout: 3 * time.Second}
+		conn, err := c.Dial(server)
+		if err != nil {
+			return fail(err)
+		}
+		defer conn.Close()
+		if resp, _, err = c.ExchangeWithConn(m, conn); err != nil {
+			return fail(err)
+		}
+		from = conn.RemoteAddr().String()
+	default:
+		return "err bad mode"
 	}
 	var addrs []string
 	for _, rr := range resp.Answer {
@@ -107,7 +149,7 @@ func sessionQuery(transport, server, name, qtype string) string {
 			addrs = append(addrs, v.AAAA.String())
 		}
 	}
-	return fmt.Sprintf("ok %s %s %s", dns.RcodeToString[resp.Rcode], conn.RemoteAddr(), strings.Join(append(addrs, "-"), ","))
+	return fmt.Sprintf("ok %s %s %s", dns.RcodeToString[resp.Rcode], from, strings.Join(append(addrs, "-"), ","))
 }
 
 var (
@@ -203,6 +245,9 @@ func requireRoot(t testing.TB) {
 // kernelEnv is a real dataplane with one session, a handle, a fake upstream
 // and a resolver writing into the dataplane.
 type kernelEnv struct {
+	mu    sync.Mutex
+	names map[uint32]string // what Config.SessionName answers
+
 	dp   *dataplane.Dataplane
 	sess dataplane.Session
 	h    dataplane.HandleRef
@@ -243,15 +288,15 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &kernelEnv{dp: dp, sess: sess, h: h, up: startFakeUpstream(t, kernelZone)}
+	e := &kernelEnv{dp: dp, sess: sess, h: h, up: startFakeUpstream(t, kernelZone), names: map[uint32]string{sess.Index: sess.Name}}
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	r, err := New(Config{
 		Dataplane: dp,
 		SessionName: func(i uint32) (string, bool) {
-			if i == sess.Index {
-				return sess.Name, true
-			}
-			return "", false
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			n, ok := e.names[i]
+			return n, ok
 		},
 		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
 		Upstreams:  []netip.AddrPort{e.up.addr},
@@ -401,5 +446,82 @@ func TestKernelEntries(t *testing.T) {
 		if !t.Run(s.name, s.run) {
 			return
 		}
+	}
+}
+
+// TestRedirectedSession: a process inside a real session sends plain UDP
+// (unconnected and connected) and TCP DNS queries to arbitrary loopback
+// addresses on port 53, IPv4 and IPv6; the kernel redirects them to the
+// resolver at the session's address, the resolver answers from its policy and
+// writes real kernel entries, and the replies appear to come from the server
+// the process asked.
+func TestRedirectedSession(t *testing.T) {
+	e := newKernelEnv(t)
+	if err := e.dp.SetDNSRedirect(e.r.Port()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.dp.SetDNSRedirect(0) })
+	listenLoopback(t, "127.0.0.77:8080")
+	listenLoopback(t, "127.0.0.78:8080")
+	listenLoopback(t, "127.0.0.80:8080")
+	p := startSessionProc(t, e.sess)
+	for _, tc := range []struct{ cmd, want string }{
+		{"tcp 127.0.0.78:8080", "err EPERM"},
+		{"dns udp 127.0.0.53:53 denied.kernel.test A", "ok REFUSED 127.0.0.53:53 -"},
+		{"dns udp 127.0.0.53:53 svc.kernel.test A", "ok NOERROR 127.0.0.53:53 127.0.0.77,-"},
+		{"dns cudp 127.9.8.7:53 www.kernel.test A", "ok NOERROR 127.9.8.7:53 127.0.0.78,-"},
+		{"dns tcp 127.0.0.53:53 www.kernel.test A", "ok NOERROR 127.0.0.53:53 127.0.0.78,-"},
+		{"dns cudp [::1]:53 www.kernel.test A", "ok NOERROR [::1]:53 127.0.0.78,-"},
+		{"dns tcp [::1]:53 www.kernel.test A", "ok NOERROR [::1]:53 127.0.0.78,-"},
+		{`dns cudp 127.0.0.53:53 x\000.svc.kernel.test A`, "ok REFUSED 127.0.0.53:53 -"},
+		{"dns cudp 127.0.0.53:53 c2VjcmV0.exfil.kernel.test A", "ok REFUSED 127.0.0.53:53 -"},
+		{"dns cudp 127.0.0.53:53 rebind.kernel.test A", "ok NOERROR 127.0.0.53:53 -"},
+		{"dns cudp 127.0.0.53:53 svc.kernel.test ANY", "ok REFUSED 127.0.0.53:53 -"},
+		{"tcp 127.0.0.78:8080", "ok"},        // resolved through the redirect: reachable
+		{"tcp 127.0.0.77:8080", "ok"},        // likewise
+		{"tcp 127.0.0.80:8080", "err EPERM"}, // the denied name's address: never written
+		{"tcp 127.0.0.79:8080", "err EPERM"}, // the stripped rebinding address
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			if got := p.do(tc.cmd); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	for _, n := range []string{"denied.kernel.test.", "c2VjcmV0.exfil.kernel.test."} {
+		if e.up.askedFor(n) {
+			t.Errorf("%s reached the upstream", n)
+		}
+	}
+	st := e.r.Stats().Sessions[e.sess.Name]
+	if st.Denials[ReasonNotAllowed] != 2 || st.Denials[ReasonInvalidName] != 1 || st.Denials[ReasonQType] != 1 {
+		t.Errorf("denial counters %+v", st.Denials)
+	}
+
+	// A second session, with no DNS policy: its queries arrive on its own
+	// address, are refused, and write nothing, for it or for the first.
+	s2, err := e.dp.CreateSession("dns2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.names[s2.Index] = s2.Name
+	e.mu.Unlock()
+	before, _ := e.dp.EgressRules(e.sess.Name)
+	p2 := startSessionProc(t, s2)
+	if got := p2.do("dns udp 127.0.0.53:53 svc.kernel.test A"); got != "ok REFUSED 127.0.0.53:53 -" {
+		t.Fatalf("second session: %q", got)
+	}
+	if got := p2.do("tcp 127.0.0.77:8080"); got != "err EPERM" {
+		t.Fatalf("second session reaches the first one's entry: %q", got)
+	}
+	if r, _ := e.dp.EgressRules(s2.Name); len(r) != 0 {
+		t.Fatalf("entries for the second session: %v", r)
+	}
+	if after, _ := e.dp.EgressRules(e.sess.Name); len(after) != len(before) {
+		t.Fatalf("first session's entries changed: %v -> %v", before, after)
+	}
+	if d := e.r.Stats().Sessions[s2.Name].Denials[ReasonNotAllowed]; d != 1 {
+		t.Fatalf("second session's denials: %d", d)
 	}
 }
