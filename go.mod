@@ -6,7 +6,7 @@ require (
 	github.com/cedar-policy/cedar-go v1.9.1
 	github.com/cilium/ebpf v0.22.0
 	github.com/miekg/dns v1.1.73
-	golang.org/x/net v0.57.0
+	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
 )
 
