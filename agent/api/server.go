@@ -34,6 +34,9 @@ type Config struct {
 	OnSessionEnd func(session string)
 	// OnGrantsChanged is called after grants change (DNS allowlists).
 	OnGrantsChanged func(session string)
+	// Audit records what the API sees (requests, attenuations, runs, card
+	// decisions). An error fails the call before anything happens.
+	Audit func(kind string, fields map[string]any) error
 }
 
 // Server serves the /v1 operator API.
@@ -54,6 +57,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = func(string, map[string]any) error { return nil }
 	}
 	cards, err := openCards(cfg.StateDir)
 	if err != nil {
@@ -357,6 +363,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
+	if err := s.cfg.Audit("run", map[string]any{"actor": actor(r), "session": id, "tool": req.Argv[0], "params": req.Argv, "outcome": "started"}); err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
@@ -421,6 +431,12 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request) {
 	for i, req := range body.Requests {
 		if req.Requester == "" {
 			req.Requester = who
+		}
+		if err := s.cfg.Audit("request", map[string]any{"actor": who, "agent": req.Requester, "session": req.Session,
+			"resource": string(req.Capability.Class), "params": req.Capability, "provenance": string(req.Provenance),
+			"lifetime": string(req.Lifecycle), "parent": req.Parent}); err != nil {
+			writeErr(w, http.StatusInternalServerError, err)
+			return
 		}
 		g, err := s.cfg.Agent.Grant(r.Context(), req)
 		var are *agent.ApprovalRequiredError
@@ -574,6 +590,16 @@ func (s *Server) attenuate(w http.ResponseWriter, r *http.Request) {
 		body.Request.Requester = actor(r)
 	}
 	g, err := s.cfg.Agent.Attenuate(r.Context(), body.Parent, body.Request)
+	outcome, handle := "granted", ""
+	if err != nil {
+		outcome = "refused: " + err.Error()
+	} else {
+		handle = g.ID
+	}
+	if aerr := s.cfg.Audit("attenuate", map[string]any{"actor": actor(r), "agent": body.Request.Requester, "session": body.Request.Session,
+		"resource": string(body.Request.Capability.Class), "params": body.Request.Capability, "outcome": outcome, "handle": handle}); aerr != nil && err == nil {
+		s.cfg.Logger.Error("audit attenuate", "err", aerr)
+	}
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return
@@ -690,6 +716,9 @@ func (s *Server) approveCard(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.Status, c.Decision, c.Decider = "approved", body.Mode, who
+	if err := s.cfg.Audit("card", map[string]any{"actor": who, "session": c.Session, "card": c.ID, "tier": c.Tier.String(), "outcome": "approved_" + body.Mode}); err != nil {
+		s.cfg.Logger.Error("audit card", "err", err)
+	}
 	if err := s.cards.save(); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
@@ -731,6 +760,9 @@ func (s *Server) closeCard(w http.ResponseWriter, r *http.Request, status string
 		return
 	}
 	c.Status, c.Decider = status, who
+	if err := s.cfg.Audit("card", map[string]any{"actor": who, "session": c.Session, "card": c.ID, "tier": c.Tier.String(), "outcome": status}); err != nil {
+		s.cfg.Logger.Error("audit card", "err", err)
+	}
 	if err := s.cards.save(); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return

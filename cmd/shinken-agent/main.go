@@ -109,6 +109,8 @@ type daemon struct {
 	srv      *api.Server
 	sink     *eventSink
 	events   *dataplane.EventReader
+	audit    *auditState
+	metrics  *metricsState
 	wg       sync.WaitGroup
 }
 
@@ -232,9 +234,18 @@ func (d *daemon) syncDNS(session string) {
 				ports = append(ports, dataplane.PortRange{Lo: pr.Lo, Hi: pr.Hi})
 			}
 		}
+		// A grant that names domains and CIDRs together lets its names
+		// resolve into those CIDRs even when they are not public (an
+		// internal service); otherwise non-public answers are stripped.
+		var nonPublic []netip.Prefix
+		for _, c := range g.Capability.Egress.CIDRs {
+			if !dnsresolver.IsPublic(c.Addr()) {
+				nonPublic = append(nonPublic, c)
+			}
+		}
 		for _, dom := range g.Capability.Egress.Domains {
 			for _, pr := range ports {
-				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: dataplane.ProtoAny, Ports: pr})
+				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: dataplane.ProtoAny, Ports: pr, AllowNonPublic: nonPublic})
 			}
 		}
 	}
@@ -263,6 +274,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 			d.sessionEnded(s)
 		},
 		OnGrantsChanged: d.syncDNS,
+		Audit:           d.auditAPI,
 	})
 	if err != nil {
 		return err
@@ -302,6 +314,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 					d.log.Warn("sweep", "err", err)
 				}
 				d.srv.SyncCards()
+				d.flushDenials()
 				for _, s := range d.ag.Sessions() {
 					d.syncDNS(s.ID)
 				}
