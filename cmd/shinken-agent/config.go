@@ -66,7 +66,7 @@ func defaults() Config {
 func load(args []string) (Config, bool, error) {
 	cfg := defaults()
 	fs := flag.NewFlagSet("shinken-agent", flag.ContinueOnError)
-	file := fs.String("config", "/etc/shinken/agent.json", "config file (JSON); optional")
+	file := fs.String("config", "/etc/shinken/agent.json", "config file (JSON); optional; \"\" for none")
 	uninstall := fs.Bool("uninstall", false, "detach and remove everything (kills all session processes), then exit")
 	var over Config
 	fs.StringVar(&over.StateDir, "state-dir", "", "state directory (default "+cfg.StateDir+")")
@@ -88,6 +88,10 @@ func load(args []string) (Config, bool, error) {
 			explicit = true
 		}
 	})
+	if *file == "" {
+		*file = "/nonexistent/shinken-agent.json"
+		explicit = false
+	}
 	data, err := os.ReadFile(*file)
 	switch {
 	case err == nil:
