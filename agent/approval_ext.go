@@ -45,3 +45,10 @@ func (a *Agent) CancelApproval(id, actor string) error {
 	}
 	return errors.Join(a.emit(Event{Kind: "approval.cancel", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Actor: actor, Outcome: "cancelled"}))
 }
+
+// Close releases the state journal. The agent must not be used afterwards.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.store.close()
+}

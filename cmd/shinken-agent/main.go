@@ -373,6 +373,9 @@ func (d *daemon) close() {
 		d.resolver.Close()
 	}
 	d.wg.Wait()
+	if d.ag != nil {
+		d.ag.Close()
+	}
 	d.closeAudit()
 	if d.dp != nil {
 		d.dp.Close()
