@@ -139,7 +139,9 @@ func (p slogPrinter) Println(v ...any) { p.l.Warn("metrics: scrape", "error", fm
 
 // SetGrantsLive sets the number of grants in force for a capability class
 // (net.egress, fs.scope, gpu, ...).
-func (m *Metrics) SetGrantsLive(class string, n int) { m.grantsLive.WithLabelValues(class).Set(float64(n)) }
+func (m *Metrics) SetGrantsLive(class string, n int) {
+	m.grantsLive.WithLabelValues(class).Set(float64(n))
+}
 
 // SetHandlesLive sets the number of live caretaker handles.
 func (m *Metrics) SetHandlesLive(n int) { m.handlesLive.Set(float64(n)) }
