@@ -77,7 +77,8 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		rep.Problems = append(rep.Problems, Problem{Record: rec, Seq: seq, Kind: kind, Detail: fmt.Sprintf(format, a...)})
 	}
 	var (
-		prevSeq   uint64
+		high      uint64 // the highest seq so far, and its line
+		highLine  int
 		prevHash  = GenesisHash(pub)
 		prevLine  int
 		sigOK     int
@@ -85,6 +86,18 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		cpHash    string // the log's hash at the checkpoint's seq
 	)
 	cp, cpErr := readCheckpoint(CheckpointPath(path), pub)
+	// The hashes of the last records, to say where a broken link points.
+	const window = 256
+	recent := make(map[string]int, window)
+	var order []string
+	remember := func(h string, line int) {
+		recent[h] = line
+		order = append(order, h)
+		if len(order) > window {
+			delete(recent, order[0])
+			order = order[1:]
+		}
+	}
 	rd := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {
 		line, err := readLine(rd)
@@ -102,10 +115,15 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		r, canon, hash, perr := parseLine(line)
 		if perr != nil {
 			add(n, r.Seq, ProblemMalformed, "%v", perr)
-			// Carry on from what the line claims so the next record is
-			// judged on its own.
-			prevSeq, prevLine = r.Seq, n
-			prevHash = ""
+			// Let it hold the seq it claims, or the next one when it cannot
+			// be read, so the following record is judged on its own.
+			prevLine, prevHash = n, ""
+			if r.Seq == 0 {
+				r.Seq = high + 1
+			}
+			if r.Seq > high {
+				high, highLine = r.Seq, n
+			}
 			continue
 		}
 		if err := checkSig(pub, recordDomain, canon, r.Sig); err != nil {
@@ -114,18 +132,24 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		} else {
 			sigOK++
 		}
-		switch want := prevSeq + 1; {
+		switch want := high + 1; {
 		case r.Seq == want:
+		case r.Seq > want && prevLine == 0:
+			add(n, r.Seq, ProblemSeq, "seq gap: the log starts at seq %d: %s missing", r.Seq, seqRange(want, r.Seq-1))
 		case r.Seq > want:
 			add(n, r.Seq, ProblemSeq, "seq gap: expected seq %d after record %d: %s missing", want, prevLine, seqRange(want, r.Seq-1))
 		default:
-			add(n, r.Seq, ProblemSeq, "seq %d does not follow seq %d of record %d: records reordered or inserted", r.Seq, prevSeq, prevLine)
+			add(n, r.Seq, ProblemSeq, "seq %d out of order after seq %d of record %d: records reordered or inserted", r.Seq, high, highLine)
 		}
 		if r.PrevHash != prevHash && prevHash != "" {
+			where := fmt.Sprintf("record %d", prevLine)
 			if prevLine == 0 {
-				add(n, r.Seq, ProblemChain, "hash chain broken: prev_hash is not the genesis hash of this key")
+				where = "the genesis hash of this key"
+			}
+			if m, ok := recent[r.PrevHash]; ok {
+				add(n, r.Seq, ProblemChain, "hash chain broken: prev_hash does not match %s (it is the hash of record %d)", where, m)
 			} else {
-				add(n, r.Seq, ProblemChain, "hash chain broken: prev_hash does not match record %d", prevLine)
+				add(n, r.Seq, ProblemChain, "hash chain broken: prev_hash does not match %s", where)
 			}
 		}
 		if r.Event == string(EventRecovered) {
@@ -134,7 +158,11 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		if cpErr == nil && r.Seq == cp.Seq {
 			cpHash = hash
 		}
-		prevSeq, prevHash, prevLine = r.Seq, hash, n
+		prevHash, prevLine = hash, n
+		if r.Seq > high {
+			high, highLine = r.Seq, n
+		}
+		remember(hash, n)
 		rep.Head, rep.HeadHash = r.Seq, hash
 	}
 
