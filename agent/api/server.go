@@ -37,6 +37,10 @@ type Config struct {
 	// Audit records what the API sees (requests, attenuations, runs, card
 	// decisions). An error fails the call before anything happens.
 	Audit func(kind string, fields map[string]any) error
+	// ObserveRevoke and ObserveDecision receive latencies for metrics: a
+	// revoke call, and the decision of a request (Cedar, tiers and, when
+	// granted, the kernel writes of the grant).
+	ObserveRevoke, ObserveDecision func(time.Duration)
 }
 
 // Server serves the /v1 operator API.
@@ -60,6 +64,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Audit == nil {
 		cfg.Audit = func(string, map[string]any) error { return nil }
+	}
+	if cfg.ObserveRevoke == nil {
+		cfg.ObserveRevoke = func(time.Duration) {}
+	}
+	if cfg.ObserveDecision == nil {
+		cfg.ObserveDecision = func(time.Duration) {}
 	}
 	cards, err := openCards(cfg.StateDir)
 	if err != nil {
@@ -438,7 +448,9 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, http.StatusInternalServerError, err)
 			return
 		}
+		t0 := time.Now()
 		g, err := s.cfg.Agent.Grant(r.Context(), req)
+		s.cfg.ObserveDecision(time.Since(t0))
 		var are *agent.ApprovalRequiredError
 		switch {
 		case err == nil:
@@ -556,6 +568,12 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var err error
+	t0 := time.Now()
+	defer func() {
+		if err == nil {
+			s.cfg.ObserveRevoke(time.Since(t0))
+		}
+	}()
 	switch {
 	case body.Handle != "" && body.ID == "":
 		err = s.cfg.Agent.Revoke(r.Context(), body.Handle)

@@ -275,6 +275,8 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		},
 		OnGrantsChanged: d.syncDNS,
 		Audit:           d.auditAPI,
+		ObserveRevoke:   d.observeRevoke,
+		ObserveDecision: d.observeDecision,
 	})
 	if err != nil {
 		return err
