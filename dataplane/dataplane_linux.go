@@ -40,7 +40,7 @@ type Dataplane struct {
 	freeIdx   []uint32 // unused session indices (stack)
 	nextIdx   uint32   // lowest never-used index
 	prefixes  map[uint32]map[netip.Prefix]struct{}
-	n4, n6    int // entries in prefixes, by family
+	n4, n6    int      // entries in prefixes, by family
 	handleGen []uint32 // last generation issued per slot
 	freeSlots []uint32
 	nextSlot  uint32
