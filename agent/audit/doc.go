@@ -44,6 +44,13 @@
 // acknowledged and then lost. After a failed write or fsync the Log refuses
 // further appends (fail closed); reopen it.
 //
+// An append therefore costs a share of an fsync: BenchmarkAppend measured
+// about 0.5 ms per record with 32 concurrent appenders on this project's
+// shared 2-core machine and several ms for a lone appender. Kernel denials
+// can arrive far faster than that: the daemon should aggregate them
+// (one kernel_denial record per session, reason and interval, with
+// Event.Count) rather than append one record per denied packet.
+//
 // A crash can leave a torn last line (bytes after the last newline). Open
 // detects it, moves the torn bytes to audit.jsonl.torn-<seq>-<unixnano>,
 // logs a warning, and appends a signed "audit_recovered" record that names

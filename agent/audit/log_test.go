@@ -461,13 +461,22 @@ func TestKill9(t *testing.T) {
 	}
 }
 
+// BenchmarkAppend: durable appends from 1 and 16 goroutines per CPU; with
+// more appenders, more records share one fsync.
 func BenchmarkAppend(b *testing.B) {
+	for _, par := range []int{1, 16} {
+		b.Run(fmt.Sprintf("par=%d", par), func(b *testing.B) { benchAppend(b, par) })
+	}
+}
+
+func benchAppend(b *testing.B, par int) {
 	l, err := Open(Config{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
 	ev := sampleEvents()[3]
+	b.SetParallelism(par)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := l.Append(ev); err != nil {
