@@ -69,6 +69,13 @@
 // audit.pub and, periodically, the checkpoint off the host to detect a
 // rewrite by a host root.
 //
+// The checkpoint is not an anchor against rollback: an old checkpoint is
+// still validly signed, so someone who can replace files can cut the tail
+// back to a point where they kept an old checkpoint. Verify then reports the
+// checkpoint as behind the log (a Note, since a crash between the log's
+// fsync and the checkpoint's rename leaves the same picture, one batch
+// deep); only a checkpoint copied off the host closes that gap.
+//
 // # Field names
 //
 // Where an OpenTelemetry semantic convention exists its attribute name is
