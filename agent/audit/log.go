@@ -245,6 +245,10 @@ func (l *Log) Append(ev Event) (Record, error) {
 		l.mu.Unlock()
 		return Record{}, fmt.Errorf("%w: %w", ErrFailed, l.failed)
 	}
+	if ev.Time.IsZero() {
+		// Stamped under the lock, so time never goes back along the chain.
+		r.Time = l.cfg.now().UTC().Format(timeFormat)
+	}
 	r.Seq = l.seq + 1
 	r.PrevHash = l.hash
 	line, hash, err := seal(&r, l.priv)

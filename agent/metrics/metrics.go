@@ -24,8 +24,6 @@ type Source interface {
 	RingbufDrops() (uint64, error)
 }
 
-var _ Source = (*dataplane.Dataplane)(nil)
-
 // Config configures New.
 type Config struct {
 	Source Source       // required
