@@ -168,6 +168,8 @@ func statusFor(err error) int {
 		errors.Is(err, agent.ErrOutsideManifest), errors.Is(err, agent.ErrBreakerTripped), errors.Is(err, agent.ErrNotEnforceable),
 		errors.Is(err, agent.ErrSessionInactive), errors.Is(err, agent.ErrApprovalExpired):
 		return http.StatusForbidden
+	case errors.Is(err, dataplane.ErrLimitsUnsupported):
+		return http.StatusUnprocessableEntity
 	case errors.Is(err, dataplane.ErrMapFull), errors.Is(err, dataplane.ErrRulesFull):
 		return http.StatusInsufficientStorage
 	}
@@ -247,13 +249,31 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	return v
 }
 
+// CreateSessionBody is a session spec plus its cgroup quotas.
+type CreateSessionBody struct {
+	agent.SessionSpec
+	Quotas dataplane.Limits `json:"quotas,omitzero"`
+}
+
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	var spec agent.SessionSpec
-	if err := decode(r, &spec); err != nil {
+	var body CreateSessionBody
+	if err := decode(r, &body); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	spec := body.SessionSpec
+	// Quotas the host cannot enforce are refused before anything exists.
+	if err := s.cfg.Dataplane.CheckLimits(body.Quotas); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
 	if err := s.cfg.Agent.CreateSession(spec); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	if err := s.cfg.Dataplane.SetLimits(spec.ID, body.Quotas); err != nil {
+		// Fail closed: no session without the quotas it was asked with.
+		err = errors.Join(err, s.cfg.Agent.EndSession(spec.ID))
 		writeErr(w, statusFor(err), err)
 		return
 	}

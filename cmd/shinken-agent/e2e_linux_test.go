@@ -401,6 +401,26 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("malformed JSON: %d %s", code, msg)
 	}
 
+	// Quotas: enforced where cgroup2 has the controllers, refused (and no
+	// session made) where it does not, as on hybrid hosts.
+	root, _ := dataplane.FindCgroup2Mount()
+	ctrls, _ := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	out, err := e.ctl("session", "create", "quota", "-image", "e2e", "-memory", "268435456", "-pids", "64")
+	if strings.Contains(string(ctrls), "memory") && strings.Contains(string(ctrls), "pids") {
+		if err != nil {
+			t.Errorf("quota session on a host with the controllers: %v\n%s", err, out)
+		} else if b, _ := os.ReadFile(filepath.Join(e.cgroupDir, "quota", "memory.max")); strings.TrimSpace(string(b)) != "268435456" {
+			t.Errorf("memory.max = %q", b)
+		}
+	} else {
+		if err == nil || !strings.Contains(out, "not enforceable") || !strings.Contains(out, "HTTP 422") {
+			t.Errorf("quota on a host without cgroup2 memory/pids controllers: err=%v\n%s", err, out)
+		}
+		if _, serr := os.Stat(filepath.Join(e.cgroupDir, "quota")); serr == nil {
+			t.Errorf("a refused quota session left its cgroup")
+		}
+	}
+
 	// A non-operator uid gets a clear permission error.
 	cmd := exec.Command(filepath.Join(e.bin, "shinkenctl"), "-socket", e.socket, "status")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}

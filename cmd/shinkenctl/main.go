@@ -29,12 +29,13 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/dataplane"
 )
 
 const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
 
   status                                   what the agent enforces, and how
-  session create ID [-image I] [-trust low|normal|high] [-risk normal|high] [-headless] [-tls-inspection] [-workspace DIR] [-home DIR] [-expires DUR]
+  session create ID [-image I] [-trust low|normal|high] [-risk normal|high] [-headless] [-tls-inspection] [-workspace DIR] [-home DIR] [-expires DUR] [-memory BYTES] [-pids N] [-cpu-percent P]
   session ls | show ID | rm ID
   run SESSION [-timeout SECS] [-uid N -gid N] -- CMD [ARG...]
   request SESSION CLASS [-cidr P]... [-domain D]... [-port N|LO-HI]... [-lifecycle once|session] [-ttl DUR] [-external] [-parent HANDLE] [-json SCOPE]
@@ -368,6 +369,9 @@ func (c *client) session(args []string) error {
 		ws := fs.String("workspace", "", "workspace directory")
 		home := fs.String("home", "", "home directory")
 		exp := fs.Duration("expires", 0, "session lifetime (0: none)")
+		mem := fs.Uint64("memory", 0, "memory quota, bytes (cgroup2 memory.max)")
+		pids := fs.Uint64("pids", 0, "process quota (cgroup2 pids.max)")
+		cpu := fs.Uint("cpu-percent", 0, "CPU quota, percent of one CPU (cgroup2 cpu.max)")
 		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
 			return errors.New("usage: session create ID [flags]")
 		}
@@ -378,8 +382,9 @@ func (c *client) session(args []string) error {
 		if *exp > 0 {
 			spec.Expires = time.Now().Add(*exp)
 		}
+		body := api.CreateSessionBody{SessionSpec: spec, Quotas: dataplane.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}}
 		var v api.SessionView
-		if _, err := c.call("POST", "/v1/sessions", spec, &v); err != nil {
+		if _, err := c.call("POST", "/v1/sessions", body, &v); err != nil {
 			return err
 		}
 		if c.output == "json" {
