@@ -330,16 +330,18 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	}
 	rec := &SessionRecord{Spec: spec, Phase: SessionCreating, Created: a.cfg.Now()}
 	a.st.Sessions[spec.ID] = rec
-	if err := a.persist(); err != nil {
+	// Only this session's record changes here: persist just that.
+	key := "s/" + spec.ID
+	if err := a.store.saveKeys(a.st, key); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return err
 	}
 	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
 		delete(a.st.Sessions, spec.ID)
-		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.persist())
+		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.saveKeys(a.st, key))
 	}
 	rec.Phase = SessionActive
-	if err := a.persist(); err != nil {
+	if err := a.store.saveKeys(a.st, key); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(err, a.kernel.DestroySession(spec.ID))
 	}

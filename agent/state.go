@@ -273,6 +273,83 @@ func (s *store) save(st *state) error {
 	return nil
 }
 
+// saveKeys is save for callers that know exactly which records they changed
+// since the last save (keys "s/ID", "g/ID", "a/ID"): it costs those records,
+// not the whole state. A record a caller changed but did not name would be
+// lost on a crash, so only call sites that touch one known record use it.
+func (s *store) saveKeys(st *state, keys ...string) error {
+	var buf bytes.Buffer
+	type upd struct {
+		key string
+		h   [32]byte
+		del bool
+	}
+	var ups []upd
+	for _, key := range keys {
+		v, ok := st.lookup(key)
+		if !ok {
+			if _, had := s.seen[key]; had {
+				line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Del: true})
+				buf.Write(line)
+				buf.WriteByte('\n')
+				ups = append(ups, upd{key: key, del: true})
+			}
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("%w: encode: %w", ErrState, err)
+		}
+		h := hashBytes(b)
+		if old, ok := s.seen[key]; ok && old == h {
+			continue
+		}
+		line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Rec: b})
+		buf.Write(line)
+		buf.WriteByte('\n')
+		ups = append(ups, upd{key: key, h: h})
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
+		return s.save(st) // folds everything into a new snapshot
+	}
+	if _, err := s.journal.Write(buf.Bytes()); err != nil {
+		s.journal.Truncate(s.jbytes)
+		s.journal.Seek(s.jbytes, io.SeekStart)
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	s.jbytes += int64(buf.Len())
+	for _, u := range ups {
+		if u.del {
+			delete(s.seen, u.key)
+		} else {
+			s.seen[u.key] = u.h
+		}
+	}
+	return nil
+}
+
+func (st *state) lookup(key string) (any, bool) {
+	id := key[2:]
+	switch key[0] {
+	case 's':
+		r, ok := st.Sessions[id]
+		return r, ok
+	case 'g':
+		r, ok := st.Grants[id]
+		return r, ok
+	case 'a':
+		r, ok := st.Approvals[id]
+		return r, ok
+	}
+	return nil, false
+}
+
 // compact writes a fresh snapshot, then empties the journal.
 func (s *store) compact(st *state) error {
 	data, err := json.Marshal(st)

@@ -113,3 +113,31 @@ func TestStoreJournal(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreSaveKeys: naming the changed records persists exactly them.
+func TestStoreSaveKeys(t *testing.T) {
+	dir := t.TempDir()
+	s, st := openStore(t, dir)
+	st.Sessions["a"] = &SessionRecord{Spec: SessionSpec{ID: "a", Image: "py"}, Phase: SessionCreating}
+	if err := s.saveKeys(st, "s/a"); err != nil {
+		t.Fatal(err)
+	}
+	st.Sessions["a"].Phase = SessionActive
+	if err := s.saveKeys(st, "s/a"); err != nil {
+		t.Fatal(err)
+	}
+	delete(st.Sessions, "a")
+	st.Sessions["b"] = &SessionRecord{Spec: SessionSpec{ID: "b", Image: "py"}, Phase: SessionActive}
+	if err := s.saveKeys(st, "s/a", "s/b"); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	_, st2 := openStore(t, dir)
+	sameState(t, st, st2)
+	// And a full save afterwards finds nothing left to write.
+	s3, st3 := openStore(t, dir)
+	before := s3.jbytes
+	if err := s3.save(st3); err != nil || s3.jbytes != before {
+		t.Fatalf("full save after keyed saves wrote %d bytes (%v)", s3.jbytes-before, err)
+	}
+}
