@@ -584,7 +584,11 @@ func (a *Agent) grantLocked(ctx context.Context, req GrantRequest, approver stri
 		}
 		id = "apr_" + id[:16]
 		now := a.cfg.Now()
-		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: req, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
+		// The parent token is a capability: never store or show it; keep the
+		// parent's grant id and re-derive the token at approval.
+		stored := req
+		stored.Parent = ""
+		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: stored, ParentGrant: rec.Parent, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
 		if perr := a.persist(); perr != nil {
 			delete(a.st.Approvals, id)
 			return nil, perr
@@ -1008,7 +1012,11 @@ func (a *Agent) Approve(ctx context.Context, id, approver string) (*Grant, error
 		return nil, err
 	}
 	a.emit(Event{Kind: "approval.approve", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Actor: approver, Outcome: id})
-	g, err := a.grantLocked(ctx, ap.Request, approver, true)
+	req := ap.Request
+	if ap.ParentGrant != "" {
+		req.Parent = a.minter.tokenFor(ap.ParentGrant)
+	}
+	g, err := a.grantLocked(ctx, req, approver, true)
 	if err != nil && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) {
 		a.denied(ap.Request.Session, err)
 	}

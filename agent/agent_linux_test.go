@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -719,5 +721,54 @@ func TestTombstonePruning(t *testing.T) {
 	}
 	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrUnknownHandle) {
 		t.Fatalf("attenuate a pruned grant: %v", err)
+	}
+}
+
+// TestCrossSessionAttenuationAsks: delegating to another session at Ask tier
+// waits for a human; the pending approval never holds the parent's token.
+func TestCrossSessionAttenuationAsks(t *testing.T) {
+	d, _ := newKernel(t)
+	dir := t.TempDir()
+	a := openAgent(t, d, dir)
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	mustSession(t, a, SessionSpec{ID: "sub"})
+	c := loopEgress("127.0.1.9:80")
+	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
+	var are *ApprovalRequiredError
+	if !errors.As(err, &are) {
+		t.Fatal(err)
+	}
+	pg, err := a.Approve(ctx, are.ID, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Attenuate(ctx, pg.Handle, GrantRequest{Session: "sub", Capability: c, Lifecycle: LifecycleSession})
+	if !errors.As(err, &are) {
+		t.Fatalf("cross-session delegation at Ask tier: %v", err)
+	}
+	for _, ap := range a.PendingApprovals() {
+		if ap.Request.Parent != "" {
+			t.Fatal("a pending approval holds a handle token")
+		}
+	}
+	state, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(state), pg.Handle) {
+		t.Fatal("state.json holds a handle token")
+	}
+	cg, err := a.Approve(ctx, are.ID, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg.Parent == "" || cg.Session != "sub" {
+		t.Fatalf("child grant %+v", cg)
+	}
+	if err := a.Revoke(ctx, pg.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Consume(ctx, cg.Handle); !errors.Is(err, ErrHandleRevoked) {
+		t.Fatalf("child after parent revoke: %v", err)
 	}
 }
