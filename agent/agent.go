@@ -460,7 +460,8 @@ func (a *Agent) Grant(ctx context.Context, req GrantRequest) (*Grant, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	g, err := a.grantLocked(ctx, req, "", false)
-	if err != nil && !errors.Is(err, ErrApprovalRequired) && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) {
+	if err != nil && !errors.Is(err, ErrApprovalRequired) && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		a.denied(req.Session, err)
 	}
 	return g, err
