@@ -164,12 +164,15 @@ const (
 	StepRevokeFreed       Step = "revoke.freed"        // kernel handle freed
 	StepRevokeDone        Step = "revoke.done"         // revoked record persisted
 	StepRevokeEmitted     Step = "revoke.emitted"      // event emitted
+	StepSessionIntent     Step = "session.intent"      // creating record persisted
+	StepSessionKernel     Step = "session.kernel"      // kernel cgroup exists, not yet active
 )
 
 // GrantSteps and RevokeSteps list the steps in order.
 var (
-	GrantSteps  = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantRuleApplied, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
-	RevokeSteps = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeRuleRemoved, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
+	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantRuleApplied, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
+	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeRuleRemoved, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
+	SessionSteps = []Step{StepSessionIntent, StepSessionKernel}
 )
 
 // DefaultOnceTTL bounds a once grant whose use is never reported.
@@ -334,10 +337,12 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 		delete(a.st.Sessions, spec.ID)
 		return err
 	}
+	a.crash(StepSessionIntent)
 	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.persist())
 	}
+	a.crash(StepSessionKernel)
 	rec.Phase = SessionActive
 	if err := a.persist(); err != nil {
 		delete(a.st.Sessions, spec.ID)
