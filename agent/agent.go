@@ -245,7 +245,7 @@ type Agent struct {
 	engine    *Engine
 	kernel    Kernel
 	minter    minter
-	store     store
+	store     *store
 	manifests map[string]*Manifest
 
 	mu sync.Mutex // serializes every state change
@@ -278,7 +278,7 @@ func Open(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: store{cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{}}
+	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{}}
 	if a.st, err = a.store.load(); err != nil {
 		return nil, err
 	}

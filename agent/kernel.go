@@ -49,7 +49,7 @@ func EnforcementMatrix() []Enforcement {
 		case ClassNetEgress:
 			e.Grantable = true
 			e.Mechanism = "BPF cgroup/connect4|6 + sendmsg4|6 egress maps keyed by session and prefix, checked against the grant's caretaker handle at use time"
-			e.Limitation = "cidrs and ports are enforced now; domains are recorded with the grant and open nothing until the DNS resolver feeds their addresses into the egress maps"
+			e.Limitation = "domains are enforced through the allowlisting DNS resolver the daemon runs: each answer's addresses enter the egress maps (with the record's TTL) before the answer is returned; an Agent used without that resolver opens nothing for a domain"
 		case ClassFSScope:
 			e.Mechanism = "none wired (Landlock ABI 7 is present on this kernel but the agent does not drive it yet)"
 		case ClassClipboard:

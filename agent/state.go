@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -103,40 +106,269 @@ func newState() *state {
 	return &state{Version: stateVersion, Sessions: map[string]*SessionRecord{}, Grants: map[string]*GrantRecord{}, Approvals: map[string]*ApprovalRecord{}}
 }
 
-// store persists the state by atomic replace: write a temporary file, fsync
-// it, rename it over state.json, fsync the directory. A kill -9 at any
-// instant leaves either the old or the new file, never a torn one.
+// store persists the state as a snapshot (state.json, replaced atomically:
+// temporary file, fsync, rename, directory fsync) plus a journal
+// (state.journal) of the records changed since: each save appends one line
+// per changed or deleted record and fsyncs once, so a change costs what it
+// changed, not the size of the whole state. When the journal outgrows the
+// snapshot it is folded into a new snapshot. A kill -9 at any instant leaves
+// a snapshot and a journal whose last line may be torn; a torn last line was
+// never acknowledged (its fsync never returned) and is dropped on load.
+// Replaying a journal over a snapshot that already holds its changes is
+// harmless: every line carries a whole record or a deletion.
 type store struct {
-	dir string
+	dir     string
+	seen    map[string][32]byte // record key -> SHA-256 of its last persisted form
+	journal *os.File
+	jbytes  int64 // journal size
+	sbytes  int64 // snapshot size
 }
 
-func (s store) path() string { return filepath.Join(s.dir, "state.json") }
+// journalLine is one journal entry: a whole record, or a deletion.
+type journalLine struct {
+	Kind string          `json:"k"` // s(ession) | g(rant) | a(pproval)
+	ID   string          `json:"id"`
+	Rec  json.RawMessage `json:"v,omitempty"`
+	Del  bool            `json:"del,omitempty"`
+}
 
-func (s store) load() (*state, error) {
-	data, err := os.ReadFile(s.path())
-	if errors.Is(err, os.ErrNotExist) {
-		return newState(), nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrState, err)
-	}
+// minCompact is the journal size below which it is never folded.
+const minCompact = 1 << 20
+
+func (s *store) path() string        { return filepath.Join(s.dir, "state.json") }
+func (s *store) journalPath() string { return filepath.Join(s.dir, "state.journal") }
+
+func (s *store) load() (*state, error) {
 	st := newState()
-	if err := json.Unmarshal(data, st); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrState, s.path(), err)
+	data, err := os.ReadFile(s.path())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	default:
+		if err := json.Unmarshal(data, st); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrState, s.path(), err)
+		}
+		if st.Version != stateVersion {
+			return nil, fmt.Errorf("%w: %s: version %d, want %d", ErrState, s.path(), st.Version, stateVersion)
+		}
+		st.fillMaps()
 	}
-	if st.Version != stateVersion {
-		return nil, fmt.Errorf("%w: %s: version %d, want %d", ErrState, s.path(), st.Version, stateVersion)
+	s.sbytes = int64(len(data))
+	if err := s.replay(st); err != nil {
+		return nil, err
+	}
+	s.seen = map[string][32]byte{}
+	for _, r := range st.records() {
+		b, err := json.Marshal(r.v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encode: %w", ErrState, err)
+		}
+		s.seen[r.key] = hashBytes(b)
 	}
 	return st, nil
 }
 
-func (s store) save(st *state) error {
+// replay applies the journal to st and opens it for appending, cutting off a
+// torn last line.
+func (s *store) replay(st *state) error {
+	f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("%w: read journal: %w", ErrState, err)
+	}
+	good := 0
+	for good < len(data) {
+		nl := bytes.IndexByte(data[good:], '\n')
+		if nl < 0 {
+			break // torn: no newline, never acknowledged
+		}
+		line := data[good : good+nl]
+		var jl journalLine
+		if err := json.Unmarshal(line, &jl); err != nil {
+			if good+nl+1 == len(data) {
+				break // torn last line
+			}
+			f.Close()
+			return fmt.Errorf("%w: %s: corrupt line at byte %d: %w", ErrState, s.journalPath(), good, err)
+		}
+		if err := st.apply(jl); err != nil {
+			f.Close()
+			return fmt.Errorf("%w: %s: byte %d: %w", ErrState, s.journalPath(), good, err)
+		}
+		good += nl + 1
+	}
+	if good < len(data) {
+		if err := f.Truncate(int64(good)); err != nil {
+			f.Close()
+			return fmt.Errorf("%w: cut torn journal tail: %w", ErrState, err)
+		}
+	}
+	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	s.journal = f
+	s.jbytes = int64(good)
+	return nil
+}
+
+func (s *store) close() error {
+	if s.journal == nil {
+		return nil
+	}
+	err := s.journal.Close()
+	s.journal = nil
+	return err
+}
+
+// save persists every record that changed since the last save, with one
+// write and one fsync.
+func (s *store) save(st *state) error {
+	var buf bytes.Buffer
+	next := make(map[string][32]byte, len(s.seen))
+	for _, r := range st.records() {
+		b, err := json.Marshal(r.v)
+		if err != nil {
+			return fmt.Errorf("%w: encode: %w", ErrState, err)
+		}
+		h := hashBytes(b)
+		next[r.key] = h
+		if old, ok := s.seen[r.key]; ok && old == h {
+			continue
+		}
+		line, _ := json.Marshal(journalLine{Kind: r.key[:1], ID: r.key[2:], Rec: b})
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	for key := range s.seen {
+		if _, ok := next[key]; !ok {
+			line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Del: true})
+			buf.Write(line)
+			buf.WriteByte('\n')
+		}
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
+		if err := s.compact(st); err != nil {
+			return err
+		}
+		s.seen = next
+		return nil
+	}
+	if _, err := s.journal.Write(buf.Bytes()); err != nil {
+		// Leave no half line behind for the next append.
+		s.journal.Truncate(s.jbytes)
+		s.journal.Seek(s.jbytes, io.SeekStart)
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	s.jbytes += int64(buf.Len())
+	s.seen = next
+	return nil
+}
+
+// compact writes a fresh snapshot, then empties the journal.
+func (s *store) compact(st *state) error {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("%w: encode: %w", ErrState, err)
 	}
-	return writeFileAtomic(s.path(), data, 0o600)
+	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
+		return err
+	}
+	s.sbytes = int64(len(data))
+	if err := s.journal.Truncate(0); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if _, err := s.journal.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	s.jbytes = 0
+	return nil
 }
+
+type keyedRecord struct {
+	key string // "s/ID", "g/ID", "a/ID"
+	v   any
+}
+
+func (st *state) records() []keyedRecord {
+	out := make([]keyedRecord, 0, len(st.Sessions)+len(st.Grants)+len(st.Approvals))
+	for id, r := range st.Sessions {
+		out = append(out, keyedRecord{"s/" + id, r})
+	}
+	for id, r := range st.Grants {
+		out = append(out, keyedRecord{"g/" + id, r})
+	}
+	for id, r := range st.Approvals {
+		out = append(out, keyedRecord{"a/" + id, r})
+	}
+	return out
+}
+
+func (st *state) fillMaps() {
+	if st.Sessions == nil {
+		st.Sessions = map[string]*SessionRecord{}
+	}
+	if st.Grants == nil {
+		st.Grants = map[string]*GrantRecord{}
+	}
+	if st.Approvals == nil {
+		st.Approvals = map[string]*ApprovalRecord{}
+	}
+}
+
+func (st *state) apply(jl journalLine) error {
+	switch jl.Kind {
+	case "s":
+		if jl.Del {
+			delete(st.Sessions, jl.ID)
+			return nil
+		}
+		var r SessionRecord
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Sessions[jl.ID] = &r
+	case "g":
+		if jl.Del {
+			delete(st.Grants, jl.ID)
+			return nil
+		}
+		var r GrantRecord
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Grants[jl.ID] = &r
+	case "a":
+		if jl.Del {
+			delete(st.Approvals, jl.ID)
+			return nil
+		}
+		var r ApprovalRecord
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Approvals[jl.ID] = &r
+	default:
+		return fmt.Errorf("unknown record kind %q", jl.Kind)
+	}
+	return nil
+}
+
+func hashBytes(b []byte) [32]byte { return sha256.Sum256(b) }
 
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)

@@ -10,6 +10,12 @@
  *   cgroup_skb/ingress  handle that has since died are dropped, and packets no
  *                       connect/sendmsg check covered (raw, ICMP, a SYN whose
  *                       connect was never checked) are dropped
+ *   cgroup/sock_release forgets a closed socket's flow
+ *   cgroup/recvmsg4|6   DNS replies (and getpeername4|6 on a DNS socket) show
+ *   cgroup/getpeername4|6  the server the session asked
+ *
+ * With DNS redirection on, every UDP/TCP query to port 53 goes to the agent's
+ * resolver at the session's own loopback address (SHK_DNS_BASE + index).
  *
  * A destination is allowed when an entry of the session's egress map covers
  * it with a matching protocol and port, the entry has not expired, and the
@@ -75,13 +81,26 @@ struct {
 	__uint(max_entries, 1048576);
 } shk_egress6 SEC(".maps");
 
-/* Handle a connection was allowed under, per socket. */
+/* Socket cookie -> the handle a connection was allowed under. Written at
+ * connect, deleted at socket release, read for every packet of the flow.
+ * Sized by user space (max concurrent session flows); a connect that finds
+ * it full is denied. Not preallocated: the kernel's per-CPU element caches
+ * hand a closing socket's element to the next connect while it is still hot. */
 struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct shk_sk_state);
-} shk_sk SEC(".maps");
+	__type(key, __u64);
+	__type(value, struct shk_flow);
+	__uint(max_entries, 262144);
+} shk_flows SEC(".maps");
+
+/* Global configuration, one entry (struct shk_config). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct shk_config);
+	__uint(max_entries, 1);
+} shk_settings SEC(".maps");
 
 /* Denials per (session index * SHK_NR_REASONS + reason). Sized by user space
  * to max sessions * SHK_NR_REASONS. Never lossy, unlike the ring buffer. */
@@ -111,10 +130,12 @@ const struct shk_event *unused_event __attribute__((unused));
 
 /*
  * Returns SHK_REASON_NONE when handle (slot, gen) and every ancestor is live
- * and unexpired at now, else why not. Global, so the verifier checks it once.
+ * and unexpired, else why not. Reads the clock only when a deadline is set. Global, so the verifier checks it once.
  */
-__noinline int shk_handle_check(__u32 slot, __u32 gen, __u64 now)
+__noinline int shk_handle_check(__u32 slot, __u32 gen)
 {
+	__u64 now = 0;
+
 	for (int i = 0; i < SHK_MAX_CHAIN; i++) {
 		__u32 key = slot;
 		struct shk_handle *h;
@@ -124,8 +145,12 @@ __noinline int shk_handle_check(__u32 slot, __u32 gen, __u64 now)
 		h = bpf_map_lookup_elem(&shk_handles, &key);
 		if (!h || h->generation != gen || h->state != SHK_HANDLE_LIVE)
 			return SHK_REASON_HANDLE_REVOKED;
-		if (h->expires_ns && now >= h->expires_ns)
-			return SHK_REASON_HANDLE_EXPIRED;
+		if (h->expires_ns) {
+			if (!now)
+				now = bpf_ktime_get_boot_ns();
+			if (now >= h->expires_ns)
+				return SHK_REASON_HANDLE_EXPIRED;
+		}
 		if (h->parent == SHK_HANDLE_NONE)
 			return SHK_REASON_NONE;
 		slot = h->parent;
@@ -189,7 +214,7 @@ static __always_inline void report(__u64 cgid, __u32 session, __u32 pid, __u32 r
  * allowed; otherwise the most telling reason seen so far.
  */
 static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
-				       __u64 now, __u32 best, struct shk_sk_state *ref)
+				       __u64 now, __u32 best, struct shk_flow *ref)
 {
 	for (int i = 0; i < SHK_MAX_RULES; i++) {
 		const struct shk_rule *r;
@@ -207,7 +232,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 				best = SHK_REASON_RULE_EXPIRED;
 			continue;
 		}
-		why = shk_handle_check(r->handle, r->generation, now);
+		why = shk_handle_check(r->handle, r->generation);
 		if (why == SHK_REASON_NONE) {
 			ref->handle = r->handle;
 			ref->generation = r->generation;
@@ -219,7 +244,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 }
 
 static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, __u64 now,
-				     struct shk_sk_state *ref)
+				     struct shk_flow *ref)
 {
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -241,7 +266,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 }
 
 static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, __u64 now,
-				     struct shk_sk_state *ref)
+				     struct shk_flow *ref)
 {
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -268,12 +293,139 @@ static __always_inline int is_v4mapped(const __u32 *a)
 }
 
 /*
+ * Every DNS query of a session, to any address on port 53, goes to the
+ * agent's resolver at the session's own loopback address, so the resolver
+ * knows which session asks without trusting anything the session sends.
+ * Returns -1 when redirection is off (DNS is then ordinary egress), else the
+ * verdict.
+ */
+static __always_inline int redirect_dns(struct bpf_sock_addr *ctx, __u32 index, int v6, int connect)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	struct shk_flow *f, nf = {};
+	__u64 cookie;
+	__u32 ip;
+
+	if (!cfg || !cfg->dns_port)
+		return -1;
+	/* An unconnected IPv6 send cannot be re-aimed at the IPv4 resolver
+	 * (the kernel has passed its v4-mapped branch by now): refuse it.
+	 * Connected IPv6 sockets (glibc's resolver connects) do reach it. */
+	if (v6 && !connect)
+		return 0;
+	cookie = bpf_get_socket_cookie(ctx);
+	f = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (!f) {
+		/* Not yet known: insert, then work on the map's copy. */
+		if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&shk_flows, &cookie))
+			return 0; /* no room to restore the reply's source: fail closed */
+		f = bpf_map_lookup_elem(&shk_flows, &cookie);
+		if (!f)
+			return 0;
+	}
+	if (connect) {
+		/* The socket now talks to the resolver only. */
+		f->handle = SHK_HANDLE_NONE;
+		f->generation = SHK_FLOW_DNS_GENERATION;
+	}
+	f->dns_port = (__u16)ctx->user_port;
+	if (v6) {
+		f->dns_family = AF_INET6;
+		f->dns_addr[0] = ctx->user_ip6[0];
+		f->dns_addr[1] = ctx->user_ip6[1];
+		f->dns_addr[2] = ctx->user_ip6[2];
+		f->dns_addr[3] = ctx->user_ip6[3];
+	} else {
+		f->dns_family = AF_INET;
+		f->dns_addr[0] = ctx->user_ip4;
+	}
+	ip = bpf_htonl(SHK_DNS_BASE + index);
+	if (v6) {
+		/* v4-mapped: dual-stack sockets reach the IPv4 resolver; a
+		 * V6ONLY socket cannot, and its DNS fails closed. */
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
+		ctx->user_ip6[3] = ip;
+	} else {
+		ctx->user_ip4 = ip;
+	}
+	ctx->user_port = bpf_htons(cfg->dns_port);
+	return 1;
+}
+
+/*
+ * A send aimed at the session's own resolver address and port is a query that
+ * was already redirected (an IPv6 socket's v4-mapped send re-enters the IPv4
+ * hook) or one made there directly: let it through.
+ */
+static __always_inline int own_resolver(struct bpf_sock_addr *ctx, __u16 dport, int connect)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+
+	if (!cfg || !cfg->dns_port || dport != cfg->dns_port)
+		return -1;
+	if (connect) {
+		__u64 cookie = bpf_get_socket_cookie(ctx);
+		struct shk_flow *f = bpf_map_lookup_elem(&shk_flows, &cookie);
+		struct shk_flow nf = { .handle = SHK_HANDLE_NONE, .generation = SHK_FLOW_DNS_GENERATION };
+
+		if (f) {
+			f->handle = SHK_HANDLE_NONE;
+			f->generation = SHK_FLOW_DNS_GENERATION;
+		} else if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_ANY)) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Replies from the resolver show the address the session sent its query to. */
+static __always_inline int restore_dns(struct bpf_sock_addr *ctx, int v6)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	struct shk_flow *orig;
+	__u64 cookie;
+	__u32 ip;
+
+	if (!cfg || !cfg->dns_port || ctx->user_port != bpf_htons(cfg->dns_port))
+		return 1;
+	ip = v6 ? ctx->user_ip6[3] : ctx->user_ip4;
+	if ((bpf_ntohl(ip) & 0xff800000) != SHK_DNS_BASE)
+		return 1;
+	if (v6 && (ctx->user_ip6[0] || ctx->user_ip6[1] || ctx->user_ip6[2] != bpf_htonl(0x0000ffff)))
+		return 1;
+	cookie = bpf_get_socket_cookie(ctx);
+	orig = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (!orig)
+		return 1;
+	if (v6) {
+		if (orig->dns_family != AF_INET6)
+			return 1;
+		ctx->user_ip6[0] = orig->dns_addr[0];
+		ctx->user_ip6[1] = orig->dns_addr[1];
+		ctx->user_ip6[2] = orig->dns_addr[2];
+		ctx->user_ip6[3] = orig->dns_addr[3];
+	} else {
+		if (orig->dns_family != AF_INET)
+			return 1;
+		ctx->user_ip4 = orig->dns_addr[0];
+	}
+	ctx->user_port = orig->dns_port;
+	return 1;
+}
+
+/*
  * The one decision of every connect and unconnected send. connect says
  * whether to remember the allowing handle on the socket.
  */
 static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, int connect)
 {
-	struct shk_sk_state ref = {};
+	struct shk_flow ref = {};
 	struct shk_session *s;
 	__u32 daddr[4] = {};
 	__u64 cgid, now;
@@ -306,6 +458,17 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		return 0;
 	}
 
+	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
+		int r = -1;
+
+		if (dport == 53)
+			r = redirect_dns(ctx, s->index, v6, connect);
+		else if (family == AF_INET && daddr[0] == bpf_htonl(SHK_DNS_BASE + s->index))
+			r = own_resolver(ctx, dport, connect);
+		if (r >= 0)
+			return r;
+	}
+
 	now = bpf_ktime_get_boot_ns();
 	if (family == AF_INET)
 		why = lookup4(s->index, daddr[0], proto, dport, now, &ref);
@@ -317,19 +480,16 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	}
 
 	if (connect) {
-		struct shk_sk_state *st = bpf_sk_storage_get(&shk_sk, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		__u64 cookie = bpf_get_socket_cookie(ctx);
 
+		ref.pid = pid; /* a new destination: any DNS memory of the socket is void */
 		/* No place to remember the handle: the flow could not be cut
 		 * on revoke, so it is not allowed to start. */
-		if (!st) {
+		if (bpf_map_update_elem(&shk_flows, &cookie, &ref, BPF_ANY)) {
 			report(cgid, s->index, pid, SHK_REASON_UNCHECKED, family, proto, dport, daddr,
 			       family == AF_INET6 ? 4 : 1, 1);
 			return 0;
 		}
-		st->handle = ref.handle;
-		st->generation = ref.generation;
-		st->pid = pid;
-		st->reported = 0;
 	}
 	return 1;
 }
@@ -356,6 +516,30 @@ SEC("cgroup/sendmsg6")
 int shk_sendmsg6(struct bpf_sock_addr *ctx)
 {
 	return check_sock_addr(ctx, 1, 0);
+}
+
+SEC("cgroup/recvmsg4")
+int shk_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 0);
+}
+
+SEC("cgroup/recvmsg6")
+int shk_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 1);
+}
+
+SEC("cgroup/getpeername4")
+int shk_getpeername4(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 0);
+}
+
+SEC("cgroup/getpeername6")
+int shk_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return restore_dns(ctx, 1);
 }
 
 /* Is the packet a TCP SYN without ACK (an active open)? */
@@ -391,9 +575,9 @@ static __always_inline int is_syn(struct __sk_buff *skb)
 static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 {
 	struct bpf_sock *sk = skb->sk;
-	struct shk_sk_state *st;
+	struct shk_flow *st;
 	struct shk_session *s;
-	__u64 cgid;
+	__u64 cgid, cookie;
 	__u32 why, index = 0;
 
 	if (!sk)
@@ -402,9 +586,15 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	if (!sk)
 		return 1; /* request and timewait sockets of accepted/closed flows */
 
-	st = bpf_sk_storage_get(&shk_sk, sk, 0, 0);
+	cookie = bpf_get_socket_cookie(skb);
+	st = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (st && st->handle == SHK_HANDLE_NONE) {
+		if (st->generation == SHK_FLOW_DNS_GENERATION)
+			return 1; /* a DNS query redirected to the resolver */
+		st = 0; /* only DNS memory, no connect-time verdict */
+	}
 	if (st) {
-		why = shk_handle_check(st->handle, st->generation, bpf_ktime_get_boot_ns());
+		why = shk_handle_check(st->handle, st->generation);
 		if (why == SHK_REASON_NONE)
 			return 1;
 		cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
@@ -450,6 +640,16 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		index = s->index;
 	count(index, SHK_REASON_UNCHECKED);
 	return 0;
+}
+
+/* The socket is gone: forget its flow. */
+SEC("cgroup/sock_release")
+int shk_sock_release(struct bpf_sock *ctx)
+{
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+
+	bpf_map_delete_elem(&shk_flows, &cookie);
+	return 1;
 }
 
 SEC("cgroup_skb/egress")

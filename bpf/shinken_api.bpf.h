@@ -92,13 +92,35 @@ struct shk_egress6_key {
 	__u8 addr[16];
 };
 
-/* Socket-local storage written at connect time: the handle the connection
- * was allowed under, so packets of an open flow die with the handle. */
-struct shk_sk_state {
+/* Value of shk_flows (keyed by socket cookie). Written at connect time with
+ * the handle the connection was allowed under, so packets of an open flow die
+ * with the handle; also remembers where the socket's last redirected DNS query
+ * was meant to go, so replies can show that source. handle 0 with generation
+ * 0 means "no connect-time verdict" (only the DNS fields are set). */
+struct shk_flow {
 	__u32 handle;
 	__u32 generation;
 	__u32 pid;
-	__u32 reported; /* a flow_revoked event was already emitted */
+	__u32 reported;     /* a flow_revoked event was already emitted */
+	__u32 dns_addr[4];  /* original DNS server; IPv4 in dns_addr[0] (network order) */
+	__u16 dns_port;     /* network order */
+	__u16 dns_family;   /* AF_INET / AF_INET6; 0 = no DNS query redirected */
+	__u32 pad;
+};
+
+/* shk_flows entry of a DNS query redirected to the agent's resolver: always
+ * allowed, whatever the egress rules (the resolver enforces names). */
+#define SHK_FLOW_DNS_GENERATION 0xffffffff
+
+/* The per-session resolver address is SHK_DNS_BASE + session index
+ * (127.128.0.0/9: up to 2^23 sessions). */
+#define SHK_DNS_BASE 0x7f800000
+
+/* Value of shk_settings[0]. Set by user space; 0 disables DNS redirection. */
+struct shk_config {
+	__u16 dns_port; /* resolver port, host order; 0 = DNS is ordinary egress */
+	__u16 pad;
+	__u32 flags;    /* reserved, 0 */
 };
 
 /* One denial, sent best effort through shk_events. */

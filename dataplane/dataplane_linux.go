@@ -40,6 +40,7 @@ type Dataplane struct {
 	freeIdx   []uint32 // unused session indices (stack)
 	nextIdx   uint32   // lowest never-used index
 	prefixes  map[uint32]map[netip.Prefix]struct{}
+	n4, n6    int      // entries in prefixes, by family
 	handleGen []uint32 // last generation issued per slot
 	freeSlots []uint32
 	nextSlot  uint32
@@ -58,6 +59,11 @@ var attachments = []progAttach{
 	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
 	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
 	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
+	{"recvmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg4 }, ebpf.AttachCGroupUDP4Recvmsg},
+	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
+	{"getpeername4", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername4 }, ebpf.AttachCgroupInet4GetPeername},
+	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
+	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -131,6 +137,7 @@ func (d *Dataplane) open() error {
 		"shk_egress6":  d.cfg.MaxEgress6,
 		"shk_counters": d.cfg.MaxSessions * NumReasons,
 		"shk_events":   d.cfg.EventRingBytes,
+		"shk_flows":    d.cfg.MaxFlows,
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
@@ -223,41 +230,58 @@ func (d *Dataplane) Close() error {
 // removes the session cgroups, the parent cgroup and the pins. It is for
 // tests and for a full uninstall, never for a restart.
 func (d *Dataplane) Uninstall() error {
-	var errs []error
-	d.mu.Lock()
-	for _, s := range d.sessions {
-		errs = append(errs, killCgroup(s.Path))
+	err := d.Close()
+	return errors.Join(err, Remove(d.cfg))
+}
+
+// Remove is Uninstall without loading anything: it works whatever the pinned
+// maps' sizes or layout. Unpinning a link that nothing else holds detaches it.
+func Remove(cfg Config) error {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
 	}
-	d.sessions = map[string]*Session{}
-	d.mu.Unlock()
-	// Session-like directories a crash left behind.
-	if ents, err := os.ReadDir(d.parent); err == nil {
+	if cfg.CgroupRoot == "" {
+		root, err := FindCgroup2Mount()
+		if err != nil {
+			return err
+		}
+		cfg.CgroupRoot = root
+	}
+	var errs []error
+	parent := filepath.Join(cfg.CgroupRoot, cfg.Parent)
+	// Sessions die before the programs go, so no session process ever runs
+	// unconfined.
+	if ents, err := os.ReadDir(parent); err == nil {
 		for _, e := range ents {
 			if e.IsDir() {
-				errs = append(errs, killCgroup(filepath.Join(d.parent, e.Name())))
+				errs = append(errs, killCgroup(filepath.Join(parent, e.Name())))
 			}
 		}
 	}
-	for _, a := range attachments {
-		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
-		if err := os.Remove(pin); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, dir := range []string{filepath.Join(cfg.PinPath, "links"), cfg.PinPath} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, dir := range []string{filepath.Join(cfg.PinPath, "links"), cfg.PinPath} {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
-	for _, l := range d.links {
-		errs = append(errs, l.Close())
-	}
-	d.links = nil
-	for _, m := range []*ebpf.Map{d.objs.ShkSessions, d.objs.ShkHandles, d.objs.ShkEgress4, d.objs.ShkEgress6,
-		d.objs.ShkSk, d.objs.ShkCounters, d.objs.ShkStats, d.objs.ShkEvents} {
-		if m != nil {
-			errs = append(errs, m.Unpin())
-		}
-	}
-	errs = append(errs, d.objs.Close())
-	errs = append(errs, os.Remove(filepath.Join(d.cfg.PinPath, "links")))
-	errs = append(errs, os.Remove(d.cfg.PinPath))
-	errs = append(errs, killCgroup(d.parent))
+	errs = append(errs, killCgroup(parent))
 	return errors.Join(errs...)
 }
 
@@ -422,7 +446,25 @@ func (d *Dataplane) indexPrefix(session uint32, p netip.Prefix) {
 		set = map[netip.Prefix]struct{}{}
 		d.prefixes[session] = set
 	}
-	set[p] = struct{}{}
+	if _, ok := set[p]; !ok {
+		set[p] = struct{}{}
+		d.countPrefix(p, 1)
+	}
+}
+
+func (d *Dataplane) unindexPrefix(session uint32, p netip.Prefix) {
+	if _, ok := d.prefixes[session][p]; ok {
+		delete(d.prefixes[session], p)
+		d.countPrefix(p, -1)
+	}
+}
+
+func (d *Dataplane) countPrefix(p netip.Prefix, n int) {
+	if p.Addr().Is4() {
+		d.n4 += n
+	} else {
+		d.n6 += n
+	}
 }
 
 func sleepBriefly(i int) {

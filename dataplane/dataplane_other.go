@@ -24,3 +24,6 @@ func (*Dataplane) Handles() ([]Handle, error)               { return nil, ErrNot
 func (*Dataplane) AllowEgress(string, EgressRule) error     { return ErrNotSupported }
 func (*Dataplane) RemoveEgress(string, EgressRule) error    { return ErrNotSupported }
 func (*Dataplane) EgressRules(string) ([]EgressRule, error) { return nil, ErrNotSupported }
+
+// Remove returns ErrNotSupported off Linux.
+func Remove(Config) error { return ErrNotSupported }

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shkShkConfig struct {
+	_       structs.HostLayout
+	DnsPort uint16
+	Pad     uint16
+	Flags   uint32
+}
+
 type shkShkEgress4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -49,6 +56,18 @@ type shkShkEvent struct {
 	Comm     [16]int8
 }
 
+type shkShkFlow struct {
+	_          structs.HostLayout
+	Handle     uint32
+	Generation uint32
+	Pid        uint32
+	Reported   uint32
+	DnsAddr    [4]uint32
+	DnsPort    uint16
+	DnsFamily  uint16
+	Pad        uint32
+}
+
 type shkShkHandle struct {
 	_                structs.HostLayout
 	State            uint32
@@ -75,34 +94,32 @@ type shkShkSession struct {
 	Flags uint32
 }
 
-type shkShkSkState struct {
-	_          structs.HostLayout
-	Handle     uint32
-	Generation uint32
-	Pid        uint32
-	Reported   uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shkMapShkCounters     = "shk_counters"
-	shkMapShkEgress4      = "shk_egress4"
-	shkMapShkEgress6      = "shk_egress6"
-	shkMapShkEvents       = "shk_events"
-	shkMapShkHandles      = "shk_handles"
-	shkMapShkSessions     = "shk_sessions"
-	shkMapShkSk           = "shk_sk"
-	shkMapShkStats        = "shk_stats"
-	shkProgShkConnect4    = "shk_connect4"
-	shkProgShkConnect6    = "shk_connect6"
-	shkProgShkSendmsg4    = "shk_sendmsg4"
-	shkProgShkSendmsg6    = "shk_sendmsg6"
-	shkProgShkSkbEgress   = "shk_skb_egress"
-	shkProgShkSkbIngress  = "shk_skb_ingress"
-	shkVarShkSessionLevel = "shk_session_level"
-	shkVarUnusedEvent     = "unused_event"
+	shkMapShkCounters      = "shk_counters"
+	shkMapShkEgress4       = "shk_egress4"
+	shkMapShkEgress6       = "shk_egress6"
+	shkMapShkEvents        = "shk_events"
+	shkMapShkFlows         = "shk_flows"
+	shkMapShkHandles       = "shk_handles"
+	shkMapShkSessions      = "shk_sessions"
+	shkMapShkSettings      = "shk_settings"
+	shkMapShkStats         = "shk_stats"
+	shkProgShkConnect4     = "shk_connect4"
+	shkProgShkConnect6     = "shk_connect6"
+	shkProgShkGetpeername4 = "shk_getpeername4"
+	shkProgShkGetpeername6 = "shk_getpeername6"
+	shkProgShkRecvmsg4     = "shk_recvmsg4"
+	shkProgShkRecvmsg6     = "shk_recvmsg6"
+	shkProgShkSendmsg4     = "shk_sendmsg4"
+	shkProgShkSendmsg6     = "shk_sendmsg6"
+	shkProgShkSkbEgress    = "shk_skb_egress"
+	shkProgShkSkbIngress   = "shk_skb_ingress"
+	shkProgShkSockRelease  = "shk_sock_release"
+	shkVarShkSessionLevel  = "shk_session_level"
+	shkVarUnusedEvent      = "unused_event"
 )
 
 // loadShk returns the embedded CollectionSpec for shk.
@@ -147,12 +164,17 @@ type shkSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkProgramSpecs struct {
-	ShkConnect4   *ebpf.ProgramSpec `ebpf:"shk_connect4"`
-	ShkConnect6   *ebpf.ProgramSpec `ebpf:"shk_connect6"`
-	ShkSendmsg4   *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6   *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
-	ShkSkbEgress  *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
-	ShkSkbIngress *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkConnect4     *ebpf.ProgramSpec `ebpf:"shk_connect4"`
+	ShkConnect6     *ebpf.ProgramSpec `ebpf:"shk_connect6"`
+	ShkGetpeername4 *ebpf.ProgramSpec `ebpf:"shk_getpeername4"`
+	ShkGetpeername6 *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
+	ShkRecvmsg4     *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
+	ShkRecvmsg6     *ebpf.ProgramSpec `ebpf:"shk_recvmsg6"`
+	ShkSendmsg4     *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6     *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
+	ShkSkbEgress    *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
+	ShkSkbIngress   *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkSockRelease  *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
 }
 
 // shkMapSpecs contains maps before they are loaded into the kernel.
@@ -163,9 +185,10 @@ type shkMapSpecs struct {
 	ShkEgress4  *ebpf.MapSpec `ebpf:"shk_egress4"`
 	ShkEgress6  *ebpf.MapSpec `ebpf:"shk_egress6"`
 	ShkEvents   *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkFlows    *ebpf.MapSpec `ebpf:"shk_flows"`
 	ShkHandles  *ebpf.MapSpec `ebpf:"shk_handles"`
 	ShkSessions *ebpf.MapSpec `ebpf:"shk_sessions"`
-	ShkSk       *ebpf.MapSpec `ebpf:"shk_sk"`
+	ShkSettings *ebpf.MapSpec `ebpf:"shk_settings"`
 	ShkStats    *ebpf.MapSpec `ebpf:"shk_stats"`
 }
 
@@ -201,9 +224,10 @@ type shkMaps struct {
 	ShkEgress4  *ebpf.Map `ebpf:"shk_egress4"`
 	ShkEgress6  *ebpf.Map `ebpf:"shk_egress6"`
 	ShkEvents   *ebpf.Map `ebpf:"shk_events"`
+	ShkFlows    *ebpf.Map `ebpf:"shk_flows"`
 	ShkHandles  *ebpf.Map `ebpf:"shk_handles"`
 	ShkSessions *ebpf.Map `ebpf:"shk_sessions"`
-	ShkSk       *ebpf.Map `ebpf:"shk_sk"`
+	ShkSettings *ebpf.Map `ebpf:"shk_settings"`
 	ShkStats    *ebpf.Map `ebpf:"shk_stats"`
 }
 
@@ -213,9 +237,10 @@ func (m *shkMaps) Close() error {
 		m.ShkEgress4,
 		m.ShkEgress6,
 		m.ShkEvents,
+		m.ShkFlows,
 		m.ShkHandles,
 		m.ShkSessions,
-		m.ShkSk,
+		m.ShkSettings,
 		m.ShkStats,
 	)
 }
@@ -232,22 +257,32 @@ type shkVariables struct {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkPrograms struct {
-	ShkConnect4   *ebpf.Program `ebpf:"shk_connect4"`
-	ShkConnect6   *ebpf.Program `ebpf:"shk_connect6"`
-	ShkSendmsg4   *ebpf.Program `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6   *ebpf.Program `ebpf:"shk_sendmsg6"`
-	ShkSkbEgress  *ebpf.Program `ebpf:"shk_skb_egress"`
-	ShkSkbIngress *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkConnect4     *ebpf.Program `ebpf:"shk_connect4"`
+	ShkConnect6     *ebpf.Program `ebpf:"shk_connect6"`
+	ShkGetpeername4 *ebpf.Program `ebpf:"shk_getpeername4"`
+	ShkGetpeername6 *ebpf.Program `ebpf:"shk_getpeername6"`
+	ShkRecvmsg4     *ebpf.Program `ebpf:"shk_recvmsg4"`
+	ShkRecvmsg6     *ebpf.Program `ebpf:"shk_recvmsg6"`
+	ShkSendmsg4     *ebpf.Program `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6     *ebpf.Program `ebpf:"shk_sendmsg6"`
+	ShkSkbEgress    *ebpf.Program `ebpf:"shk_skb_egress"`
+	ShkSkbIngress   *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkSockRelease  *ebpf.Program `ebpf:"shk_sock_release"`
 }
 
 func (p *shkPrograms) Close() error {
 	return _ShkClose(
 		p.ShkConnect4,
 		p.ShkConnect6,
+		p.ShkGetpeername4,
+		p.ShkGetpeername6,
+		p.ShkRecvmsg4,
+		p.ShkRecvmsg6,
 		p.ShkSendmsg4,
 		p.ShkSendmsg6,
 		p.ShkSkbEgress,
 		p.ShkSkbIngress,
+		p.ShkSockRelease,
 	)
 }
 

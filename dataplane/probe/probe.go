@@ -25,6 +25,9 @@
 //	tcpflood N ADDR SECS  connect+close against ADDR N times or for SECS seconds, answers "ok COUNT NS"
 //	stream ADDR SECS      send a TCP stream for SECS seconds; answers "ok BYTES NS"
 //	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
+//	udpflood N ADDR       sendto ADDR N times from one unconnected UDP socket; answers "ok COUNT NS"
+//	dns udp|cudp|tcp ADDR send "q" to ADDR (unconnected UDP, connected UDP or TCP) and read the reply; answers "ok FROM REPLY"
+//	cpu N                 pin this process to CPU N
 //	pid                   answers "ok PID"
 package probe
 
@@ -99,6 +102,14 @@ func (p *prober) do(f []string) string {
 		return ""
 	}
 	switch f[0] {
+	case "dns":
+		from, reply, err := dnsQuery(arg(1), arg(2))
+		return result(from+" "+reply, err)
+	case "cpu":
+		n, _ := strconv.Atoi(arg(1))
+		var set unix.CPUSet
+		set.Set(n)
+		return result("", unix.SchedSetaffinity(0, &set))
 	case "pid":
 		return result(strconv.Itoa(os.Getpid()), nil)
 	case "tcp", "tcp6", "mptcp":
@@ -197,6 +208,10 @@ func (p *prober) do(f []string) string {
 		secs, _ := strconv.ParseFloat(arg(2), 64)
 		ok, fail, err := hammer(arg(1), time.Duration(secs*float64(time.Second)))
 		return result(fmt.Sprintf("%d %d", ok, fail), err)
+	case "udpflood":
+		n, _ := strconv.Atoi(arg(1))
+		cnt, ns, err := udpFlood(arg(2), n)
+		return result(fmt.Sprintf("%d %d", cnt, ns), err)
 	case "stream":
 		secs, _ := strconv.ParseFloat(arg(2), 64)
 		b, ns, err := stream(arg(1), time.Duration(secs*float64(time.Second)))
@@ -323,4 +338,74 @@ func hammer(addr string, d time.Duration) (ok, fail int, err error) {
 		unix.Close(fd)
 	}
 	return ok, fail, nil
+}
+
+func udpFlood(addr string, n int) (int, int64, error) {
+	sa, fam, err := sockaddr(addr, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	start := Monotonic()
+	for i := 0; i < n; i++ {
+		if err := unix.Sendto(fd, []byte("x"), 0, sa); err != nil {
+			return i, 0, err
+		}
+	}
+	return n, Monotonic() - start, nil
+}
+
+func dnsQuery(mode, addr string) (string, string, error) {
+	sa, fam, err := sockaddr(addr, false)
+	if err != nil {
+		return "", "", err
+	}
+	typ := unix.SOCK_DGRAM
+	if mode == "tcp" {
+		typ = unix.SOCK_STREAM
+	}
+	fd, err := unix.Socket(fam, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", "", err
+	}
+	defer unix.Close(fd)
+	tv := unix.Timeval{Sec: 3}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	if mode == "udp" {
+		err = unix.Sendto(fd, []byte("q"), 0, sa)
+	} else {
+		if err = unix.Connect(fd, sa); err == nil {
+			_, err = unix.Write(fd, []byte("q"))
+		}
+	}
+	if err != nil {
+		return "", "", err
+	}
+	buf := make([]byte, 512)
+	n, from, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return "", "", err
+	}
+	if mode == "tcp" {
+		// A connected stream has no per-read source: report the peer.
+		from, err = unix.Getpeername(fd)
+		if err != nil {
+			return "", "", err
+		}
+	}
+	return sockaddrString(from), string(buf[:n]), nil
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)).String()
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)).String()
+	}
+	return "?"
 }

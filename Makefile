@@ -1,0 +1,66 @@
+# Shinken node agent. Run as root on Linux: the tests and the agent load BPF
+# programs and manage cgroups.
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+BIN := bin
+
+.PHONY: all build generate check-generated test test-short fuzz run deps bench bench-egress bench-dns bench-agent clean
+
+all: build
+
+deps:
+	@.ci/install-deps >/dev/null
+
+build: deps
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Regenerate the bpf2go bindings and objects (committed) from bpf/*.bpf.c.
+generate: deps
+	$(GO) generate ./...
+
+# CI: the committed objects must be exactly what Debian's clang makes of the sources.
+check-generated: generate
+	git diff --exit-code -- '*_bpfel.go' '*_bpfel.o' || (echo "committed BPF objects are stale: run 'make generate' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain --untracked-files=all -- '*_bpfel.go' '*_bpfel.o')" || (echo "untracked generated files" >&2; exit 1)
+
+# The test suite: root, real kernel, real cgroups, sockets and BPF maps.
+test: deps
+	$(GO) test -count=1 ./...
+
+test-short: deps
+	$(GO) test -count=1 -short ./...
+
+# Short fuzzing runs of the DNS name canonicaliser, pattern parser and query
+# handler (CI runs this; FUZZTIME=5m for a longer session).
+FUZZTIME ?= 10s
+fuzz: deps
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalName$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+	$(GO) test -run '^$$' -fuzz '^FuzzPattern$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+
+# The agent on embedded defaults (Ctrl-C stops it; enforcement stays pinned).
+run: build
+	$(BIN)/shinken-agent
+
+# Every benchmark; each prints its figures last. See bench/README.md.
+bench: bench-egress bench-decision bench-dns bench-agent
+
+# 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
+bench-egress: deps
+	$(GO) build -o $(BIN)/shinken-bench-egress ./bench/egress
+	$(BIN)/shinken-bench-egress
+
+# The resolver vs dnsmasq (Debian's dnsmasq-base: the binary, no service).
+bench-dns: deps
+	@command -v dnsmasq >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q dnsmasq-base
+	$(MAKE) -C bench/dns bench-dns
+
+# The daemon at 10,000 live sessions: /metrics scrape, session ls, RSS.
+bench-agent: build
+	$(GO) build -o $(BIN)/shinken-bench-agent ./bench/agent
+	$(BIN)/shinken-bench-agent -bin $(BIN)
+
+include bench/decision.mk
+
+clean:
+	rm -rf $(BIN)

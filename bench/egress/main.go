@@ -1,0 +1,630 @@
+// Command egress is the egress dataplane benchmark (make bench-egress). In one
+// run, on one machine, it measures:
+//
+//   - connect()+close() rate from inside a session while 10,000 sessions x 100
+//     entries are loaded, against the same workload in a cgroup with nothing
+//     attached (baseline) and in a cgroup matched by nftables (socket
+//     cgroupv2 + a named set holding the same entries);
+//   - revoke latency: from Revoke returning to the first EPERM seen by a tight
+//     connect loop in another process, over many revokes;
+//   - the throughput of one TCP stream inside a session (per-packet handle
+//     check) against the same stream in the baseline cgroup;
+//   - the cost of creating a session at 10 and at 10,000 sessions.
+//
+// Rounds are interleaved (baseline, shinken, nftables, ...) and medians are
+// compared, so machine noise hits every contender alike. It cleans up every
+// cgroup, pin and nftables table it made.
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/probe"
+	"golang.org/x/sys/unix"
+)
+
+var (
+	flagSessions = flag.Int("sessions", 10000, "sessions loaded")
+	flagEntries  = flag.Int("entries", 100, "egress entries per session")
+	flagRounds   = flag.Int("rounds", 5, "interleaved rounds per contender")
+	flagSecs     = flag.Float64("secs", 2, "seconds per connect round")
+	flagRevokes  = flag.Int("revokes", 1000, "revokes timed")
+	flagStream   = flag.Float64("stream-secs", 2, "seconds per stream round")
+	flagNoNft    = flag.Bool("no-nft", false, "skip the nftables contender")
+)
+
+func main() {
+	if os.Getenv(probe.EnvVar) != "" {
+		probe.Main()
+	}
+	flag.Parse()
+	log.SetFlags(0)
+	if os.Geteuid() != 0 {
+		log.Fatal("bench-egress needs root")
+	}
+	b := &bench{}
+	defer b.cleanup()
+	if err := b.run(); err != nil {
+		b.cleanup()
+		log.Fatal(err)
+	}
+}
+
+type bench struct {
+	dp        *dataplane.Dataplane
+	root      string // cgroup2 mount
+	tag       string
+	baseCg    string
+	nftParent string
+	nftTable  string
+	probeDir  string
+	procs     []*worker
+}
+
+func (b *bench) cleanup() {
+	for _, w := range b.procs {
+		w.stop()
+	}
+	b.procs = nil
+	if b.nftTable != "" {
+		exec.Command("nft", "delete", "table", "inet", b.nftTable).Run()
+		b.nftTable = ""
+	}
+	if b.dp != nil {
+		if err := b.dp.Uninstall(); err != nil {
+			log.Printf("uninstall: %v", err)
+		}
+		b.dp = nil
+	}
+	if b.nftParent != "" {
+		ents, _ := os.ReadDir(b.nftParent)
+		for _, e := range ents {
+			if e.IsDir() {
+				rmCgroup(filepath.Join(b.nftParent, e.Name()))
+			}
+		}
+		rmCgroup(b.nftParent)
+		b.nftParent = ""
+	}
+	if b.baseCg != "" {
+		rmCgroup(b.baseCg)
+		b.baseCg = ""
+	}
+	if b.probeDir != "" {
+		os.RemoveAll(b.probeDir)
+		b.probeDir = ""
+	}
+}
+
+func rmCgroup(p string) {
+	os.WriteFile(filepath.Join(p, "cgroup.kill"), []byte("1"), 0)
+	for i := 0; i < 200; i++ {
+		if err := os.Remove(p); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *bench) run() error {
+	var err error
+	if b.root, err = dataplane.FindCgroup2Mount(); err != nil {
+		return err
+	}
+	tb := make([]byte, 3)
+	rand.Read(tb)
+	b.tag = hex.EncodeToString(tb)
+	if err := b.copyProbe(); err != nil {
+		return err
+	}
+
+	host, _ := os.Hostname()
+	cpu := cpuModel()
+	fmt.Printf("machine: %s, %s, %d CPUs, kernel %s\n", host, cpu, numCPU(), kernelRelease())
+	fmt.Printf("load: %d sessions x %d entries\n", *flagSessions, *flagEntries)
+
+	// Shinken: the dataplane with the load.
+	b.dp, err = dataplane.Open(dataplane.Config{
+		Parent: "shinken-bench-" + b.tag, PinPath: "/sys/fs/bpf/shinken-bench-" + b.tag,
+		MaxSessions: uint32(*flagSessions + 64), MaxHandles: uint32(*flagRevokes + 64),
+		MaxEgress4: uint32(*flagSessions**flagEntries + 1024),
+	})
+	if err != nil {
+		return err
+	}
+	load, err := b.dp.NewHandle(dataplane.HandleRef{}, time.Time{})
+	if err != nil {
+		return err
+	}
+	// Session create cost at 10 sessions...
+	var at10 []float64
+	for i := 0; i < *flagSessions; i++ {
+		name := fmt.Sprintf("s%d", i)
+		t0 := time.Now()
+		if _, err := b.dp.CreateSession(name); err != nil {
+			return err
+		}
+		if i < 10 {
+			at10 = append(at10, float64(time.Since(t0).Microseconds()))
+		}
+		for j := 0; j < *flagEntries; j++ {
+			a := netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(j)})
+			if err := b.dp.AllowEgress(name, dataplane.EgressRule{Prefix: netip.PrefixFrom(a, 32), Proto: dataplane.ProtoTCP, Ports: dataplane.Port(443), Handle: load}); err != nil {
+				return err
+			}
+		}
+	}
+	// ... and at 10,000.
+	var at10k []float64
+	for i := 0; i < 10; i++ {
+		t0 := time.Now()
+		if _, err := b.dp.CreateSession(fmt.Sprintf("late%d", i)); err != nil {
+			return err
+		}
+		at10k = append(at10k, float64(time.Since(t0).Microseconds()))
+	}
+
+	// The servers, outside every session.
+	connSrv, err := acceptAndClose("127.0.0.2:0")
+	if err != nil {
+		return err
+	}
+	sink, err := discard("127.0.0.2:0")
+	if err != nil {
+		return err
+	}
+	defer connSrv.Close()
+	defer sink.Close()
+	connAddr := netip.MustParseAddrPort(connSrv.Addr().String())
+	sinkAddr := netip.MustParseAddrPort(sink.Addr().String())
+
+	bs, err := b.dp.CreateSession("bench")
+	if err != nil {
+		return err
+	}
+	// The bench session carries the same 100 entries as every other one.
+	for j := 0; j < *flagEntries; j++ {
+		a := netip.AddrFrom4([4]byte{11, 0, 0, byte(j)})
+		if err := b.dp.AllowEgress("bench", dataplane.EgressRule{Prefix: netip.PrefixFrom(a, 32), Proto: dataplane.ProtoTCP, Ports: dataplane.Port(443), Handle: load}); err != nil {
+			return err
+		}
+	}
+	for _, ap := range []netip.AddrPort{connAddr, sinkAddr} {
+		if err := b.dp.AllowEgress("bench", dataplane.EgressRule{Prefix: netip.PrefixFrom(ap.Addr(), 32), Proto: dataplane.ProtoTCP, Ports: dataplane.Port(ap.Port()), Handle: load}); err != nil {
+			return err
+		}
+	}
+
+	// Baseline: a cgroup with nothing attached.
+	b.baseCg = filepath.Join(b.root, "shinken-bench-base-"+b.tag)
+	if err := os.Mkdir(b.baseCg, 0o755); err != nil {
+		return err
+	}
+	base := dataplane.Session{Name: "baseline", Path: b.baseCg}
+
+	var nftSess dataplane.Session
+	if !*flagNoNft {
+		if nftSess, err = b.setupNft(connAddr, sinkAddr); err != nil {
+			return fmt.Errorf("nftables contender: %w", err)
+		}
+	}
+
+	wBase, err := b.worker(base)
+	if err != nil {
+		return err
+	}
+	wShk, err := b.worker(bs)
+	if err != nil {
+		return err
+	}
+	var wNft *worker
+	if !*flagNoNft {
+		if wNft, err = b.worker(nftSess); err != nil {
+			return err
+		}
+	}
+
+	// Sanity: the Shinken session is really enforced.
+	if got := wShk.do("tcp 127.0.0.3:" + strconv.Itoa(int(connAddr.Port()))); got != "err EPERM" {
+		return fmt.Errorf("bench session is not enforced: %s", got)
+	}
+	if wNft != nil {
+		if got := wNft.do("tcp 127.0.0.3:" + strconv.Itoa(int(connAddr.Port()))); got != "err ECONNREFUSED" {
+			return fmt.Errorf("nftables session is not enforced: %s", got)
+		}
+	}
+
+	// Connect rate, interleaved rounds.
+	var rBase, rShk, rNft []float64
+	flood := fmt.Sprintf("tcpflood 0 %s %g", connAddr, *flagSecs)
+	for r := 0; r < *flagRounds; r++ {
+		rBase = append(rBase, rate(wBase.do(flood)))
+		rShk = append(rShk, rate(wShk.do(flood)))
+		if wNft != nil {
+			rNft = append(rNft, rate(wNft.do(flood)))
+		}
+	}
+	fmt.Printf("connect+close per second, median of %d rounds of %gs: baseline %.0f  shinken %.0f  nftables %.0f\n",
+		*flagRounds, *flagSecs, median(rBase), median(rShk), median(rNft))
+	fmt.Printf("  rounds baseline %v\n  rounds shinken  %v\n  rounds nftables %v\n", ints(rBase), ints(rShk), ints(rNft))
+
+	// Stream throughput.
+	var sBase, sShk []float64
+	stream := fmt.Sprintf("stream %s %g", sinkAddr, *flagStream)
+	for r := 0; r < 3; r++ {
+		sBase = append(sBase, rate(wBase.do(stream)))
+		sShk = append(sShk, rate(wShk.do(stream)))
+	}
+	fmt.Printf("one TCP stream, MB/s, median of 3 rounds of %gs: baseline %.0f  shinken %.0f\n", *flagStream, median(sBase)/1e6, median(sShk)/1e6)
+
+	// Revoke latency.
+	lat, err := b.revokeLatency()
+	if err != nil {
+		return err
+	}
+	sort.Float64s(lat)
+	fmt.Printf("revoke -> first denied connect, %d revokes: p50 %.1fus  p90 %.1fus  p99 %.1fus  max %.1fus\n",
+		len(lat), pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1])
+	fmt.Printf("session create, mean of 10: at 10 sessions %.1fus, at %d sessions %.1fus\n", mean(at10), *flagSessions, mean(at10k))
+
+	ratioNft := 0.0
+	if len(rNft) > 0 {
+		ratioNft = median(rShk) / median(rNft)
+	}
+	fmt.Printf("session_create_us_at_10=%.1f\n", mean(at10))
+	fmt.Printf("session_create_us_at_10k=%.1f\n", mean(at10k))
+	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", median(rShk)/median(rBase))
+	fmt.Printf("egress_connect_ratio_vs_nftables=%.3f\n", ratioNft)
+	fmt.Printf("revoke_to_deny_p99_us=%.1f\n", pct(lat, 99))
+	fmt.Printf("egress_stream_ratio_vs_baseline=%.3f\n", median(sShk)/median(sBase))
+	return nil
+}
+
+// revokeLatency: a worker spins on UDP connect to an allowed destination; the
+// bench revokes the handle and takes CLOCK_MONOTONIC as Revoke returns; the
+// worker reports CLOCK_MONOTONIC of its first EPERM.
+func (b *bench) revokeLatency() ([]float64, error) {
+	s, err := b.dp.CreateSession("revoke")
+	if err != nil {
+		return nil, err
+	}
+	w, err := b.worker(s)
+	if err != nil {
+		return nil, err
+	}
+	// Worker spins on the last CPU, the revoking thread runs on the first.
+	if n := numCPU(); n > 1 {
+		w.do(fmt.Sprintf("cpu %d", n-1))
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var set unix.CPUSet
+		set.Set(0)
+		unix.SchedSetaffinity(0, &set)
+	}
+	dst := netip.MustParseAddrPort("127.0.0.2:9")
+	var out []float64
+	var prev dataplane.EgressRule
+	for i := 0; i < *flagRevokes; i++ {
+		h, err := b.dp.NewHandle(dataplane.HandleRef{}, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		rule := dataplane.EgressRule{Prefix: netip.PrefixFrom(dst.Addr(), 32), Proto: dataplane.ProtoUDP, Handle: h}
+		if err := b.dp.AllowEgress("revoke", rule); err != nil {
+			return nil, err
+		}
+		if !prev.Handle.IsZero() {
+			b.dp.RemoveEgress("revoke", prev)
+			b.dp.FreeHandle(prev.Handle)
+		}
+		prev = rule
+		if err := w.send("loopudp " + dst.String()); err != nil {
+			return nil, err
+		}
+		time.Sleep(2 * time.Millisecond) // let the loop spin
+		if err := b.dp.Revoke(h); err != nil {
+			return nil, err
+		}
+		t0 := probe.Monotonic()
+		line, err := w.recv()
+		if err != nil {
+			return nil, err
+		}
+		var t1 int64
+		if _, err := fmt.Sscanf(line, "ok %d", &t1); err != nil {
+			return nil, fmt.Errorf("loopudp: %s", line)
+		}
+		us := float64(t1-t0) / 1e3
+		if us < 0 {
+			us = 0 // denied before Revoke even returned
+		}
+		out = append(out, us)
+	}
+	return out, nil
+}
+
+func (b *bench) setupNft(conn, sink netip.AddrPort) (dataplane.Session, error) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return dataplane.Session{}, errors.New("nft not found (apt-get install nftables), or run with -no-nft")
+	}
+	b.nftParent = filepath.Join(b.root, "shinken-bench-nft-"+b.tag)
+	if err := os.Mkdir(b.nftParent, 0o755); err != nil {
+		return dataplane.Session{}, err
+	}
+	// nft resolves cgroupv2 paths below /sys/fs/cgroup.
+	rel, err := filepath.Rel("/sys/fs/cgroup", b.nftParent)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return dataplane.Session{}, fmt.Errorf("cgroup2 at %s is not below /sys/fs/cgroup", b.root)
+	}
+	level := strings.Count(strings.TrimPrefix(b.nftParent, b.root), "/") + 1
+	b.nftTable = "shinken_bench_" + b.tag
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "table inet %s {\n set allow {\n  typeof socket cgroupv2 level %d . ip daddr . tcp dport\n  size %d\n }\n", b.nftTable, level, *flagSessions**flagEntries+1024)
+	fmt.Fprintf(&sb, " chain out {\n  type filter hook output priority 0; policy accept;\n")
+	fmt.Fprintf(&sb, "  meta l4proto tcp socket cgroupv2 level %d . ip daddr . tcp dport @allow accept\n", level)
+	// Denied TCP gets a reset (ECONNREFUSED at once) rather than a silent drop
+	// that would leave connect() retrying its SYN for minutes.
+	fmt.Fprintf(&sb, "  meta l4proto tcp socket cgroupv2 level %d %q reject with tcp reset\n", level-1, rel)
+	fmt.Fprintf(&sb, "  socket cgroupv2 level %d %q drop\n }\n}\n", level-1, rel)
+	if out, err := nftRun(sb.String()); err != nil {
+		return dataplane.Session{}, fmt.Errorf("nft: %v: %s", err, out)
+	}
+	// Sessions and elements, in chunks.
+	var elems []string
+	flush := func() error {
+		if len(elems) == 0 {
+			return nil
+		}
+		script := fmt.Sprintf("add element inet %s allow { %s }\n", b.nftTable, strings.Join(elems, ", "))
+		elems = elems[:0]
+		if out, err := nftRun(script); err != nil {
+			return fmt.Errorf("nft add element: %v: %s", err, out)
+		}
+		return nil
+	}
+	for i := 0; i < *flagSessions; i++ {
+		name := fmt.Sprintf("s%d", i)
+		if err := os.Mkdir(filepath.Join(b.nftParent, name), 0o755); err != nil {
+			return dataplane.Session{}, err
+		}
+		for j := 0; j < *flagEntries; j++ {
+			elems = append(elems, fmt.Sprintf("%q . 10.%d.%d.%d . 443", rel+"/"+name, byte(i>>8), byte(i), j))
+		}
+		if len(elems) >= 20000 {
+			if err := flush(); err != nil {
+				return dataplane.Session{}, err
+			}
+		}
+	}
+	bench := filepath.Join(b.nftParent, "bench")
+	if err := os.Mkdir(bench, 0o755); err != nil {
+		return dataplane.Session{}, err
+	}
+	for j := 0; j < *flagEntries; j++ {
+		elems = append(elems, fmt.Sprintf("%q . 11.0.0.%d . 443", rel+"/bench", j))
+	}
+	for _, ap := range []netip.AddrPort{conn, sink} {
+		elems = append(elems, fmt.Sprintf("%q . %s . %d", rel+"/bench", ap.Addr(), ap.Port()))
+	}
+	if err := flush(); err != nil {
+		return dataplane.Session{}, err
+	}
+	return dataplane.Session{Name: "nft-bench", Path: bench}, nil
+}
+
+func nftRun(script string) ([]byte, error) {
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	return cmd.CombinedOutput()
+}
+
+// ---- workers ----
+
+type worker struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func (b *bench) copyProbe() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "shinken-bench-")
+	if err != nil {
+		return err
+	}
+	b.probeDir = dir
+	os.Chmod(dir, 0o755)
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "probe"), data, 0o755)
+}
+
+func (b *bench) worker(s dataplane.Session) (*worker, error) {
+	cmd := exec.Command(filepath.Join(b.probeDir, "probe"))
+	cmd.Env = []string{probe.EnvVar + "=1"}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(cmd, dataplane.ProcOptions{}); err != nil {
+		return nil, err
+	}
+	w := &worker{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	b.procs = append(b.procs, w)
+	return w, nil
+}
+
+func (w *worker) send(line string) error {
+	_, err := io.WriteString(w.in, line+"\n")
+	return err
+}
+
+func (w *worker) recv() (string, error) {
+	if !w.out.Scan() {
+		return "", fmt.Errorf("worker died: %v", w.out.Err())
+	}
+	return w.out.Text(), nil
+}
+
+func (w *worker) do(line string) string {
+	if err := w.send(line); err != nil {
+		return "err " + err.Error()
+	}
+	s, err := w.recv()
+	if err != nil {
+		return "err " + err.Error()
+	}
+	return s
+}
+
+func (w *worker) stop() {
+	w.in.Close()
+	done := make(chan struct{})
+	go func() { w.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		w.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// ---- servers ----
+
+func acceptAndClose(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < 2; i++ {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	return ln, nil
+}
+
+func discard(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	return ln, nil
+}
+
+// ---- numbers ----
+
+// rate turns "ok COUNT NS" into COUNT per second (0 on error, which the
+// output then shows).
+func rate(line string) float64 {
+	var n, ns int64
+	if _, err := fmt.Sscanf(line, "ok %d %d", &n, &ns); err != nil || ns == 0 {
+		log.Printf("worker: %s", line)
+		return 0
+	}
+	return float64(n) / (float64(ns) / 1e9)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func mean(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t / float64(len(v))
+}
+
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p / 100)
+	return sorted[i]
+}
+
+func ints(v []float64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
+
+func numCPU() int {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(data), "\nprocessor") + 1
+}
+
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if i := strings.Index(l, ":"); i >= 0 {
+				return strings.TrimSpace(l[i+1:])
+			}
+		}
+	}
+	return "unknown CPU"
+}
+
+func kernelRelease() string {
+	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(data))
+}

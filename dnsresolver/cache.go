@@ -1,0 +1,84 @@
+package dnsresolver
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// link is one CNAME link of a chain.
+type link struct {
+	owner, target string // canonical
+	expires       time.Time
+}
+
+// addrRec is one A or AAAA record at the end of the chain.
+type addrRec struct {
+	addr    netip.Addr
+	expires time.Time
+}
+
+// result is an upstream answer reduced to what the resolver serves: the
+// CNAME chain from the question name, the addresses (or passthrough records)
+// owned by its last name, and the rcode. It holds no session data, so it is
+// shared by every session through the cache; policy is applied per query.
+type result struct {
+	rcode   int // dns.RcodeSuccess or dns.RcodeNameError
+	chain   []link
+	final   string // last name of the chain (the question name if no chain)
+	addrs   []addrRec
+	other   []dns.RR // passthrough records, TTL rewritten at answer time
+	otherEx []time.Time
+	expires time.Time // the earliest record expiry: the cache entry dies then
+}
+
+type cacheKey struct {
+	name  string
+	qtype uint16
+}
+
+// cache is a bounded map with random eviction (Go map iteration order) once
+// full. Good enough for a per-host resolver; expired entries are dropped on
+// lookup.
+type cache struct {
+	mu  sync.RWMutex
+	max int
+	m   map[cacheKey]*result
+}
+
+func newCache(max int) *cache {
+	if max <= 0 {
+		return nil
+	}
+	return &cache{max: max, m: make(map[cacheKey]*result)}
+}
+
+func (c *cache) get(k cacheKey, now time.Time) *result {
+	if c == nil {
+		return nil
+	}
+	c.mu.RLock()
+	r := c.m[k]
+	c.mu.RUnlock()
+	if r == nil || !now.Before(r.expires) {
+		return nil
+	}
+	return r
+}
+
+func (c *cache) put(k cacheKey, r *result) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
+		for victim := range c.m {
+			delete(c.m, victim)
+			break
+		}
+	}
+	c.m[k] = r
+}

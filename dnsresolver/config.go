@@ -1,0 +1,235 @@
+package dnsresolver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/shinken-agent/shinken/dataplane"
+)
+
+// Errors of New, Start and SetPolicy.
+var (
+	ErrInvalidConfig = errors.New("dnsresolver: invalid config")
+	ErrNoUpstream    = errors.New("dnsresolver: no upstream nameserver")
+	ErrClosed        = errors.New("dnsresolver: closed")
+	ErrStarted       = errors.New("dnsresolver: already started")
+)
+
+// Dataplane is what the resolver needs from the kernel side: the method set
+// of *dataplane.Dataplane's AllowEgress, so the real dataplane satisfies it.
+type Dataplane interface {
+	// AllowEgress installs (or refreshes) one egress rule for the session.
+	// It must return only once the rule is enforced. Refreshing should keep
+	// the later of the old and new expiry: two names may resolve to one
+	// address with different TTLs.
+	AllowEgress(session string, r dataplane.EgressRule) error
+}
+
+// Defaults.
+const (
+	DefaultPort            = 53053 // 5353 is mDNS's
+	DefaultMinTTL          = 5 * time.Second
+	DefaultMaxTTL          = time.Hour
+	DefaultUpstreamTimeout = 2 * time.Second
+	DefaultMaxCNAMEChain   = 8
+	DefaultCacheSize       = 16384
+	DefaultMaxInflight     = 4096
+	DefaultUDPWorkers      = 1
+	DefaultResolvConf      = "/etc/resolv.conf"
+)
+
+// Config configures a Resolver. Zero fields take the defaults above.
+type Config struct {
+	// Dataplane receives the egress entries. Required.
+	Dataplane Dataplane
+	// SessionName names the live session with a kernel index (the index the
+	// session address encodes, see SessionAddr), or reports false. Required.
+	// It is called for every query, so keep it a map lookup.
+	SessionName func(index uint32) (session string, ok bool)
+
+	// ListenAddr is where the UDP and TCP sockets bind. Default
+	// 0.0.0.0:DefaultPort. It must be the IPv4 wildcard address (the
+	// session addresses are all of 127.128.0.0/9); port 0 picks a free
+	// port, see Resolver.Port.
+	ListenAddr netip.AddrPort
+
+	// Upstreams are asked in order; the first that answers wins. Default:
+	// the nameservers of ResolvConf.
+	Upstreams []netip.AddrPort
+	// ResolvConf is read when Upstreams is empty. Default /etc/resolv.conf.
+	ResolvConf string
+	// UpstreamTimeout bounds one query to one upstream. Default 2s.
+	UpstreamTimeout time.Duration
+
+	// MinTTL and MaxTTL clamp every answer TTL and so every entry's expiry.
+	// Defaults 5s and 1h.
+	MinTTL, MaxTTL time.Duration
+
+	// DenyRcode answers names that are not allowed: dns.RcodeRefused
+	// (default) or dns.RcodeNameError (NXDOMAIN).
+	DenyRcode int
+
+	// MaxCNAMEChain caps the CNAME links followed from the question name;
+	// a longer chain is SERVFAIL. Default 8.
+	MaxCNAMEChain int
+
+	// PassthroughTypes are query types, besides A and AAAA, forwarded for
+	// allowed names (e.g. dns.TypeTXT, dns.TypeMX). Their answers are
+	// filtered to records on the CNAME chain and write no entries. ANY,
+	// AXFR, IXFR and the address-carrying HTTPS/SVCB are never allowed here.
+	PassthroughTypes []uint16
+
+	// CacheSize bounds the shared answer cache (entries). Default 16384;
+	// negative disables the cache.
+	CacheSize int
+
+	// AlwaysWrite makes every answer call AllowEgress for every rule, even
+	// one this resolver already wrote with the same expiry (a cache hit).
+	// By default such a write is skipped: the rule is in the kernel unless
+	// something outside the resolver removed it, and SetPolicy and
+	// RemovePolicy forget what was written for their session. Skipping
+	// can only cost availability (a connection denied), never widen access.
+	AlwaysWrite bool
+
+	// UDPWorkers is the number of threads blocked in recvmmsg(2) on the UDP
+	// socket, each answering what the cache can answer inline (a query that
+	// must go upstream gets its own goroutine). Default 1: on the 2-core
+	// bench host every extra worker cost CPU per query (Go runtime
+	// hand-offs) without adding throughput; raise it on large hosts.
+	UDPWorkers int
+	// MaxInflight bounds concurrently handled TCP queries. Default 4096.
+	MaxInflight int
+
+	// OnDenial, if set, is called (synchronously, keep it quick) for every
+	// refused query.
+	OnDenial func(Denial)
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+
+	now func() time.Time // tests
+}
+
+func (c *Config) setDefaults() {
+	if !c.ListenAddr.IsValid() {
+		c.ListenAddr = netip.AddrPortFrom(netip.IPv4Unspecified(), DefaultPort)
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = DefaultResolvConf
+	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if c.MinTTL == 0 {
+		c.MinTTL = DefaultMinTTL
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = DefaultMaxTTL
+	}
+	if c.DenyRcode == 0 {
+		c.DenyRcode = dns.RcodeRefused
+	}
+	if c.MaxCNAMEChain == 0 {
+		c.MaxCNAMEChain = DefaultMaxCNAMEChain
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.UDPWorkers == 0 {
+		c.UDPWorkers = DefaultUDPWorkers
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Dataplane == nil {
+		return fmt.Errorf("%w: Dataplane is required", ErrInvalidConfig)
+	}
+	if c.SessionName == nil {
+		return fmt.Errorf("%w: SessionName is required", ErrInvalidConfig)
+	}
+	if a := c.ListenAddr.Addr(); !a.Is4() || !a.IsUnspecified() {
+		return fmt.Errorf("%w: ListenAddr %v: must be 0.0.0.0:<port>, the session addresses span 127.128.0.0/9", ErrInvalidConfig, c.ListenAddr)
+	}
+	for _, u := range c.Upstreams {
+		if !u.IsValid() || u.Port() == 0 {
+			return fmt.Errorf("%w: upstream %v", ErrInvalidConfig, u)
+		}
+		if SessionPrefix.Contains(u.Addr().Unmap()) {
+			return fmt.Errorf("%w: upstream %v is a session address", ErrInvalidConfig, u)
+		}
+	}
+	if c.UpstreamTimeout < 0 {
+		return fmt.Errorf("%w: UpstreamTimeout %v", ErrInvalidConfig, c.UpstreamTimeout)
+	}
+	if c.MinTTL < time.Second || c.MaxTTL < c.MinTTL || c.MaxTTL > 7*24*time.Hour {
+		return fmt.Errorf("%w: TTL clamp [%v, %v]: want 1s <= MinTTL <= MaxTTL <= 168h", ErrInvalidConfig, c.MinTTL, c.MaxTTL)
+	}
+	if c.DenyRcode != dns.RcodeRefused && c.DenyRcode != dns.RcodeNameError {
+		return fmt.Errorf("%w: DenyRcode %d: want REFUSED (5) or NXDOMAIN (3)", ErrInvalidConfig, c.DenyRcode)
+	}
+	if c.MaxCNAMEChain < 0 || c.MaxCNAMEChain > 32 {
+		return fmt.Errorf("%w: MaxCNAMEChain %d: want 0..32", ErrInvalidConfig, c.MaxCNAMEChain)
+	}
+	for _, t := range c.PassthroughTypes {
+		if slices.Contains(neverPassthrough, t) {
+			return fmt.Errorf("%w: PassthroughTypes: %s may not be passed through", ErrInvalidConfig, dns.TypeToString[t])
+		}
+	}
+	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
+		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)
+	}
+	if c.MaxInflight < 1 {
+		return fmt.Errorf("%w: MaxInflight %d", ErrInvalidConfig, c.MaxInflight)
+	}
+	return nil
+}
+
+// Types never forwarded: ANY and zone transfers are refused, A/AAAA are
+// handled natively, HTTPS/SVCB/CNAME are answered empty locally, and OPT/TSIG
+// style meta types are no questions at all.
+var neverPassthrough = []uint16{
+	dns.TypeANY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeA, dns.TypeAAAA,
+	dns.TypeHTTPS, dns.TypeSVCB, dns.TypeCNAME, dns.TypeOPT, dns.TypeTSIG,
+	dns.TypeTKEY, dns.TypeMAILA, dns.TypeMAILB, dns.TypeNone,
+}
+
+// upstreamsFromResolvConf reads the nameservers of a resolv.conf file.
+func upstreamsFromResolvConf(path string) ([]netip.AddrPort, error) {
+	cc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %w", ErrNoUpstream, path, err)
+	}
+	var out []netip.AddrPort
+	port := uint16(53)
+	if cc.Port != "" {
+		var p uint16
+		if _, err := fmt.Sscan(cc.Port, &p); err == nil && p != 0 {
+			port = p
+		}
+	}
+	for _, s := range cc.Servers {
+		a, err := netip.ParseAddr(s)
+		if err != nil || SessionPrefix.Contains(a.Unmap()) {
+			continue
+		}
+		out = append(out, netip.AddrPortFrom(a, port))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: none usable in %s", ErrNoUpstream, path)
+	}
+	return out, nil
+}

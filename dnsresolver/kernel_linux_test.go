@@ -1,0 +1,527 @@
+package dnsresolver
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/shinken-agent/shinken/dataplane"
+	"golang.org/x/sys/unix"
+)
+
+// The tier-3 tests: a real dataplane (BPF programs attached to a private
+// parent cgroup), a process inside a real session, real sockets on loopback.
+
+const sessionProcEnv = "SHINKEN_DNS_SESSION_PROC"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(sessionProcEnv) != "" {
+		sessionProcMain()
+	}
+	code := m.Run()
+	if procBin != "" {
+		os.RemoveAll(filepath.Dir(procBin))
+	}
+	os.Exit(code)
+}
+
+// sessionProcMain is the process run inside the session. It reads commands
+// on stdin and answers one line each:
+//
+//	tcp ADDR                       connect(2), raw syscall: "ok" or "err ERRNO"
+//	dns udp|tcp SERVER NAME TYPE   one DNS query with a plain socket to SERVER
+//	                               (no getaddrinfo): "ok RCODE SRC a,b,c" or "err ..."
+func sessionProcMain() {
+	in := bufio.NewScanner(os.Stdin)
+	out := bufio.NewWriter(os.Stdout)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		var res string
+		switch {
+		case len(f) == 2 && f[0] == "tcp":
+			res = rawConnect(f[1])
+		case len(f) == 5 && f[0] == "dns":
+			res = sessionQuery(f[1], f[2], f[3], f[4])
+		default:
+			res = "err bad command"
+		}
+		fmt.Fprintln(out, res)
+		out.Flush()
+	}
+	os.Exit(0)
+}
+
+func rawConnect(addr string) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return "err " + err.Error()
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "err " + err.Error()
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		if en, ok := err.(unix.Errno); ok {
+			return "err " + unix.ErrnoName(en)
+		}
+		return "err " + err.Error()
+	}
+	return "ok"
+}
+
+// sessionQuery sends one query to server and reports the rcode, the address
+// the reply appears to come from (as the application sees it) and the
+// answer's addresses: "ok RCODE FROM a,b,-". mode is udp (unconnected AF_INET
+// socket, sendto/recvfrom), cudp (connected UDP, as glibc does) or tcp.
+// Plain sockets, no getaddrinfo.
+func sessionQuery(mode, server, name, qtype string) string {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.StringToType[qtype])
+	fail := func(err error) string { return "err " + strings.ReplaceAll(err.Error(), " ", "_") }
+	var (
+		resp *dns.Msg
+		from string
+	)
+	switch mode {
+	case "udp":
+		to, err := netip.ParseAddrPort(server)
+		if err != nil {
+			return fail(err)
+		}
+		c, err := net.ListenUDP("udp4", nil)
+		if err != nil {
+			return fail(err)
+		}
+		defer c.Close()
+		b, _ := m.Pack()
+		if _, err := c.WriteToUDPAddrPort(b, to); err != nil {
+			return fail(err)
+		}
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 4096)
+		n, src, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return fail(err)
+		}
+		resp = new(dns.Msg)
+		if err := resp.Unpack(buf[:n]); err != nil {
+			return fail(err)
+		}
+		from = src.String()
+	case "cudp", "tcp":
+		network := "udp"
+		if mode == "tcp" {
+			network = "tcp"
+		}
+		c := &dns.Client{Net: network, Timeout: 3 * time.Second}
+		conn, err := c.Dial(server)
+		if err != nil {
+			return fail(err)
+		}
+		defer conn.Close()
+		if resp, _, err = c.ExchangeWithConn(m, conn); err != nil {
+			return fail(err)
+		}
+		from = conn.RemoteAddr().String()
+	default:
+		return "err bad mode"
+	}
+	var addrs []string
+	for _, rr := range resp.Answer {
+		switch v := rr.(type) {
+		case *dns.A:
+			addrs = append(addrs, v.A.String())
+		case *dns.AAAA:
+			addrs = append(addrs, v.AAAA.String())
+		}
+	}
+	return fmt.Sprintf("ok %s %s %s", dns.RcodeToString[resp.Rcode], from, strings.Join(append(addrs, "-"), ","))
+}
+
+var (
+	procBin  string
+	procOnce sync.Once
+)
+
+// sessionBinary is a copy of the test binary that an unprivileged session
+// process can execute (go test builds into a 0700 directory).
+func sessionBinary(t testing.TB) string {
+	procOnce.Do(func() {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, err := os.MkdirTemp("", "shinken-dns-proc-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, 0o755)
+		data, err := os.ReadFile(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "proc")
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		procBin = p
+	})
+	if procBin == "" {
+		t.Fatal("no session binary")
+	}
+	return procBin
+}
+
+type sessionProc struct {
+	t   testing.TB
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startSessionProc(t testing.TB, s dataplane.Session) *sessionProc {
+	t.Helper()
+	cmd := exec.Command(sessionBinary(t))
+	cmd.Env = []string{sessionProcEnv + "=1"}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(cmd, dataplane.ProcOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := &sessionProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	return p
+}
+
+func (p *sessionProc) do(line string) string {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
+		p.t.Fatalf("session proc %q: %v", line, err)
+	}
+	if !p.out.Scan() {
+		p.t.Fatalf("session proc %q: no answer (%v)", line, p.out.Err())
+	}
+	return p.out.Text()
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (it loads BPF programs and makes cgroups); run the suite as root, as CI does")
+	}
+}
+
+// kernelEnv is a real dataplane with one session, a handle, a fake upstream
+// and a resolver writing into the dataplane.
+type kernelEnv struct {
+	mu    sync.Mutex
+	names map[uint32]string // what Config.SessionName answers
+
+	dp   *dataplane.Dataplane
+	sess dataplane.Session
+	h    dataplane.HandleRef
+	up   *fakeUpstream
+	r    *Resolver
+}
+
+// kernelZone resolves names to loopback addresses only: connections to them
+// never leave the host.
+var kernelZone = []string{
+	"svc.kernel.test. 1 IN A 127.0.0.77",
+	"www.kernel.test. 300 IN CNAME edge.kernel-cdn.test.",
+	"edge.kernel-cdn.test. 300 IN A 127.0.0.78",
+	"rebind.kernel.test. 300 IN A 127.0.0.79",
+	"denied.kernel.test. 300 IN A 127.0.0.80",
+}
+
+func newKernelEnv(t *testing.T) *kernelEnv {
+	t.Helper()
+	requireRoot(t)
+	b := make([]byte, 4)
+	rand.Read(b)
+	n := "shinken-dnstest-" + hex.EncodeToString(b)
+	dp, err := dataplane.Open(dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 64, MaxHandles: 256, MaxEgress4: 1024, MaxEgress6: 1024})
+	if err != nil {
+		t.Fatalf("open dataplane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dp.Uninstall(); err != nil {
+			t.Errorf("uninstall dataplane: %v", err)
+		}
+	})
+	sess, err := dp.CreateSession("dns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dp.NewHandle(dataplane.HandleRef{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kernelEnv{dp: dp, sess: sess, h: h, up: startFakeUpstream(t, kernelZone), names: map[uint32]string{sess.Index: sess.Name}}
+	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	r, err := New(Config{
+		Dataplane: dp,
+		SessionName: func(i uint32) (string, bool) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			n, ok := e.names[i]
+			return n, ok
+		},
+		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
+		Upstreams:  []netip.AddrPort{e.up.addr},
+		MinTTL:     time.Second,
+		MaxTTL:     time.Hour,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetPolicy(sess.Name, Policy{Grants: []Grant{
+		{Pattern: "svc.kernel.test", Handle: h, Proto: dataplane.ProtoTCP, AllowNonPublic: loop},
+		{Pattern: "www.kernel.test", Handle: h, Proto: dataplane.ProtoTCP, AllowNonPublic: loop},
+		{Pattern: "rebind.kernel.test", Handle: h, Proto: dataplane.ProtoTCP}, // no AllowNonPublic: stripped
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	e.r = r
+	return e
+}
+
+// listenLoopback accepts (and drops) TCP connections on addr.
+func listenLoopback(t *testing.T, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+// TestKernelEntries: the resolver's answers become real kernel entries that a
+// session process can use, with the TTL as the in-kernel expiry; refused and
+// stripped names never do. The queries here go straight to the session
+// address (what the kernel redirect produces), sent by the test process.
+func TestKernelEntries(t *testing.T) {
+	e := newKernelEnv(t)
+	for _, a := range []string{"127.0.0.77:8080", "127.0.0.78:8080", "127.0.0.79:8080", "127.0.0.80:8080"} {
+		listenLoopback(t, a)
+	}
+	p := startSessionProc(t, e.sess)
+	server := netip.AddrPortFrom(SessionAddr(e.sess.Index), e.r.Port())
+	ask := func(name string) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		resp, _, err := (&dns.Client{Net: "udp", Timeout: 3 * time.Second}).Exchange(m, server.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"nothing reachable before resolving", func(t *testing.T) {
+			for _, a := range []string{"127.0.0.77:8080", "127.0.0.78:8080", "127.0.0.79:8080", "127.0.0.80:8080"} {
+				if got := p.do("tcp " + a); got != "err EPERM" {
+					t.Errorf("connect %s before resolving: %s", a, got)
+				}
+			}
+		}},
+		{"allowed name resolves then connects", func(t *testing.T) {
+			resp := ask("svc.kernel.test.")
+			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+				t.Fatalf("%v", resp)
+			}
+			if got := p.do("tcp 127.0.0.77:8080"); got != "ok" {
+				t.Fatalf("connect after resolving: %s", got)
+			}
+			rules, err := e.dp.EgressRules(e.sess.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rules) != 1 || rules[0].Prefix.String() != "127.0.0.77/32" || rules[0].Handle != e.h || rules[0].Expires.IsZero() {
+				t.Fatalf("kernel rules %v", rules)
+			}
+			if d := time.Until(rules[0].Expires); d > 2*time.Second || d < -time.Second {
+				t.Fatalf("kernel expiry in %v, want about 1s", d)
+			}
+		}},
+		{"CNAME chain target reachable", func(t *testing.T) {
+			resp := ask("www.kernel.test.")
+			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 2 {
+				t.Fatalf("%v", resp)
+			}
+			if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+				t.Fatalf("connect to chain target: %s", got)
+			}
+		}},
+		{"rebinding answer stripped and unreachable", func(t *testing.T) {
+			resp := ask("rebind.kernel.test.")
+			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 {
+				t.Fatalf("%v", resp)
+			}
+			if got := p.do("tcp 127.0.0.79:8080"); got != "err EPERM" {
+				t.Fatalf("connect to stripped address: %s", got)
+			}
+		}},
+		{"denied name refused, never asked, unreachable", func(t *testing.T) {
+			if resp := ask("denied.kernel.test."); resp.Rcode != dns.RcodeRefused {
+				t.Fatalf("%v", resp)
+			}
+			if e.up.askedFor("denied.kernel.test.") {
+				t.Fatal("denied name forwarded")
+			}
+			if got := p.do("tcp 127.0.0.80:8080"); got != "err EPERM" {
+				t.Fatalf("connect to denied name's address: %s", got)
+			}
+		}},
+		{"TTL expiry removes reachability", func(t *testing.T) {
+			time.Sleep(2200 * time.Millisecond) // svc.kernel.test has TTL 1s
+			if got := p.do("tcp 127.0.0.77:8080"); got != "err EPERM" {
+				t.Fatalf("connect after TTL expiry: %s", got)
+			}
+			if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+				t.Fatalf("connect within TTL: %s", got)
+			}
+		}},
+		{"revoking the handle cuts DNS-derived entries", func(t *testing.T) {
+			if err := e.dp.Revoke(e.h); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.do("tcp 127.0.0.78:8080"); got != "err EPERM" {
+				t.Fatalf("connect after revoke: %s", got)
+			}
+			// And the resolver fails closed for the revoked grant.
+			if resp := ask("svc.kernel.test."); resp.Rcode != dns.RcodeServerFailure {
+				t.Fatalf("after revoke: %v", resp)
+			}
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.run) {
+			return
+		}
+	}
+}
+
+// TestRedirectedSession: a process inside a real session sends plain UDP
+// (unconnected and connected) and TCP DNS queries to arbitrary loopback
+// addresses on port 53, IPv4 and IPv6; the kernel redirects them to the
+// resolver at the session's address, the resolver answers from its policy and
+// writes real kernel entries, and the replies appear to come from the server
+// the process asked.
+func TestRedirectedSession(t *testing.T) {
+	e := newKernelEnv(t)
+	if err := e.dp.SetDNSRedirect(e.r.Port()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.dp.SetDNSRedirect(0) })
+	listenLoopback(t, "127.0.0.77:8080")
+	listenLoopback(t, "127.0.0.78:8080")
+	listenLoopback(t, "127.0.0.80:8080")
+	p := startSessionProc(t, e.sess)
+	for _, tc := range []struct{ cmd, want string }{
+		{"tcp 127.0.0.78:8080", "err EPERM"},
+		{"dns udp 127.0.0.53:53 denied.kernel.test A", "ok REFUSED 127.0.0.53:53 -"},
+		{"dns udp 127.0.0.53:53 svc.kernel.test A", "ok NOERROR 127.0.0.53:53 127.0.0.77,-"},
+		{"dns cudp 127.9.8.7:53 www.kernel.test A", "ok NOERROR 127.9.8.7:53 127.0.0.78,-"},
+		{"dns tcp 127.0.0.53:53 www.kernel.test A", "ok NOERROR 127.0.0.53:53 127.0.0.78,-"},
+		{"dns cudp [::1]:53 www.kernel.test A", "ok NOERROR [::1]:53 127.0.0.78,-"},
+		{"dns tcp [::1]:53 www.kernel.test A", "ok NOERROR [::1]:53 127.0.0.78,-"},
+		{`dns cudp 127.0.0.53:53 x\000.svc.kernel.test A`, "ok REFUSED 127.0.0.53:53 -"},
+		{"dns cudp 127.0.0.53:53 c2VjcmV0.exfil.kernel.test A", "ok REFUSED 127.0.0.53:53 -"},
+		{"dns cudp 127.0.0.53:53 rebind.kernel.test A", "ok NOERROR 127.0.0.53:53 -"},
+		{"dns cudp 127.0.0.53:53 svc.kernel.test ANY", "ok REFUSED 127.0.0.53:53 -"},
+		{"tcp 127.0.0.78:8080", "ok"},        // resolved through the redirect: reachable
+		{"tcp 127.0.0.77:8080", "ok"},        // likewise
+		{"tcp 127.0.0.80:8080", "err EPERM"}, // the denied name's address: never written
+		{"tcp 127.0.0.79:8080", "err EPERM"}, // the stripped rebinding address
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			if got := p.do(tc.cmd); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	for _, n := range []string{"denied.kernel.test.", "c2VjcmV0.exfil.kernel.test."} {
+		if e.up.askedFor(n) {
+			t.Errorf("%s reached the upstream", n)
+		}
+	}
+	st := e.r.Stats().Sessions[e.sess.Name]
+	if st.Denials[ReasonNotAllowed] != 2 || st.Denials[ReasonInvalidName] != 1 || st.Denials[ReasonQType] != 1 {
+		t.Errorf("denial counters %+v", st.Denials)
+	}
+
+	// A second session, with no DNS policy: its queries arrive on its own
+	// address, are refused, and write nothing, for it or for the first.
+	s2, err := e.dp.CreateSession("dns2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.names[s2.Index] = s2.Name
+	e.mu.Unlock()
+	before, _ := e.dp.EgressRules(e.sess.Name)
+	p2 := startSessionProc(t, s2)
+	if got := p2.do("dns udp 127.0.0.53:53 svc.kernel.test A"); got != "ok REFUSED 127.0.0.53:53 -" {
+		t.Fatalf("second session: %q", got)
+	}
+	if got := p2.do("tcp 127.0.0.77:8080"); got != "err EPERM" {
+		t.Fatalf("second session reaches the first one's entry: %q", got)
+	}
+	if r, _ := e.dp.EgressRules(s2.Name); len(r) != 0 {
+		t.Fatalf("entries for the second session: %v", r)
+	}
+	if after, _ := e.dp.EgressRules(e.sess.Name); len(after) != len(before) {
+		t.Fatalf("first session's entries changed: %v -> %v", before, after)
+	}
+	if d := e.r.Stats().Sessions[s2.Name].Denials[ReasonNotAllowed]; d != 1 {
+		t.Fatalf("second session's denials: %d", d)
+	}
+}

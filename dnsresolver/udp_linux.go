@@ -1,0 +1,125 @@
+package dnsresolver
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+// udpSocket is the resolver's UDP socket on Linux: a plain blocking socket
+// read by a few goroutines each parked in recvmsg(2) on its own thread, as a
+// C resolver would, so a query costs one wake-up and no netpoller, scheduler
+// or futex round trips (measured: about half the CPU per query of a
+// net.UDPConn here). IP_PKTINFO gives each datagram's destination address,
+// and each reply is sent with that address as its source.
+type udpSocket struct {
+	fd     int
+	port   uint16
+	closed atomic.Bool
+}
+
+func listenUDP(addr netip.AddrPort) (*udpSocket, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(what string, err error) (*udpSocket, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+		return fail("IP_PKTINFO", err)
+	}
+	// Wake up now and then so Close never depends on shutdown(2) alone.
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 250_000}); err != nil {
+		return fail("SO_RCVTIMEO", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}); err != nil {
+		return fail("bind", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	return &udpSocket{fd: fd, port: uint16(sa.(*unix.SockaddrInet4).Port)}, nil
+}
+
+// shutdown wakes the readers; close releases the socket once they are gone.
+func (u *udpSocket) shutdown() {
+	u.closed.Store(true)
+	unix.Shutdown(u.fd, unix.SHUT_RDWR) // ENOTCONN for UDP, but wakes the readers
+}
+
+func (u *udpSocket) close() error { return unix.Close(u.fd) }
+
+func (u *udpSocket) send(b []byte, src netip.Addr, to unix.Sockaddr) error {
+	oob := (&ipv4.ControlMessage{Src: src.AsSlice()}).Marshal()
+	_, err := unix.SendmsgN(u.fd, b, oob, to, 0)
+	return err
+}
+
+// serveOne is one UDP worker reading a datagram per recvmsg(2).
+func (u *udpSocket) serveOne(r *Resolver) {
+	buf := make([]byte, udpBufSize+1)
+	oob := make([]byte, 128)
+	for !u.closed.Load() {
+		n, oobn, flags, from, err := unix.Recvmsg(u.fd, buf, oob, 0)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if !u.closed.Load() {
+				r.log.Warn("udp read", "err", err)
+			}
+			continue
+		}
+		if from == nil || n > udpBufSize || flags&unix.MSG_TRUNC != 0 {
+			continue
+		}
+		// Without the destination address the session is unknown: drop.
+		var cm ipv4.ControlMessage
+		if oobn == 0 || flags&unix.MSG_CTRUNC != 0 || cm.Parse(oob[:oobn]) != nil || cm.Dst == nil {
+			continue
+		}
+		dst, ok := netip.AddrFromSlice(cm.Dst)
+		if !ok {
+			continue
+		}
+		dst = dst.Unmap()
+		reply := u.handle(r, dst, from, buf[:n])
+		if reply == nil {
+			continue
+		}
+		// Reply from the address the query was sent to.
+		if err := u.send(reply, dst, from); err != nil && !u.closed.Load() {
+			r.log.Debug("udp write", "err", err)
+		}
+	}
+}
+
+// handle answers one datagram sent to dst: it returns the reply to send now,
+// or nil when there is none or when the query went to its own goroutine
+// (it must ask the upstream), which then sends the reply itself.
+func (u *udpSocket) handle(r *Resolver, dst netip.Addr, from unix.Sockaddr, raw []byte) []byte {
+	reply, req, p := r.beginRaw(dst, "udp", raw)
+	if p != nil && p.res == nil {
+		// Must go upstream: off this worker, so a slow upstream never
+		// holds the queries behind it.
+		r.wg.Go(func() {
+			if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
+				if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
+					r.log.Debug("udp write", "err", err)
+				}
+			}
+		})
+		return nil
+	}
+	if p != nil {
+		reply = r.packReply(req, r.finish(r.ctx, p), "udp")
+	}
+	return reply
+}

@@ -1,0 +1,116 @@
+//go:build linux && (amd64 || arm64)
+
+package dnsresolver
+
+import (
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr is struct mmsghdr on 64-bit Linux.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
+const udpBatch = 16
+
+// serve is one UDP worker: recvmmsg(2) with MSG_WAITFORONE blocks for one
+// datagram and takes whatever else is queued, up to udpBatch; the replies
+// that need no upstream leave in one sendmmsg(2), each from the address its
+// query was sent to.
+func (u *udpSocket) serve(r *Resolver) {
+	var (
+		bufs  [udpBatch][udpBufSize + 1]byte
+		oobs  [udpBatch][128]byte
+		names [udpBatch]unix.RawSockaddrInet4
+		iovs  [udpBatch]unix.Iovec
+		hdrs  [udpBatch]mmsghdr
+
+		outIov   [udpBatch]unix.Iovec
+		outHdrs  [udpBatch]mmsghdr
+		outOOB   [udpBatch][]byte
+		outNames [udpBatch]unix.RawSockaddrInet4
+		outBufs  [udpBatch][]byte
+	)
+	for !u.closed.Load() {
+		for i := range hdrs {
+			iovs[i].Base = &bufs[i][0]
+			iovs[i].SetLen(len(bufs[i]))
+			hdrs[i] = mmsghdr{}
+			hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&names[i]))
+			hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet4
+			hdrs[i].hdr.Iov = &iovs[i]
+			hdrs[i].hdr.Iovlen = 1
+			hdrs[i].hdr.Control = &oobs[i][0]
+			hdrs[i].hdr.SetControllen(len(oobs[i]))
+		}
+		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+		if errno != 0 {
+			if errno != unix.EAGAIN && errno != unix.EINTR && !u.closed.Load() {
+				r.log.Warn("udp read", "err", error(errno))
+			}
+			continue
+		}
+		k := 0
+		for i := range int(n) {
+			h := &hdrs[i].hdr
+			ln := int(hdrs[i].len)
+			if ln > udpBufSize || h.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || h.Namelen != unix.SizeofSockaddrInet4 || names[i].Family != unix.AF_INET {
+				continue
+			}
+			// Without the destination address the session is unknown: drop.
+			var cm ipv4.ControlMessage
+			if h.Controllen == 0 || cm.Parse(oobs[i][:h.Controllen]) != nil || cm.Dst == nil {
+				continue
+			}
+			dst, ok := netip.AddrFromSlice(cm.Dst)
+			if !ok {
+				continue
+			}
+			dst = dst.Unmap()
+			port := int(names[i].Port>>8 | names[i].Port<<8)
+			from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}
+			reply := u.handle(r, dst, from, bufs[i][:ln])
+			if reply == nil {
+				continue
+			}
+			outBufs[k] = reply
+			outNames[k] = names[i]
+			outOOB[k] = (&ipv4.ControlMessage{Src: dst.AsSlice()}).Marshal()
+			k++
+		}
+		for i := range k {
+			outIov[i].Base = &outBufs[i][0]
+			outIov[i].SetLen(len(outBufs[i]))
+			outHdrs[i] = mmsghdr{}
+			outHdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&outNames[i]))
+			outHdrs[i].hdr.Namelen = unix.SizeofSockaddrInet4
+			outHdrs[i].hdr.Iov = &outIov[i]
+			outHdrs[i].hdr.Iovlen = 1
+			outHdrs[i].hdr.Control = &outOOB[i][0]
+			outHdrs[i].hdr.SetControllen(len(outOOB[i]))
+		}
+		for sent := 0; sent < k; {
+			m, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&outHdrs[sent])), uintptr(k-sent), 0, 0, 0)
+			if errno != 0 {
+				if errno == unix.EINTR {
+					continue
+				}
+				if !u.closed.Load() {
+					r.log.Debug("udp write", "err", error(errno))
+				}
+				// Skip the datagram that failed; send the rest.
+				sent++
+				continue
+			}
+			sent += int(m)
+		}
+		clear(outBufs[:k])
+	}
+}
