@@ -313,9 +313,14 @@ func paramsHash(c Capability) string {
 }
 
 func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
-	store := []string{a.cfg.StateDir}
-	if a.cfg.PolicyDir != "" {
-		store = append(store, a.cfg.PolicyDir)
+	// The policy store: agent state, admin policies and image manifests.
+	store := []string{filepath.Clean(a.cfg.StateDir)}
+	for _, d := range []string{a.cfg.PolicyDir, a.cfg.ManifestDir} {
+		if d != "" {
+			if abs, err := filepath.Abs(d); err == nil {
+				store = append(store, abs)
+			}
+		}
 	}
 	return SessionAttrs{ID: s.ID, Image: s.Image, TrustTier: s.TrustTier, Risk: s.Risk, Headless: s.Headless, TLSInspection: s.TLSInspection,
 		Protected: DefaultProtected(s.Home), PolicyStore: store}

@@ -778,3 +778,27 @@ func TestCrossSessionAttenuationAsks(t *testing.T) {
 		t.Fatalf("child after parent revoke: %v", err)
 	}
 }
+
+// TestPolicyStoreIsForbidden: whatever a session was granted, writing the
+// agent's state, policy or manifest directories is denied by Cedar.
+func TestPolicyStoreIsForbidden(t *testing.T) {
+	d, _ := newKernel(t)
+	state, pol, man := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(man, "py.manifest"), "image py\nallow clipboard paste_in=true\n")
+	// A standing admin permit that would allow every fs write.
+	writeFile(t, filepath.Join(pol, "admin.cedar"), `@id("admin.all-writes") permit(principal, action == Shinken::Action::"use", resource == Shinken::Capability::"fs.scope");`)
+	a := openAgent(t, d, state, func(c *Config) { c.Manifests, c.ManifestDir, c.PolicyDir = nil, man, pol })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	for _, p := range []string{filepath.Join(state, "state.json"), filepath.Join(pol, "x.cedar"), filepath.Join(man, "py.manifest")} {
+		dec, err := a.Decide("s1", UseRequest{Class: ClassFSScope, Op: "write", Path: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Allowed || !slices.Contains(dec.Reasons, "hard.policy-store.use") {
+			t.Errorf("write %s: %+v", p, dec)
+		}
+	}
+	if dec, _ := a.Decide("s1", UseRequest{Class: ClassFSScope, Op: "write", Path: "/work/x"}); !dec.Allowed {
+		t.Fatalf("the admin permit itself does not work: %+v", dec)
+	}
+}
