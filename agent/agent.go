@@ -164,12 +164,15 @@ const (
 	StepRevokeFreed       Step = "revoke.freed"        // kernel handle freed
 	StepRevokeDone        Step = "revoke.done"         // revoked record persisted
 	StepRevokeEmitted     Step = "revoke.emitted"      // event emitted
+	StepSessionIntent     Step = "session.intent"      // creating record persisted
+	StepSessionKernel     Step = "session.kernel"      // kernel cgroup exists, not yet active
 )
 
 // GrantSteps and RevokeSteps list the steps in order.
 var (
-	GrantSteps  = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantRuleApplied, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
-	RevokeSteps = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeRuleRemoved, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
+	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantRuleApplied, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
+	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeRuleRemoved, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
+	SessionSteps = []Step{StepSessionIntent, StepSessionKernel}
 )
 
 // DefaultOnceTTL bounds a once grant whose use is never reported.
@@ -310,9 +313,14 @@ func paramsHash(c Capability) string {
 }
 
 func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
-	store := []string{a.cfg.StateDir}
-	if a.cfg.PolicyDir != "" {
-		store = append(store, a.cfg.PolicyDir)
+	// The policy store: agent state, admin policies and image manifests.
+	store := []string{filepath.Clean(a.cfg.StateDir)}
+	for _, d := range []string{a.cfg.PolicyDir, a.cfg.ManifestDir} {
+		if d != "" {
+			if abs, err := filepath.Abs(d); err == nil {
+				store = append(store, abs)
+			}
+		}
 	}
 	return SessionAttrs{ID: s.ID, Image: s.Image, TrustTier: s.TrustTier, Risk: s.Risk, Headless: s.Headless, TLSInspection: s.TLSInspection,
 		Protected: DefaultProtected(s.Home), PolicyStore: store}
@@ -336,10 +344,12 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 		delete(a.st.Sessions, spec.ID)
 		return err
 	}
+	a.crash(StepSessionIntent)
 	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.saveKeys(a.st, key))
 	}
+	a.crash(StepSessionKernel)
 	rec.Phase = SessionActive
 	if err := a.store.saveKeys(a.st, key); err != nil {
 		delete(a.st.Sessions, spec.ID)
@@ -462,7 +472,8 @@ func (a *Agent) Grant(ctx context.Context, req GrantRequest) (*Grant, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	g, err := a.grantLocked(ctx, req, "", false)
-	if err != nil && !errors.Is(err, ErrApprovalRequired) && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) {
+	if err != nil && !errors.Is(err, ErrApprovalRequired) && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		a.denied(req.Session, err)
 	}
 	return g, err
@@ -586,7 +597,11 @@ func (a *Agent) grantLocked(ctx context.Context, req GrantRequest, approver stri
 		}
 		id = "apr_" + id[:16]
 		now := a.cfg.Now()
-		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: req, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
+		// The parent token is a capability: never store or show it; keep the
+		// parent's grant id and re-derive the token at approval.
+		stored := req
+		stored.Parent = ""
+		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: stored, ParentGrant: rec.Parent, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
 		if perr := a.persist(); perr != nil {
 			delete(a.st.Approvals, id)
 			return nil, perr
@@ -1010,7 +1025,11 @@ func (a *Agent) Approve(ctx context.Context, id, approver string) (*Grant, error
 		return nil, err
 	}
 	a.emit(Event{Kind: "approval.approve", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Actor: approver, Outcome: id})
-	g, err := a.grantLocked(ctx, ap.Request, approver, true)
+	req := ap.Request
+	if ap.ParentGrant != "" {
+		req.Parent = a.minter.tokenFor(ap.ParentGrant)
+	}
+	g, err := a.grantLocked(ctx, req, approver, true)
 	if err != nil && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) {
 		a.denied(ap.Request.Session, err)
 	}

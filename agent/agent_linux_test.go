@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -719,5 +721,84 @@ func TestTombstonePruning(t *testing.T) {
 	}
 	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrUnknownHandle) {
 		t.Fatalf("attenuate a pruned grant: %v", err)
+	}
+}
+
+// TestCrossSessionAttenuationAsks: delegating to another session at Ask tier
+// waits for a human; the pending approval never holds the parent's token.
+func TestCrossSessionAttenuationAsks(t *testing.T) {
+	d, _ := newKernel(t)
+	dir := t.TempDir()
+	a := openAgent(t, d, dir)
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	mustSession(t, a, SessionSpec{ID: "sub"})
+	c := loopEgress("127.0.1.9:80")
+	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
+	var are *ApprovalRequiredError
+	if !errors.As(err, &are) {
+		t.Fatal(err)
+	}
+	pg, err := a.Approve(ctx, are.ID, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Attenuate(ctx, pg.Handle, GrantRequest{Session: "sub", Capability: c, Lifecycle: LifecycleSession})
+	if !errors.As(err, &are) {
+		t.Fatalf("cross-session delegation at Ask tier: %v", err)
+	}
+	for _, ap := range a.PendingApprovals() {
+		if ap.Request.Parent != "" {
+			t.Fatal("a pending approval holds a handle token")
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "state.*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no state files: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), pg.Handle) {
+			t.Fatalf("%s holds a handle token", f)
+		}
+	}
+	cg, err := a.Approve(ctx, are.ID, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg.Parent == "" || cg.Session != "sub" {
+		t.Fatalf("child grant %+v", cg)
+	}
+	if err := a.Revoke(ctx, pg.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Consume(ctx, cg.Handle); !errors.Is(err, ErrHandleRevoked) {
+		t.Fatalf("child after parent revoke: %v", err)
+	}
+}
+
+// TestPolicyStoreIsForbidden: whatever a session was granted, writing the
+// agent's state, policy or manifest directories is denied by Cedar.
+func TestPolicyStoreIsForbidden(t *testing.T) {
+	d, _ := newKernel(t)
+	state, pol, man := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(man, "py.manifest"), "image py\nallow clipboard paste_in=true\n")
+	// A standing admin permit that would allow every fs write.
+	writeFile(t, filepath.Join(pol, "admin.cedar"), `@id("admin.all-writes") permit(principal, action == Shinken::Action::"use", resource == Shinken::Capability::"fs.scope");`)
+	a := openAgent(t, d, state, func(c *Config) { c.Manifests, c.ManifestDir, c.PolicyDir = nil, man, pol })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	for _, p := range []string{filepath.Join(state, "state.json"), filepath.Join(pol, "x.cedar"), filepath.Join(man, "py.manifest")} {
+		dec, err := a.Decide("s1", UseRequest{Class: ClassFSScope, Op: "write", Path: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Allowed || !slices.Contains(dec.Reasons, "hard.policy-store.use") {
+			t.Errorf("write %s: %+v", p, dec)
+		}
+	}
+	if dec, _ := a.Decide("s1", UseRequest{Class: ClassFSScope, Op: "write", Path: "/work/x"}); !dec.Allowed {
+		t.Fatalf("the admin permit itself does not work: %+v", dec)
 	}
 }

@@ -13,6 +13,9 @@ func (a *Agent) ApproveAs(ctx context.Context, id, approver string, lc Lifecycle
 	if lc != LifecycleOnce && lc != LifecycleSession {
 		return nil, fmt.Errorf("%w: approve as %q: want once or session", ErrInvalidRequest, lc)
 	}
+	if approver == "" { // checked before the card is changed: bad input changes nothing
+		return nil, fmt.Errorf("%w: approval without an approver", ErrInvalidRequest)
+	}
 	a.mu.Lock()
 	ap, ok := a.st.Approvals[id]
 	if ok {

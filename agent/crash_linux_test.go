@@ -66,6 +66,8 @@ func crashChildMain() {
 		_, err = a.Grant(context.Background(), GrantRequest{Session: "s1", Capability: crashCap(os.Getenv("SHK_X"), os.Getenv("SHK_Y")), Lifecycle: LifecycleSession})
 	case "revoke":
 		err = a.Revoke(context.Background(), os.Getenv("SHK_TOKEN"))
+	case "session":
+		err = a.CreateSession(SessionSpec{ID: "s2", Image: "py"})
 	}
 	fmt.Println("child: finished without crashing:", err)
 	os.Exit(4)
@@ -246,6 +248,40 @@ func TestCrashRevoke(t *testing.T) {
 			}
 			if len(rep.RolledBack)+len(rep.Revoked)+len(rep.OrphanHandles)+rep.OrphanRules+len(rep.OrphanSessions)+len(rep.EndedSessions) != 0 {
 				t.Fatalf("second reconcile repaired %+v", rep)
+			}
+		})
+	}
+}
+
+func TestCrashCreateSession(t *testing.T) {
+	requireRoot(t)
+	for _, step := range SessionSteps {
+		t.Run(string(step), func(t *testing.T) {
+			d, cfg := newKernel(t)
+			dir := t.TempDir()
+			a := openAgent(t, d, dir)
+			mustSession(t, a, SessionSpec{ID: "s1"})
+			d.Close()
+			runCrashChild(t, cfg, dir, string(step), "SHK_OP=session")
+			d2, err := dataplane.Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d2.Close()
+			a2 := openAgent(t, d2, dir, func(c *Config) { c.Events = discardSink{} })
+			if ss := a2.Sessions(); len(ss) != 1 || ss[0].ID != "s1" {
+				t.Fatalf("sessions after a crash at %s: %+v", step, ss)
+			}
+			ks, err := d2.Sessions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ks) != 1 || ks[0].Name != "s1" {
+				t.Fatalf("kernel sessions after a crash at %s: %+v", step, ks)
+			}
+			// The half-created session can be created again.
+			if err := a2.CreateSession(SessionSpec{ID: "s2", Image: "py"}); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -80,13 +80,16 @@ type SessionRecord struct {
 	Created     time.Time    `json:"created"`
 }
 
-// ApprovalRecord is one pending Ask.
+// ApprovalRecord is one pending Ask. Request.Parent is always empty (a handle
+// token is a capability and is never stored or listed); ParentGrant names the
+// parent grant of an attenuation.
 type ApprovalRecord struct {
-	ID      string       `json:"id"`
-	Request GrantRequest `json:"request"`
-	Tier    Tier         `json:"tier"`
-	Created time.Time    `json:"created"`
-	Expires time.Time    `json:"expires"`
+	ID          string       `json:"id"`
+	Request     GrantRequest `json:"request"`
+	ParentGrant string       `json:"parent_grant,omitempty"`
+	Tier        Tier         `json:"tier"`
+	Created     time.Time    `json:"created"`
+	Expires     time.Time    `json:"expires"`
 }
 
 // state is everything the agent persists.
