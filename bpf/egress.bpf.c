@@ -214,7 +214,7 @@ static __always_inline void report(__u64 cgid, __u32 session, __u32 pid, __u32 r
  * allowed; otherwise the most telling reason seen so far.
  */
 static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
-				       __u64 now, __u32 best, struct shk_flow *ref)
+				       int rule_expiry, __u32 best, struct shk_flow *ref)
 {
 	for (int i = 0; i < SHK_MAX_RULES; i++) {
 		const struct shk_rule *r;
@@ -227,7 +227,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 			continue;
 		if (!(r->port_lo == 0 && r->port_hi == 0) && (dport < r->port_lo || dport > r->port_hi))
 			continue;
-		if (r->expires_ns && now >= r->expires_ns) {
+		if (r->expires_ns && rule_expiry && bpf_ktime_get_boot_ns() >= r->expires_ns) {
 			if (best == SHK_REASON_NO_RULE)
 				best = SHK_REASON_RULE_EXPIRED;
 			continue;
@@ -243,7 +243,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 	return best;
 }
 
-static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, __u64 now,
+static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, int rule_expiry,
 				     struct shk_flow *ref)
 {
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
@@ -255,7 +255,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, now, best, ref);
+		best = try_rules(v, proto, dport, rule_expiry, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 32)
@@ -265,7 +265,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 	return best;
 }
 
-static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, __u64 now,
+static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, int rule_expiry,
 				     struct shk_flow *ref)
 {
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
@@ -277,7 +277,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, now, best, ref);
+		best = try_rules(v, proto, dport, rule_expiry, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 128)
@@ -428,7 +428,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	struct shk_flow ref = {};
 	struct shk_session *s;
 	__u32 daddr[4] = {};
-	__u64 cgid, now;
+	__u64 cgid;
 	__u32 why, pid;
 	__u16 dport, family = v6 ? AF_INET6 : AF_INET;
 	__u8 proto = ctx->protocol;
@@ -465,15 +465,20 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 			r = redirect_dns(ctx, s->index, v6, connect);
 		else if (family == AF_INET && daddr[0] == bpf_htonl(SHK_DNS_BASE + s->index))
 			r = own_resolver(ctx, dport, connect);
+		else if (family == AF_INET && (bpf_ntohl(daddr[0]) & 0xff800000) == SHK_DNS_BASE) {
+			/* Another session's resolver address: never, whatever a
+			 * broad grant says, so no session can ask as another. */
+			report(cgid, s->index, pid, SHK_REASON_NO_RULE, family, proto, dport, daddr, 1, 1);
+			return 0;
+		}
 		if (r >= 0)
 			return r;
 	}
 
-	now = bpf_ktime_get_boot_ns();
 	if (family == AF_INET)
-		why = lookup4(s->index, daddr[0], proto, dport, now, &ref);
+		why = lookup4(s->index, daddr[0], proto, dport, 1, &ref);
 	else
-		why = lookup6(s->index, daddr, proto, dport, now, &ref);
+		why = lookup6(s->index, daddr, proto, dport, 1, &ref);
 	if (why != SHK_REASON_NONE) {
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
 		return 0;
@@ -650,8 +655,14 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
 		return 1;
 
-	cookie = bpf_get_socket_cookie(skb);
-	f = bpf_map_lookup_elem(&shk_flows, &cookie);
+	/* An active open carries no data: check it against the map, record
+	 * nothing. Data packets use (and build) the flow's record. */
+	f = 0;
+	cookie = 0;
+	if (p.data) {
+		cookie = bpf_get_socket_cookie(skb);
+		f = bpf_map_lookup_elem(&shk_flows, &cookie);
+	}
 	if (f && f->handle != SHK_HANDLE_NONE && same_peer(f, &p)) {
 		why = shk_handle_check(f->handle, f->generation);
 		if (why == SHK_REASON_NONE)
@@ -668,7 +679,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	}
 	index = s->index;
 	/* Rule deadlines (DNS TTLs) bound new connections, not open flows:
-	 * only handles are checked here (now = 0 skips rule expiry). */
+	 * only handles are checked here. */
 	if (p.family == AF_INET)
 		why = lookup4(index, p.peer[0], p.proto, p.peer_port, 0, &ref);
 	else

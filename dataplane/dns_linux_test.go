@@ -97,8 +97,10 @@ func TestDNSRedirect(t *testing.T) {
 	if got := p2.do("dns udp 127.0.0.53:53"); !strings.HasSuffix(got, "A="+SessionDNSAddr(s2.Index).String()) {
 		t.Errorf("second session: %s", got)
 	}
-	// Reaching the resolver port directly is ordinary egress: denied, so a
-	// session cannot pose as another by aiming at its address.
+	// Another session's resolver address is refused outright, even under a
+	// grant that covers all of loopback, so a session cannot ask as another.
+	h := mustHandle(t, d, HandleRef{}, time.Time{})
+	mustAllow(t, d, "dns", EgressRule{Prefix: pfx("127.0.0.0/8"), Handle: h})
 	if got := p.do(fmt.Sprintf("dns udp %s:%d", SessionDNSAddr(s2.Index), port)); got != "err EPERM" {
 		t.Errorf("direct query to another session's resolver address: %s", got)
 	}
@@ -113,5 +115,4 @@ func TestDNSRedirect(t *testing.T) {
 	if got := p.do("dns udp 127.0.0.53:53"); got != "err EPERM" {
 		t.Errorf("after turning redirection off: %s", got)
 	}
-	_ = time.Second
 }

@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/probe"
@@ -44,8 +45,8 @@ import (
 var (
 	flagSessions = flag.Int("sessions", 10000, "sessions loaded")
 	flagEntries  = flag.Int("entries", 100, "egress entries per session")
-	flagRounds   = flag.Int("rounds", 5, "interleaved rounds per contender")
-	flagSecs     = flag.Float64("secs", 2, "seconds per connect round")
+	flagRounds   = flag.Int("rounds", 15, "interleaved rounds per contender")
+	flagSecs     = flag.Float64("secs", 1, "seconds per connect round")
 	flagRevokes  = flag.Int("revokes", 1000, "revokes timed")
 	flagStream   = flag.Float64("stream-secs", 2, "seconds per stream round")
 	flagNoNft    = flag.Bool("no-nft", false, "skip the nftables contender")
@@ -252,28 +253,58 @@ func (b *bench) run() error {
 		}
 	}
 
-	// Connect rate, interleaved rounds.
-	var rBase, rShk, rNft []float64
+	// Connect rate, interleaved rounds in rotating order. On a shared
+	// machine the load drifts from round to round, so the ratio reported is
+	// the median of per-round ratios (each pair measured back to back), not
+	// a ratio of medians; CPU-normalised rates (connects per CPU-second of
+	// the worker, kernel time included) are printed beside them.
+	var rBase, rShk, rNft, cBase, cShk, cNft, pairBase, pairNft []float64
 	flood := fmt.Sprintf("tcpflood 0 %s %g", connAddr, *flagSecs)
+	type contender struct {
+		w         *worker
+		rate, cpu *[]float64
+	}
+	cs := []contender{{wBase, &rBase, &cBase}, {wShk, &rShk, &cShk}}
+	if wNft != nil {
+		cs = append(cs, contender{wNft, &rNft, &cNft})
+	}
 	for r := 0; r < *flagRounds; r++ {
-		rBase = append(rBase, rate(wBase.do(flood)))
-		rShk = append(rShk, rate(wShk.do(flood)))
+		for i := range cs {
+			c := cs[(i+r)%len(cs)]
+			line := c.w.do(flood)
+			*c.rate = append(*c.rate, rate(line))
+			*c.cpu = append(*c.cpu, cpuRate(line))
+		}
+		pairBase = append(pairBase, rShk[r]/rBase[r])
 		if wNft != nil {
-			rNft = append(rNft, rate(wNft.do(flood)))
+			pairNft = append(pairNft, rShk[r]/rNft[r])
 		}
 	}
-	fmt.Printf("connect+close per second, median of %d rounds of %gs: baseline %.0f  shinken %.0f  nftables %.0f\n",
+	fmt.Printf("connect+close per second, %d rounds of %gs: median baseline %.0f  shinken %.0f  nftables %.0f\n",
 		*flagRounds, *flagSecs, median(rBase), median(rShk), median(rNft))
+	fmt.Printf("  per CPU-second of the worker: baseline %.0f  shinken %.0f  nftables %.0f (ratio vs baseline %.3f, vs nftables %.3f)\n",
+		median(cBase), median(cShk), median(cNft), median(cShk)/median(cBase), safeDiv(median(cShk), median(cNft)))
+	fmt.Printf("  per-round ratio shinken/baseline: median %.3f, rounds %v\n", median(pairBase), fmts(pairBase))
+	if len(pairNft) > 0 {
+		fmt.Printf("  per-round ratio shinken/nftables: median %.3f, rounds %v\n", median(pairNft), fmts(pairNft))
+	}
 	fmt.Printf("  rounds baseline %v\n  rounds shinken  %v\n  rounds nftables %v\n", ints(rBase), ints(rShk), ints(rNft))
 
-	// Stream throughput.
-	var sBase, sShk []float64
+	// Stream throughput, paired rounds likewise.
+	var sBase, sShk, sPair []float64
 	stream := fmt.Sprintf("stream %s %g", sinkAddr, *flagStream)
-	for r := 0; r < 3; r++ {
-		sBase = append(sBase, rate(wBase.do(stream)))
-		sShk = append(sShk, rate(wShk.do(stream)))
+	for r := 0; r < 5; r++ {
+		if r%2 == 0 {
+			sBase = append(sBase, rate(wBase.do(stream)))
+			sShk = append(sShk, rate(wShk.do(stream)))
+		} else {
+			sShk = append(sShk, rate(wShk.do(stream)))
+			sBase = append(sBase, rate(wBase.do(stream)))
+		}
+		sPair = append(sPair, sShk[r]/sBase[r])
 	}
-	fmt.Printf("one TCP stream, MB/s, median of 3 rounds of %gs: baseline %.0f  shinken %.0f\n", *flagStream, median(sBase)/1e6, median(sShk)/1e6)
+	fmt.Printf("one TCP stream, MB/s, 5 rounds of %gs: median baseline %.0f  shinken %.0f; per-round ratio median %.3f, rounds %v\n",
+		*flagStream, median(sBase)/1e6, median(sShk)/1e6, median(sPair), fmts(sPair))
 
 	// Revoke latency.
 	lat, err := b.revokeLatency()
@@ -285,16 +316,13 @@ func (b *bench) run() error {
 		len(lat), pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1])
 	fmt.Printf("session create, mean of 10: at 10 sessions %.1fus, at %d sessions %.1fus\n", mean(at10), *flagSessions, mean(at10k))
 
-	ratioNft := 0.0
-	if len(rNft) > 0 {
-		ratioNft = median(rShk) / median(rNft)
-	}
+	ratioNft := median(pairNft)
 	fmt.Printf("session_create_us_at_10=%.1f\n", mean(at10))
 	fmt.Printf("session_create_us_at_10k=%.1f\n", mean(at10k))
-	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", median(rShk)/median(rBase))
+	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", median(pairBase))
 	fmt.Printf("egress_connect_ratio_vs_nftables=%.3f\n", ratioNft)
 	fmt.Printf("revoke_to_deny_p99_us=%.1f\n", pct(lat, 99))
-	fmt.Printf("egress_stream_ratio_vs_baseline=%.3f\n", median(sShk)/median(sBase))
+	fmt.Printf("egress_stream_ratio_vs_baseline=%.3f\n", median(sPair))
 	return nil
 }
 
@@ -310,7 +338,15 @@ func (b *bench) revokeLatency() ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Worker spins on the last CPU, the revoking thread runs on the first.
+	// Worker spins on the last CPU, the revoking thread runs on the first,
+	// both SCHED_FIFO so that other load on the machine does not preempt
+	// them mid-measurement (the kernel's RT throttling still applies).
+	fifo := func(pid int) {
+		type schedParam struct{ prio int32 }
+		p := schedParam{prio: 10}
+		unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(pid), 1 /* SCHED_FIFO */, uintptr(unsafe.Pointer(&p)))
+	}
+	fifo(w.cmd.Process.Pid)
 	if n := numCPU(); n > 1 {
 		w.do(fmt.Sprintf("cpu %d", n-1))
 		runtime.LockOSThread()
@@ -319,6 +355,12 @@ func (b *bench) revokeLatency() ([]float64, error) {
 		set.Set(0)
 		unix.SchedSetaffinity(0, &set)
 	}
+	fifo(0)
+	defer func() {
+		type schedParam struct{ prio int32 }
+		p := schedParam{}
+		unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, 0, 0 /* SCHED_OTHER */, uintptr(unsafe.Pointer(&p)))
+	}()
 	dst := netip.MustParseAddrPort("127.0.0.2:9")
 	var out []float64
 	var prev dataplane.EgressRule
@@ -560,11 +602,35 @@ func discard(addr string) (net.Listener, error) {
 
 // ---- numbers ----
 
+// cpuRate turns "ok COUNT NS CPUNS" into COUNT per CPU-second.
+func cpuRate(line string) float64 {
+	var n, ns, cpu int64
+	if _, err := fmt.Sscanf(line, "ok %d %d %d", &n, &ns, &cpu); err != nil || cpu == 0 {
+		return 0
+	}
+	return float64(n) / (float64(cpu) / 1e9)
+}
+
+func safeDiv(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func fmts(v []float64) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprintf("%.2f", x)
+	}
+	return out
+}
+
 // rate turns "ok COUNT NS" into COUNT per second (0 on error, which the
 // output then shows).
 func rate(line string) float64 {
 	var n, ns int64
-	if _, err := fmt.Sscanf(line, "ok %d %d", &n, &ns); err != nil || ns == 0 {
+	if _, err := fmt.Sscanf(strings.Join(strings.Fields(line)[:min(3, len(strings.Fields(line)))], " "), "ok %d %d", &n, &ns); err != nil || ns == 0 {
 		log.Printf("worker: %s", line)
 		return 0
 	}

@@ -22,7 +22,7 @@
 //	cgmove PATH           write our pid into PATH (a cgroup.procs file)
 //	bpfget PATH           BPF_OBJ_GET a pinned object
 //	loopudp ADDR          connect UDP sockets in a tight loop until EPERM; answers "ok NS" with CLOCK_MONOTONIC ns of the first denial
-//	tcpflood N ADDR SECS  connect+close against ADDR N times or for SECS seconds, answers "ok COUNT NS"
+//	tcpflood N ADDR SECS  connect+close against ADDR N times or for SECS seconds, answers "ok COUNT NS CPUNS" (CPUNS: this process's user+system CPU time)
 //	stream ADDR SECS      send a TCP stream for SECS seconds; answers "ok BYTES NS"
 //	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
 //	udpflood N ADDR       sendto ADDR N times from one unconnected UDP socket; answers "ok COUNT NS"
@@ -202,8 +202,9 @@ func (p *prober) do(f []string) string {
 	case "tcpflood":
 		n, _ := strconv.Atoi(arg(1))
 		secs, _ := strconv.ParseFloat(arg(3), 64)
+		cpu0 := cpuNs()
 		cnt, ns, err := tcpFlood(arg(2), n, time.Duration(secs*float64(time.Second)))
-		return result(fmt.Sprintf("%d %d", cnt, ns), err)
+		return result(fmt.Sprintf("%d %d %d", cnt, ns, cpuNs()-cpu0), err)
 	case "hammer":
 		secs, _ := strconv.ParseFloat(arg(2), 64)
 		ok, fail, err := hammer(arg(1), time.Duration(secs*float64(time.Second)))
@@ -408,4 +409,13 @@ func sockaddrString(sa unix.Sockaddr) string {
 		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)).String()
 	}
 	return "?"
+}
+
+// cpuNs is the process's user+system CPU time.
+func cpuNs() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
