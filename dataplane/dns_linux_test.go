@@ -104,6 +104,9 @@ func TestDNSRedirect(t *testing.T) {
 	if got := p.do(fmt.Sprintf("dns udp %s:%d", SessionDNSAddr(s2.Index), port)); got != "err EPERM" {
 		t.Errorf("direct query to another session's resolver address: %s", got)
 	}
+	if err := d.Revoke(h); err != nil {
+		t.Fatal(err)
+	}
 	// Its own resolver address is fine: that is where its DNS goes anyway.
 	if got := p.do(fmt.Sprintf("dns udp %s:%d", own, port)); got != fmt.Sprintf("ok %s:%d A=%s", own, port, own) {
 		t.Errorf("direct query to its own resolver address: %s", got)
