@@ -40,6 +40,7 @@ const (
 	DefaultCacheSize       = 16384
 	DefaultMaxInflight     = 4096
 	DefaultUDPWorkers      = 1
+	DefaultMaxTCPConns     = 1024
 	DefaultResolvConf      = "/etc/resolv.conf"
 )
 
@@ -102,8 +103,13 @@ type Config struct {
 	// bench host every extra worker cost CPU per query (Go runtime
 	// hand-offs) without adding throughput; raise it on large hosts.
 	UDPWorkers int
-	// MaxInflight bounds concurrently handled TCP queries. Default 4096.
+	// MaxInflight bounds the queries waiting for the upstream plus the TCP
+	// queries being handled; a UDP query beyond it is dropped (counted in
+	// Dropped), a TCP one waits. Default 4096.
 	MaxInflight int
+	// MaxTCPConns bounds open TCP connections; more are closed at once.
+	// Default 1024.
+	MaxTCPConns int
 
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
 	// refused query.
@@ -142,6 +148,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.UDPWorkers == 0 {
 		c.UDPWorkers = DefaultUDPWorkers
+	}
+	if c.MaxTCPConns == 0 {
+		c.MaxTCPConns = DefaultMaxTCPConns
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
@@ -191,6 +200,9 @@ func (c *Config) validate() error {
 	}
 	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
 		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)
+	}
+	if c.MaxTCPConns < 1 {
+		return fmt.Errorf("%w: MaxTCPConns %d", ErrInvalidConfig, c.MaxTCPConns)
 	}
 	if c.MaxInflight < 1 {
 		return fmt.Errorf("%w: MaxInflight %d", ErrInvalidConfig, c.MaxInflight)

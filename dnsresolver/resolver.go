@@ -31,16 +31,17 @@ type Resolver struct {
 	memo *writeMemo // entries known to be in the kernel already
 
 	// server state (server.go)
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	udp     *udpSocket
-	tcp     *net.TCPListener
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // TCP and upstream-bound UDP queries
-	udpWG   sync.WaitGroup // UDP workers
-	sem     chan struct{}
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	udp      *udpSocket
+	tcp      *net.TCPListener
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // TCP and upstream-bound UDP queries
+	udpWG    sync.WaitGroup // UDP workers
+	sem      chan struct{}  // MaxInflight
+	tcpConns chan struct{}  // MaxTCPConns
 }
 
 // New checks cfg and builds a Resolver. It reads ResolvConf when no
@@ -66,6 +67,7 @@ func New(cfg Config) (*Resolver, error) {
 		cache:    newCache(cfg.CacheSize),
 		policies: map[string]*compiledPolicy{},
 		sem:      make(chan struct{}, cfg.MaxInflight),
+		tcpConns: make(chan struct{}, cfg.MaxTCPConns),
 	}
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)

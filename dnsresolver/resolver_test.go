@@ -1,9 +1,11 @@
 package dnsresolver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -638,4 +640,74 @@ func TestNoReflection(t *testing.T) {
 	if e.up.queries() != 0 {
 		t.Fatal("forwarded")
 	}
+}
+
+// TestLimits: upstream-bound UDP queries beyond MaxInflight are dropped and
+// counted; TCP connections beyond MaxTCPConns are closed.
+func TestLimits(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.MaxInflight = 2; c.MaxTCPConns = 2 })
+	t.Run("inflight", func(t *testing.T) {
+		e.up.setDelay(300 * time.Millisecond)
+		t.Cleanup(func() { e.up.setDelay(0) })
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		to := netip.AddrPortFrom(SessionAddr(1), e.r.Port())
+		names := []string{"allowed.test.", "api.allowed.test.", "deep.api.allowed.test.", "rebind.test.", "long.test."}
+		for _, n := range names {
+			m := new(dns.Msg)
+			m.SetQuestion(n, dns.TypeA)
+			b, _ := m.Pack()
+			if _, err := c.WriteToUDPAddrPort(b, to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := 0
+		buf := make([]byte, 4096)
+		for {
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, _, err := c.ReadFromUDPAddrPort(buf); err != nil {
+				break
+			}
+			got++
+		}
+		if d := e.r.Stats().Total.Dropped; got != 2 || d != 3 {
+			t.Fatalf("%d answered, %d dropped; want 2 and 3", got, d)
+		}
+	})
+	t.Run("tcp conns", func(t *testing.T) {
+		addr := netip.AddrPortFrom(SessionAddr(1), e.r.Port()).String()
+		var conns []net.Conn
+		t.Cleanup(func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+		for range 2 {
+			c, err := net.Dial("tcp4", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		time.Sleep(100 * time.Millisecond) // let the server accept both
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("third connection not closed: %v", err)
+		}
+		// The first two still work.
+		dc := &dns.Client{Net: "tcp"}
+		m := new(dns.Msg)
+		m.SetQuestion("allowed.test.", dns.TypeA)
+		if _, _, err := dc.ExchangeWithConn(m, &dns.Conn{Conn: conns[0]}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

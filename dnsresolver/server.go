@@ -110,7 +110,16 @@ func (r *Resolver) serveTCP() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		r.wg.Go(func() { r.serveConn(c) })
+		select {
+		case r.tcpConns <- struct{}{}:
+		default:
+			c.Close() // at Config.MaxTCPConns: refuse, the client retries
+			continue
+		}
+		r.wg.Go(func() {
+			defer func() { <-r.tcpConns }()
+			r.serveConn(c)
+		})
 	}
 }
 

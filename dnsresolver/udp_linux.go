@@ -108,8 +108,16 @@ func (u *udpSocket) handle(r *Resolver, dst netip.Addr, from unix.Sockaddr, raw 
 	reply, req, p := r.beginRaw(dst, "udp", raw)
 	if p != nil && p.res == nil {
 		// Must go upstream: off this worker, so a slow upstream never
-		// holds the queries behind it.
+		// holds the queries behind it; at most MaxInflight at once, beyond
+		// that the datagram is dropped (and counted) and the client retries.
+		select {
+		case r.sem <- struct{}{}:
+		default:
+			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
+			return nil
+		}
 		r.wg.Go(func() {
+			defer func() { <-r.sem }()
 			if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
 				if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
 					r.log.Debug("udp write", "err", err)
