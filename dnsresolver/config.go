@@ -89,12 +89,14 @@ type Config struct {
 	// negative disables the cache.
 	CacheSize int
 
-	// AlwaysWrite makes every answer call AllowEgress for every rule, even
-	// one this resolver already wrote with the same expiry (a cache hit).
-	// By default such a write is skipped: the rule is in the kernel unless
-	// something outside the resolver removed it, and SetPolicy and
-	// RemovePolicy forget what was written for their session. Skipping
-	// can only cost availability (a connection denied), never widen access.
+	// AlwaysWrite makes every answer call AllowEgress for every rule. By
+	// default a rule whose entry this resolver already wrote with the same
+	// or a later expiry is skipped: a cached answer then costs no map write,
+	// and a shorter TTL for an address another name also resolved to never
+	// shortens that entry. The entry is in the kernel unless something
+	// outside the resolver removed it; SetPolicy and RemovePolicy forget
+	// what was written for their session. Skipping can only cost
+	// availability (a connection denied), never widen access.
 	AlwaysWrite bool
 
 	// UDPWorkers is the number of threads blocked in recvmmsg(2) on the UDP

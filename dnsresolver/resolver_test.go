@@ -711,3 +711,37 @@ func TestLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestSharedAddressKeepsLongerExpiry: two names on one address with
+// different TTLs; the later, shorter answer does not shorten the entry.
+func TestSharedAddressKeepsLongerExpiry(t *testing.T) {
+	e := newTestEnv(t, nil)
+	up := startFakeUpstream(t, []string{"a.cdn.test. 300 IN A 93.184.216.40", "b.cdn.test. 20 IN A 93.184.216.40"})
+	r2, err := New(Config{Dataplane: e.dp, SessionName: e.dp.SessionByIndex, ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
+		Upstreams: []netip.AddrPort{up.addr}, Logger: e.r.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r2.Close() })
+	if err := r2.SetPolicy("s1", Policy{Grants: []Grant{{Pattern: "**.cdn.test", Handle: h1}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("a.cdn.test.", dns.TypeA)
+	qa, _ := m.Pack()
+	m.SetQuestion("b.cdn.test.", dns.TypeA)
+	qb, _ := m.Pack()
+	if out := r2.handleRaw(SessionAddr(1), "udp", qa); out == nil {
+		t.Fatal("no answer")
+	}
+	if out := r2.handleRaw(SessionAddr(1), "udp", qb); out == nil {
+		t.Fatal("no answer")
+	}
+	got := e.dp.take()
+	if len(got) != 1 || time.Until(got[0].Rule.Expires) < 250*time.Second {
+		t.Fatalf("entries %v: want one, expiring in about 300s", got)
+	}
+	if st := r2.Stats(); st.Total.WritesSkipped != 1 {
+		t.Fatalf("stats %+v", st.Total)
+	}
+}
