@@ -82,6 +82,7 @@ type fakeUpstream struct {
 	tcp   *dns.Server
 	rcode int // if non-zero, answer every query with it
 	delay time.Duration
+	srcs  []string // source address of each query
 }
 
 func startFakeUpstream(t testing.TB, zone []string) *fakeUpstream {
@@ -146,6 +147,7 @@ func (f *fakeUpstream) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	q := req.Question[0]
 	f.mu.Lock()
 	f.asked = append(f.asked, strings.ToLower(q.Name)+"/"+dns.TypeToString[q.Qtype])
+	f.srcs = append(f.srcs, w.RemoteAddr().String())
 	f.msgs = append(f.msgs, req.Copy())
 	rcode, delay := f.rcode, f.delay
 	f.mu.Unlock()

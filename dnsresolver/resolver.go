@@ -19,11 +19,13 @@ import (
 // per-session policies with SetPolicy, serve with Start, stop with Close.
 // Its methods are safe for concurrent use.
 type Resolver struct {
-	cfg   Config
-	log   *slog.Logger
-	up    exchanger
-	cache *cache
-	stats stats
+	cfg    Config
+	log    *slog.Logger
+	up     exchanger
+	fwd    *forwarder // the network exchanger, closed by Close
+	flight flight     // one upstream query per name and type at a time
+	cache  *cache
+	stats  stats
 
 	polMu    sync.RWMutex
 	policies map[string]*compiledPolicy
@@ -63,7 +65,7 @@ func New(cfg Config) (*Resolver, error) {
 	r := &Resolver{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "dnsresolver"),
-		up:       newForwarder(cfg.Upstreams, cfg.UpstreamTimeout),
+		fwd:      newForwarder(cfg.Upstreams, cfg.UpstreamTimeout),
 		cache:    newCache(cfg.CacheSize),
 		policies: map[string]*compiledPolicy{},
 		sem:      make(chan struct{}, cfg.MaxInflight),
@@ -72,6 +74,7 @@ func New(cfg Config) (*Resolver, error) {
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)
 	}
+	r.up = r.fwd
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -229,10 +232,22 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 	q := p.q
 	if p.res == nil {
-		resp, err := r.up.exchange(ctx, upstreamQuery(p.qname, p.qtype))
-		if err == nil {
-			p.res, err = r.parse(p.qname, p.qtype, resp, p.now)
-		}
+		// Queries for the same name and type that miss together share one
+		// upstream query (whichever session asked first: the result holds
+		// no session data).
+		k := cacheKey{p.qname, p.qtype}
+		var err error
+		p.res, err = r.flight.do(k, func() (*result, error) {
+			resp, err := r.up.exchange(ctx, upstreamQuery(p.qname, p.qtype))
+			if err != nil {
+				return nil, err
+			}
+			res, err := r.parse(p.qname, p.qtype, resp, p.now)
+			if err == nil {
+				r.cache.put(k, res)
+			}
+			return res, err
+		})
 		if err != nil {
 			if errors.Is(err, errBadTarget) {
 				return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
@@ -240,7 +255,6 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 			r.log.Warn("upstream", "session", q.session, "name", p.qname, "qtype", dns.TypeToString[p.qtype], "err", err)
 			return r.servfail(q)
 		}
-		r.cache.put(cacheKey{p.qname, p.qtype}, p.res)
 	}
 	for _, l := range p.res.chain {
 		if p.pol.denied(l.target) {

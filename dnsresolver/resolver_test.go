@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -744,4 +745,44 @@ func TestSharedAddressKeepsLongerExpiry(t *testing.T) {
 	if st := r2.Stats(); st.Total.WritesSkipped != 1 {
 		t.Fatalf("stats %+v", st.Total)
 	}
+}
+
+// TestUpstreamSharing: concurrent misses for one name cost one upstream
+// query, and sequential misses reuse pooled upstream sockets.
+func TestUpstreamSharing(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.CacheSize = -1 })
+	t.Run("singleflight", func(t *testing.T) {
+		e.up.setDelay(200 * time.Millisecond)
+		t.Cleanup(func() { e.up.setDelay(0) })
+		n0 := e.up.queries()
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				if r := e.ask(t, 1, "tcp", "api.allowed.test.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+					t.Errorf("%v", r)
+				}
+			})
+		}
+		wg.Wait()
+		if n := e.up.queries() - n0; n != 1 {
+			t.Fatalf("%d upstream queries for 5 concurrent misses", n)
+		}
+	})
+	t.Run("pooled sockets", func(t *testing.T) {
+		e.up.mu.Lock()
+		e.up.srcs = nil
+		e.up.mu.Unlock()
+		for range 20 {
+			e.ask(t, 1, "udp", "allowed.test.", dns.TypeA)
+		}
+		e.up.mu.Lock()
+		defer e.up.mu.Unlock()
+		ports := map[string]bool{}
+		for _, s := range e.up.srcs {
+			ports[s] = true
+		}
+		if len(e.up.srcs) != 20 || len(ports) > 2 {
+			t.Fatalf("%d queries from %d source ports", len(e.up.srcs), len(ports))
+		}
+	})
 }

@@ -96,6 +96,7 @@ func (r *Resolver) Close() error {
 		// Only now: no goroutine can still use the descriptor.
 		errs = append(errs, r.udp.close())
 	}
+	r.fwd.close()
 	return errors.Join(errs...)
 }
 
