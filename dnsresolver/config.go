@@ -30,6 +30,24 @@ type Dataplane interface {
 	AllowEgress(session string, r dataplane.EgressRule) error
 }
 
+// SessionIndexer is the part of *dataplane.Dataplane that names sessions by
+// kernel index.
+type SessionIndexer interface {
+	SessionByIndex(index uint32) (dataplane.Session, error)
+}
+
+// SessionNames adapts a SessionIndexer (the real dataplane) to
+// Config.SessionName.
+func SessionNames(d SessionIndexer) func(uint32) (string, bool) {
+	return func(index uint32) (string, bool) {
+		s, err := d.SessionByIndex(index)
+		if err != nil {
+			return "", false
+		}
+		return s.Name, true
+	}
+}
+
 // Defaults.
 const (
 	DefaultPort            = 53053 // 5353 is mDNS's

@@ -72,11 +72,13 @@
 //
 // # For the agent
 //
-// New(Config) and Start bind the sockets; SetPolicy(session, Policy) gives a
-// session its grants (Grant: Pattern "host", "*.host" or "**.host", Handle,
-// Proto, Ports, AllowNonPublic) and deny patterns, replacing the previous
-// policy atomically; RemovePolicy drops it; Stats and WriteMetrics expose the
-// counters; Close stops. *dataplane.Dataplane is a Dataplane as it is.
+// Wiring: r, err := New(Config{Dataplane: dp, SessionName: SessionNames(dp)}),
+// r.Start(), then dp.SetDNSRedirect(r.Port()). SetPolicy(session, Policy)
+// gives a session its grants (Grant: Pattern "host", "*.host" or "**.host",
+// Handle, Proto, Ports, AllowNonPublic) and deny patterns, replacing the
+// previous policy atomically; RemovePolicy drops it. Stats and WriteMetrics
+// expose the counters; Close stops. *dataplane.Dataplane is a Dataplane and
+// a SessionIndexer as it is.
 //
 // Only agent/, cmd/ and bench/ import this package.
 package dnsresolver

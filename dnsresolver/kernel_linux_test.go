@@ -296,6 +296,9 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			n, ok := e.names[i]
+			if real, ok2 := SessionNames(dp)(i); ok && (!ok2 || real != n) {
+				t.Errorf("SessionNames(%d) = %q, %v; want %q", i, real, ok2, n)
+			}
 			return n, ok
 		},
 		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
