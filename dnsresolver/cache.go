@@ -118,3 +118,32 @@ func (f *flight) do(k cacheKey, fn func() (*result, error)) (*result, error) {
 	c.res, c.err = fn()
 	return c.res, c.err
 }
+
+// perSession counts something (upstream-bound queries, TCP connections) per
+// session index, so that one session cannot take every slot of a global
+// limit. Index 0 stands for "no session".
+type perSession struct {
+	mu  sync.Mutex
+	max int
+	n   map[uint32]int
+}
+
+func newPerSession(max int) *perSession { return &perSession{max: max, n: map[uint32]int{}} }
+
+func (p *perSession) acquire(idx uint32) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[idx] >= p.max {
+		return false
+	}
+	p.n[idx]++
+	return true
+}
+
+func (p *perSession) release(idx uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[idx]--; p.n[idx] <= 0 {
+		delete(p.n, idx)
+	}
+}

@@ -59,6 +59,7 @@ const (
 	DefaultMaxInflight     = 4096
 	DefaultUDPWorkers      = 1
 	DefaultMaxTCPConns     = 1024
+	DefaultPerSessionLimit = 128
 	DefaultResolvConf      = "/etc/resolv.conf"
 )
 
@@ -130,6 +131,10 @@ type Config struct {
 	// MaxTCPConns bounds open TCP connections; more are closed at once.
 	// Default 1024.
 	MaxTCPConns int
+	// PerSessionLimit bounds, for each session, both its queries waiting
+	// for the upstream and its open TCP connections, so one session cannot
+	// exhaust MaxInflight or MaxTCPConns for the others. Default 128.
+	PerSessionLimit int
 
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
 	// refused query.
@@ -168,6 +173,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.UDPWorkers == 0 {
 		c.UDPWorkers = DefaultUDPWorkers
+	}
+	if c.PerSessionLimit == 0 {
+		c.PerSessionLimit = DefaultPerSessionLimit
 	}
 	if c.MaxTCPConns == 0 {
 		c.MaxTCPConns = DefaultMaxTCPConns
@@ -220,6 +228,9 @@ func (c *Config) validate() error {
 	}
 	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
 		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)
+	}
+	if c.PerSessionLimit < 1 {
+		return fmt.Errorf("%w: PerSessionLimit %d", ErrInvalidConfig, c.PerSessionLimit)
 	}
 	if c.MaxTCPConns < 1 {
 		return fmt.Errorf("%w: MaxTCPConns %d", ErrInvalidConfig, c.MaxTCPConns)

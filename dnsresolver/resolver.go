@@ -44,6 +44,8 @@ type Resolver struct {
 	udpWG    sync.WaitGroup // UDP workers
 	sem      chan struct{}  // MaxInflight
 	tcpConns chan struct{}  // MaxTCPConns
+	upPer    *perSession    // upstream-bound UDP queries per session
+	tcpPer   *perSession    // TCP connections per session
 }
 
 // New checks cfg and builds a Resolver. It reads ResolvConf when no
@@ -70,6 +72,8 @@ func New(cfg Config) (*Resolver, error) {
 		policies: map[string]*compiledPolicy{},
 		sem:      make(chan struct{}, cfg.MaxInflight),
 		tcpConns: make(chan struct{}, cfg.MaxTCPConns),
+		upPer:    newPerSession(cfg.PerSessionLimit),
+		tcpPer:   newPerSession(cfg.PerSessionLimit),
 	}
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)

@@ -643,10 +643,21 @@ func TestNoReflection(t *testing.T) {
 	}
 }
 
-// TestLimits: upstream-bound UDP queries beyond MaxInflight are dropped and
-// counted; TCP connections beyond MaxTCPConns are closed.
+// TestLimits: upstream-bound UDP queries beyond the limits are dropped and
+// counted; TCP connections beyond them are closed.
 func TestLimits(t *testing.T) {
-	e := newTestEnv(t, func(c *Config) { c.MaxInflight = 2; c.MaxTCPConns = 2 })
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"global", func(c *Config) { c.MaxInflight = 2; c.MaxTCPConns = 2 }},
+		{"per session", func(c *Config) { c.PerSessionLimit = 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLimits(t, newTestEnv(t, tc.mod)) })
+	}
+}
+
+func testLimits(t *testing.T, e *testEnv) {
 	t.Run("inflight", func(t *testing.T) {
 		e.up.setDelay(300 * time.Millisecond)
 		t.Cleanup(func() { e.up.setDelay(0) })
@@ -785,4 +796,46 @@ func TestUpstreamSharing(t *testing.T) {
 			t.Fatalf("%d queries from %d source ports", len(e.up.srcs), len(ports))
 		}
 	})
+}
+
+// TestPerSessionIsolation: a session at its PerSessionLimit does not hold up
+// another session's upstream-bound queries.
+func TestPerSessionIsolation(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.PerSessionLimit = 1 })
+	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	e.up.setDelay(300 * time.Millisecond)
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	send := func(idx uint32, name string) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		b, _ := m.Pack()
+		if _, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(SessionAddr(idx), e.r.Port())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1, "allowed.test.")
+	send(1, "api.allowed.test.") // dropped: s1 has one query pending
+	send(300, "rebind.test.")    // s2: answered
+	from := map[netip.Addr]int{}
+	buf := make([]byte, 4096)
+	for {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		_, src, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		from[src.Addr()]++
+	}
+	if from[SessionAddr(1)] != 1 || from[SessionAddr(300)] != 1 {
+		t.Fatalf("answers by session address: %v", from)
+	}
+	if st := e.r.Stats(); st.Sessions["s1"].Dropped != 1 || st.Sessions["s2"].Dropped != 0 {
+		t.Fatalf("drops: s1 %d, s2 %d", st.Sessions["s1"].Dropped, st.Sessions["s2"].Dropped)
+	}
 }

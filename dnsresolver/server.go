@@ -111,14 +111,20 @@ func (r *Resolver) serveTCP() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		idx, _ := SessionIndexFromAddr(c.LocalAddr().(*net.TCPAddr).AddrPort().Addr())
+		if !r.tcpPer.acquire(idx) {
+			c.Close() // at Config.PerSessionLimit for this session
+			continue
+		}
 		select {
 		case r.tcpConns <- struct{}{}:
 		default:
+			r.tcpPer.release(idx)
 			c.Close() // at Config.MaxTCPConns: refuse, the client retries
 			continue
 		}
 		r.wg.Go(func() {
-			defer func() { <-r.tcpConns }()
+			defer func() { <-r.tcpConns; r.tcpPer.release(idx) }()
 			r.serveConn(c)
 		})
 	}

@@ -108,16 +108,22 @@ func (u *udpSocket) handle(r *Resolver, dst netip.Addr, from unix.Sockaddr, raw 
 	reply, req, p := r.beginRaw(dst, "udp", raw)
 	if p != nil && p.res == nil {
 		// Must go upstream: off this worker, so a slow upstream never
-		// holds the queries behind it; at most MaxInflight at once, beyond
-		// that the datagram is dropped (and counted) and the client retries.
+		// holds the queries behind it; at most MaxInflight at once, and
+		// PerSessionLimit per session; beyond that the datagram is dropped
+		// (and counted) and the client retries.
+		if !r.upPer.acquire(p.q.index) {
+			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
+			return nil
+		}
 		select {
 		case r.sem <- struct{}{}:
 		default:
+			r.upPer.release(p.q.index)
 			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
 			return nil
 		}
 		r.wg.Go(func() {
-			defer func() { <-r.sem }()
+			defer func() { <-r.sem; r.upPer.release(p.q.index) }()
 			if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
 				if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
 					r.log.Debug("udp write", "err", err)
