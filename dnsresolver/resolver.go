@@ -32,6 +32,8 @@ type Resolver struct {
 
 	memo *writeMemo // entries known to be in the kernel already
 
+	warnUp, warnWrite logLimiter // one warning a second each
+
 	// server state (server.go)
 	mu       sync.Mutex
 	started  bool
@@ -256,7 +258,9 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 			if errors.Is(err, errBadTarget) {
 				return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
 			}
-			r.log.Warn("upstream", "session", q.session, "name", p.qname, "qtype", dns.TypeToString[p.qtype], "err", err)
+			if ok, n := r.warnUp.allow(time.Now()); ok {
+				r.log.Warn("upstream failed; SERVFAIL", "session", q.session, "name", p.qname, "qtype", dns.TypeToString[p.qtype], "err", err, "suppressed", n)
+			}
 			return r.servfail(q)
 		}
 	}
@@ -401,7 +405,9 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 		}
 		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
 			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
-			r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err)
+			if ok, n := r.warnWrite.allow(time.Now()); ok {
+				r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err, "suppressed", n)
+			}
 			return r.servfail(q)
 		}
 		r.memo.add(q.session, rule)

@@ -132,3 +132,20 @@ func safeName(s string) string {
 	}
 	return q
 }
+
+// logLimiter lets one warning through per interval and counts the rest, so
+// a dead upstream or a flood cannot fill the log.
+type logLimiter struct {
+	next       atomic.Int64 // Unix ns before which warnings are suppressed
+	suppressed atomic.Uint64
+}
+
+// allow reports whether to log now, and how many were suppressed before.
+func (l *logLimiter) allow(now time.Time) (bool, uint64) {
+	n := l.next.Load()
+	if now.UnixNano() < n || !l.next.CompareAndSwap(n, now.Add(time.Second).UnixNano()) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
+}
