@@ -18,6 +18,7 @@ var (
 	ErrNoUpstream    = errors.New("dnsresolver: no upstream nameserver")
 	ErrClosed        = errors.New("dnsresolver: closed")
 	ErrStarted       = errors.New("dnsresolver: already started")
+	ErrNotSupported  = errors.New("dnsresolver: not supported on this platform")
 )
 
 // Dataplane is what the resolver needs from the kernel side: the method set
