@@ -530,7 +530,9 @@ func TestRedirectedSession(t *testing.T) {
 		}
 	}
 	st := e.r.Stats().Sessions[e.sess.Name]
-	if st.Denials[ReasonNotAllowed] != 2 || st.Denials[ReasonInvalidName] != 1 || st.Denials[ReasonQType] != 1 {
+	// not_allowed: two plain queries, and the stub resolver's A and AAAA
+	// for denied.kernel.test (more if resolv.conf has search domains).
+	if st.Denials[ReasonNotAllowed] < 4 || st.Denials[ReasonInvalidName] != 1 || st.Denials[ReasonQType] != 1 {
 		t.Errorf("denial counters %+v", st.Denials)
 	}
 
