@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build generate check-generated test test-short run deps bench bench-egress clean
+.PHONY: all build generate check-generated test test-short fuzz run deps bench bench-egress bench-dns bench-agent clean
 
 all: build
 
@@ -30,16 +30,37 @@ test: deps
 test-short: deps
 	$(GO) test -count=1 -short ./...
 
+# Short fuzzing runs of the DNS name canonicaliser, pattern parser and query
+# handler (CI runs this; FUZZTIME=5m for a longer session).
+FUZZTIME ?= 10s
+fuzz: deps
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalName$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+	$(GO) test -run '^$$' -fuzz '^FuzzPattern$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+
 # The agent on embedded defaults (Ctrl-C stops it; enforcement stays pinned).
 run: build
 	$(BIN)/shinken-agent
 
-bench: bench-egress
+# Every benchmark; each prints its figures last. See bench/README.md.
+bench: bench-egress bench-decision bench-dns bench-agent
 
-# 10,000 sessions x 100 entries; Shinken vs no policy vs nftables. See bench/README.md.
+# 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
 bench-egress: deps
 	$(GO) build -o $(BIN)/shinken-bench-egress ./bench/egress
 	$(BIN)/shinken-bench-egress
+
+# The resolver vs dnsmasq (Debian's dnsmasq-base: the binary, no service).
+bench-dns: deps
+	@command -v dnsmasq >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q dnsmasq-base
+	$(MAKE) -C bench/dns bench-dns
+
+# The daemon at 10,000 live sessions: /metrics scrape, session ls, RSS.
+bench-agent: build
+	$(GO) build -o $(BIN)/shinken-bench-agent ./bench/agent
+	$(BIN)/shinken-bench-agent -bin $(BIN)
+
+include bench/decision.mk
 
 clean:
 	rm -rf $(BIN)

@@ -6,11 +6,12 @@
  *
  *   cgroup/connect4|6   every TCP connect and UDP connect
  *   cgroup/sendmsg4|6   every unconnected UDP send
- *   cgroup_skb/egress   every packet of a session socket: flows opened under a
- *   cgroup_skb/ingress  handle that has since died are dropped, and packets no
- *                       connect/sendmsg check covered (raw, ICMP, a SYN whose
- *                       connect was never checked) are dropped
- *   cgroup/sock_release forgets a closed socket's flow
+ *   cgroup_skb/egress   every data packet and active open of a session socket:
+ *   cgroup_skb/ingress  a flow is checked against the egress map once, then
+ *                       against the handle it was allowed under, so flows
+ *                       opened under a handle that has since died are cut;
+ *                       packets no connect/sendmsg check covers (raw, ICMP)
+ *                       are dropped
  *   cgroup/recvmsg4|6   DNS replies (and getpeername4|6 on a DNS socket) show
  *   cgroup/getpeername4|6  the server the session asked
  *
@@ -81,14 +82,13 @@ struct {
 	__uint(max_entries, 1048576);
 } shk_egress6 SEC(".maps");
 
-/* Socket cookie -> the handle a connection was allowed under. Written at
- * connect, deleted at socket release, read for every packet of the flow.
- * Sized by user space (max concurrent session flows); a connect that finds
- * it full is denied. Not preallocated: the kernel's per-CPU element caches
- * hand a closing socket's element to the next connect while it is still hot. */
+/* Socket cookie -> the handle a flow's packets are checked against (see
+ * struct shk_flow). An LRU: records of closed sockets age out without a
+ * release hook, and a record evicted from a live flow is rebuilt from the
+ * egress map at its next data packet. Sized by user space. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__type(key, __u64);
 	__type(value, struct shk_flow);
 	__uint(max_entries, 262144);
@@ -479,18 +479,6 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		return 0;
 	}
 
-	if (connect) {
-		__u64 cookie = bpf_get_socket_cookie(ctx);
-
-		ref.pid = pid; /* a new destination: any DNS memory of the socket is void */
-		/* No place to remember the handle: the flow could not be cut
-		 * on revoke, so it is not allowed to start. */
-		if (bpf_map_update_elem(&shk_flows, &cookie, &ref, BPF_ANY)) {
-			report(cgid, s->index, pid, SHK_REASON_UNCHECKED, family, proto, dport, daddr,
-			       family == AF_INET6 ? 4 : 1, 1);
-			return 0;
-		}
-	}
 	return 1;
 }
 
@@ -542,114 +530,180 @@ int shk_getpeername6(struct bpf_sock_addr *ctx)
 	return restore_dns(ctx, 1);
 }
 
-/* Is the packet a TCP SYN without ACK (an active open)? */
-static __always_inline int is_syn(struct __sk_buff *skb)
+/* What check_skb needs of a packet. */
+struct pkt {
+	__u32 peer[4];   /* the remote end: destination on egress, source on ingress */
+	__u16 peer_port; /* host order */
+	__u16 family;
+	__u8 proto;
+	__u8 syn;        /* TCP SYN without ACK */
+	__u8 data;       /* carries payload (UDP: always) */
+};
+
+/* Parses the IP and TCP/UDP headers. Returns -1 for what cannot be parsed.
+ * Reads the headers in place when they are in the linear part of the skb
+ * (always, for locally built packets), else copies them out. */
+static __always_inline int parse(struct __sk_buff *skb, int egress, struct pkt *p)
 {
-	__u8 flags = 0;
-	__u32 off;
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u8 buf[40 + 14];
+	__u8 *hdr = data, *th;
+	__u32 l4, plen, need;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		__u8 vihl, proto;
-
-		if (bpf_skb_load_bytes(skb, 0, &vihl, 1) || bpf_skb_load_bytes(skb, 9, &proto, 1))
-			return 1;
-		if (proto != IPPROTO_TCP)
-			return 1;
-		off = (vihl & 0x0f) * 4;
+		if (hdr + 20 > (__u8 *)end) {
+			if (bpf_skb_load_bytes(skb, 0, buf, 20))
+				return -1;
+			hdr = buf;
+		}
+		l4 = (hdr[0] & 0x0f) * 4;
+		if (l4 < 20 || l4 > 40)
+			return -1;
+		p->family = AF_INET;
+		p->proto = hdr[9];
+		__builtin_memcpy(&p->peer[0], egress ? &hdr[16] : &hdr[12], 4);
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		__u8 nexthdr;
-
-		if (bpf_skb_load_bytes(skb, 6, &nexthdr, 1))
-			return 1;
-		if (nexthdr != IPPROTO_TCP)
-			return 1; /* extension headers on a session SYN: treat as unchecked */
-		off = 40;
+		if (hdr + 40 > (__u8 *)end) {
+			if (bpf_skb_load_bytes(skb, 0, buf, 40))
+				return -1;
+			hdr = buf;
+		}
+		p->family = AF_INET6;
+		p->proto = hdr[6]; /* extension headers: not TCP/UDP, treated as such */
+		__builtin_memcpy(p->peer, egress ? &hdr[24] : &hdr[8], 16);
+		l4 = 40;
 	} else {
-		return 1;
+		return -1;
 	}
-	if (bpf_skb_load_bytes(skb, off + 13, &flags, 1))
-		return 1;
-	return (flags & 0x02) && !(flags & 0x10);
+	/* skb->len, not the header's length field: GSO and BIG TCP packets
+	 * carry 0 there. cgroup_skb sees the packet from the network header. */
+	if (skb->len < l4)
+		return -1;
+	plen = skb->len - l4;
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return 0;
+	need = p->proto == IPPROTO_TCP ? 14 : 4;
+	th = (__u8 *)data + l4;
+	if (th + 14 > (__u8 *)end) {
+		if (bpf_skb_load_bytes(skb, l4, buf, need))
+			return -1;
+		th = buf;
+	}
+	p->peer_port = egress ? ((__u16)th[2] << 8 | th[3]) : ((__u16)th[0] << 8 | th[1]);
+	if (p->proto == IPPROTO_TCP) {
+		p->syn = (th[13] & 0x02) && !(th[13] & 0x10);
+		p->data = plen > (__u32)(th[12] >> 4) * 4;
+	} else {
+		p->data = 1;
+	}
+	return 0;
 }
 
+static __always_inline int same_peer(const struct shk_flow *f, const struct pkt *p)
+{
+	return f->peer_family == p->family && f->peer_port == p->peer_port && f->peer[0] == p->peer[0] &&
+	       (p->family == AF_INET ||
+		(f->peer[1] == p->peer[1] && f->peer[2] == p->peer[2] && f->peer[3] == p->peer[3]));
+}
+
+/*
+ * Every packet of a session socket. Control packets of TCP flows (no payload,
+ * no SYN) pass; an active open (SYN) and every data packet must be covered by
+ * the egress map under a live handle, checked against the flow's recorded
+ * handle once it has one.
+ */
 static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 {
 	struct bpf_sock *sk = skb->sk;
-	struct shk_flow *st;
+	struct shk_flow ref = {}, *f;
 	struct shk_session *s;
+	struct pkt p = {};
 	__u64 cgid, cookie;
-	__u32 why, index = 0;
+	__u32 why, index = 0, zero = 0;
+	struct shk_config *cfg;
 
 	if (!sk)
 		return 1;
 	sk = bpf_sk_fullsock(sk);
 	if (!sk)
-		return 1; /* request and timewait sockets of accepted/closed flows */
+		return 1; /* request and timewait sockets */
+	if (sk->protocol != IPPROTO_TCP && sk->protocol != IPPROTO_UDP) {
+		if (!egress)
+			return 1;
+		why = SHK_REASON_UNCHECKED; /* raw, ICMP: no connect/sendmsg check covers them */
+		goto deny;
+	}
+	/* Unconnected UDP: every send was checked by sendmsg4|6; inbound
+	 * datagrams are not egress. */
+	if (sk->protocol == IPPROTO_UDP && sk->state != 1 /* TCP_ESTABLISHED: connected */)
+		return 1;
+	if (parse(skb, egress, &p) < 0 || p.proto != sk->protocol) {
+		why = SHK_REASON_UNCHECKED;
+		goto deny;
+	}
+	if (p.proto == IPPROTO_TCP && !p.data && !(p.syn && egress))
+		return 1; /* ACK, FIN, RST, SYN-ACK: no data moves */
+
+	/* Traffic with the session's own resolver (redirected DNS). */
+	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
+	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
+		return 1;
 
 	cookie = bpf_get_socket_cookie(skb);
-	st = bpf_map_lookup_elem(&shk_flows, &cookie);
-	if (st && st->handle == SHK_HANDLE_NONE) {
-		if (st->generation == SHK_FLOW_DNS_GENERATION)
-			return 1; /* a DNS query redirected to the resolver */
-		st = 0; /* only DNS memory, no connect-time verdict */
-	}
-	if (st) {
-		why = shk_handle_check(st->handle, st->generation);
+	f = bpf_map_lookup_elem(&shk_flows, &cookie);
+	if (f && f->handle != SHK_HANDLE_NONE && same_peer(f, &p)) {
+		why = shk_handle_check(f->handle, f->generation);
 		if (why == SHK_REASON_NONE)
 			return 1;
-		cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
-		s = bpf_map_lookup_elem(&shk_sessions, &cgid);
-		if (s)
-			index = s->index;
-		if (!st->reported) {
-			__u32 daddr[4] = {};
-			__u16 family = sk->family;
-
-			if (family == AF_INET6) {
-				daddr[0] = sk->dst_ip6[0];
-				daddr[1] = sk->dst_ip6[1];
-				daddr[2] = sk->dst_ip6[2];
-				daddr[3] = sk->dst_ip6[3];
-				if (is_v4mapped(daddr)) {
-					daddr[0] = daddr[3];
-					family = AF_INET;
-				}
-			} else {
-				daddr[0] = sk->dst_ip4;
-			}
-			st->reported = 1;
-			report(cgid, index, st->pid, SHK_REASON_FLOW_REVOKED, family, sk->protocol,
-			       bpf_ntohs(sk->dst_port), daddr, family == AF_INET6 ? 4 : 1, 0);
-		} else {
-			count(index, SHK_REASON_FLOW_REVOKED);
-		}
-		return 0;
+		why = SHK_REASON_FLOW_REVOKED;
+		goto deny;
 	}
-
-	/* No connect-time verdict on this socket. */
-	if (sk->protocol == IPPROTO_UDP)
-		return 1; /* unconnected sends are checked per call by sendmsg4/6 */
-	if (sk->protocol == IPPROTO_TCP && (!egress || !is_syn(skb)))
-		return 1; /* accepted flows; an active open always has storage */
-	if (!egress && sk->protocol != IPPROTO_TCP)
-		return 1; /* inbound datagrams are not egress */
 
 	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
 	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
-	if (s)
-		index = s->index;
-	count(index, SHK_REASON_UNCHECKED);
-	return 0;
-}
-
-/* The socket is gone: forget its flow. */
-SEC("cgroup/sock_release")
-int shk_sock_release(struct bpf_sock *ctx)
-{
-	__u64 cookie = bpf_get_socket_cookie(ctx);
-
-	bpf_map_delete_elem(&shk_flows, &cookie);
+	if (!s) {
+		why = SHK_REASON_UNKNOWN_SESSION;
+		goto deny;
+	}
+	index = s->index;
+	/* Rule deadlines (DNS TTLs) bound new connections, not open flows:
+	 * only handles are checked here (now = 0 skips rule expiry). */
+	if (p.family == AF_INET)
+		why = lookup4(index, p.peer[0], p.proto, p.peer_port, 0, &ref);
+	else
+		why = lookup6(index, p.peer, p.proto, p.peer_port, 0, &ref);
+	if (why != SHK_REASON_NONE) {
+		why = p.syn ? SHK_REASON_UNCHECKED : SHK_REASON_FLOW_REVOKED;
+		goto deny;
+	}
+	if (p.data) {
+		/* Remember the verdict for this flow's next packets. */
+		if (f) {
+			f->handle = ref.handle;
+			f->generation = ref.generation;
+		} else {
+			ref.peer_family = p.family;
+			ref.peer_port = p.peer_port;
+			__builtin_memcpy(ref.peer, p.peer, 16);
+			bpf_map_update_elem(&shk_flows, &cookie, &ref, BPF_ANY);
+			return 1;
+		}
+		f->peer_family = p.family;
+		f->peer_port = p.peer_port;
+		__builtin_memcpy(f->peer, p.peer, 16);
+	}
 	return 1;
+
+deny:
+	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
+	if (!index) {
+		s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+		if (s)
+			index = s->index;
+	}
+	report(cgid, index, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, 0);
+	return 0;
 }
 
 SEC("cgroup_skb/egress")

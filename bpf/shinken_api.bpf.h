@@ -92,20 +92,22 @@ struct shk_egress6_key {
 	__u8 addr[16];
 };
 
-/* Value of shk_flows (keyed by socket cookie). Written at connect time with
- * the handle the connection was allowed under, so packets of an open flow die
- * with the handle; also remembers where the socket's last redirected DNS query
- * was meant to go, so replies can show that source. handle 0 with generation
- * 0 means "no connect-time verdict" (only the DNS fields are set). */
+/* Value of shk_flows, an LRU hash keyed by socket cookie. The first data
+ * packet of a connected flow that the egress map allows records the handle
+ * it was allowed under (and the peer), so later packets check only that
+ * handle: a revoke cuts the flow at its next packet. An evicted record is
+ * recreated by a fresh egress-map check, never assumed. DNS sockets also keep
+ * where their last redirected query was meant to go, so replies can show that
+ * source. handle 0 with generation 0: no flow verdict (DNS memory only). */
 struct shk_flow {
 	__u32 handle;
 	__u32 generation;
-	__u32 pid;
-	__u32 reported;     /* a flow_revoked event was already emitted */
+	__u32 peer[4];      /* remote address the verdict is for; IPv4 in peer[0] */
+	__u16 peer_port;    /* host order */
+	__u16 peer_family;  /* AF_INET / AF_INET6 */
 	__u32 dns_addr[4];  /* original DNS server; IPv4 in dns_addr[0] (network order) */
 	__u16 dns_port;     /* network order */
 	__u16 dns_family;   /* AF_INET / AF_INET6; 0 = no DNS query redirected */
-	__u32 pad;
 };
 
 /* shk_flows entry of a DNS query redirected to the agent's resolver: always

@@ -23,7 +23,7 @@ type Config struct {
 	MaxHandles     uint32 // default 262144
 	MaxEgress4     uint32 // IPv4 entries, all sessions together; default 2097152
 	MaxEgress6     uint32 // IPv6 entries, all sessions together; default 1048576
-	MaxFlows       uint32 // open session connections tracked for revoke, all sessions; default 262144
+	MaxFlows       uint32 // flow verdicts cached (LRU), all sessions; default 262144
 	EventRingBytes uint32 // default 1 MiB; power of two
 	noAttach       bool   // tests of load and map logic only
 }

@@ -40,6 +40,7 @@ type Dataplane struct {
 	freeIdx   []uint32 // unused session indices (stack)
 	nextIdx   uint32   // lowest never-used index
 	prefixes  map[uint32]map[netip.Prefix]struct{}
+	n4, n6    int      // entries in prefixes, by family
 	handleGen []uint32 // last generation issued per slot
 	freeSlots []uint32
 	nextSlot  uint32
@@ -62,7 +63,6 @@ var attachments = []progAttach{
 	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
 	{"getpeername4", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername4 }, ebpf.AttachCgroupInet4GetPeername},
 	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
-	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -445,7 +445,25 @@ func (d *Dataplane) indexPrefix(session uint32, p netip.Prefix) {
 		set = map[netip.Prefix]struct{}{}
 		d.prefixes[session] = set
 	}
-	set[p] = struct{}{}
+	if _, ok := set[p]; !ok {
+		set[p] = struct{}{}
+		d.countPrefix(p, 1)
+	}
+}
+
+func (d *Dataplane) unindexPrefix(session uint32, p netip.Prefix) {
+	if _, ok := d.prefixes[session][p]; ok {
+		delete(d.prefixes[session], p)
+		d.countPrefix(p, -1)
+	}
+}
+
+func (d *Dataplane) countPrefix(p netip.Prefix, n int) {
+	if p.Addr().Is4() {
+		d.n4 += n
+	} else {
+		d.n6 += n
+	}
 }
 
 func sleepBriefly(i int) {

@@ -449,8 +449,23 @@ func TestSessionLifecycle(t *testing.T) {
 	if got := p.do("tcp " + a.addr()); got != "ok" {
 		t.Fatal(got)
 	}
+	occ := func(m string) int {
+		for _, o := range d.Occupancy() {
+			if o.Map == m {
+				return o.Entries
+			}
+		}
+		t.Fatalf("no map %s", m)
+		return 0
+	}
+	if occ("egress4") != 1 || occ("sessions") != 1 {
+		t.Errorf("occupancy before destroy: %+v", d.Occupancy())
+	}
 	if err := d.DestroySession("one"); err != nil {
 		t.Fatal(err)
+	}
+	if occ("egress4") != 0 || occ("sessions") != 0 {
+		t.Errorf("occupancy after destroy: %+v", d.Occupancy())
 	}
 	if _, err := os.Stat(s1.Path); !os.IsNotExist(err) {
 		t.Errorf("session cgroup still there: %v", err)

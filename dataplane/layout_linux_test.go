@@ -20,7 +20,7 @@ func TestABILayout(t *testing.T) {
 		{"shk_egress_value", shkShkEgressValue{}, 8 + MaxRules*24},
 		{"shk_egress4_key", shkShkEgress4Key{}, 12},
 		{"shk_egress6_key", shkShkEgress6Key{}, 24},
-		{"shk_flow", shkShkFlow{}, 40},
+		{"shk_flow", shkShkFlow{}, 48},
 		{"shk_event", shkShkEvent{}, 72},
 	}
 	for _, tc := range cases {

@@ -103,9 +103,12 @@ func (d *Dataplane) DestroySession(name string) error {
 	delete(d.byIndex, s.Index)
 	var errs []error
 	for p := range d.prefixes[s.Index] {
-		errs = append(errs, d.deleteEntry(s.Index, p))
+		err := d.deleteEntry(s.Index, p)
+		if err == nil {
+			d.unindexPrefix(s.Index, p)
+		}
+		errs = append(errs, err)
 	}
-	delete(d.prefixes, s.Index)
 	if err := errors.Join(errs...); err != nil {
 		// The index keeps stale entries: never hand it out again in this
 		// process (reconcile purges them on the next start).
@@ -297,8 +300,8 @@ func (d *Dataplane) Handles() ([]Handle, error) {
 // ---- egress ----
 
 // AllowEgress adds rule to the session's egress map. Adding a rule that is
-// already there (same prefix, protocol, ports and handle) only updates its
-// expiry. On error the maps are unchanged.
+// already there (same prefix, protocol, ports and handle) only extends its
+// expiry (never shortens it). On error the maps are unchanged.
 func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
 	if err := rule.Validate(); err != nil {
 		return err
@@ -322,6 +325,11 @@ func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
 		for i := uint32(0); i < val.Nrules; i++ {
 			o := val.Rules[i]
 			if o.Handle == r.Handle && o.Generation == r.Generation && o.Proto == r.Proto && o.PortLo == r.PortLo && o.PortHi == r.PortHi {
+				// A refresh keeps the later expiry: two names may resolve
+				// to one address with different TTLs. Zero is "never".
+				if o.ExpiresNs == 0 || (r.ExpiresNs != 0 && r.ExpiresNs <= o.ExpiresNs) {
+					return nil
+				}
 				val.Rules[i].ExpiresNs = r.ExpiresNs
 				return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
 			}
@@ -371,7 +379,7 @@ func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
 				if err := d.deleteEntry(s.Index, rule.Prefix); err != nil {
 					return err
 				}
-				delete(d.prefixes[s.Index], rule.Prefix)
+				d.unindexPrefix(s.Index, rule.Prefix)
 				return nil
 			}
 			copy(val.Rules[i:], val.Rules[i+1:val.Nrules])
@@ -635,4 +643,26 @@ func (d *Dataplane) SessionByIndex(idx uint32) (Session, error) {
 		return Session{}, fmt.Errorf("%w: index %d", ErrSessionNotFound, idx)
 	}
 	return *s, nil
+}
+
+// Occupancy is how full one kernel map is.
+type Occupancy struct {
+	Map     string `json:"map"`
+	Entries int    `json:"entries"`
+	Limit   int    `json:"limit"`
+}
+
+// Occupancy reports the entries in use and the capacity of the sessions,
+// handles and egress maps, from the dataplane's own indexes (no map walk).
+func (d *Dataplane) Occupancy() []Occupancy {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v4, v6 := d.n4, d.n6
+	handles := int(d.nextSlot) - 1 - len(d.freeSlots)
+	return []Occupancy{
+		{"sessions", len(d.sessions), int(d.cfg.MaxSessions) - 1},
+		{"handles", handles, int(d.cfg.MaxHandles) - 1},
+		{"egress4", v4, int(d.cfg.MaxEgress4)},
+		{"egress6", v6, int(d.cfg.MaxEgress6)},
+	}
 }

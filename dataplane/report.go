@@ -16,7 +16,8 @@ func Report() []Enforcement {
 	return []Enforcement{
 		{Class: "net.egress", Mechanism: "cgroup/connect4|6, sendmsg4|6, cgroup_skb ingress/egress (BPF)", Level: "kernel",
 			Note: "per-session LPM allowlist; caretaker handles checked at connect, send and per packet of open flows"},
-		{Class: "net.egress domains", Mechanism: "none yet", Level: "none", Note: "the allowlisting DNS resolver is not wired in"},
+		{Class: "net.egress domains", Mechanism: "DNS redirect (cgroup/connect, sendmsg, recvmsg, getpeername) to the agent's allowlisting resolver", Level: "kernel",
+			Note: "when the daemon runs its resolver (SetDNSRedirect); answers become egress entries before they are returned"},
 		{Class: "fs.scope", Mechanism: "none yet", Level: "none", Note: "Landlock not wired in: not grantable"},
 		{Class: "gpu", Mechanism: "none yet", Level: "none", Note: "cgroup/dev not wired in: not grantable"},
 		{Class: "peripheral", Mechanism: "none yet", Level: "none", Note: "cgroup/dev not wired in: not grantable"},

@@ -60,12 +60,12 @@ type shkShkFlow struct {
 	_          structs.HostLayout
 	Handle     uint32
 	Generation uint32
-	Pid        uint32
-	Reported   uint32
+	Peer       [4]uint32
+	PeerPort   uint16
+	PeerFamily uint16
 	DnsAddr    [4]uint32
 	DnsPort    uint16
 	DnsFamily  uint16
-	Pad        uint32
 }
 
 type shkShkHandle struct {
@@ -117,7 +117,6 @@ const (
 	shkProgShkSendmsg6     = "shk_sendmsg6"
 	shkProgShkSkbEgress    = "shk_skb_egress"
 	shkProgShkSkbIngress   = "shk_skb_ingress"
-	shkProgShkSockRelease  = "shk_sock_release"
 	shkVarShkSessionLevel  = "shk_session_level"
 	shkVarUnusedEvent      = "unused_event"
 )
@@ -174,7 +173,6 @@ type shkProgramSpecs struct {
 	ShkSendmsg6     *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
 	ShkSkbEgress    *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
 	ShkSkbIngress   *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
-	ShkSockRelease  *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
 }
 
 // shkMapSpecs contains maps before they are loaded into the kernel.
@@ -267,7 +265,6 @@ type shkPrograms struct {
 	ShkSendmsg6     *ebpf.Program `ebpf:"shk_sendmsg6"`
 	ShkSkbEgress    *ebpf.Program `ebpf:"shk_skb_egress"`
 	ShkSkbIngress   *ebpf.Program `ebpf:"shk_skb_ingress"`
-	ShkSockRelease  *ebpf.Program `ebpf:"shk_sock_release"`
 }
 
 func (p *shkPrograms) Close() error {
@@ -282,7 +279,6 @@ func (p *shkPrograms) Close() error {
 		p.ShkSendmsg6,
 		p.ShkSkbEgress,
 		p.ShkSkbIngress,
-		p.ShkSockRelease,
 	)
 }
 

@@ -1,56 +1,387 @@
-// Command shinken-agent is the Shinken node agent. For now it loads (or
-// adopts) the egress dataplane, reports what this host can enforce, and waits;
-// on SIGINT/SIGTERM it exits and leaves enforcement pinned in the kernel.
+// Command shinken-agent is the Shinken node agent daemon. On embedded
+// defaults it keeps state under /var/lib/shinken, serves the operator API on
+// /run/shinken/agent.sock, Prometheus metrics on 127.0.0.1:9464, reads admin
+// policy from /etc/shinken/policy.d and image manifests from
+// /etc/shinken/manifests (an embedded default manifest otherwise), and runs
+// the allowlisting DNS resolver every session's DNS is redirected to. Each is
+// overridable by /etc/shinken/agent.json and by flags (-h lists them).
+//
+// Graceful shutdown leaves enforcement pinned in the kernel; start-up adopts
+// it with no gap and no duplicate attach.
 package main
 
 import (
+	"bytes"
 	"context"
-	"flag"
+	_ "embed"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
+	"github.com/shinken-agent/shinken/agent"
+	"github.com/shinken-agent/shinken/agent/api"
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
+//go:embed default.manifest
+var defaultManifest []byte
+
 func main() {
-	var (
-		parent    = flag.String("cgroup-parent", dataplane.DefaultParent, "sessions' parent cgroup, below the cgroup2 mount")
-		pin       = flag.String("pin-path", dataplane.DefaultPinPath, "bpffs directory for pinned links and maps")
-		uninstall = flag.Bool("uninstall", false, "detach and remove everything (kills all session processes), then exit")
-	)
-	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "shinken-agent: must run as root (it loads BPF programs and manages cgroups)")
+	if err := run(log); err != nil {
+		log.Error("shinken-agent", "err", err)
 		os.Exit(1)
 	}
-	cfg := dataplane.Config{Parent: *parent, PinPath: *pin}
-	if *uninstall {
-		if err := dataplane.Remove(cfg); err != nil {
-			log.Error("uninstall", "err", err)
-			os.Exit(1)
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+func splitComma(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
 		}
-		log.Info("uninstalled", "cgroup-parent", *parent, "pins", *pin)
-		return
 	}
-	dp, err := dataplane.Open(cfg)
+	return out
+}
+
+func run(log *slog.Logger) error {
+	cfg, uninstall, err := load(os.Args[1:])
 	if err != nil {
-		log.Error("dataplane", "err", err)
-		os.Exit(1)
+		return err
 	}
-	sessions, _ := dp.Sessions()
-	log.Info("dataplane ready", "adopted", dp.Adopted(), "cgroup", dp.ParentPath(), "pins", *pin, "sessions", len(sessions))
-	for _, e := range dataplane.Report() {
-		log.Info("enforcement", "class", e.Class, "mechanism", e.Mechanism, "level", e.Level, "note", e.Note)
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root (it loads BPF programs and manages cgroups)")
 	}
+	dpCfg := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath}
+	if uninstall {
+		if err := dataplane.Remove(dpCfg); err != nil {
+			return fmt.Errorf("uninstall: %w", err)
+		}
+		log.Info("uninstalled", "cgroup_parent", cfg.CgroupParent, "pins", cfg.PinPath)
+		return nil
+	}
+	opGID := -1
+	if cfg.OperatorGroup != "" && cfg.OperatorGroup != "-" {
+		if g, err := user.LookupGroup(cfg.OperatorGroup); err == nil {
+			opGID, _ = strconv.Atoi(g.Gid)
+		} else {
+			log.Warn("operator group not found: the API admits root only", "group", cfg.OperatorGroup)
+		}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+
+	d, err := newDaemon(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	<-ctx.Done()
-	if err := dp.Close(); err != nil {
-		log.Error("close", "err", err)
-	}
-	log.Info("stopped; enforcement stays pinned in the kernel")
+	return d.serve(ctx, opGID)
 }
+
+type daemon struct {
+	cfg      Config
+	log      *slog.Logger
+	dp       *dataplane.Dataplane
+	ag       *agent.Agent
+	hub      *api.Hub
+	resolver *dnsresolver.Resolver
+	srv      *api.Server
+	sink     *eventSink
+	events   *dataplane.EventReader
+	audit    *auditState
+	metrics  *metricsState
+	wg       sync.WaitGroup
+}
+
+// eventSink receives the agent's lifecycle events: the event stream, and the
+// audit log when one is attached.
+type eventSink struct {
+	hub   *api.Hub
+	audit func(agent.Event) error
+}
+
+func (s *eventSink) Emit(e agent.Event) error {
+	if s.audit != nil {
+		if err := s.audit(e); err != nil {
+			return err
+		}
+	}
+	s.hub.Publish("agent", e.Kind, e)
+	return nil
+}
+
+func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
+	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096)}
+	var err error
+	d.dp, err = dataplane.Open(dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath})
+	if err != nil {
+		return nil, err
+	}
+	d.sink = &eventSink{hub: d.hub}
+	if err := d.openAudit(); err != nil {
+		d.close()
+		return nil, err
+	}
+	acfg := agent.Config{
+		StateDir:        cfg.StateDir,
+		Kernel:          d.dp,
+		Events:          d.sink,
+		Logger:          log,
+		ApprovalTimeout: cfg.ApprovalTimeout.Duration,
+		Breaker:         agent.BreakerConfig{Consecutive: cfg.BreakerConsec, Total: cfg.BreakerTotal},
+	}
+	if st, err := os.Stat(cfg.PolicyDir); err == nil && st.IsDir() {
+		acfg.PolicyDir = cfg.PolicyDir
+	}
+	if m, _ := filepath.Glob(filepath.Join(cfg.ManifestDir, "*.manifest")); len(m) > 0 {
+		acfg.ManifestDir = cfg.ManifestDir
+	} else {
+		ms, err := agent.ParseManifests("embedded default.manifest", defaultManifest)
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		acfg.Manifests = map[string]*agent.Manifest{}
+		for _, m := range ms {
+			acfg.Manifests[m.Image] = m
+		}
+	}
+	d.ag, err = agent.Open(acfg)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	if err := d.startResolver(); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *daemon) startResolver() error {
+	listen, err := netip.ParseAddrPort(d.cfg.DNSListen)
+	if err != nil {
+		return fmt.Errorf("dns_listen %q: %w", d.cfg.DNSListen, err)
+	}
+	var ups []netip.AddrPort
+	for _, u := range d.cfg.DNSUpstreams {
+		ap, err := netip.ParseAddrPort(u)
+		if err != nil {
+			return fmt.Errorf("dns upstream %q: %w", u, err)
+		}
+		ups = append(ups, ap)
+	}
+	r, err := dnsresolver.New(dnsresolver.Config{
+		Dataplane: d.dp,
+		SessionName: func(idx uint32) (string, bool) {
+			s, err := d.dp.SessionByIndex(idx)
+			return s.Name, err == nil
+		},
+		ListenAddr: listen,
+		Upstreams:  ups,
+		OnDenial: func(den dnsresolver.Denial) {
+			d.hub.Publish("dns", "dns.deny", den)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Start(); err != nil {
+		return err
+	}
+	d.resolver = r
+	for _, s := range d.ag.Sessions() {
+		d.syncDNS(s.ID)
+	}
+	return d.dp.SetDNSRedirect(r.Port())
+}
+
+// syncDNS gives the resolver the session's live domain grants.
+func (d *daemon) syncDNS(session string) {
+	if d.resolver == nil {
+		return
+	}
+	var p dnsresolver.Policy
+	for _, g := range d.ag.Grants(session) {
+		if g.Phase != agent.PhaseLive || g.Capability.Class != agent.ClassNetEgress || g.Capability.Egress == nil {
+			continue
+		}
+		ports := []dataplane.PortRange{dataplane.AnyPort}
+		if len(g.Capability.Egress.Ports) > 0 {
+			ports = ports[:0]
+			for _, pr := range g.Capability.Egress.Ports {
+				ports = append(ports, dataplane.PortRange{Lo: pr.Lo, Hi: pr.Hi})
+			}
+		}
+		// A grant that names domains and CIDRs together lets its names
+		// resolve into those CIDRs even when they are not public (an
+		// internal service); otherwise non-public answers are stripped.
+		var nonPublic []netip.Prefix
+		for _, c := range g.Capability.Egress.CIDRs {
+			if !dnsresolver.IsPublic(c.Addr()) {
+				nonPublic = append(nonPublic, c)
+			}
+		}
+		for _, dom := range g.Capability.Egress.Domains {
+			for _, pr := range ports {
+				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: dataplane.ProtoAny, Ports: pr, AllowNonPublic: nonPublic})
+			}
+		}
+	}
+	if err := d.resolver.SetPolicy(session, p); err != nil {
+		d.log.Error("dns policy", "session", session, "err", err)
+	}
+}
+
+func (d *daemon) serve(ctx context.Context, opGID int) error {
+	srv, err := api.NewServer(api.Config{
+		Agent: d.ag, Dataplane: d.dp, Hub: d.hub, StateDir: d.cfg.StateDir, Logger: d.log,
+		Auth:   api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
+		Verify: d.verifyAudit,
+		Status: func() map[string]any {
+			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr}
+			if d.resolver != nil {
+				st["dns_resolver"] = fmt.Sprintf("0.0.0.0:%d", d.resolver.Port())
+				st["dns_upstreams"] = d.resolver.Upstreams()
+			}
+			return st
+		},
+		OnSessionEnd: func(s string) {
+			if d.resolver != nil {
+				d.resolver.RemovePolicy(s)
+			}
+			d.sessionEnded(s)
+		},
+		OnGrantsChanged: d.syncDNS,
+		Audit:           d.auditAPI,
+		ObserveRevoke:   d.observeRevoke,
+		ObserveDecision: d.observeDecision,
+	})
+	if err != nil {
+		return err
+	}
+	d.srv = srv
+	ln, err := api.Listen(d.cfg.Socket, opGID)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ConnContext: api.ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("api", "err", err)
+		}
+	}()
+	var ms *http.Server
+	if d.cfg.MetricsAddr != "" && d.cfg.MetricsAddr != "off" {
+		ms, err = d.serveMetrics()
+		if err != nil {
+			return err
+		}
+	}
+	d.readKernelEvents()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := d.ag.Sweep(ctx); err != nil {
+					d.log.Warn("sweep", "err", err)
+				}
+				d.srv.SyncCards()
+				d.flushDenials()
+				for _, s := range d.ag.Sessions() {
+					d.syncDNS(s.ID)
+				}
+			}
+		}
+	}()
+	sessions := d.ag.Sessions()
+	d.log.Info("shinken-agent ready", "adopted", d.dp.Adopted(), "sessions", len(sessions), "socket", d.cfg.Socket,
+		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", d.dp.ParentPath(), "pins", d.cfg.PinPath)
+	for _, e := range agent.EnforcementMatrix() {
+		d.log.Info("enforcement", "class", e.Class, "grantable", e.Grantable, "mechanism", e.Mechanism, "limitation", e.Limitation)
+	}
+	<-ctx.Done()
+	d.log.Info("stopping; enforcement stays pinned in the kernel")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	if ms != nil {
+		ms.Shutdown(sctx)
+	}
+	return nil
+}
+
+func (d *daemon) readKernelEvents() {
+	rd, err := d.dp.Events()
+	if err != nil {
+		d.log.Error("kernel events", "err", err)
+		return
+	}
+	d.events = rd
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for {
+			ev, err := rd.Read()
+			if err != nil {
+				return
+			}
+			sess := ""
+			if s, err := d.dp.SessionByIndex(ev.Session); err == nil {
+				sess = s.Name
+			}
+			rec := map[string]any{"session": sess, "pid": ev.PID, "comm": ev.Comm, "reason": ev.Reason.String(),
+				"proto": ev.Proto.String(), "dst": ev.Dst.String(), "time": ev.Time}
+			d.hub.Publish("kernel", "kernel.deny", rec)
+			d.auditKernelDenial(sess, ev)
+		}
+	}()
+}
+
+func (d *daemon) close() {
+	if d.events != nil {
+		d.events.Close()
+	}
+	if d.resolver != nil {
+		d.resolver.Close()
+	}
+	d.wg.Wait()
+	if d.ag != nil {
+		d.ag.Close()
+	}
+	d.closeAudit()
+	if d.dp != nil {
+		d.dp.Close()
+	}
+}
+
+var _ net.Listener = nil

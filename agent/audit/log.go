@@ -1,0 +1,339 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Config says where the log lives.
+type Config struct {
+	// Dir is the state directory (made 0700 if missing). It holds the log,
+	// its checkpoint and the signing key; see the package doc.
+	Dir string
+	// Logger receives warnings (a repaired torn tail); nil: slog.Default().
+	Logger *slog.Logger
+
+	now func() time.Time // tests
+}
+
+func (c *Config) validate() error {
+	if c.Dir == "" {
+		return fmt.Errorf("audit config: empty state directory")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return nil
+}
+
+// Recovery describes a torn tail Open found and moved aside.
+type Recovery struct {
+	AfterSeq   uint64 // the last intact record
+	TornBytes  int64
+	TornSHA256 string
+	MovedTo    string
+}
+
+// maxTorn bounds what Open treats as a torn write: a crash tears at most one
+// record; more unterminated bytes than any record can hold is no crash.
+const maxTorn = maxLine
+
+// Log is an open audit log. It is safe for concurrent use.
+type Log struct {
+	cfg    Config
+	path   string
+	cpPath string
+	priv   ed25519.PrivateKey
+	pub    ed25519.PublicKey
+
+	mu     sync.Mutex // guards what follows and the order of writes
+	f      *os.File
+	seq    uint64 // last written record
+	hash   string // its hash
+	closed bool
+	failed error
+
+	syncMu sync.Mutex // one fsync + checkpoint at a time
+	synced uint64     // last record known durable and checkpointed
+
+	recovery *Recovery
+}
+
+// Open opens (or creates) the audit log in cfg.Dir, generating the signing
+// key on first use. It checks that the log continues its checkpoint, moves
+// a torn last line aside and records that on the chain (see the package
+// doc). It refuses a log whose tail was cut or whose last record does not
+// verify, with an error wrapping ErrCorrupt.
+func Open(cfg Config) (*Log, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit: state directory: %w", err)
+	}
+	path := filepath.Join(cfg.Dir, LogFile)
+	st, err := os.Stat(path)
+	logExists := err == nil && st.Size() > 0
+	priv, err := loadOrCreateKey(cfg.Dir, logExists)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: open log: %w", err)
+	}
+	l := &Log{
+		cfg:    cfg,
+		path:   path,
+		cpPath: CheckpointPath(path),
+		priv:   priv,
+		pub:    priv.Public().(ed25519.PublicKey),
+		f:      f,
+	}
+	torn, err := l.recover()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if l.recovery != nil {
+		r := l.recovery
+		cfg.Logger.Warn("audit: torn last record moved aside (crash mid-write?)",
+			"log", path, "after_seq", r.AfterSeq, "bytes", r.TornBytes, "sha256", r.TornSHA256, "moved_to", r.MovedTo)
+		_, err := l.Append(Event{
+			Type:    EventRecovered,
+			Outcome: "repaired",
+			Reason: fmt.Sprintf("torn tail of %d bytes after seq %d moved to %s (its SHA-256 is shinken.params.sha256)",
+				r.TornBytes, r.AfterSeq, filepath.Base(r.MovedTo)),
+			Params: torn,
+		})
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// recover finds the head of the log, checks it against the checkpoint and
+// moves a torn tail aside. It returns the torn bytes, if any.
+func (l *Log) recover() ([]byte, error) {
+	st, err := l.f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	size := st.Size()
+	nl, err := lastNewline(l.f, size)
+	if err != nil {
+		return nil, fmt.Errorf("audit: read log: %w", err)
+	}
+	l.seq, l.hash = 0, GenesisHash(l.pub)
+	if nl >= 0 {
+		prev, err := lastNewline(l.f, nl)
+		if err != nil {
+			return nil, fmt.Errorf("audit: read log: %w", err)
+		}
+		line := make([]byte, nl-(prev+1))
+		if _, err := l.f.ReadAt(line, prev+1); err != nil {
+			return nil, fmt.Errorf("audit: read log: %w", err)
+		}
+		r, canon, hash, err := parseLine(line)
+		if err == nil {
+			err = checkSig(l.pub, recordDomain, canon, r.Sig)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: last complete record: %v; run verify", ErrCorrupt, l.path, err)
+		}
+		l.seq, l.hash = r.Seq, hash
+	}
+
+	cp, err := readCheckpoint(l.cpPath, l.pub)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && nl < 0:
+		// A fresh log.
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%w: %s is missing next to a non-empty log: the tail cannot be vouched for; run verify", ErrCorrupt, l.cpPath)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	case cp.Seq > l.seq:
+		return nil, fmt.Errorf("%w: %s ends at seq %d but its checkpoint vouches for seq %d: records were cut from the tail", ErrCorrupt, l.path, l.seq, cp.Seq)
+	case cp.Seq == l.seq && cp.Hash != l.hash:
+		return nil, fmt.Errorf("%w: %s: the record at seq %d is not the one its checkpoint vouches for", ErrCorrupt, l.path, l.seq)
+	}
+	l.synced = cp.Seq
+
+	var torn []byte
+	if start := nl + 1; start < size {
+		if size-start > maxTorn {
+			return nil, fmt.Errorf("%w: %s ends in %d bytes without a newline, more than any record: not a torn write", ErrCorrupt, l.path, size-start)
+		}
+		torn = make([]byte, size-start)
+		if _, err := l.f.ReadAt(torn, start); err != nil {
+			return nil, fmt.Errorf("audit: read torn tail: %w", err)
+		}
+		sum := sha256.Sum256(torn)
+		moved := fmt.Sprintf("%s.torn-%d-%d", l.path, l.seq, l.cfg.now().UnixNano())
+		if err := writeFileSync(moved, torn, 0o600, os.O_EXCL); err != nil {
+			return nil, fmt.Errorf("audit: keep torn tail: %w", err)
+		}
+		if err := l.f.Truncate(start); err != nil {
+			return nil, fmt.Errorf("audit: cut torn tail: %w", err)
+		}
+		if err := l.f.Sync(); err != nil {
+			return nil, fmt.Errorf("audit: cut torn tail: %w", err)
+		}
+		l.recovery = &Recovery{AfterSeq: l.seq, TornBytes: int64(len(torn)), TornSHA256: hex.EncodeToString(sum[:]), MovedTo: moved}
+	}
+	if l.synced != l.seq || nl < 0 {
+		// The log got ahead of its checkpoint (a crash between the two) or
+		// is new: vouch for what is durable now.
+		if err := writeCheckpoint(l.cpPath, l.priv, l.seq, l.hash, l.cfg.now()); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		l.synced = l.seq
+	}
+	return torn, nil
+}
+
+// lastNewline returns the offset of the last '\n' before end, or -1.
+func lastNewline(f *os.File, end int64) (int64, error) {
+	const chunk = 64 << 10
+	buf := make([]byte, chunk)
+	for end > 0 {
+		n := int64(chunk)
+		if end < n {
+			n = end
+		}
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return end - n + int64(i), nil
+		}
+		end -= n
+	}
+	return -1, nil
+}
+
+// Append records ev and returns the record as written. It returns once the
+// record is durable (see the package doc). Raw Params are hashed, never
+// stored; every string field is redacted.
+func (l *Log) Append(ev Event) (Record, error) {
+	r, err := build(ev, l.cfg.now())
+	if err != nil {
+		return Record{}, err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return Record{}, ErrClosed
+	}
+	if l.failed != nil {
+		l.mu.Unlock()
+		return Record{}, fmt.Errorf("%w: %w", ErrFailed, l.failed)
+	}
+	if ev.Time.IsZero() {
+		// Stamped under the lock, so time never goes back along the chain.
+		r.Time = l.cfg.now().UTC().Format(timeFormat)
+	}
+	r.Seq = l.seq + 1
+	r.PrevHash = l.hash
+	line, hash, err := seal(&r, l.priv)
+	if err == nil && len(line) > maxLine {
+		err = fmt.Errorf("%w: record of %d bytes", ErrInvalidEvent, len(line))
+	}
+	if err != nil {
+		l.mu.Unlock()
+		return Record{}, err
+	}
+	if _, err := l.f.Write(line); err != nil {
+		l.failed = err
+		l.mu.Unlock()
+		return Record{}, fmt.Errorf("audit: write: %w", err)
+	}
+	l.seq, l.hash = r.Seq, hash
+	l.mu.Unlock()
+	if err := l.syncTo(r.Seq); err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
+
+// syncTo makes every record up to at least seq durable and checkpointed;
+// one call does it for every record written before it (group commit).
+func (l *Log) syncTo(seq uint64) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.synced >= seq {
+		return nil
+	}
+	l.mu.Lock()
+	head, hash, failed := l.seq, l.hash, l.failed
+	l.mu.Unlock()
+	if failed != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, failed)
+	}
+	err := l.f.Sync()
+	if err == nil {
+		err = writeCheckpoint(l.cpPath, l.priv, head, hash, l.cfg.now())
+	}
+	if err != nil {
+		// After a failed fsync the page cache may hold what the disk
+		// does not: nothing more is written until the log is reopened.
+		l.mu.Lock()
+		if l.failed == nil {
+			l.failed = err
+		}
+		l.mu.Unlock()
+		return fmt.Errorf("%w: sync: %w", ErrFailed, err)
+	}
+	l.synced = head
+	return nil
+}
+
+// Head returns the seq and hash of the last record (0 and the genesis hash
+// for an empty log).
+func (l *Log) Head() (uint64, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq, l.hash
+}
+
+// Path is the log file.
+func (l *Log) Path() string { return l.path }
+
+// PublicKey is the key Verify needs.
+func (l *Log) PublicKey() ed25519.PublicKey { return l.pub }
+
+// Recovered says whether Open found and moved aside a torn tail (nil: no).
+func (l *Log) Recovered() *Recovery { return l.recovery }
+
+// Close makes everything appended durable and closes the file.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	seq, failed := l.seq, l.failed
+	l.mu.Unlock()
+	var err error
+	if failed == nil {
+		err = l.syncTo(seq)
+	}
+	return errors.Join(err, l.f.Close())
+}

@@ -1,0 +1,893 @@
+package agent
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"math/bits"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/ast"
+	"github.com/cedar-policy/cedar-go/types"
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
+	"github.com/cedar-policy/cedar-go/x/exp/schema"
+	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+)
+
+//go:embed policy/shinken.cedarschema policy/*.cedar
+var shippedPolicy embed.FS
+
+// Errors of the decision layer.
+var (
+	ErrPolicy         = errors.New("agent: invalid policy")
+	ErrPolicyWidens   = errors.New("agent: policy edit widens authority")
+	ErrUnknownSession = errors.New("agent: unknown session")
+	ErrDenied         = errors.New("agent: denied by policy")
+)
+
+// Cedar names.
+var (
+	typeSession    = types.EntityType("Shinken::Session")
+	typeCapability = types.EntityType("Shinken::Capability")
+	typeGrant      = types.EntityType("Shinken::Grant")
+	actionUse      = types.NewEntityUID("Shinken::Action", "use")
+	actionGrant    = types.NewEntityUID("Shinken::Action", "grant")
+	// farFuture stands for "never expires" in Cedar datetimes.
+	farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func sessionUID(id string) types.EntityUID { return types.NewEntityUID(typeSession, types.String(id)) }
+func capabilityUID(c Class) types.EntityUID {
+	return types.NewEntityUID(typeCapability, types.String(c))
+}
+func grantUID(id string) types.EntityUID { return types.NewEntityUID(typeGrant, types.String(id)) }
+
+// PolicyError is one error at one place of one policy file.
+type PolicyError struct {
+	File   string
+	Line   int
+	Column int
+	Msg    string
+}
+
+func (e *PolicyError) Error() string {
+	if e.Column > 0 {
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+}
+func (e *PolicyError) Unwrap() error { return ErrPolicy }
+
+// PolicyErrors is every error found in one policy set; it wraps ErrPolicy.
+type PolicyErrors []*PolicyError
+
+func (es PolicyErrors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+func (es PolicyErrors) Unwrap() error { return ErrPolicy }
+
+// SessionAttrs is what policies know about a session (the Session entity).
+type SessionAttrs struct {
+	ID            string
+	Image         string
+	TrustTier     string // low | normal | high
+	Risk          string // normal | high
+	Headless      bool
+	TLSInspection bool
+	Protected     []string // paths no write may touch
+	PolicyStore   []string // the policy store: no write may touch it
+}
+
+func (s SessionAttrs) entity() types.Entity {
+	return types.Entity{
+		UID: sessionUID(s.ID),
+		Attributes: types.NewRecord(types.RecordMap{
+			"image":          types.String(s.Image),
+			"trust_tier":     types.String(s.TrustTier),
+			"risk":           types.String(s.Risk),
+			"headless":       types.Boolean(s.Headless),
+			"tls_inspection": types.Boolean(s.TLSInspection),
+			"protected":      stringSet(s.Protected),
+			"policy_store":   stringSet(s.PolicyStore),
+		}),
+	}
+}
+
+var emptySet = types.NewSet()
+
+func stringSet(s []string) types.Set {
+	if len(s) == 0 {
+		return emptySet
+	}
+	v := make([]types.Value, len(s))
+	for i, x := range s {
+		v[i] = types.String(x)
+	}
+	return types.NewSet(v...)
+}
+
+// GrantData is what the decision layer holds of one live grant.
+type GrantData struct {
+	ID         string
+	Session    string
+	Capability Capability
+	Expires    time.Time // zero: never
+}
+
+// grantEntity turns a grant's scope into entity data: set-valued attributes
+// the class's fixed policy reads with containsAny against the request keys.
+func grantEntity(g GrantData) types.Entity {
+	c := g.Capability.Normalized()
+	exp := g.Expires
+	if exp.IsZero() {
+		exp = farFuture
+	}
+	var domains, cidrs, ports, read, write, deny, flags, items []string
+	mode := ""
+	setFlag := func(name string, on bool) {
+		if on {
+			flags = append(flags, name)
+		}
+	}
+	switch c.Class {
+	case ClassNetEgress:
+		domains = c.Egress.Domains
+		for _, p := range c.Egress.CIDRs {
+			cidrs = append(cidrs, p.String())
+		}
+		ports = portBlocks(c.Egress.Ports)
+		setFlag("tls_inspect", c.Egress.TLSInspect)
+	case ClassFSScope:
+		read, write, deny = c.FS.Read, c.FS.Write, c.FS.Deny
+	case ClassClipboard:
+		setFlag("paste_in", c.Clipboard.PasteIn)
+		setFlag("copy_out", c.Clipboard.CopyOut)
+	case ClassGPU:
+		items, mode = c.GPU.DeviceIDs, c.GPU.Mode
+	case ClassInstall:
+		mode = c.Install.Scope
+	case ClassPersistence:
+		write = c.Persistence.Paths
+		setFlag("survives_session", c.Persistence.SurvivesSession)
+	case ClassCredentials:
+		items = c.Credentials.BrokerScopes
+	case ClassPeripheral:
+		setFlag("camera", c.Peripheral.Camera)
+		setFlag("mic", c.Peripheral.Mic)
+		setFlag("input_inject", c.Peripheral.InputInject)
+		items = c.Peripheral.USB
+	}
+	return types.Entity{
+		UID: grantUID(g.ID),
+		Attributes: types.NewRecord(types.RecordMap{
+			"session": sessionUID(g.Session),
+			"class":   types.String(c.Class),
+			"expires": types.NewDatetime(exp),
+			"domains": stringSet(domains),
+			"cidrs":   stringSet(cidrs),
+			"ports":   stringSet(ports),
+			"read":    stringSet(read),
+			"write":   stringSet(write),
+			"deny":    stringSet(deny),
+			"flags":   stringSet(flags),
+			"items":   stringSet(items),
+			"mode":    types.String(mode),
+		}),
+	}
+}
+
+// grantPolicy builds the fixed policy of the grant's class, linked to the
+// session and the grant entity through cedar-go's AST: the policy names only
+// agent-made identifiers; every user value (domain, prefix, path, ...) stays
+// in the Grant entity's data. This is the template-link Cedar would do with
+// ?principal/?resource slots, which cedar-go does not have.
+func grantPolicy(g GrantData) *cedar.Policy {
+	G := ast.Value(grantUID(g.ID))
+	ctx := ast.Context()
+	req := ctx.Access("request")
+	op := req.Access("op")
+	live := ctx.Access("now").LessThan(G.Access("expires"))
+	var cond ast.Node
+	switch g.Capability.Class {
+	case ClassNetEgress:
+		cond = op.Equal(ast.String("connect")).
+			And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
+			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
+	case ClassFSScope:
+		cond = op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
+			Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
+			And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
+	case ClassClipboard:
+		cond = G.Access("flags").Contains(op).And(op.Equal(ast.String("paste_in")).Or(op.Equal(ast.String("copy_out"))))
+	case ClassGPU:
+		cond = op.Equal(ast.String("use")).And(G.Access("items").Contains(req.Access("item"))).And(G.Access("mode").Equal(req.Access("mode")))
+	case ClassInstall:
+		cond = op.Equal(ast.String("pkg")).Or(op.Equal(ast.String("any"))).
+			And(G.Access("mode").Equal(ast.String("any")).Or(G.Access("mode").Equal(op)))
+	case ClassPersistence:
+		cond = op.Equal(ast.String("persist")).And(G.Access("write").ContainsAny(req.Access("path_keys")))
+	case ClassCredentials:
+		cond = op.Equal(ast.String("broker")).And(G.Access("items").Contains(req.Access("item")))
+	case ClassPeripheral:
+		cond = op.Equal(ast.String("usb")).And(G.Access("items").Contains(req.Access("item"))).
+			Or(op.NotEqual(ast.String("usb")).And(G.Access("flags").Contains(op)).
+				And(op.Equal(ast.String("camera")).Or(op.Equal(ast.String("mic"))).Or(op.Equal(ast.String("input_inject")))))
+	default:
+		cond = ast.False()
+	}
+	p := ast.Permit().
+		Annotate("id", types.String("grant:"+g.ID)).
+		PrincipalEq(sessionUID(g.Session)).
+		ActionEq(actionUse).
+		ResourceEq(capabilityUID(g.Capability.Class)).
+		When(live.And(cond))
+	return cedar.NewPolicyFromAST(p)
+}
+
+// UseRequest is one use-time question: may the session do this now?
+type UseRequest struct {
+	Class  Class      `json:"class"`
+	Op     string     `json:"op"`               // connect | read | write | paste_in | copy_out | use | pkg | any | persist | broker | camera | mic | usb | input_inject
+	Domain string     `json:"domain,omitempty"` // net.egress by name
+	IP     netip.Addr `json:"ip,omitzero"`      // net.egress by address
+	Port   uint16     `json:"port,omitempty"`
+	Path   string     `json:"path,omitempty"`
+	Item   string     `json:"item,omitempty"` // gpu device, broker scope, usb id
+	Mode   string     `json:"mode,omitempty"` // gpu mode
+}
+
+// Validate checks the request's shape.
+func (r UseRequest) Validate() error {
+	if _, err := ParseClass(string(r.Class)); err != nil {
+		return err
+	}
+	if r.Op == "" {
+		return fmt.Errorf("%w: request without op", ErrInvalidCapability)
+	}
+	if r.Path != "" {
+		if err := validatePath(r.Path); err != nil {
+			return err
+		}
+	}
+	if r.Domain != "" {
+		if err := validateDomainPattern(r.Domain); err != nil || strings.HasPrefix(r.Domain, "*") {
+			return fmt.Errorf("%w: request domain %q", ErrInvalidCapability, r.Domain)
+		}
+	}
+	return nil
+}
+
+// keyLens says which prefix lengths of the request's address and port the
+// policies can ever compare against: the lengths named by the base policies'
+// literals and by the session's grants. Request keys at other lengths can
+// match nothing, so they are not built (nil keyLens: build all).
+type keyLens struct {
+	v4   uint64
+	v6   [3]uint64
+	port uint32
+}
+
+func (k *keyLens) addPrefix(p netip.Prefix) {
+	if p.Addr().Is4() {
+		k.v4 |= 1 << p.Bits()
+	} else {
+		k.v6[p.Bits()/64] |= 1 << (p.Bits() % 64)
+	}
+}
+
+func (k *keyLens) addPortBlock(s string) {
+	_, l, ok := strings.Cut(s, "/")
+	if n, err := strconv.Atoi(l); ok && err == nil && n >= 0 && n <= 16 {
+		k.port |= 1 << n
+	}
+}
+
+func (k *keyLens) union(o *keyLens) *keyLens {
+	if k == nil || o == nil {
+		return nil
+	}
+	u := *k
+	u.v4 |= o.v4
+	for i := range u.v6 {
+		u.v6[i] |= o.v6[i]
+	}
+	u.port |= o.port
+	return &u
+}
+
+func (k *keyLens) has(a netip.Addr, bits int) bool {
+	if k == nil {
+		return true
+	}
+	if a.Is4() {
+		return k.v4&(1<<bits) != 0
+	}
+	return k.v6[bits/64]&(1<<(bits%64)) != 0
+}
+
+func (r UseRequest) context(now time.Time) types.Record { return r.contextLens(now, nil) }
+
+func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
+	var pathKeys, domainKeys, cidrKeys, portKeys []string
+	if r.Path != "" {
+		pathKeys = pathAncestors(r.Path)
+	}
+	if r.Domain != "" {
+		domainKeys = domainKeysOf(strings.ToLower(r.Domain))
+	}
+	if r.IP.IsValid() {
+		cidrKeys = cidrKeysOf(r.IP.Unmap(), lens)
+	}
+	if r.Class == ClassNetEgress {
+		portKeys = portKeysOf(r.Port, lens)
+	}
+	return types.NewRecord(types.RecordMap{
+		"now": types.NewDatetime(now),
+		"request": types.NewRecord(types.RecordMap{
+			"op":          types.String(r.Op),
+			"path_keys":   stringSet(pathKeys),
+			"domain_keys": stringSet(domainKeys),
+			"cidr_keys":   stringSet(cidrKeys),
+			"port_keys":   stringSet(portKeys),
+			"item":        types.String(r.Item),
+			"mode":        types.String(r.Mode),
+		}),
+	})
+}
+
+// pathAncestors returns p and every ancestor up to "/".
+func pathAncestors(p string) []string {
+	out := []string{p}
+	for p != "/" {
+		p = filepath.Dir(p)
+		out = append(out, p)
+	}
+	return out
+}
+
+// domainKeysOf returns the keys a grant's domain patterns are matched with.
+func domainKeysOf(d string) []string {
+	out := []string{d, "**." + d}
+	for s := d; ; {
+		_, rest, ok := strings.Cut(s, ".")
+		if !ok {
+			break
+		}
+		out = append(out, "*."+rest, "**."+rest)
+		s = rest
+	}
+	return out
+}
+
+func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
+	out := make([]string, 0, 8)
+	for b := a.BitLen(); b >= 0; b-- {
+		if !lens.has(a, b) {
+			continue
+		}
+		p, _ := a.Prefix(b)
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// portKeysOf returns the aligned blocks "base/len" covering port p (all 17,
+// or those at the lengths lens names).
+func portKeysOf(p uint16, lens *keyLens) []string {
+	out := make([]string, 0, 4)
+	for l := 16; l >= 0; l-- {
+		if lens != nil && lens.port&(1<<l) == 0 {
+			continue
+		}
+		base := uint32(p) >> (16 - l) << (16 - l)
+		out = append(out, strconv.Itoa(int(base))+"/"+strconv.Itoa(l))
+	}
+	return out
+}
+
+// portBlocks decomposes port ranges into aligned blocks (as a range becomes
+// CIDRs); no ranges means every port ("0/0").
+func portBlocks(rs []PortRange) []string {
+	if len(rs) == 0 {
+		return []string{"0/0"}
+	}
+	var out []string
+	for _, r := range rs {
+		lo, hi := uint32(r.Lo), uint32(r.Hi)
+		for lo <= hi {
+			size := uint32(1) << bits.TrailingZeros32(lo|1<<16)
+			for lo+size-1 > hi {
+				size >>= 1
+			}
+			out = append(out, strconv.Itoa(int(lo))+"/"+strconv.Itoa(16-bits.TrailingZeros32(size)))
+			lo += size
+		}
+	}
+	return sortedUnique(out)
+}
+
+// Decision is the answer to one request.
+type Decision struct {
+	Allowed bool     `json:"allowed"`
+	Reasons []string `json:"reasons,omitempty"` // the policies that decided (forbids when denied)
+	Errors  []string `json:"errors,omitempty"`  // policies that failed to evaluate (skipped, as Cedar does)
+}
+
+type policyBase struct {
+	policies cedar.PolicyMap
+	where    map[cedar.PolicyID]string // "file:line"
+	files    []string
+	lens     keyLens // address and port key lengths its literals name
+	// useByClass slices the set for "use" requests by resource class: a
+	// policy whose scope names another action or another Capability cannot
+	// match, so it is left out (policies with any other scope shape are in
+	// every slice). Evaluating a slice gives exactly the full set's answer.
+	useByClass map[Class]cedar.PolicyMap
+}
+
+// slice fills useByClass from the policies' scopes.
+func (b *policyBase) slice() {
+	b.useByClass = map[Class]cedar.PolicyMap{}
+	for _, c := range Classes {
+		b.useByClass[c] = cedar.PolicyMap{}
+	}
+	for id, p := range b.policies {
+		a := (*xast.Policy)(p.AST())
+		if sc, ok := a.Action.(xast.ScopeTypeEq); ok && sc.Entity != actionUse {
+			continue
+		}
+		if sc, ok := a.Resource.(xast.ScopeTypeEq); ok {
+			if sc.Entity.Type != typeCapability {
+				continue
+			}
+			if m, ok := b.useByClass[Class(sc.Entity.ID)]; ok {
+				m[id] = p
+			}
+			continue
+		}
+		for _, m := range b.useByClass {
+			m[id] = p
+		}
+	}
+}
+
+type sessionSet struct {
+	entities types.EntityMap
+	policies cedar.PolicyMap
+	lens     keyLens // address and port key lengths its grants name
+	byClass  map[Class]cedar.PolicyMap
+}
+
+func (s *sessionSet) index() {
+	s.byClass = map[Class]cedar.PolicyMap{}
+	for uid, ent := range s.entities {
+		if uid.Type != typeGrant {
+			continue
+		}
+		v, _ := ent.Attributes.Get("class")
+		c := Class(v.(types.String))
+		if s.byClass[c] == nil {
+			s.byClass[c] = cedar.PolicyMap{}
+		}
+		id := cedar.PolicyID("grant:" + string(uid.ID))
+		s.byClass[c][id] = s.policies[id]
+	}
+}
+
+func (s *sessionSet) computeLens() {
+	s.lens = keyLens{}
+	for uid, ent := range s.entities {
+		if uid.Type != typeGrant {
+			continue
+		}
+		if v, ok := ent.Attributes.Get("cidrs"); ok {
+			for x := range v.(types.Set).All() {
+				if p, err := netip.ParsePrefix(string(x.(types.String))); err == nil {
+					s.lens.addPrefix(p)
+				}
+			}
+		}
+		if v, ok := ent.Attributes.Get("ports"); ok {
+			for x := range v.(types.Set).All() {
+				s.lens.addPortBlock(string(x.(types.String)))
+			}
+		}
+	}
+}
+
+// Engine is the decision layer: the shipped base policies, the policy
+// directory's policies, and per session the Session entity and its grants'
+// policies and entities. A decision evaluates the base set plus the asking
+// session's grants only, so its cost does not grow with the number of
+// sessions on the host.
+type Engine struct {
+	validator *validate.Validator
+	base      atomic.Pointer[policyBase]
+	dir       string
+
+	mu       sync.RWMutex
+	sessions map[string]*sessionSet
+}
+
+// NewEngine loads the schema and the shipped policies, then the *.cedar files
+// of policyDir when it is not empty.
+func NewEngine(policyDir string) (*Engine, error) {
+	src, err := shippedPolicy.ReadFile("policy/shinken.cedarschema")
+	if err != nil {
+		return nil, err
+	}
+	var s schema.Schema
+	s.SetFilename("shinken.cedarschema")
+	if err := s.UnmarshalCedar(src); err != nil {
+		return nil, fmt.Errorf("%w: shipped schema: %w", ErrPolicy, err)
+	}
+	rs, err := s.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("%w: shipped schema: %w", ErrPolicy, err)
+	}
+	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir}
+	// The per-grant templates must type-check against the schema; catch drift
+	// at start rather than at the first grant.
+	for _, c := range Classes {
+		p := grantPolicy(GrantData{ID: "probe", Session: "probe", Capability: Empty(c)})
+		if err := e.validator.Policy("grant template "+string(c), (*xast.Policy)(p.AST())); err != nil {
+			return nil, fmt.Errorf("%w: grant template for %s: %w", ErrPolicy, c, err)
+		}
+	}
+	b, err := e.load(policyDir)
+	if err != nil {
+		return nil, err
+	}
+	e.base.Store(b)
+	return e, nil
+}
+
+var inputPosRE = regexp.MustCompile(`<input>:(\d+):(\d+):?\s*`)
+
+// parseFile parses and validates one policy file; errors carry file:line.
+func (e *Engine) parseFile(name string, data []byte, b *policyBase, errs *PolicyErrors) {
+	list, err := cedar.NewPolicyListFromBytes(name, data)
+	if err != nil {
+		pe := &PolicyError{File: name, Line: 1, Msg: err.Error()}
+		if m := inputPosRE.FindStringSubmatchIndex(err.Error()); m != nil {
+			msg := err.Error()
+			pe.Line, _ = strconv.Atoi(msg[m[2]:m[3]])
+			pe.Column, _ = strconv.Atoi(msg[m[4]:m[5]])
+			pe.Msg = strings.TrimSpace(strings.TrimPrefix(msg[:m[0]]+msg[m[1]:], "parser error: parse error at "))
+		}
+		*errs = append(*errs, pe)
+		return
+	}
+	for i, p := range list {
+		pos := p.Position()
+		id := cedar.PolicyID(fmt.Sprintf("%s#%d", name, i))
+		if v, ok := p.Annotations()["id"]; ok {
+			id = cedar.PolicyID(v)
+		}
+		if strings.HasPrefix(string(id), "grant:") {
+			*errs = append(*errs, &PolicyError{File: name, Line: pos.Line, Column: pos.Column, Msg: fmt.Sprintf("policy id %q: the grant: prefix is reserved for per-grant policies", id)})
+			continue
+		}
+		if prev, dup := b.where[id]; dup {
+			*errs = append(*errs, &PolicyError{File: name, Line: pos.Line, Column: pos.Column, Msg: fmt.Sprintf("policy id %q already used at %s", id, prev)})
+			continue
+		}
+		if err := e.validator.Policy(string(id), (*xast.Policy)(p.AST())); err != nil {
+			for _, m := range strings.Split(err.Error(), "\n") {
+				*errs = append(*errs, &PolicyError{File: name, Line: pos.Line, Column: pos.Column, Msg: m})
+			}
+			continue
+		}
+		b.policies[id] = p
+		b.where[id] = fmt.Sprintf("%s:%d", name, pos.Line)
+	}
+	b.files = append(b.files, name)
+}
+
+// load builds the base set: shipped policies, then the directory's.
+func (e *Engine) load(dir string) (*policyBase, error) {
+	b := &policyBase{policies: cedar.PolicyMap{}, where: map[cedar.PolicyID]string{}}
+	var errs PolicyErrors
+	shipped, _ := fs.Glob(shippedPolicy, "policy/*.cedar")
+	slices.Sort(shipped)
+	for _, f := range shipped {
+		data, _ := shippedPolicy.ReadFile(f)
+		e.parseFile("shipped/"+filepath.Base(f), data, b, &errs)
+	}
+	if dir != "" {
+		files, err := filepath.Glob(filepath.Join(dir, "*.cedar"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: policy directory %s: %w", ErrPolicy, dir, err)
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("%w: policy directory: %w", ErrPolicy, err)
+		}
+		slices.Sort(files)
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				errs = append(errs, &PolicyError{File: f, Line: 0, Msg: err.Error()})
+				continue
+			}
+			e.parseFile(f, data, b, &errs)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	var lit literals
+	for _, p := range b.policies {
+		lit.collect(p)
+	}
+	for _, p := range lit.ips {
+		b.lens.addPrefix(p)
+	}
+	for _, s := range lit.strs {
+		b.lens.addPortBlock(s)
+	}
+	b.slice()
+	return b, nil
+}
+
+// ReloadOptions controls a policy directory reload.
+type ReloadOptions struct {
+	// AllowWiden accepts an edit the permissiveness check found widening
+	// (an operator adding a standing grant on purpose). The counterexample is
+	// still returned in the report.
+	AllowWiden bool
+}
+
+// Reload re-reads the policy directory. A directory that does not parse or
+// validate is rejected with every file:line error and the previous set stays
+// in force; so does one that widens authority (ErrPolicyWidens, with a
+// concrete counterexample) unless opts.AllowWiden.
+func (e *Engine) Reload(opts ReloadOptions) (*ShiftReport, error) {
+	nb, err := e.load(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	old := e.base.Load()
+	rep := e.CheckShift(old.policies, nb.policies)
+	if rep.Widens() && !opts.AllowWiden {
+		return rep, fmt.Errorf("%w: %s", ErrPolicyWidens, rep.Counterexample)
+	}
+	e.base.Store(nb)
+	return rep, nil
+}
+
+// PolicyIDs lists the base set's policy ids with their file:line.
+func (e *Engine) PolicyIDs() map[string]string {
+	out := map[string]string{}
+	for id, w := range e.base.Load().where {
+		out[string(id)] = w
+	}
+	return out
+}
+
+// PutSession adds or replaces a session's entity, keeping its grants.
+func (e *Engine) PutSession(s SessionAttrs) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.sessions[s.ID]
+	ns := &sessionSet{entities: types.EntityMap{}, policies: cedar.PolicyMap{}}
+	if old != nil {
+		ns.entities = old.entities.Clone()
+		ns.policies = old.policies
+		ns.lens = old.lens
+		ns.byClass = old.byClass
+	}
+	ns.entities[sessionUID(s.ID)] = s.entity()
+	e.sessions[s.ID] = ns
+}
+
+// DropSession forgets a session and its grants.
+func (e *Engine) DropSession(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.sessions, id)
+}
+
+// PutGrant installs a grant's entity and policy for its session.
+func (e *Engine) PutGrant(g GrantData) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.sessions[g.Session]
+	if old == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownSession, g.Session)
+	}
+	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
+	ns.entities[grantUID(g.ID)] = grantEntity(g)
+	ns.policies[cedar.PolicyID("grant:"+g.ID)] = grantPolicy(g)
+	ns.computeLens()
+	ns.index()
+	e.sessions[g.Session] = ns
+	return nil
+}
+
+// RemoveGrant removes a grant's policy and entity (idempotent).
+func (e *Engine) RemoveGrant(session, id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.sessions[session]
+	if old == nil {
+		return
+	}
+	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
+	delete(ns.entities, grantUID(id))
+	delete(ns.policies, cedar.PolicyID("grant:"+id))
+	ns.computeLens()
+	ns.index()
+	e.sessions[session] = ns
+}
+
+func maps2(m cedar.PolicyMap) cedar.PolicyMap {
+	out := make(cedar.PolicyMap, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// chain iterates the base set, then the session's grant policies.
+type chain struct{ a, b cedar.PolicyMap }
+
+func (c chain) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		for k, v := range c.a {
+			if !yield(k, v) {
+				return
+			}
+		}
+		for k, v := range c.b {
+			if !yield(k, v) {
+				return
+			}
+		}
+	}
+}
+
+func (e *Engine) session(id string) (*sessionSet, error) {
+	e.mu.RLock()
+	s := e.sessions[id]
+	e.mu.RUnlock()
+	if s == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownSession, id)
+	}
+	return s, nil
+}
+
+func decision(d cedar.Decision, diag cedar.Diagnostic) Decision {
+	out := Decision{Allowed: d == cedar.Allow}
+	for _, r := range diag.Reasons {
+		out.Reasons = append(out.Reasons, string(r.PolicyID))
+	}
+	for _, er := range diag.Errors {
+		out.Errors = append(out.Errors, string(er.PolicyID)+": "+er.Message)
+	}
+	return out
+}
+
+// Decide answers a use-time request for a session: base policies plus that
+// session's grants. An unknown session is denied (with ErrUnknownSession).
+func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, error) {
+	if err := r.Validate(); err != nil {
+		return Decision{}, err
+	}
+	s, err := e.session(session)
+	if err != nil {
+		return Decision{}, err
+	}
+	base := e.base.Load()
+	d, diag := cedar.Authorize(chain{base.useByClass[r.Class], s.byClass[r.Class]}, s.entities, cedar.Request{
+		Principal: sessionUID(session),
+		Action:    actionUse,
+		Resource:  capabilityUID(r.Class),
+		Context:   r.contextLens(now, base.lens.union(&s.lens)),
+	})
+	return decision(d, diag), nil
+}
+
+// Lifecycle says how long a grant lives (seeds/permissions.md §6.3).
+type Lifecycle string
+
+const (
+	LifecycleOnce     Lifecycle = "once"     // one action; dies after its first use (or its short TTL)
+	LifecycleSession  Lifecycle = "session"  // until the session ends (or the TTL)
+	LifecycleStanding Lifecycle = "standing" // admin policy only; never issued in-session
+)
+
+// grantScope summarizes a capability for the grant-time base policies.
+func grantScope(c Capability) types.Record {
+	c = c.Normalized()
+	var writes []string
+	var flags []string
+	mode := ""
+	tls := false
+	switch c.Class {
+	case ClassFSScope:
+		for _, p := range c.FS.Write {
+			writes = append(writes, pathAncestors(p)...)
+		}
+	case ClassPersistence:
+		for _, p := range c.Persistence.Paths {
+			writes = append(writes, pathAncestors(p)...)
+		}
+	case ClassNetEgress:
+		tls = c.Egress.TLSInspect
+	case ClassGPU:
+		mode = c.GPU.Mode
+	case ClassInstall:
+		mode = c.Install.Scope
+	}
+	return types.NewRecord(types.RecordMap{
+		"write_keys":  stringSet(sortedUnique(writes)),
+		"tls_inspect": types.Boolean(tls),
+		"mode":        types.String(mode),
+		"flags":       stringSet(flags),
+	})
+}
+
+// AuthorizeGrant is step 1 of GRANT: may this session be granted c at this
+// tier? Only the base set decides (a session's own grants never permit a new
+// grant).
+func (e *Engine) AuthorizeGrant(session string, c Capability, tier Tier, p Provenance, lc Lifecycle, now time.Time) (Decision, error) {
+	s, err := e.session(session)
+	if err != nil {
+		return Decision{}, err
+	}
+	d, diag := cedar.Authorize(e.base.Load().policies, s.entities, cedar.Request{
+		Principal: sessionUID(session),
+		Action:    actionGrant,
+		Resource:  capabilityUID(c.Class),
+		Context: types.NewRecord(types.RecordMap{
+			"now":        types.NewDatetime(now),
+			"tier":       types.String(tier.String()),
+			"provenance": types.String(string(p)),
+			"lifecycle":  types.String(string(lc)),
+			"scope":      grantScope(c),
+		}),
+	})
+	return decision(d, diag), nil
+}
+
+// CedarRequest is the Cedar request Decide evaluates for a use-time request.
+func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
+	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now)}
+}
+
+// Flatten returns one policy set holding the base policies and every
+// session's grant policies, with one entity map holding every session and
+// grant: the "one flat policy set" a decision would evaluate without the
+// per-session split. Evaluating it gives the same answers as Decide; it
+// exists to measure what the split saves (bench/decision).
+func (e *Engine) Flatten() (cedar.PolicyMap, types.EntityMap) {
+	pm := maps2(e.base.Load().policies)
+	em := types.EntityMap{}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, s := range e.sessions {
+		for k, v := range s.policies {
+			pm[k] = v
+		}
+		for k, v := range s.entities {
+			em[k] = v
+		}
+	}
+	return pm, em
+}

@@ -1,0 +1,24 @@
+// Package agent is Shinken's control plane: it decides what the kernel
+// enforces and keeps the authority timeline.
+//
+// It holds the typed capability grammar (eight classes, every one empty by
+// default), per-image capability manifests, the four risk tiers with
+// provenance promotion and the "at most two of three" rule, the Cedar
+// decision layer (shipped schema and base policies, an admin policy
+// directory, hard-deny forbids, per-grant policies whose scope is entity
+// data), the pre-grant gate with its permissiveness-shift check, caretaker
+// handles (unforgeable tokens mapped to kernel HandleRefs, attenuation,
+// membrane revoke), the GRANT and REVOKE sequences of seeds/permissions.md
+// §2, the denial circuit breaker, and durable state that survives a kill -9
+// at any step and is reconciled with the kernel on start, always in the
+// fail-closed direction.
+//
+// The entry point is Open, which returns an *Agent driving a Kernel (in
+// production a *dataplane.Dataplane). See README.md in this directory for the
+// grammar, the manifest format, the tiers, the policy directory, what the
+// permissiveness check proves and the state and crash model.
+//
+// Only cmd/ (the daemon and the operator CLI), dnsresolver/ and bench/ import
+// this package. Secrets never enter its events or logs: scopes are hashed
+// and credentials are broker scope names, never values.
+package agent

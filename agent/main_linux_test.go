@@ -1,0 +1,288 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/probe"
+)
+
+// Tier-3 tests: the agent against the real dataplane, as root. Each test makes
+// its own dataplane (unique parent cgroup and pin path) and uninstalls it.
+
+func TestMain(m *testing.M) {
+	if os.Getenv(probe.EnvVar) != "" {
+		probe.Main()
+	}
+	if os.Getenv(crashChildEnv) != "" {
+		crashChildMain()
+	}
+	code := m.Run()
+	if probeBin != "" {
+		os.RemoveAll(filepath.Dir(probeBin))
+	}
+	os.Exit(code)
+}
+
+var ctx = context.Background()
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (it loads BPF programs and makes cgroups); run the suite as root, as CI does")
+	}
+}
+
+func randName(prefix string) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func kernelConfig() dataplane.Config {
+	n := randName("shinken-agent-test-")
+	return dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 256, MaxHandles: 1024, MaxEgress4: 1 << 12, MaxEgress6: 1 << 12}
+}
+
+// newKernel opens a private dataplane and uninstalls it when the test ends.
+func newKernel(t testing.TB) (*dataplane.Dataplane, dataplane.Config) {
+	t.Helper()
+	requireRoot(t)
+	cfg := kernelConfig()
+	d, err := dataplane.Open(cfg)
+	if err != nil {
+		t.Fatalf("open dataplane: %v", err)
+	}
+	t.Cleanup(func() {
+		// Whatever process opened it last, remove everything.
+		if d2, err := dataplane.Open(cfg); err == nil {
+			if err := d2.Uninstall(); err != nil {
+				t.Errorf("uninstall: %v", err)
+			}
+		}
+		d.Close()
+	})
+	return d, cfg
+}
+
+const testManifest = `image py
+allow net.egress cidrs=127.0.0.0/24,::1/128                       # loopback: auto by default
+allow net.egress cidrs=127.0.1.0/24 tier=ask                       # a "new destination" needing a human
+allow net.egress domains=**.example.com cidrs=192.0.2.0/24 ports=443
+allow net.egress cidrs=198.51.100.0/24 ports=443 tier=notify
+allow fs.scope read=/work write=/work/out
+allow clipboard paste_in=true
+allow credentials broker_scopes=github:read
+`
+
+func testManifests(t testing.TB) map[string]*Manifest {
+	ms, err := ParseManifests("test.manifest", []byte(testManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*Manifest{"py": ms[0]}
+}
+
+type eventLog struct {
+	mu sync.Mutex
+	ev []Event
+}
+
+func (l *eventLog) Emit(e Event) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ev = append(l.ev, e)
+	return nil
+}
+
+func (l *eventLog) kinds() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, e := range l.ev {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func openAgent(t testing.TB, k Kernel, stateDir string, mod ...func(*Config)) *Agent {
+	t.Helper()
+	cfg := Config{StateDir: stateDir, Kernel: k, Manifests: testManifests(t), Logger: quiet, Events: &eventLog{}}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	a, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("open agent: %v", err)
+	}
+	return a
+}
+
+func mustSession(t testing.TB, a *Agent, spec SessionSpec) {
+	t.Helper()
+	if spec.Image == "" {
+		spec.Image = "py"
+	}
+	if err := a.CreateSession(spec); err != nil {
+		t.Fatalf("create session %s: %v", spec.ID, err)
+	}
+}
+
+func loopEgress(addr string) Capability {
+	ap := netip.MustParseAddrPort(addr)
+	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
+		CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), ap.Addr().BitLen())},
+		Ports: []PortRange{{ap.Port(), ap.Port()}},
+	}}
+}
+
+// ---- processes inside sessions ----
+
+var (
+	probeOnce sync.Once
+	probeBin  string
+)
+
+// probeBinary is a copy of the test binary that an unprivileged session
+// process can execute (go test builds into a 0700 directory).
+func probeBinary(t testing.TB) string {
+	probeOnce.Do(func() {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, err := os.MkdirTemp("", "shinken-agent-probe-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, 0o755)
+		data, err := os.ReadFile(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "probe")
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		probeBin = p
+	})
+	if probeBin == "" {
+		t.Fatal("no probe binary")
+	}
+	return probeBin
+}
+
+type sessProc struct {
+	t   testing.TB
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startProbe(t testing.TB, d *dataplane.Dataplane, session string) *sessProc {
+	t.Helper()
+	s, err := d.Session(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(probeBinary(t))
+	cmd.Env = []string{probe.EnvVar + "=1"}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(cmd, dataplane.ProcOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := &sessProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *sessProc) do(line string) string {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
+		return "err " + err.Error()
+	}
+	if !p.out.Scan() {
+		return "err no answer"
+	}
+	return p.out.Text()
+}
+
+func (p *sessProc) stop() {
+	p.in.Close()
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func listenTCP(t testing.TB, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
+}
+
+// ---- kernel inspection ----
+
+func liveHandles(t testing.TB, k Kernel) []dataplane.Handle {
+	t.Helper()
+	hs, err := k.Handles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []dataplane.Handle
+	for _, h := range hs {
+		if h.State == dataplane.HandleLive {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func kernelRules(t testing.TB, k Kernel, session string) []dataplane.EgressRule {
+	t.Helper()
+	rs, err := k.EgressRules(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}

@@ -1,0 +1,350 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// ErrManifest is wrapped by every manifest parse error.
+var ErrManifest = errors.New("agent: invalid capability manifest")
+
+// ErrOutsideManifest is returned when a request is not inside any entry the
+// session's image manifest declares.
+var ErrOutsideManifest = errors.New("agent: request outside the image manifest")
+
+// ManifestError is one error at one line of one manifest file.
+type ManifestError struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *ManifestError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
+func (e *ManifestError) Unwrap() error { return ErrManifest }
+
+// ManifestEntry is one "allow" line: the most an image may ever request of a
+// class, and optionally the tier such requests land on.
+type ManifestEntry struct {
+	Capability Capability
+	Tier       *Tier
+	Line       int
+}
+
+// Manifest is what one image may ever request.
+type Manifest struct {
+	Image   string
+	File    string
+	Entries []ManifestEntry
+}
+
+// Match returns the first entry c lies within, or an error wrapping
+// ErrOutsideManifest that says why the closest entry did not fit.
+func (m *Manifest) Match(c Capability) (*ManifestEntry, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: no manifest", ErrOutsideManifest)
+	}
+	var firstErr error
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		if e.Capability.Class != c.Class {
+			continue
+		}
+		err := c.Within(e.Capability)
+		if err == nil {
+			return e, nil
+		}
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%s:%d: %w", m.File, e.Line, err)
+		}
+	}
+	if firstErr == nil {
+		return nil, fmt.Errorf("%w: image %q declares no %s", ErrOutsideManifest, m.Image, c.Class)
+	}
+	return nil, fmt.Errorf("%w: image %q: %w", ErrOutsideManifest, m.Image, firstErr)
+}
+
+// ParseManifests parses a manifest file. The format, one directive a line:
+//
+//	# comment (also after a directive)
+//	image <name>
+//	allow <class> [key=value[,value...]]... [tier=auto|notify|ask|block]
+//
+// Every allow line belongs to the image named last. Keys per class:
+//
+//	net.egress          domains, cidrs, ports, tls_inspect
+//	fs.scope            read, write, deny
+//	clipboard           paste_in, copy_out
+//	gpu                 device_ids, mode
+//	install.privileged  scope
+//	persistence         paths, survives_session
+//	credentials         broker_scopes, never_raw (must be true if given)
+//	peripheral          camera, mic, usb, input_inject
+//
+// Booleans are true or false. Errors name the file and line.
+func ParseManifests(file string, data []byte) ([]*Manifest, error) {
+	var out []*Manifest
+	var cur *Manifest
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	line := 0
+	fail := func(format string, a ...any) error {
+		return &ManifestError{File: file, Line: line, Msg: fmt.Sprintf(format, a...)}
+	}
+	seen := map[string]int{}
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = text[:i]
+		}
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		switch fields[0] {
+		case "image":
+			if len(fields) != 2 {
+				return nil, fail("want \"image <name>\"")
+			}
+			if err := validateToken("image", fields[1]); err != nil {
+				return nil, fail("image name %q is not a plain token", fields[1])
+			}
+			if l, dup := seen[fields[1]]; dup {
+				return nil, fail("image %q already declared at line %d", fields[1], l)
+			}
+			seen[fields[1]] = line
+			cur = &Manifest{Image: fields[1], File: file}
+			out = append(out, cur)
+		case "allow":
+			if cur == nil {
+				return nil, fail("allow before any image line")
+			}
+			if len(fields) < 2 {
+				return nil, fail("want \"allow <class> key=value...\"")
+			}
+			cls, err := ParseClass(fields[1])
+			if err != nil {
+				return nil, fail("unknown class %q", fields[1])
+			}
+			e, err := parseEntry(cls, fields[2:])
+			if err != nil {
+				return nil, fail("%s", err)
+			}
+			e.Line = line
+			cur.Entries = append(cur.Entries, e)
+		default:
+			return nil, fail("unknown directive %q (want image or allow)", fields[0])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fail("%v", err)
+	}
+	return out, nil
+}
+
+func parseEntry(cls Class, kvs []string) (ManifestEntry, error) {
+	c := Empty(cls)
+	var e ManifestEntry
+	seen := map[string]bool{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return e, fmt.Errorf("%q: want key=value", kv)
+		}
+		if seen[k] {
+			return e, fmt.Errorf("key %q given twice", k)
+		}
+		seen[k] = true
+		if k == "tier" {
+			t, err := ParseTier(v)
+			if err != nil {
+				return e, fmt.Errorf("unknown tier %q (want auto, notify, ask or block)", v)
+			}
+			e.Tier = &t
+			continue
+		}
+		if err := setField(&c, k, v); err != nil {
+			return e, err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return e, err
+	}
+	if d := DefaultTier(c, TierContext{}); d == TierBlock && e.Tier != nil && *e.Tier != TierBlock {
+		return e, fmt.Errorf("%s is Block tier; a manifest cannot lower it to %s (pre-authorize it in admin policy instead)", c, *e.Tier)
+	}
+	e.Capability = c.Normalized()
+	return e, nil
+}
+
+func list(v string) ([]string, error) {
+	if v == "" {
+		return nil, fmt.Errorf("empty list")
+	}
+	parts := strings.Split(v, ",")
+	if slices.Contains(parts, "") {
+		return nil, fmt.Errorf("empty element in %q", v)
+	}
+	return parts, nil
+}
+
+func boolean(k, v string) (bool, error) {
+	switch v {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s=%q: want true or false", k, v)
+}
+
+func setField(c *Capability, k, v string) error {
+	unknown := fmt.Errorf("unknown key %q for class %s", k, c.Class)
+	var err error
+	strs := func(dst *[]string) error {
+		*dst, err = list(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		return nil
+	}
+	flag := func(dst *bool) error {
+		*dst, err = boolean(k, v)
+		return err
+	}
+	switch c.Class {
+	case ClassNetEgress:
+		switch k {
+		case "domains":
+			return strs(&c.Egress.Domains)
+		case "cidrs":
+			var ps []string
+			if err := strs(&ps); err != nil {
+				return err
+			}
+			for _, s := range ps {
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					a, aerr := netip.ParseAddr(s)
+					if aerr != nil {
+						return fmt.Errorf("cidrs: %q is not a prefix or address", s)
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+				c.Egress.CIDRs = append(c.Egress.CIDRs, p)
+			}
+			return nil
+		case "ports":
+			var ps []string
+			if err := strs(&ps); err != nil {
+				return err
+			}
+			for _, s := range ps {
+				r, err := ParsePortRange(s)
+				if err != nil {
+					return fmt.Errorf("ports: %q is not a port or lo-hi range", s)
+				}
+				c.Egress.Ports = append(c.Egress.Ports, r)
+			}
+			return nil
+		case "tls_inspect":
+			return flag(&c.Egress.TLSInspect)
+		}
+	case ClassFSScope:
+		switch k {
+		case "read":
+			return strs(&c.FS.Read)
+		case "write":
+			return strs(&c.FS.Write)
+		case "deny":
+			return strs(&c.FS.Deny)
+		}
+	case ClassClipboard:
+		switch k {
+		case "paste_in":
+			return flag(&c.Clipboard.PasteIn)
+		case "copy_out":
+			return flag(&c.Clipboard.CopyOut)
+		}
+	case ClassGPU:
+		switch k {
+		case "device_ids":
+			return strs(&c.GPU.DeviceIDs)
+		case "mode":
+			c.GPU.Mode = v
+			return nil
+		}
+	case ClassInstall:
+		if k == "scope" {
+			c.Install.Scope = v
+			return nil
+		}
+	case ClassPersistence:
+		switch k {
+		case "paths":
+			return strs(&c.Persistence.Paths)
+		case "survives_session":
+			return flag(&c.Persistence.SurvivesSession)
+		}
+	case ClassCredentials:
+		switch k {
+		case "broker_scopes":
+			return strs(&c.Credentials.BrokerScopes)
+		case "never_raw":
+			if err := flag(&c.Credentials.NeverRaw); err != nil {
+				return err
+			}
+			if !c.Credentials.NeverRaw {
+				return fmt.Errorf("never_raw=false: credentials are never handed to a session in plaintext (the invariant cannot be turned off)")
+			}
+			return nil
+		}
+	case ClassPeripheral:
+		switch k {
+		case "camera":
+			return flag(&c.Peripheral.Camera)
+		case "mic":
+			return flag(&c.Peripheral.Mic)
+		case "usb":
+			return strs(&c.Peripheral.USB)
+		case "input_inject":
+			return flag(&c.Peripheral.InputInject)
+		}
+	}
+	return unknown
+}
+
+// LoadManifestDir parses every *.manifest file of dir. An image declared in
+// two files is an error.
+func LoadManifestDir(dir string) (map[string]*Manifest, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.manifest"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	out := map[string]*Manifest{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrManifest, err)
+		}
+		ms, err := ParseManifests(filepath.Base(f), data)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			if prev, dup := out[m.Image]; dup {
+				return nil, fmt.Errorf("%w: image %q declared in %s and %s", ErrManifest, m.Image, prev.File, m.File)
+			}
+			out[m.Image] = m
+		}
+	}
+	return out, nil
+}

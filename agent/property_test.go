@@ -1,0 +1,216 @@
+package agent
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+)
+
+// Property tests over random capabilities and requests drawn from small,
+// overlapping value pools (so containment, near misses and boundaries occur
+// often):
+//
+//  1. attenuation is sound: c.Within(b) == nil ⇒ every request c allows, b
+//     allows too;
+//  2. the compiled per-grant Cedar policy means exactly what the grammar
+//     says: it permits a request iff Capability.Allows does.
+
+var (
+	poolDomains = []string{"example.com", "a.example.com", "b.a.example.com", "*.example.com", "**.example.com", "*.a.example.com", "**.a.example.com", "example.org", "xexample.com"}
+	poolCIDRs   = []string{"10.0.0.0/8", "10.0.0.0/16", "10.1.2.0/23", "10.1.0.0/16", "10.1.2.0/24", "10.1.2.3/32", "10.2.0.0/16", "0.0.0.0/0", "2001:db8::/32", "2001:db8:1::/48", "::1/128"}
+	poolPorts   = []PortRange{{443, 443}, {80, 80}, {8000, 8100}, {8050, 8060}, {1, 1024}, {1, 65535}, {1023, 1025}}
+	poolPaths   = []string{"/", "/work", "/work/out", "/work/out/a", "/work/outx", "/home/u", "/home/u/.ssh", "/etc"}
+	poolItems   = []string{"0", "1", "2", "a:b", "c:d"}
+	reqDomains  = []string{"example.com", "a.example.com", "b.a.example.com", "c.b.a.example.com", "x.example.com", "example.org", "xexample.com", "a.example.org"}
+	reqAddrs    = []string{"10.1.2.3", "10.1.2.4", "10.1.3.1", "10.2.0.1", "10.0.0.1", "11.0.0.1", "2001:db8::1", "2001:db8:1::1", "2001:db9::1", "::1", "127.0.0.1"}
+	reqPorts    = []uint16{1, 22, 79, 80, 81, 442, 443, 444, 1023, 1024, 1025, 7999, 8000, 8049, 8050, 8060, 8061, 8100, 8101, 65535}
+	reqPaths    = []string{"/", "/work", "/work/out", "/work/out/a", "/work/out/a/b", "/work/outx", "/work/outx/y", "/work/x", "/home/u/f", "/home/u/.ssh/k", "/etc/passwd", "/tmp"}
+)
+
+func pick[T any](r *rand.Rand, pool []T, max int) []T {
+	n := r.IntN(max + 1)
+	out := make([]T, 0, n)
+	for i := 0; i < n; i++ {
+		out = append(out, pool[r.IntN(len(pool))])
+	}
+	return out
+}
+
+func randCap(r *rand.Rand, c Class) Capability {
+	cp := Capability{Class: c}
+	switch c {
+	case ClassNetEgress:
+		e := &EgressScope{Domains: pick(r, poolDomains, 2), Ports: pick(r, poolPorts, 2), TLSInspect: r.IntN(2) == 0}
+		for _, s := range pick(r, poolCIDRs, 2) {
+			e.CIDRs = append(e.CIDRs, netip.MustParsePrefix(s))
+		}
+		cp.Egress = e
+	case ClassFSScope:
+		cp.FS = &FSScope{Read: pick(r, poolPaths, 2), Write: pick(r, poolPaths, 2), Deny: pick(r, poolPaths, 1)}
+	case ClassClipboard:
+		cp.Clipboard = &ClipboardScope{PasteIn: r.IntN(2) == 0, CopyOut: r.IntN(2) == 0}
+	case ClassGPU:
+		cp.GPU = &GPUScope{DeviceIDs: pick(r, poolItems[:3], 2), Mode: []string{"compute", "render"}[r.IntN(2)]}
+	case ClassInstall:
+		cp.Install = &InstallScope{Scope: []string{"", "pkg", "any"}[r.IntN(3)]}
+	case ClassPersistence:
+		cp.Persistence = &PersistenceScope{Paths: pick(r, poolPaths, 2), SurvivesSession: r.IntN(2) == 0}
+	case ClassCredentials:
+		cp.Credentials = &CredentialsScope{BrokerScopes: pick(r, poolItems, 2), NeverRaw: true}
+	case ClassPeripheral:
+		cp.Peripheral = &PeripheralScope{Camera: r.IntN(2) == 0, Mic: r.IntN(2) == 0, InputInject: r.IntN(3) == 0, USB: pick(r, poolItems[3:], 1)}
+	}
+	return cp.Normalized()
+}
+
+// allRequests enumerates the request pool of a class.
+func allRequests(c Class) []UseRequest {
+	var out []UseRequest
+	switch c {
+	case ClassNetEgress:
+		for _, p := range reqPorts {
+			for _, d := range reqDomains {
+				out = append(out, UseRequest{Class: c, Op: "connect", Domain: d, Port: p})
+			}
+			for _, a := range reqAddrs {
+				out = append(out, UseRequest{Class: c, Op: "connect", IP: netip.MustParseAddr(a), Port: p})
+			}
+		}
+	case ClassFSScope, ClassPersistence:
+		for _, op := range opsOf(c) {
+			for _, p := range reqPaths {
+				out = append(out, UseRequest{Class: c, Op: op, Path: p})
+			}
+		}
+	default:
+		for _, op := range opsOf(c) {
+			for _, it := range append([]string{""}, poolItems...) {
+				for _, m := range []string{"", "compute", "render"} {
+					out = append(out, UseRequest{Class: c, Op: op, Item: it, Mode: m})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestAttenuationSoundness(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, c := range Classes {
+		t.Run(string(c), func(t *testing.T) {
+			reqs := allRequests(c)
+			within := 0
+			for i := 0; i < 3000; i++ {
+				child, bound := randCap(r, c), randCap(r, c)
+				if i%3 == 0 {
+					child = narrowOf(r, bound)
+				}
+				if child.Within(bound) != nil {
+					continue
+				}
+				within++
+				for _, q := range reqs {
+					if child.Allows(q) && !bound.Allows(q) {
+						t.Fatalf("%s is Within %s but allows %+v which the bound does not", child, bound, q)
+					}
+				}
+			}
+			if within < 100 {
+				t.Fatalf("only %d contained pairs drawn; the generator is too sparse", within)
+			}
+		})
+	}
+}
+
+// narrowOf returns a capability built from parts of b (often Within b).
+func narrowOf(r *rand.Rand, b Capability) Capability {
+	c := b.Normalized()
+	switch c.Class {
+	case ClassNetEgress:
+		e := *c.Egress
+		if len(e.Domains) > 0 {
+			e.Domains = e.Domains[:r.IntN(len(e.Domains)+1)]
+		}
+		if len(e.CIDRs) > 0 {
+			e.CIDRs = e.CIDRs[:r.IntN(len(e.CIDRs)+1)]
+		}
+		c.Egress = &e
+	case ClassFSScope:
+		f := *c.FS
+		if len(f.Read) > 0 {
+			f.Read = f.Read[:r.IntN(len(f.Read)+1)]
+		}
+		if len(f.Write) > 0 {
+			f.Write = f.Write[:r.IntN(len(f.Write)+1)]
+		}
+		f.Deny = append(f.Deny, pick(r, poolPaths, 1)...)
+		c.FS = &f
+	}
+	return c.Normalized()
+}
+
+func TestGrantPolicyMatchesGrammar(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	sess := SessionAttrs{ID: "s"}
+	for _, c := range Classes {
+		t.Run(string(c), func(t *testing.T) {
+			reqs := allRequests(c)
+			for i := 0; i < 60; i++ {
+				g := GrantData{ID: "g", Session: "s", Capability: randCap(r, c)}
+				pol := cedar.PolicyMap{"g": grantPolicy(g)}
+				ents := types.EntityMap{grantUID("g"): grantEntity(g), sessionUID("s"): sess.entity()}
+				for _, q := range reqs {
+					d, diag := cedar.Authorize(pol, ents, CedarRequest("s", q, t0))
+					if len(diag.Errors) > 0 {
+						t.Fatalf("%s on %+v: evaluation error %v", g.Capability, q, diag.Errors)
+					}
+					if (d == cedar.Allow) != g.Capability.Allows(q) {
+						t.Fatalf("%s on %+v: Cedar says %v, the grammar says %v", g.Capability, q, d, g.Capability.Allows(q))
+					}
+				}
+			}
+		})
+	}
+}
+
+// FuzzParseManifests: the parser never panics; an error names a line of the
+// input and wraps ErrManifest; what it accepts validates and round-trips.
+func FuzzParseManifests(f *testing.F) {
+	f.Add("image py\nallow net.egress domains=**.github.qkg1.top cidrs=10.0.0.0/8 ports=443,8000-8100 tier=ask\n")
+	f.Add("image a\nallow fs.scope read=/work write=/work/out deny=/work/.git # c\nallow clipboard paste_in=true\n")
+	f.Add("image a\nallow credentials broker_scopes=x never_raw=false\n")
+	f.Add("allow gpu\n")
+	f.Add("image a\nallow net.egres\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		ms, err := ParseManifests("f.manifest", []byte(text))
+		if err != nil {
+			var me *ManifestError
+			if !errors.As(err, &me) || !errors.Is(err, ErrManifest) {
+				t.Fatalf("error %v is not a *ManifestError", err)
+			}
+			if me.Line < 1 || me.Line > strings.Count(text, "\n")+1 {
+				t.Fatalf("error line %d outside the input", me.Line)
+			}
+			return
+		}
+		for _, m := range ms {
+			for _, e := range m.Entries {
+				if err := e.Capability.Validate(); err != nil {
+					t.Fatalf("accepted an invalid capability %s: %v", e.Capability, err)
+				}
+				again, err := ParseManifests("g", []byte("image x\nallow "+e.Capability.String()+"\n"))
+				if err != nil {
+					t.Fatalf("%q does not re-parse: %v", e.Capability.String(), err)
+				}
+				if got := again[0].Entries[0].Capability; got.Within(e.Capability) != nil || e.Capability.Within(got) != nil {
+					t.Fatalf("round trip changed %s into %s", e.Capability, got)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,512 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/shinken-agent/shinken/dataplane"
+)
+
+// ErrState wraps failures to read or write the durable state.
+var ErrState = errors.New("agent: state")
+
+// GrantPhase is where a grant stands in the GRANT / REVOKE sequences. The
+// phase is persisted before the kernel step it announces, so after a crash
+// reconcile knows what may have been applied.
+type GrantPhase string
+
+const (
+	PhasePending    GrantPhase = "pending"    // intent recorded; the kernel handle may or may not exist
+	PhaseHandle     GrantPhase = "handle"     // kernel handle issued and recorded
+	PhaseApplying   GrantPhase = "applying"   // OS delta being pushed; Rules lists what may be in the kernel
+	PhaseLive       GrantPhase = "live"       // everything applied; the grant is in force
+	PhaseRevoking   GrantPhase = "revoking"   // the handle's bit is flipped; teardown under way
+	PhaseRevoked    GrantPhase = "revoked"    // tombstone: revoked and torn down
+	PhaseRolledBack GrantPhase = "rolledback" // tombstone: a grant that never went live
+)
+
+// Terminal reports whether the phase is a tombstone.
+func (p GrantPhase) Terminal() bool { return p == PhaseRevoked || p == PhaseRolledBack }
+
+// GrantRecord is one grant as persisted.
+type GrantRecord struct {
+	ID         string                 `json:"id"` // the handle id (hex of the token's random part)
+	Session    string                 `json:"session"`
+	Capability Capability             `json:"capability"`
+	Tier       Tier                   `json:"tier"`
+	Provenance Provenance             `json:"provenance"`
+	Lifecycle  Lifecycle              `json:"lifecycle"`
+	Expires    time.Time              `json:"expires,omitzero"`
+	Parent     string                 `json:"parent,omitempty"` // parent grant id (attenuation)
+	Approver   string                 `json:"approver,omitempty"`
+	Kernel     dataplane.HandleRef    `json:"kernel"`
+	Rules      []dataplane.EgressRule `json:"rules,omitempty"`
+	Phase      GrantPhase             `json:"phase"`
+	Created    time.Time              `json:"created"`
+	Ended      time.Time              `json:"ended,omitzero"`
+	EndReason  string                 `json:"end_reason,omitempty"`
+}
+
+// SessionPhase is where a session stands.
+type SessionPhase string
+
+const (
+	SessionCreating SessionPhase = "creating"
+	SessionActive   SessionPhase = "active"
+	SessionEnding   SessionPhase = "ending"
+)
+
+// BreakerState is a session's denial circuit breaker.
+type BreakerState struct {
+	Consecutive int  `json:"consecutive"`
+	Total       int  `json:"total"`
+	Tripped     bool `json:"tripped"`
+}
+
+// SessionRecord is one session as persisted.
+type SessionRecord struct {
+	Spec        SessionSpec  `json:"spec"`
+	Phase       SessionPhase `json:"phase"`
+	Ingredients Ingredients  `json:"ingredients"`
+	Breaker     BreakerState `json:"breaker"`
+	Created     time.Time    `json:"created"`
+}
+
+// ApprovalRecord is one pending Ask. Request.Parent is always empty (a handle
+// token is a capability and is never stored or listed); ParentGrant names the
+// parent grant of an attenuation.
+type ApprovalRecord struct {
+	ID          string       `json:"id"`
+	Request     GrantRequest `json:"request"`
+	ParentGrant string       `json:"parent_grant,omitempty"`
+	Tier        Tier         `json:"tier"`
+	Created     time.Time    `json:"created"`
+	Expires     time.Time    `json:"expires"`
+}
+
+// state is everything the agent persists.
+type state struct {
+	Version   int                        `json:"version"`
+	Sessions  map[string]*SessionRecord  `json:"sessions"`
+	Grants    map[string]*GrantRecord    `json:"grants"`
+	Approvals map[string]*ApprovalRecord `json:"approvals"`
+}
+
+const stateVersion = 1
+
+func newState() *state {
+	return &state{Version: stateVersion, Sessions: map[string]*SessionRecord{}, Grants: map[string]*GrantRecord{}, Approvals: map[string]*ApprovalRecord{}}
+}
+
+// store persists the state as a snapshot (state.json, replaced atomically:
+// temporary file, fsync, rename, directory fsync) plus a journal
+// (state.journal) of the records changed since: each save appends one line
+// per changed or deleted record and fsyncs once, so a change costs what it
+// changed, not the size of the whole state. When the journal outgrows the
+// snapshot it is folded into a new snapshot. A kill -9 at any instant leaves
+// a snapshot and a journal whose last line may be torn; a torn last line was
+// never acknowledged (its fsync never returned) and is dropped on load.
+// Replaying a journal over a snapshot that already holds its changes is
+// harmless: every line carries a whole record or a deletion.
+type store struct {
+	dir     string
+	seen    map[string][32]byte // record key -> SHA-256 of its last persisted form
+	journal *os.File
+	jbytes  int64 // journal size
+	sbytes  int64 // snapshot size
+}
+
+// journalLine is one journal entry: a whole record, or a deletion.
+type journalLine struct {
+	Kind string          `json:"k"` // s(ession) | g(rant) | a(pproval)
+	ID   string          `json:"id"`
+	Rec  json.RawMessage `json:"v,omitempty"`
+	Del  bool            `json:"del,omitempty"`
+}
+
+// minCompact is the journal size below which it is never folded.
+const minCompact = 1 << 20
+
+func (s *store) path() string        { return filepath.Join(s.dir, "state.json") }
+func (s *store) journalPath() string { return filepath.Join(s.dir, "state.journal") }
+
+func (s *store) load() (*state, error) {
+	st := newState()
+	data, err := os.ReadFile(s.path())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	default:
+		if err := json.Unmarshal(data, st); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrState, s.path(), err)
+		}
+		if st.Version != stateVersion {
+			return nil, fmt.Errorf("%w: %s: version %d, want %d", ErrState, s.path(), st.Version, stateVersion)
+		}
+		st.fillMaps()
+	}
+	s.sbytes = int64(len(data))
+	if err := s.replay(st); err != nil {
+		return nil, err
+	}
+	s.seen = map[string][32]byte{}
+	for _, r := range st.records() {
+		b, err := json.Marshal(r.v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encode: %w", ErrState, err)
+		}
+		s.seen[r.key] = hashBytes(b)
+	}
+	return st, nil
+}
+
+// replay applies the journal to st and opens it for appending, cutting off a
+// torn last line.
+func (s *store) replay(st *state) error {
+	f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("%w: read journal: %w", ErrState, err)
+	}
+	good := 0
+	for good < len(data) {
+		nl := bytes.IndexByte(data[good:], '\n')
+		if nl < 0 {
+			break // torn: no newline, never acknowledged
+		}
+		line := data[good : good+nl]
+		var jl journalLine
+		if err := json.Unmarshal(line, &jl); err != nil {
+			if good+nl+1 == len(data) {
+				break // torn last line
+			}
+			f.Close()
+			return fmt.Errorf("%w: %s: corrupt line at byte %d: %w", ErrState, s.journalPath(), good, err)
+		}
+		if err := st.apply(jl); err != nil {
+			f.Close()
+			return fmt.Errorf("%w: %s: byte %d: %w", ErrState, s.journalPath(), good, err)
+		}
+		good += nl + 1
+	}
+	if good < len(data) {
+		if err := f.Truncate(int64(good)); err != nil {
+			f.Close()
+			return fmt.Errorf("%w: cut torn journal tail: %w", ErrState, err)
+		}
+	}
+	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	s.journal = f
+	s.jbytes = int64(good)
+	return nil
+}
+
+func (s *store) close() error {
+	if s.journal == nil {
+		return nil
+	}
+	err := s.journal.Close()
+	s.journal = nil
+	return err
+}
+
+// save persists every record that changed since the last save, with one
+// write and one fsync.
+func (s *store) save(st *state) error {
+	var buf bytes.Buffer
+	next := make(map[string][32]byte, len(s.seen))
+	for _, r := range st.records() {
+		b, err := json.Marshal(r.v)
+		if err != nil {
+			return fmt.Errorf("%w: encode: %w", ErrState, err)
+		}
+		h := hashBytes(b)
+		next[r.key] = h
+		if old, ok := s.seen[r.key]; ok && old == h {
+			continue
+		}
+		line, _ := json.Marshal(journalLine{Kind: r.key[:1], ID: r.key[2:], Rec: b})
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	for key := range s.seen {
+		if _, ok := next[key]; !ok {
+			line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Del: true})
+			buf.Write(line)
+			buf.WriteByte('\n')
+		}
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
+		if err := s.compact(st); err != nil {
+			return err
+		}
+		s.seen = next
+		return nil
+	}
+	if _, err := s.journal.Write(buf.Bytes()); err != nil {
+		// Leave no half line behind for the next append.
+		s.journal.Truncate(s.jbytes)
+		s.journal.Seek(s.jbytes, io.SeekStart)
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	s.jbytes += int64(buf.Len())
+	s.seen = next
+	return nil
+}
+
+// saveKeys is save for callers that know exactly which records they changed
+// since the last save (keys "s/ID", "g/ID", "a/ID"): it costs those records,
+// not the whole state. A record a caller changed but did not name would be
+// lost on a crash, so only call sites that touch one known record use it.
+func (s *store) saveKeys(st *state, keys ...string) error {
+	var buf bytes.Buffer
+	type upd struct {
+		key string
+		h   [32]byte
+		del bool
+	}
+	var ups []upd
+	for _, key := range keys {
+		v, ok := st.lookup(key)
+		if !ok {
+			if _, had := s.seen[key]; had {
+				line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Del: true})
+				buf.Write(line)
+				buf.WriteByte('\n')
+				ups = append(ups, upd{key: key, del: true})
+			}
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("%w: encode: %w", ErrState, err)
+		}
+		h := hashBytes(b)
+		if old, ok := s.seen[key]; ok && old == h {
+			continue
+		}
+		line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Rec: b})
+		buf.Write(line)
+		buf.WriteByte('\n')
+		ups = append(ups, upd{key: key, h: h})
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
+		return s.save(st) // folds everything into a new snapshot
+	}
+	if _, err := s.journal.Write(buf.Bytes()); err != nil {
+		s.journal.Truncate(s.jbytes)
+		s.journal.Seek(s.jbytes, io.SeekStart)
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	s.jbytes += int64(buf.Len())
+	for _, u := range ups {
+		if u.del {
+			delete(s.seen, u.key)
+		} else {
+			s.seen[u.key] = u.h
+		}
+	}
+	return nil
+}
+
+func (st *state) lookup(key string) (any, bool) {
+	id := key[2:]
+	switch key[0] {
+	case 's':
+		r, ok := st.Sessions[id]
+		return r, ok
+	case 'g':
+		r, ok := st.Grants[id]
+		return r, ok
+	case 'a':
+		r, ok := st.Approvals[id]
+		return r, ok
+	}
+	return nil, false
+}
+
+// compact writes a fresh snapshot, then empties the journal.
+func (s *store) compact(st *state) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("%w: encode: %w", ErrState, err)
+	}
+	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
+		return err
+	}
+	s.sbytes = int64(len(data))
+	if err := s.journal.Truncate(0); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if _, err := s.journal.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	s.jbytes = 0
+	return nil
+}
+
+type keyedRecord struct {
+	key string // "s/ID", "g/ID", "a/ID"
+	v   any
+}
+
+func (st *state) records() []keyedRecord {
+	out := make([]keyedRecord, 0, len(st.Sessions)+len(st.Grants)+len(st.Approvals))
+	for id, r := range st.Sessions {
+		out = append(out, keyedRecord{"s/" + id, r})
+	}
+	for id, r := range st.Grants {
+		out = append(out, keyedRecord{"g/" + id, r})
+	}
+	for id, r := range st.Approvals {
+		out = append(out, keyedRecord{"a/" + id, r})
+	}
+	return out
+}
+
+func (st *state) fillMaps() {
+	if st.Sessions == nil {
+		st.Sessions = map[string]*SessionRecord{}
+	}
+	if st.Grants == nil {
+		st.Grants = map[string]*GrantRecord{}
+	}
+	if st.Approvals == nil {
+		st.Approvals = map[string]*ApprovalRecord{}
+	}
+}
+
+func (st *state) apply(jl journalLine) error {
+	switch jl.Kind {
+	case "s":
+		if jl.Del {
+			delete(st.Sessions, jl.ID)
+			return nil
+		}
+		var r SessionRecord
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Sessions[jl.ID] = &r
+	case "g":
+		if jl.Del {
+			delete(st.Grants, jl.ID)
+			return nil
+		}
+		var r GrantRecord
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Grants[jl.ID] = &r
+	case "a":
+		if jl.Del {
+			delete(st.Approvals, jl.ID)
+			return nil
+		}
+		var r ApprovalRecord
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Approvals[jl.ID] = &r
+	default:
+		return fmt.Errorf("unknown record kind %q", jl.Kind)
+	}
+	return nil
+}
+
+func hashBytes(b []byte) [32]byte { return sha256.Sum256(b) }
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(mode); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	ok = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return nil
+}
+
+// loadOrCreateKey returns the handle MAC key, creating it on first start.
+func loadOrCreateKey(dir string) ([]byte, error) {
+	p := filepath.Join(dir, "handle.key")
+	key, err := os.ReadFile(p)
+	if err == nil {
+		if len(key) != 32 {
+			return nil, fmt.Errorf("%w: %s: want 32 bytes, have %d", ErrState, p, len(key))
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if err := writeFileAtomic(p, key, 0o600); err != nil {
+		return nil, err
+	}
+	return key, nil
+}

@@ -1,0 +1,214 @@
+// Command agent is the daemon scale benchmark (make bench-agent): it starts
+// the real shinken-agent binary on private directories, creates N live
+// sessions through the API, then times /metrics scrapes and session listings
+// (`shinkenctl -o json session ls`) and reads the daemon's resident memory.
+// It removes everything it made.
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+var (
+	flagSessions = flag.Int("sessions", 10000, "live sessions")
+	flagBin      = flag.String("bin", "bin", "directory holding shinken-agent and shinkenctl")
+	flagRounds   = flag.Int("rounds", 5, "timed scrapes and listings")
+	flagWorkers  = flag.Int("workers", 4, "concurrent session creations")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if os.Geteuid() != 0 {
+		log.Fatal("bench-agent needs root")
+	}
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	b := make([]byte, 3)
+	rand.Read(b)
+	tag := hex.EncodeToString(b)
+	dir, err := os.MkdirTemp("", "shinken-bench-agent-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	parent, pin := "shinken-bench-agent-"+tag, "/sys/fs/bpf/shinken-bench-agent-"+tag
+	sock := filepath.Join(dir, "agent.sock")
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	agentBin := filepath.Join(*flagBin, "shinken-agent")
+	ctl := filepath.Join(*flagBin, "shinkenctl")
+	os.MkdirAll(filepath.Join(dir, "manifests"), 0o755)
+	os.WriteFile(filepath.Join(dir, "manifests", "bench.manifest"), []byte("image bench\nallow net.egress cidrs=127.0.0.0/8\n"), 0o644)
+	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(dir, "state"), "-socket", sock,
+		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(dir, "policy"), "-manifest-dir", filepath.Join(dir, "manifests"),
+		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9")
+	var alog bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &alog, &alog
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if out, err := exec.Command(agentBin, "-cgroup-parent", parent, "-pin-path", pin, "-uninstall").CombinedOutput(); err != nil {
+			log.Printf("uninstall: %v: %s", err, out)
+		}
+	}()
+	hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }, MaxIdleConnsPerHost: 16}}
+	up := false
+	for i := 0; i < 200 && !up; i++ {
+		if resp, err := hc.Get("http://shinken/v1/status"); err == nil {
+			resp.Body.Close()
+			up = resp.StatusCode == 200
+		}
+		if !up {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if !up {
+		return fmt.Errorf("agent did not start:\n%s", alog.String())
+	}
+
+	host, _ := os.Hostname()
+	fmt.Printf("machine: %s, %d CPUs, kernel %s\n", host, numCPU(), kernelRelease())
+	start := time.Now()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for w := 0; w < *flagWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				body := fmt.Sprintf(`{"id":"s%d","image":"bench"}`, i)
+				resp, err := hc.Post("http://shinken/v1/sessions", "application/json", strings.NewReader(body))
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 201 {
+						err = fmt.Errorf("create s%d: HTTP %d", i, resp.StatusCode)
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < *flagSessions; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	fmt.Printf("created %d sessions through the API in %v\n", *flagSessions, time.Since(start).Round(time.Millisecond))
+
+	var scrapes, lists []float64
+	var scrapeBytes, listed int
+	for r := 0; r < *flagRounds; r++ {
+		t0 := time.Now()
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		scrapes = append(scrapes, float64(time.Since(t0).Microseconds())/1e3)
+		scrapeBytes = int(n)
+
+		t0 = time.Now()
+		out, err := exec.Command(ctl, "-socket", sock, "-o", "json", "session", "ls").Output()
+		if err != nil {
+			return fmt.Errorf("session ls: %v", err)
+		}
+		lists = append(lists, float64(time.Since(t0).Microseconds())/1e3)
+		var ss []json.RawMessage
+		if err := json.Unmarshal(out, &ss); err != nil {
+			return err
+		}
+		listed = len(ss)
+	}
+	if listed != *flagSessions {
+		return fmt.Errorf("session ls listed %d sessions, want %d", listed, *flagSessions)
+	}
+	rss := rssMiB(cmd.Process.Pid)
+	fmt.Printf("/metrics scrape (%d bytes): median %.1f ms, max %.1f ms over %d rounds\n", scrapeBytes, median(scrapes), maxOf(scrapes), len(scrapes))
+	fmt.Printf("session ls (%d sessions, shinkenctl -o json): median %.1f ms, max %.1f ms\n", listed, median(lists), maxOf(lists))
+	fmt.Printf("session_ls_ms_at_10k_sessions=%.1f\n", median(lists))
+	fmt.Printf("scrape_ms_at_10k_sessions=%.1f\n", median(scrapes))
+	fmt.Printf("agent_rss_mib_at_10k_sessions=%.1f\n", rss)
+	return nil
+}
+
+func rssMiB(pid int) float64 {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		if x > m {
+			m = x
+		}
+	}
+	return m
+}
+
+func numCPU() int {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(data), "\nprocessor") + 1
+}
+
+func kernelRelease() string {
+	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(data))
+}

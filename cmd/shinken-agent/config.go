@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config is the daemon's configuration: embedded defaults, then the config
+// file (JSON), then flags.
+type Config struct {
+	StateDir        string   `json:"state_dir"`
+	Socket          string   `json:"socket"`
+	MetricsAddr     string   `json:"metrics_addr"`
+	PolicyDir       string   `json:"policy_dir"`
+	ManifestDir     string   `json:"manifest_dir"`
+	OperatorGroup   string   `json:"operator_group"`
+	CgroupParent    string   `json:"cgroup_parent"`
+	PinPath         string   `json:"pin_path"`
+	DNSListen       string   `json:"dns_listen"`
+	DNSUpstreams    []string `json:"dns_upstreams"`
+	ApprovalTimeout duration `json:"approval_timeout"`
+	BreakerConsec   int      `json:"breaker_consecutive"`
+	BreakerTotal    int      `json:"breaker_total"`
+}
+
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string such as \"10m\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+func defaults() Config {
+	return Config{
+		StateDir:        "/var/lib/shinken",
+		Socket:          "/run/shinken/agent.sock",
+		MetricsAddr:     "127.0.0.1:9464",
+		PolicyDir:       "/etc/shinken/policy.d",
+		ManifestDir:     "/etc/shinken/manifests",
+		OperatorGroup:   "shinken",
+		CgroupParent:    "shinken",
+		PinPath:         "/sys/fs/bpf/shinken",
+		DNSListen:       "0.0.0.0:53053",
+		ApprovalTimeout: duration{10 * time.Minute},
+		BreakerConsec:   3,
+		BreakerTotal:    20,
+	}
+}
+
+// load reads the config file (absent is fine unless it was named explicitly)
+// and applies the flags that were set.
+func load(args []string) (Config, bool, error) {
+	cfg := defaults()
+	fs := flag.NewFlagSet("shinken-agent", flag.ContinueOnError)
+	file := fs.String("config", "/etc/shinken/agent.json", "config file (JSON); optional; \"\" for none")
+	uninstall := fs.Bool("uninstall", false, "detach and remove everything (kills all session processes), then exit")
+	var over Config
+	fs.StringVar(&over.StateDir, "state-dir", "", "state directory (default "+cfg.StateDir+")")
+	fs.StringVar(&over.Socket, "socket", "", "API socket (default "+cfg.Socket+")")
+	fs.StringVar(&over.MetricsAddr, "metrics-addr", "", "Prometheus listen address, loopback (default "+cfg.MetricsAddr+"; \"off\" disables)")
+	fs.StringVar(&over.PolicyDir, "policy-dir", "", "Cedar policy directory (default "+cfg.PolicyDir+")")
+	fs.StringVar(&over.ManifestDir, "manifest-dir", "", "image manifest directory (default "+cfg.ManifestDir+")")
+	fs.StringVar(&over.OperatorGroup, "operator-group", "", "group whose members may use the API besides root (default "+cfg.OperatorGroup+"; \"-\" for root only)")
+	fs.StringVar(&over.CgroupParent, "cgroup-parent", "", "sessions' parent cgroup below the cgroup2 mount (default "+cfg.CgroupParent+")")
+	fs.StringVar(&over.PinPath, "pin-path", "", "bpffs directory for pins (default "+cfg.PinPath+")")
+	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
+	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, false, err
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "config" {
+			explicit = true
+		}
+	})
+	if *file == "" {
+		*file = "/nonexistent/shinken-agent.json"
+		explicit = false
+	}
+	data, err := os.ReadFile(*file)
+	switch {
+	case err == nil:
+		dec := json.NewDecoder(bytesReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, false, fmt.Errorf("config %s: %w", *file, err)
+		}
+	case errors.Is(err, os.ErrNotExist) && !explicit:
+	default:
+		return cfg, false, fmt.Errorf("config: %w", err)
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.StateDir, over.StateDir)
+	set(&cfg.Socket, over.Socket)
+	set(&cfg.MetricsAddr, over.MetricsAddr)
+	set(&cfg.PolicyDir, over.PolicyDir)
+	set(&cfg.ManifestDir, over.ManifestDir)
+	set(&cfg.OperatorGroup, over.OperatorGroup)
+	set(&cfg.CgroupParent, over.CgroupParent)
+	set(&cfg.PinPath, over.PinPath)
+	set(&cfg.DNSListen, over.DNSListen)
+	if *upstreams != "" {
+		cfg.DNSUpstreams = splitComma(*upstreams)
+	}
+	return cfg, *uninstall, nil
+}

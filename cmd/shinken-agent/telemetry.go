@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent"
+	"github.com/shinken-agent/shinken/agent/audit"
+	"github.com/shinken-agent/shinken/dataplane"
+)
+
+// auditState is the daemon's audit log and the kernel-denial aggregator that
+// feeds it (one record per session, reason, protocol and destination per
+// second, with a count: the ring buffer may carry thousands a second).
+type auditState struct {
+	log     *audit.Log
+	mu      sync.Mutex
+	pending map[denialKey]uint64
+}
+
+type denialKey struct {
+	session, reason, proto, dst string
+}
+
+func (d *daemon) openAudit() error {
+	l, err := audit.Open(audit.Config{Dir: d.cfg.StateDir, Logger: d.log})
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	d.audit = &auditState{log: l, pending: map[denialKey]uint64{}}
+	if rec := l.Recovered(); rec != nil {
+		d.log.Warn("audit log: a torn tail was repaired at start", "recovery", fmt.Sprintf("%+v", *rec))
+	}
+	d.sink.audit = d.auditAgentEvent
+	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[bool]string{true: "adopted", false: "fresh"}[d.dp.Adopted()]})
+	return err
+}
+
+func (d *daemon) closeAudit() {
+	if d.audit == nil {
+		return
+	}
+	d.flushDenials()
+	d.audit.log.Append(audit.Event{Type: audit.EventAgentStop})
+	d.audit.log.Close()
+}
+
+func (d *daemon) verifyAudit() (any, error) {
+	if d.audit == nil {
+		return nil, fmt.Errorf("no audit log")
+	}
+	rep, err := audit.Verify(d.audit.log.Path(), d.audit.log.PublicKey())
+	if err != nil {
+		return nil, err
+	}
+	if !rep.OK() {
+		var probs []string
+		for _, p := range rep.Problems {
+			probs = append(probs, p.String())
+		}
+		return rep, fmt.Errorf("%d problem(s): %s", len(rep.Problems), strings.Join(probs, "; "))
+	}
+	return map[string]any{"records": rep.Records, "head": rep.Head, "notes": rep.Notes}, nil
+}
+
+// auditAgentEvent maps the agent's lifecycle events onto audit records. An
+// error fails the step that emitted the event (fail closed).
+func (d *daemon) auditAgentEvent(e agent.Event) error {
+	ev := audit.Event{Time: e.Time, Session: e.Session, Resource: string(e.Class), Tier: e.Tier, Provenance: e.Provenance,
+		Outcome: e.Outcome, RuleID: e.Rule, Human: e.Actor, Handle: e.Grant, Reason: e.Kind}
+	if e.ParamsSHA256 != "" {
+		// The agent hashed the parameters already; the log hashes what it is
+		// given, so pass the hash (never the raw scope).
+		ev.Params = []byte(e.ParamsSHA256)
+	}
+	switch {
+	case e.Kind == "session.create":
+		ev.Type = audit.EventSessionCreate
+	case e.Kind == "session.end":
+		ev.Type = audit.EventSessionDelete
+	case e.Kind == "grant.issue" || e.Kind == "grant.notify":
+		ev.Type = audit.EventGrant
+	case e.Kind == "grant.revoke":
+		ev.Type = audit.EventRevoke
+	case e.Kind == "approval.timeout":
+		ev.Type = audit.EventTimeout
+		ev.Outcome = "timed_out"
+	case strings.HasPrefix(e.Kind, "approval."):
+		ev.Type = audit.EventApproval
+		ev.Card = e.Outcome
+		ev.Outcome = strings.TrimPrefix(e.Kind, "approval.")
+	default:
+		ev.Type = audit.EventDecision
+	}
+	_, err := d.audit.log.Append(ev)
+	return err
+}
+
+// auditAPI records what the API layer sees: requests, attenuations, runs and
+// card decisions.
+func (d *daemon) auditAPI(kind string, fields map[string]any) error {
+	if d.audit == nil {
+		return nil
+	}
+	params, _ := json.Marshal(fields["params"])
+	ev := audit.Event{Human: str(fields["actor"]), AgentID: str(fields["agent"]), Tool: str(fields["tool"]), Session: str(fields["session"]),
+		Resource: str(fields["resource"]), Outcome: str(fields["outcome"]), Card: str(fields["card"]), Tier: str(fields["tier"]),
+		Provenance: str(fields["provenance"]), Lifetime: str(fields["lifetime"]), Reason: str(fields["reason"]), Handle: str(fields["handle"]),
+		Parent: str(fields["parent"])}
+	if fields["params"] != nil {
+		ev.Params = params
+	}
+	switch kind {
+	case "request":
+		ev.Type = audit.EventRequest
+	case "attenuate":
+		ev.Type = audit.EventAttenuate
+	case "card":
+		ev.Type = audit.EventApproval
+	default:
+		ev.Type = audit.EventDecision
+		ev.Action = kind
+	}
+	_, err := d.audit.log.Append(ev)
+	return err
+}
+
+func str(v any) string {
+	if v == nil {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
+func (d *daemon) auditKernelDenial(session string, ev dataplane.Event) {
+	if d.audit == nil {
+		return
+	}
+	k := denialKey{session: session, reason: ev.Reason.String(), proto: ev.Proto.String(), dst: ev.Dst.String()}
+	d.audit.mu.Lock()
+	d.audit.pending[k]++
+	d.audit.mu.Unlock()
+}
+
+// flushDenials writes the aggregated kernel denials (called every second).
+func (d *daemon) flushDenials() {
+	if d.audit == nil {
+		return
+	}
+	d.audit.mu.Lock()
+	pending := d.audit.pending
+	d.audit.pending = map[denialKey]uint64{}
+	d.audit.mu.Unlock()
+	for k, n := range pending {
+		if _, err := d.audit.log.Append(audit.Event{Type: audit.EventKernelDenial, Time: time.Now(), Session: k.session,
+			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n}); err != nil {
+			d.log.Error("audit kernel denial", "err", err)
+		}
+	}
+}
