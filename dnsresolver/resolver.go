@@ -365,13 +365,14 @@ func (r *Resolver) clampTTL(ttl uint32) time.Duration {
 	return min(max(time.Duration(ttl)*time.Second, r.cfg.MinTTL), r.cfg.MaxTTL)
 }
 
-// ttlAt is the TTL, in whole seconds rounded up, left at now until expires.
+// ttlAt is the TTL left at now until expires, in whole seconds rounded
+// down: a client caching the answer never outlives the kernel entry.
 func ttlAt(expires, now time.Time) uint32 {
 	d := expires.Sub(now)
 	if d <= 0 {
 		return 0
 	}
-	return uint32((d + time.Second - 1) / time.Second)
+	return uint32(d / time.Second)
 }
 
 // answer applies the session's grants to a result: strips non-public

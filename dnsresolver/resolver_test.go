@@ -121,7 +121,17 @@ func TestResolve(t *testing.T) {
 					if len(resp.Answer) > 0 && resp.Answer[0].Header().Name != tc.qname {
 						t.Errorf("answer owner %q, want the question's %q", resp.Answer[0].Header().Name, tc.qname)
 					}
-					checkEntries(t, e.dp.take(), tc.entries, before, after)
+					got := e.dp.take()
+					checkEntries(t, got, tc.entries, before, after)
+					// No answer outlives its kernel entry in a client's cache.
+					for _, rr := range resp.Answer {
+						for _, g := range got {
+							if a := answerAddrs(&dns.Msg{Answer: []dns.RR{rr}}); len(a) == 1 && g.Rule.Prefix.Addr().String() == a[0] &&
+								before.Add(time.Duration(rr.Header().Ttl)*time.Second).After(g.Rule.Expires) {
+								t.Errorf("%s: TTL %d outlives the entry (expires %v)", a[0], rr.Header().Ttl, g.Rule.Expires)
+							}
+						}
+					}
 					den := e.den.take()
 					if tc.denial == noDenial {
 						if len(den) != 0 {
