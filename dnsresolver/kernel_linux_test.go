@@ -524,6 +524,43 @@ func TestRedirectedSession(t *testing.T) {
 			}
 		})
 	}
+	// The system resolver path: glibc getaddrinfo (getent ahosts: A and
+	// AAAA) reading a resolv.conf, inside the session. The process gets its
+	// own user and mount namespaces with a resolv.conf naming 127.0.0.53
+	// bind-mounted over /etc/resolv.conf, so nothing is ever sent to the
+	// host's real nameserver; if the bind mount fails, getent never runs.
+	t.Run("getaddrinfo", func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "shinken-dns-resolvconf-") // t.TempDir's parent is 0700: nobody could not read it
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		os.Chmod(dir, 0o755)
+		rc := filepath.Join(dir, "resolv.conf")
+		if err := os.WriteFile(rc, []byte("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		getent := func(name string) (string, error) {
+			cmd := exec.Command("unshare", "--mount", "--user", "--map-root-user", "sh", "-ec",
+				`mount --bind "$1" /etc/resolv.conf; exec getent ahosts "$2"`, "sh", rc, name)
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := e.sess.Start(cmd, dataplane.ProcOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			return out.String(), err
+		}
+		if out, err := getent("www.kernel.test"); err != nil || !strings.Contains(out, "127.0.0.78 ") {
+			t.Fatalf("getaddrinfo www.kernel.test: %v: %q", err, out)
+		}
+		if out, err := getent("denied.kernel.test"); err == nil || strings.Contains(out, "127.0.0.80") {
+			t.Fatalf("getaddrinfo denied.kernel.test succeeded: %q", out)
+		}
+		if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+			t.Fatalf("connect after getaddrinfo: %s", got)
+		}
+	})
 	for _, n := range []string{"denied.kernel.test.", "c2VjcmV0.exfil.kernel.test."} {
 		if e.up.askedFor(n) {
 			t.Errorf("%s reached the upstream", n)
