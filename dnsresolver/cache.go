@@ -82,3 +82,68 @@ func (c *cache) put(k cacheKey, r *result) {
 	}
 	c.m[k] = r
 }
+
+// flight runs one function per key at a time; callers that arrive while it
+// runs wait for its result instead of running it again.
+type flight struct {
+	mu sync.Mutex
+	m  map[cacheKey]*flightCall
+}
+
+type flightCall struct {
+	done chan struct{}
+	res  *result
+	err  error
+}
+
+func (f *flight) do(k cacheKey, fn func() (*result, error)) (*result, error) {
+	f.mu.Lock()
+	if c, ok := f.m[k]; ok {
+		f.mu.Unlock()
+		<-c.done
+		return c.res, c.err
+	}
+	if f.m == nil {
+		f.m = map[cacheKey]*flightCall{}
+	}
+	c := &flightCall{done: make(chan struct{})}
+	f.m[k] = c
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.m, k)
+		f.mu.Unlock()
+		close(c.done)
+	}()
+	c.res, c.err = fn()
+	return c.res, c.err
+}
+
+// perSession counts something (upstream-bound queries, TCP connections) per
+// session index, so that one session cannot take every slot of a global
+// limit. Index 0 stands for "no session".
+type perSession struct {
+	mu  sync.Mutex
+	max int
+	n   map[uint32]int
+}
+
+func newPerSession(max int) *perSession { return &perSession{max: max, n: map[uint32]int{}} }
+
+func (p *perSession) acquire(idx uint32) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[idx] >= p.max {
+		return false
+	}
+	p.n[idx]++
+	return true
+}
+
+func (p *perSession) release(idx uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[idx]--; p.n[idx] <= 0 {
+		delete(p.n, idx)
+	}
+}

@@ -18,6 +18,7 @@ var (
 	ErrNoUpstream    = errors.New("dnsresolver: no upstream nameserver")
 	ErrClosed        = errors.New("dnsresolver: closed")
 	ErrStarted       = errors.New("dnsresolver: already started")
+	ErrNotSupported  = errors.New("dnsresolver: not supported on this platform")
 )
 
 // Dataplane is what the resolver needs from the kernel side: the method set
@@ -30,6 +31,24 @@ type Dataplane interface {
 	AllowEgress(session string, r dataplane.EgressRule) error
 }
 
+// SessionIndexer is the part of *dataplane.Dataplane that names sessions by
+// kernel index.
+type SessionIndexer interface {
+	SessionByIndex(index uint32) (dataplane.Session, error)
+}
+
+// SessionNames adapts a SessionIndexer (the real dataplane) to
+// Config.SessionName.
+func SessionNames(d SessionIndexer) func(uint32) (string, bool) {
+	return func(index uint32) (string, bool) {
+		s, err := d.SessionByIndex(index)
+		if err != nil {
+			return "", false
+		}
+		return s.Name, true
+	}
+}
+
 // Defaults.
 const (
 	DefaultPort            = 53053 // 5353 is mDNS's
@@ -40,6 +59,8 @@ const (
 	DefaultCacheSize       = 16384
 	DefaultMaxInflight     = 4096
 	DefaultUDPWorkers      = 1
+	DefaultMaxTCPConns     = 1024
+	DefaultPerSessionLimit = 128
 	DefaultResolvConf      = "/etc/resolv.conf"
 )
 
@@ -88,12 +109,14 @@ type Config struct {
 	// negative disables the cache.
 	CacheSize int
 
-	// AlwaysWrite makes every answer call AllowEgress for every rule, even
-	// one this resolver already wrote with the same expiry (a cache hit).
-	// By default such a write is skipped: the rule is in the kernel unless
-	// something outside the resolver removed it, and SetPolicy and
-	// RemovePolicy forget what was written for their session. Skipping
-	// can only cost availability (a connection denied), never widen access.
+	// AlwaysWrite makes every answer call AllowEgress for every rule. By
+	// default a rule whose entry this resolver already wrote with the same
+	// or a later expiry is skipped: a cached answer then costs no map write,
+	// and a shorter TTL for an address another name also resolved to never
+	// shortens that entry. The entry is in the kernel unless something
+	// outside the resolver removed it; SetPolicy and RemovePolicy forget
+	// what was written for their session. Skipping can only cost
+	// availability (a connection denied), never widen access.
 	AlwaysWrite bool
 
 	// UDPWorkers is the number of threads blocked in recvmmsg(2) on the UDP
@@ -102,8 +125,17 @@ type Config struct {
 	// bench host every extra worker cost CPU per query (Go runtime
 	// hand-offs) without adding throughput; raise it on large hosts.
 	UDPWorkers int
-	// MaxInflight bounds concurrently handled TCP queries. Default 4096.
+	// MaxInflight bounds the queries waiting for the upstream plus the TCP
+	// queries being handled; a UDP query beyond it is dropped (counted in
+	// Dropped), a TCP one waits. Default 4096.
 	MaxInflight int
+	// MaxTCPConns bounds open TCP connections; more are closed at once.
+	// Default 1024.
+	MaxTCPConns int
+	// PerSessionLimit bounds, for each session, both its queries waiting
+	// for the upstream and its open TCP connections, so one session cannot
+	// exhaust MaxInflight or MaxTCPConns for the others. Default 128.
+	PerSessionLimit int
 
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
 	// refused query.
@@ -142,6 +174,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.UDPWorkers == 0 {
 		c.UDPWorkers = DefaultUDPWorkers
+	}
+	if c.PerSessionLimit == 0 {
+		c.PerSessionLimit = DefaultPerSessionLimit
+	}
+	if c.MaxTCPConns == 0 {
+		c.MaxTCPConns = DefaultMaxTCPConns
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
@@ -191,6 +229,12 @@ func (c *Config) validate() error {
 	}
 	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
 		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)
+	}
+	if c.PerSessionLimit < 1 {
+		return fmt.Errorf("%w: PerSessionLimit %d", ErrInvalidConfig, c.PerSessionLimit)
+	}
+	if c.MaxTCPConns < 1 {
+		return fmt.Errorf("%w: MaxTCPConns %d", ErrInvalidConfig, c.MaxTCPConns)
 	}
 	if c.MaxInflight < 1 {
 		return fmt.Errorf("%w: MaxInflight %d", ErrInvalidConfig, c.MaxInflight)

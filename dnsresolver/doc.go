@@ -2,53 +2,83 @@
 // the names an operator granted become kernel egress entries, and the only DNS
 // path out of a session.
 //
-// The kernel (bpf/, dataplane/) rewrites every UDP and TCP port-53 connect and
-// sendmsg made inside a session to the session's own loopback address
-// (SessionAddr: 127.128.0.0 + the session's kernel index) on the resolver's
-// port. The resolver learns which address a query arrived on (IP_PKTINFO for
-// UDP, the accepted connection's local address for TCP) and derives the
-// session from that address alone, never from anything in the packet.
+// # Identity
 //
-// For each query the resolver, in this order:
+// The kernel (bpf/, dataplane.SetDNSRedirect) rewrites every UDP and TCP
+// port-53 connect and sendmsg made inside a session to the session's own
+// loopback address, SessionAddr(index) = 127.128.0.0 + the session's kernel
+// index, on the resolver's port. The resolver binds 0.0.0.0:<port>, learns
+// the address each query arrived on (IP_PKTINFO for UDP, the accepted
+// connection's local address for TCP), answers UDP from that same address,
+// and derives the session from that address alone (Config.SessionName),
+// never from anything in the packet. A query that arrived on an address that
+// is no live session's is refused (unknown_session); over UDP, one that
+// arrived on a non-loopback address gets no reply at all, so the socket
+// bound to 0.0.0.0 can never reflect spoofed datagrams.
 //
-//  1. maps the arrival address to a session, or REFUSES (unknown_session);
-//  2. canonicalises the question name (CanonicalName): NUL, control
-//     characters, percent-encoding, escapes, non-LDH characters, empty,
-//     over-long labels and names are refused, ASCII is lower-cased and one
-//     trailing dot dropped;
-//  3. checks the session's Policy: deny patterns override grants; a name no
-//     grant matches is refused (REFUSED, or NXDOMAIN if so configured) with a
-//     Denial event and a counter, and is NEVER forwarded upstream (forwarding
-//     it would itself be the exfiltration channel);
-//  4. applies the query-type policy: A and AAAA are resolved; HTTPS and SVCB
-//     (whose address hints and ECH keys would bypass the entries written below)
-//     and CNAME get an empty NOERROR answer built locally; ANY and every other
-//     type are refused unless listed in Config.PassthroughTypes;
-//  5. asks the upstream with a freshly built query (nothing of the client's
-//     message but the canonical name and type is forwarded: no EDNS options,
-//     no client subnet, no cookies), or answers from its cache;
-//  6. follows the CNAME chain from the question name (at most
-//     Config.MaxCNAMEChain links). Like Cilium's toFQDNs, the CNAME targets of
-//     an allowed name are allowed under the grants that matched the question
-//     name; a target that matches a deny pattern refuses the whole answer.
-//     Records not on the chain are dropped;
-//  7. drops addresses that are not public (loopback, RFC 1918, CGNAT,
-//     link-local and metadata, TEST-NETs, benchmarking, multicast, reserved,
-//     IPv4-mapped and other IPv4-embedding IPv6, ULA, documentation...) unless
-//     the grant lists a prefix containing them in AllowNonPublic; so DNS
-//     rebinding cannot reach them;
-//  8. writes one egress rule per kept address and matching grant (a /32 or
-//     /128 with the grant's handle, protocol and ports, expiring after the
-//     record's TTL clamped to [MinTTL, MaxTTL]) through Dataplane.AllowEgress,
-//     BEFORE the answer is sent. If any write fails the client gets SERVFAIL
-//     and no answer: fail closed;
-//  9. answers with the clamped TTLs, so the client's cache never outlives the
-//     kernel entry.
+// # One query
 //
-// Upstream failure (timeout, error, SERVFAIL from upstream, a chain longer
-// than the cap) is SERVFAIL. While the agent restarts nothing listens on the
-// port, so queries fail; entries already in the kernel keep working until
-// they expire.
+//  1. Identify the session (above).
+//  2. Check the message: one question, class IN, opcode QUERY.
+//  3. Canonicalise the name (CanonicalName): NUL, control characters, CR/LF,
+//     percent-encoding, escapes (any byte outside LDH on the wire), '_',
+//     non-ASCII, empty and over-long labels and names, leading or trailing
+//     '-' and all-numeric top-level labels are refused; ASCII is lower-cased
+//     and one trailing dot dropped.
+//  4. Check the session's Policy (SetPolicy): deny patterns override grants;
+//     a name no grant matches is refused (REFUSED, or NXDOMAIN with
+//     Config.DenyRcode) with a Denial event (Config.OnDenial) and a counter
+//     by session and reason. A refused name is NEVER forwarded upstream:
+//     forwarding it would itself be the exfiltration channel.
+//  5. Query types: A and AAAA are resolved and write entries. HTTPS, SVCB and
+//     CNAME get an empty NOERROR answer built locally (HTTPS/SVCB address
+//     hints and ECH keys would bypass the entries; clients fall back to
+//     A/AAAA). Types in Config.PassthroughTypes (none by default; e.g. TXT,
+//     MX) are forwarded for allowed names, filtered to the CNAME chain and
+//     write nothing. ANY and everything else are refused (reason qtype).
+//  6. Answer from the shared cache, or ask the upstream (Config.Upstreams,
+//     default the nameservers of /etc/resolv.conf) with a freshly built
+//     query: only the canonical name and type travel, never the client's
+//     EDNS options, client subnet or cookies. Upstream failure (timeout,
+//     SERVFAIL, REFUSED, a reply that does not match) is SERVFAIL.
+//  7. Follow the CNAME chain from the question name, at most
+//     Config.MaxCNAMEChain links (longer, or a loop: SERVFAIL). As in
+//     Cilium's toFQDNs, the CNAME targets of an allowed name are allowed
+//     under the grants that matched the question name; a target that
+//     matches a deny pattern, or is not a valid host name, refuses the whole
+//     answer (cname_denied). Records not on the chain are dropped, and a
+//     fresh answer is built from what is kept.
+//  8. Drop addresses that are not public (IsPublic: loopback, RFC 1918,
+//     CGNAT, link-local and cloud metadata, TEST-NETs, benchmarking,
+//     multicast, reserved, broadcast, IPv4-mapped and other IPv4-embedding
+//     IPv6, ULA, site- and link-local, documentation) unless the grant lists
+//     a prefix holding them in AllowNonPublic, so DNS rebinding cannot reach
+//     them. IPv4-mapped IPv6 and session resolver addresses (127.128.0.0/9)
+//     are dropped whatever AllowNonPublic says.
+//  9. Write one egress rule per kept address and matching grant through
+//     Dataplane.AllowEgress (a /32 or /128 carrying the grant's handle,
+//     protocol and ports, expiring after the record's TTL clamped to
+//     [Config.MinTTL, Config.MaxTTL]) BEFORE the answer is sent. If a write
+//     fails the client gets SERVFAIL and no answer: fail closed. A cached
+//     answer whose rule this resolver already wrote with the same expiry
+//     skips the write (Config.AlwaysWrite turns that off).
+//  10. Answer with the clamped (and, from the cache, decremented) TTLs, so a
+//     client's cache never outlives the kernel entry; the question's case is
+//     kept (0x20).
+//
+// While the agent restarts nothing listens on the port: queries fail (ICMP
+// port unreachable, or a refused TCP connect) rather than leak, and entries
+// already in the kernel keep working until they expire.
+//
+// # For the agent
+//
+// Wiring: r, err := New(Config{Dataplane: dp, SessionName: SessionNames(dp)}),
+// r.Start(), then dp.SetDNSRedirect(r.Port()). SetPolicy(session, Policy)
+// gives a session its grants (Grant: Pattern "host", "*.host" or "**.host",
+// Handle, Proto, Ports, AllowNonPublic) and deny patterns, replacing the
+// previous policy atomically; RemovePolicy drops it. Stats and WriteMetrics
+// expose the counters; Close stops. *dataplane.Dataplane is a Dataplane and
+// a SessionIndexer as it is.
 //
 // Only agent/, cmd/ and bench/ import this package.
 package dnsresolver

@@ -81,6 +81,8 @@ type fakeUpstream struct {
 	udp   *dns.Server
 	tcp   *dns.Server
 	rcode int // if non-zero, answer every query with it
+	delay time.Duration
+	srcs  []string // source address of each query
 }
 
 func startFakeUpstream(t testing.TB, zone []string) *fakeUpstream {
@@ -145,9 +147,11 @@ func (f *fakeUpstream) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	q := req.Question[0]
 	f.mu.Lock()
 	f.asked = append(f.asked, strings.ToLower(q.Name)+"/"+dns.TypeToString[q.Qtype])
+	f.srcs = append(f.srcs, w.RemoteAddr().String())
 	f.msgs = append(f.msgs, req.Copy())
-	rcode := f.rcode
+	rcode, delay := f.rcode, f.delay
 	f.mu.Unlock()
+	time.Sleep(delay)
 	m := new(dns.Msg)
 	m.SetReply(req)
 	if rcode != 0 {
@@ -423,3 +427,5 @@ func (d *fakeDataplane) setSession(i uint32, name string) {
 }
 func (d *fakeDataplane) setFail(err error) { d.mu.Lock(); d.fail = err; d.mu.Unlock() }
 func (f *fakeUpstream) setRcode(rc int)    { f.mu.Lock(); f.rcode = rc; f.mu.Unlock() }
+
+func (f *fakeUpstream) setDelay(d time.Duration) { f.mu.Lock(); f.delay = d; f.mu.Unlock() }

@@ -2,8 +2,10 @@ package dnsresolver
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,8 +45,10 @@ func TestMain(m *testing.M) {
 // on stdin and answers one line each:
 //
 //	tcp ADDR                       connect(2), raw syscall: "ok" or "err ERRNO"
-//	dns udp|tcp SERVER NAME TYPE   one DNS query with a plain socket to SERVER
+//	dns MODE SERVER NAME TYPE      one DNS query with a plain socket to SERVER
 //	                               (no getaddrinfo): "ok RCODE SRC a,b,c" or "err ..."
+//	lookup SERVER NAME             Go's stub resolver (A and AAAA in parallel,
+//	                               as an application does) against SERVER
 func sessionProcMain() {
 	in := bufio.NewScanner(os.Stdin)
 	out := bufio.NewWriter(os.Stdout)
@@ -55,6 +60,8 @@ func sessionProcMain() {
 			res = rawConnect(f[1])
 		case len(f) == 5 && f[0] == "dns":
 			res = sessionQuery(f[1], f[2], f[3], f[4])
+		case len(f) == 3 && f[0] == "lookup":
+			res = stubLookup(f[1], f[2])
 		default:
 			res = "err bad command"
 		}
@@ -150,6 +157,29 @@ func sessionQuery(mode, server, name, qtype string) string {
 		}
 	}
 	return fmt.Sprintf("ok %s %s %s", dns.RcodeToString[resp.Rcode], from, strings.Join(append(addrs, "-"), ","))
+}
+
+// stubLookup resolves name with Go's own stub resolver, its DNS server
+// forced to server (not /etc/resolv.conf: the host's nameserver is not on
+// loopback, and a test never sends to any other address).
+func stubLookup(server, name string) string {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, server)
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	addrs, err := r.LookupHost(ctx, name)
+	if err != nil {
+		var de *net.DNSError
+		if errors.As(err, &de) {
+			// Go reports REFUSED as "server misbehaving".
+			return "err " + strings.ReplaceAll(de.Err, " ", "_")
+		}
+		return "err " + strings.ReplaceAll(err.Error(), " ", "_")
+	}
+	slices.Sort(addrs)
+	return "ok " + strings.Join(addrs, ",")
 }
 
 var (
@@ -296,6 +326,9 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			n, ok := e.names[i]
+			if real, ok2 := SessionNames(dp)(i); ok && (!ok2 || real != n) {
+				t.Errorf("SessionNames(%d) = %q, %v; want %q", i, real, ok2, n)
+			}
 			return n, ok
 		},
 		ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
@@ -477,6 +510,9 @@ func TestRedirectedSession(t *testing.T) {
 		{"dns cudp 127.0.0.53:53 c2VjcmV0.exfil.kernel.test A", "ok REFUSED 127.0.0.53:53 -"},
 		{"dns cudp 127.0.0.53:53 rebind.kernel.test A", "ok NOERROR 127.0.0.53:53 -"},
 		{"dns cudp 127.0.0.53:53 svc.kernel.test ANY", "ok REFUSED 127.0.0.53:53 -"},
+		{"lookup 127.0.0.53:53 www.kernel.test", "ok 127.0.0.78"},
+		{"lookup [::1]:53 svc.kernel.test", "ok 127.0.0.77"},
+		{"lookup 127.0.0.53:53 denied.kernel.test", "err server_misbehaving"},
 		{"tcp 127.0.0.78:8080", "ok"},        // resolved through the redirect: reachable
 		{"tcp 127.0.0.77:8080", "ok"},        // likewise
 		{"tcp 127.0.0.80:8080", "err EPERM"}, // the denied name's address: never written
@@ -488,13 +524,52 @@ func TestRedirectedSession(t *testing.T) {
 			}
 		})
 	}
+	// The system resolver path: glibc getaddrinfo (getent ahosts: A and
+	// AAAA) reading a resolv.conf, inside the session. The process gets its
+	// own user and mount namespaces with a resolv.conf naming 127.0.0.53
+	// bind-mounted over /etc/resolv.conf, so nothing is ever sent to the
+	// host's real nameserver; if the bind mount fails, getent never runs.
+	t.Run("getaddrinfo", func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "shinken-dns-resolvconf-") // t.TempDir's parent is 0700: nobody could not read it
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		os.Chmod(dir, 0o755)
+		rc := filepath.Join(dir, "resolv.conf")
+		if err := os.WriteFile(rc, []byte("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		getent := func(name string) (string, error) {
+			cmd := exec.Command("unshare", "--mount", "--user", "--map-root-user", "sh", "-ec",
+				`mount --bind "$1" /etc/resolv.conf; exec getent ahosts "$2"`, "sh", rc, name)
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := e.sess.Start(cmd, dataplane.ProcOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			return out.String(), err
+		}
+		if out, err := getent("www.kernel.test"); err != nil || !strings.Contains(out, "127.0.0.78 ") {
+			t.Fatalf("getaddrinfo www.kernel.test: %v: %q", err, out)
+		}
+		if out, err := getent("denied.kernel.test"); err == nil || strings.Contains(out, "127.0.0.80") {
+			t.Fatalf("getaddrinfo denied.kernel.test succeeded: %q", out)
+		}
+		if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+			t.Fatalf("connect after getaddrinfo: %s", got)
+		}
+	})
 	for _, n := range []string{"denied.kernel.test.", "c2VjcmV0.exfil.kernel.test."} {
 		if e.up.askedFor(n) {
 			t.Errorf("%s reached the upstream", n)
 		}
 	}
 	st := e.r.Stats().Sessions[e.sess.Name]
-	if st.Denials[ReasonNotAllowed] != 2 || st.Denials[ReasonInvalidName] != 1 || st.Denials[ReasonQType] != 1 {
+	// not_allowed: two plain queries, and the stub resolver's A and AAAA
+	// for denied.kernel.test (more if resolv.conf has search domains).
+	if st.Denials[ReasonNotAllowed] < 4 || st.Denials[ReasonInvalidName] != 1 || st.Denials[ReasonQType] != 1 {
 		t.Errorf("denial counters %+v", st.Denials)
 	}
 

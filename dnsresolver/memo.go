@@ -15,36 +15,39 @@ type memoKey struct {
 	proto   dataplane.Proto
 	ports   dataplane.PortRange
 	handle  dataplane.HandleRef
-	expires int64
 }
 
-// writeMemo remembers rules written with AllowEgress, expiry included, so a
-// cached answer (same rule, same expiry) does not write it again. It is
-// bounded: when full it is emptied, which only costs extra writes. A nil
-// memo remembers nothing.
+// writeMemo remembers, per rule (expiry aside), the latest expiry this
+// resolver wrote with AllowEgress. A rule whose entry already lasts at least
+// as long is not written again: a cached answer costs no map write, and an
+// answer with a shorter TTL for the same address (two names of one CDN
+// address) never shortens the entry another name's answer still relies on.
+// It is bounded: when full it is emptied, which only costs extra writes. A
+// nil memo remembers nothing.
 type writeMemo struct {
 	mu  sync.RWMutex
 	max int
-	m   map[memoKey]struct{}
+	m   map[memoKey]int64 // expiry, Unix ns
 }
 
 func newWriteMemo(max int) *writeMemo {
-	return &writeMemo{max: max, m: make(map[memoKey]struct{})}
+	return &writeMemo{max: max, m: make(map[memoKey]int64)}
 }
 
 func key(session string, r dataplane.EgressRule) memoKey {
-	return memoKey{session, r.Prefix, r.Proto, r.Ports, r.Handle, r.Expires.UnixNano()}
+	return memoKey{session, r.Prefix, r.Proto, r.Ports, r.Handle}
 }
 
+// has reports whether the rule's entry is known to last until r.Expires.
 func (w *writeMemo) has(session string, r dataplane.EgressRule) bool {
 	if w == nil {
 		return false
 	}
 	k := key(session, r)
 	w.mu.RLock()
-	_, ok := w.m[k]
+	exp, ok := w.m[k]
 	w.mu.RUnlock()
-	return ok
+	return ok && exp >= r.Expires.UnixNano()
 }
 
 func (w *writeMemo) add(session string, r dataplane.EgressRule) {
@@ -56,7 +59,7 @@ func (w *writeMemo) add(session string, r dataplane.EgressRule) {
 	if len(w.m) >= w.max {
 		clear(w.m)
 	}
-	w.m[k] = struct{}{}
+	w.m[k] = max(w.m[k], r.Expires.UnixNano())
 	w.mu.Unlock()
 }
 

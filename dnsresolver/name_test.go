@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSessionAddr(t *testing.T) {
@@ -249,5 +250,30 @@ func TestIsPublic(t *testing.T) {
 	}
 	if IsPublic(netip.MustParseAddr("fe80::1%eth0")) || IsPublic(netip.Addr{}) {
 		t.Fatal("zoned or zero address is public")
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	var l logLimiter
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at         time.Duration
+		ok         bool
+		suppressed uint64
+	}{
+		{0, true, 0},
+		{100 * time.Millisecond, false, 0},
+		{900 * time.Millisecond, false, 0},
+		{1100 * time.Millisecond, true, 2},
+		{1200 * time.Millisecond, false, 0},
+		{5 * time.Second, true, 1},
+	}
+	for _, s := range steps {
+		t.Run(s.at.String(), func(t *testing.T) {
+			ok, n := l.allow(t0.Add(s.at))
+			if ok != s.ok || n != s.suppressed {
+				t.Fatalf("allow = %v, %d; want %v, %d", ok, n, s.ok, s.suppressed)
+			}
+		})
 	}
 }

@@ -19,28 +19,35 @@ import (
 // per-session policies with SetPolicy, serve with Start, stop with Close.
 // Its methods are safe for concurrent use.
 type Resolver struct {
-	cfg   Config
-	log   *slog.Logger
-	up    exchanger
-	cache *cache
-	stats stats
+	cfg    Config
+	log    *slog.Logger
+	up     exchanger
+	fwd    *forwarder // the network exchanger, closed by Close
+	flight flight     // one upstream query per name and type at a time
+	cache  *cache
+	stats  stats
 
 	polMu    sync.RWMutex
 	policies map[string]*compiledPolicy
 
 	memo *writeMemo // entries known to be in the kernel already
 
+	warnUp, warnWrite logLimiter // one warning a second each
+
 	// server state (server.go)
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	udp     *udpSocket
-	tcp     *net.TCPListener
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // TCP and upstream-bound UDP queries
-	udpWG   sync.WaitGroup // UDP workers
-	sem     chan struct{}
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	udp      *udpSocket
+	tcp      *net.TCPListener
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // TCP and upstream-bound UDP queries
+	udpWG    sync.WaitGroup // UDP workers
+	sem      chan struct{}  // MaxInflight
+	tcpConns chan struct{}  // MaxTCPConns
+	upPer    *perSession    // upstream-bound UDP queries per session
+	tcpPer   *perSession    // TCP connections per session
 }
 
 // New checks cfg and builds a Resolver. It reads ResolvConf when no
@@ -62,14 +69,18 @@ func New(cfg Config) (*Resolver, error) {
 	r := &Resolver{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "dnsresolver"),
-		up:       newForwarder(cfg.Upstreams, cfg.UpstreamTimeout),
+		fwd:      newForwarder(cfg.Upstreams, cfg.UpstreamTimeout),
 		cache:    newCache(cfg.CacheSize),
 		policies: map[string]*compiledPolicy{},
 		sem:      make(chan struct{}, cfg.MaxInflight),
+		tcpConns: make(chan struct{}, cfg.MaxTCPConns),
+		upPer:    newPerSession(cfg.PerSessionLimit),
+		tcpPer:   newPerSession(cfg.PerSessionLimit),
 	}
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)
 	}
+	r.up = r.fwd
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -227,18 +238,31 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 	q := p.q
 	if p.res == nil {
-		resp, err := r.up.exchange(ctx, upstreamQuery(p.qname, p.qtype))
-		if err == nil {
-			p.res, err = r.parse(p.qname, p.qtype, resp, p.now)
-		}
+		// Queries for the same name and type that miss together share one
+		// upstream query (whichever session asked first: the result holds
+		// no session data).
+		k := cacheKey{p.qname, p.qtype}
+		var err error
+		p.res, err = r.flight.do(k, func() (*result, error) {
+			resp, err := r.up.exchange(ctx, upstreamQuery(p.qname, p.qtype))
+			if err != nil {
+				return nil, err
+			}
+			res, err := r.parse(p.qname, p.qtype, resp, p.now)
+			if err == nil {
+				r.cache.put(k, res)
+			}
+			return res, err
+		})
 		if err != nil {
 			if errors.Is(err, errBadTarget) {
 				return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
 			}
-			r.log.Warn("upstream", "session", q.session, "name", p.qname, "qtype", dns.TypeToString[p.qtype], "err", err)
+			if ok, n := r.warnUp.allow(time.Now()); ok {
+				r.log.Warn("upstream failed; SERVFAIL", "session", q.session, "name", p.qname, "qtype", dns.TypeToString[p.qtype], "err", err, "suppressed", n)
+			}
 			return r.servfail(q)
 		}
-		r.cache.put(cacheKey{p.qname, p.qtype}, p.res)
 	}
 	for _, l := range p.res.chain {
 		if p.pol.denied(l.target) {
@@ -341,13 +365,14 @@ func (r *Resolver) clampTTL(ttl uint32) time.Duration {
 	return min(max(time.Duration(ttl)*time.Second, r.cfg.MinTTL), r.cfg.MaxTTL)
 }
 
-// ttlAt is the TTL, in whole seconds rounded up, left at now until expires.
+// ttlAt is the TTL left at now until expires, in whole seconds rounded
+// down: a client caching the answer never outlives the kernel entry.
 func ttlAt(expires, now time.Time) uint32 {
 	d := expires.Sub(now)
 	if d <= 0 {
 		return 0
 	}
-	return uint32((d + time.Second - 1) / time.Second)
+	return uint32(d / time.Second)
 }
 
 // answer applies the session's grants to a result: strips non-public
@@ -381,7 +406,9 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 		}
 		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
 			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
-			r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err)
+			if ok, n := r.warnWrite.allow(time.Now()); ok {
+				r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err, "suppressed", n)
+			}
 			return r.servfail(q)
 		}
 		r.memo.add(q.session, rule)

@@ -1,11 +1,14 @@
 package dnsresolver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,7 +121,17 @@ func TestResolve(t *testing.T) {
 					if len(resp.Answer) > 0 && resp.Answer[0].Header().Name != tc.qname {
 						t.Errorf("answer owner %q, want the question's %q", resp.Answer[0].Header().Name, tc.qname)
 					}
-					checkEntries(t, e.dp.take(), tc.entries, before, after)
+					got := e.dp.take()
+					checkEntries(t, got, tc.entries, before, after)
+					// No answer outlives its kernel entry in a client's cache.
+					for _, rr := range resp.Answer {
+						for _, g := range got {
+							if a := answerAddrs(&dns.Msg{Answer: []dns.RR{rr}}); len(a) == 1 && g.Rule.Prefix.Addr().String() == a[0] &&
+								before.Add(time.Duration(rr.Header().Ttl)*time.Second).After(g.Rule.Expires) {
+								t.Errorf("%s: TTL %d outlives the entry (expires %v)", a[0], rr.Header().Ttl, g.Rule.Expires)
+							}
+						}
+					}
 					den := e.den.take()
 					if tc.denial == noDenial {
 						if len(den) != 0 {
@@ -637,5 +650,202 @@ func TestNoReflection(t *testing.T) {
 	}
 	if e.up.queries() != 0 {
 		t.Fatal("forwarded")
+	}
+}
+
+// TestLimits: upstream-bound UDP queries beyond the limits are dropped and
+// counted; TCP connections beyond them are closed.
+func TestLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"global", func(c *Config) { c.MaxInflight = 2; c.MaxTCPConns = 2 }},
+		{"per session", func(c *Config) { c.PerSessionLimit = 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLimits(t, newTestEnv(t, tc.mod)) })
+	}
+}
+
+func testLimits(t *testing.T, e *testEnv) {
+	t.Run("inflight", func(t *testing.T) {
+		e.up.setDelay(300 * time.Millisecond)
+		t.Cleanup(func() { e.up.setDelay(0) })
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		to := netip.AddrPortFrom(SessionAddr(1), e.r.Port())
+		names := []string{"allowed.test.", "api.allowed.test.", "deep.api.allowed.test.", "rebind.test.", "long.test."}
+		for _, n := range names {
+			m := new(dns.Msg)
+			m.SetQuestion(n, dns.TypeA)
+			b, _ := m.Pack()
+			if _, err := c.WriteToUDPAddrPort(b, to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := 0
+		buf := make([]byte, 4096)
+		for {
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, _, err := c.ReadFromUDPAddrPort(buf); err != nil {
+				break
+			}
+			got++
+		}
+		if d := e.r.Stats().Total.Dropped; got != 2 || d != 3 {
+			t.Fatalf("%d answered, %d dropped; want 2 and 3", got, d)
+		}
+	})
+	t.Run("tcp conns", func(t *testing.T) {
+		addr := netip.AddrPortFrom(SessionAddr(1), e.r.Port()).String()
+		var conns []net.Conn
+		t.Cleanup(func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+		for range 2 {
+			c, err := net.Dial("tcp4", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		time.Sleep(100 * time.Millisecond) // let the server accept both
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("third connection not closed: %v", err)
+		}
+		// The first two still work.
+		dc := &dns.Client{Net: "tcp"}
+		m := new(dns.Msg)
+		m.SetQuestion("allowed.test.", dns.TypeA)
+		if _, _, err := dc.ExchangeWithConn(m, &dns.Conn{Conn: conns[0]}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestSharedAddressKeepsLongerExpiry: two names on one address with
+// different TTLs; the later, shorter answer does not shorten the entry.
+func TestSharedAddressKeepsLongerExpiry(t *testing.T) {
+	e := newTestEnv(t, nil)
+	up := startFakeUpstream(t, []string{"a.cdn.test. 300 IN A 93.184.216.40", "b.cdn.test. 20 IN A 93.184.216.40"})
+	r2, err := New(Config{Dataplane: e.dp, SessionName: e.dp.SessionByIndex, ListenAddr: netip.MustParseAddrPort("0.0.0.0:0"),
+		Upstreams: []netip.AddrPort{up.addr}, Logger: e.r.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r2.Close() })
+	if err := r2.SetPolicy("s1", Policy{Grants: []Grant{{Pattern: "**.cdn.test", Handle: h1}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("a.cdn.test.", dns.TypeA)
+	qa, _ := m.Pack()
+	m.SetQuestion("b.cdn.test.", dns.TypeA)
+	qb, _ := m.Pack()
+	if out := r2.handleRaw(SessionAddr(1), "udp", qa); out == nil {
+		t.Fatal("no answer")
+	}
+	if out := r2.handleRaw(SessionAddr(1), "udp", qb); out == nil {
+		t.Fatal("no answer")
+	}
+	got := e.dp.take()
+	if len(got) != 1 || time.Until(got[0].Rule.Expires) < 250*time.Second {
+		t.Fatalf("entries %v: want one, expiring in about 300s", got)
+	}
+	if st := r2.Stats(); st.Total.WritesSkipped != 1 {
+		t.Fatalf("stats %+v", st.Total)
+	}
+}
+
+// TestUpstreamSharing: concurrent misses for one name cost one upstream
+// query, and sequential misses reuse pooled upstream sockets.
+func TestUpstreamSharing(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.CacheSize = -1 })
+	t.Run("singleflight", func(t *testing.T) {
+		e.up.setDelay(200 * time.Millisecond)
+		t.Cleanup(func() { e.up.setDelay(0) })
+		n0 := e.up.queries()
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				if r := e.ask(t, 1, "tcp", "api.allowed.test.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+					t.Errorf("%v", r)
+				}
+			})
+		}
+		wg.Wait()
+		if n := e.up.queries() - n0; n != 1 {
+			t.Fatalf("%d upstream queries for 5 concurrent misses", n)
+		}
+	})
+	t.Run("pooled sockets", func(t *testing.T) {
+		e.up.mu.Lock()
+		e.up.srcs = nil
+		e.up.mu.Unlock()
+		for range 20 {
+			e.ask(t, 1, "udp", "allowed.test.", dns.TypeA)
+		}
+		e.up.mu.Lock()
+		defer e.up.mu.Unlock()
+		ports := map[string]bool{}
+		for _, s := range e.up.srcs {
+			ports[s] = true
+		}
+		if len(e.up.srcs) != 20 || len(ports) > 2 {
+			t.Fatalf("%d queries from %d source ports", len(e.up.srcs), len(ports))
+		}
+	})
+}
+
+// TestPerSessionIsolation: a session at its PerSessionLimit does not hold up
+// another session's upstream-bound queries.
+func TestPerSessionIsolation(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.PerSessionLimit = 1 })
+	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	e.up.setDelay(300 * time.Millisecond)
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	send := func(idx uint32, name string) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		b, _ := m.Pack()
+		if _, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(SessionAddr(idx), e.r.Port())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1, "allowed.test.")
+	send(1, "api.allowed.test.") // dropped: s1 has one query pending
+	send(300, "rebind.test.")    // s2: answered
+	from := map[netip.Addr]int{}
+	buf := make([]byte, 4096)
+	for {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		_, src, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		from[src.Addr()]++
+	}
+	if from[SessionAddr(1)] != 1 || from[SessionAddr(300)] != 1 {
+		t.Fatalf("answers by session address: %v", from)
+	}
+	if st := e.r.Stats(); st.Sessions["s1"].Dropped != 1 || st.Sessions["s2"].Dropped != 0 {
+		t.Fatalf("drops: s1 %d, s2 %d", st.Sessions["s1"].Dropped, st.Sessions["s2"].Dropped)
 	}
 }

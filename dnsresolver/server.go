@@ -96,6 +96,7 @@ func (r *Resolver) Close() error {
 		// Only now: no goroutine can still use the descriptor.
 		errs = append(errs, r.udp.close())
 	}
+	r.fwd.close()
 	return errors.Join(errs...)
 }
 
@@ -110,7 +111,22 @@ func (r *Resolver) serveTCP() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		r.wg.Go(func() { r.serveConn(c) })
+		idx, _ := SessionIndexFromAddr(c.LocalAddr().(*net.TCPAddr).AddrPort().Addr())
+		if !r.tcpPer.acquire(idx) {
+			c.Close() // at Config.PerSessionLimit for this session
+			continue
+		}
+		select {
+		case r.tcpConns <- struct{}{}:
+		default:
+			r.tcpPer.release(idx)
+			c.Close() // at Config.MaxTCPConns: refuse, the client retries
+			continue
+		}
+		r.wg.Go(func() {
+			defer func() { <-r.tcpConns; r.tcpPer.release(idx) }()
+			r.serveConn(c)
+		})
 	}
 }
 

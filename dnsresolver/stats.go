@@ -55,19 +55,20 @@ type Counters struct {
 	WriteErrors    uint64 // AllowEgress calls that failed
 	WritesSkipped  uint64 // identical entries already written (see Config.AlwaysWrite)
 	Stripped       uint64 // addresses dropped as non-public
+	Dropped        uint64 // UDP queries dropped: MaxInflight upstream queries already pending
 	Denials        [NumReasons]uint64
 }
 
 type counters struct {
-	queries, answered, refused, servfail, cacheHits, written, writeErr, memoHits, stripped atomic.Uint64
-	denials                                                                                [NumReasons]atomic.Uint64
+	queries, answered, refused, servfail, cacheHits, written, writeErr, memoHits, stripped, dropped atomic.Uint64
+	denials                                                                                         [NumReasons]atomic.Uint64
 }
 
 func (c *counters) snapshot() Counters {
 	s := Counters{
 		Queries: c.queries.Load(), Answered: c.answered.Load(), Refused: c.refused.Load(),
 		ServFail: c.servfail.Load(), CacheHits: c.cacheHits.Load(), EntriesWritten: c.written.Load(),
-		WriteErrors: c.writeErr.Load(), WritesSkipped: c.memoHits.Load(), Stripped: c.stripped.Load(),
+		WriteErrors: c.writeErr.Load(), WritesSkipped: c.memoHits.Load(), Stripped: c.stripped.Load(), Dropped: c.dropped.Load(),
 	}
 	for i := range c.denials {
 		s.Denials[i] = c.denials[i].Load()
@@ -130,4 +131,21 @@ func safeName(s string) string {
 		q = q[:max] + "..."
 	}
 	return q
+}
+
+// logLimiter lets one warning through per interval and counts the rest, so
+// a dead upstream or a flood cannot fill the log.
+type logLimiter struct {
+	next       atomic.Int64 // Unix ns before which warnings are suppressed
+	suppressed atomic.Uint64
+}
+
+// allow reports whether to log now, and how many were suppressed before.
+func (l *logLimiter) allow(now time.Time) (bool, uint64) {
+	n := l.next.Load()
+	if now.UnixNano() < n || !l.next.CompareAndSwap(n, now.Add(time.Second).UnixNano()) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
 }
