@@ -94,6 +94,14 @@ struct {
 	__uint(max_entries, 262144);
 } shk_flows SEC(".maps");
 
+/* The last TCP connect allowed on each CPU (struct shk_lastconn). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct shk_lastconn);
+	__uint(max_entries, 1);
+} shk_lastconns SEC(".maps");
+
 /* Global configuration, one entry (struct shk_config). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -483,7 +491,21 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
 		return 0;
 	}
+	if (connect && proto == IPPROTO_TCP) {
+		__u32 zero = 0;
+		struct shk_lastconn *lc = bpf_map_lookup_elem(&shk_lastconns, &zero);
 
+		if (lc) {
+			lc->cgroup_id = cgid;
+			lc->daddr[0] = daddr[0];
+			lc->daddr[1] = daddr[1];
+			lc->daddr[2] = daddr[2];
+			lc->daddr[3] = daddr[3];
+			lc->dport = dport;
+			lc->family = family;
+			lc->valid = 1;
+		}
+	}
 	return 1;
 }
 
@@ -654,6 +676,20 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
 	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
 		return 1;
+
+	/* The SYN of the connect the connect hook just allowed on this CPU. */
+	if (p.syn && !p.data) {
+		struct shk_lastconn *lc = bpf_map_lookup_elem(&shk_lastconns, &zero);
+
+		if (lc && lc->valid && lc->dport == p.peer_port && lc->family == p.family &&
+		    lc->daddr[0] == p.peer[0] &&
+		    (p.family == AF_INET ||
+		     (lc->daddr[1] == p.peer[1] && lc->daddr[2] == p.peer[2] && lc->daddr[3] == p.peer[3])) &&
+		    lc->cgroup_id == bpf_skb_ancestor_cgroup_id(skb, shk_session_level)) {
+			lc->valid = 0;
+			return 1;
+		}
+	}
 
 	/* An active open carries no data: check it against the map, record
 	 * nothing. Data packets use (and build) the flow's record. */

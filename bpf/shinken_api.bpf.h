@@ -125,6 +125,17 @@ struct shk_config {
 	__u32 flags;    /* reserved, 0 */
 };
 
+/* Value of shk_lastconn (per-CPU, one entry): the TCP connect the connect
+ * hook allowed last on this CPU. The SYN that connect() sends next, on the
+ * same CPU, then needs no second egress-map lookup. Consumed by that SYN. */
+struct shk_lastconn {
+	__u64 cgroup_id; /* session cgroup of the connecting task */
+	__u32 daddr[4];  /* IPv4 in daddr[0] */
+	__u16 dport;     /* host order */
+	__u16 family;
+	__u32 valid;
+};
+
 /* One denial, sent best effort through shk_events. */
 struct shk_event {
 	__u64 ts_ns;     /* CLOCK_BOOTTIME */

@@ -77,6 +77,15 @@ type shkShkHandle struct {
 	ExpiresNs        uint64
 }
 
+type shkShkLastconn struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Daddr    [4]uint32
+	Dport    uint16
+	Family   uint16
+	Valid    uint32
+}
+
 type shkShkRule struct {
 	_          structs.HostLayout
 	Handle     uint32
@@ -104,6 +113,7 @@ const (
 	shkMapShkEvents        = "shk_events"
 	shkMapShkFlows         = "shk_flows"
 	shkMapShkHandles       = "shk_handles"
+	shkMapShkLastconns     = "shk_lastconns"
 	shkMapShkSessions      = "shk_sessions"
 	shkMapShkSettings      = "shk_settings"
 	shkMapShkStats         = "shk_stats"
@@ -179,15 +189,16 @@ type shkProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkMapSpecs struct {
-	ShkCounters *ebpf.MapSpec `ebpf:"shk_counters"`
-	ShkEgress4  *ebpf.MapSpec `ebpf:"shk_egress4"`
-	ShkEgress6  *ebpf.MapSpec `ebpf:"shk_egress6"`
-	ShkEvents   *ebpf.MapSpec `ebpf:"shk_events"`
-	ShkFlows    *ebpf.MapSpec `ebpf:"shk_flows"`
-	ShkHandles  *ebpf.MapSpec `ebpf:"shk_handles"`
-	ShkSessions *ebpf.MapSpec `ebpf:"shk_sessions"`
-	ShkSettings *ebpf.MapSpec `ebpf:"shk_settings"`
-	ShkStats    *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkCounters  *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkEgress4   *ebpf.MapSpec `ebpf:"shk_egress4"`
+	ShkEgress6   *ebpf.MapSpec `ebpf:"shk_egress6"`
+	ShkEvents    *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkFlows     *ebpf.MapSpec `ebpf:"shk_flows"`
+	ShkHandles   *ebpf.MapSpec `ebpf:"shk_handles"`
+	ShkLastconns *ebpf.MapSpec `ebpf:"shk_lastconns"`
+	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
+	ShkSettings  *ebpf.MapSpec `ebpf:"shk_settings"`
+	ShkStats     *ebpf.MapSpec `ebpf:"shk_stats"`
 }
 
 // shkVariableSpecs contains global variables before they are loaded into the kernel.
@@ -218,15 +229,16 @@ func (o *shkObjects) Close() error {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkMaps struct {
-	ShkCounters *ebpf.Map `ebpf:"shk_counters"`
-	ShkEgress4  *ebpf.Map `ebpf:"shk_egress4"`
-	ShkEgress6  *ebpf.Map `ebpf:"shk_egress6"`
-	ShkEvents   *ebpf.Map `ebpf:"shk_events"`
-	ShkFlows    *ebpf.Map `ebpf:"shk_flows"`
-	ShkHandles  *ebpf.Map `ebpf:"shk_handles"`
-	ShkSessions *ebpf.Map `ebpf:"shk_sessions"`
-	ShkSettings *ebpf.Map `ebpf:"shk_settings"`
-	ShkStats    *ebpf.Map `ebpf:"shk_stats"`
+	ShkCounters  *ebpf.Map `ebpf:"shk_counters"`
+	ShkEgress4   *ebpf.Map `ebpf:"shk_egress4"`
+	ShkEgress6   *ebpf.Map `ebpf:"shk_egress6"`
+	ShkEvents    *ebpf.Map `ebpf:"shk_events"`
+	ShkFlows     *ebpf.Map `ebpf:"shk_flows"`
+	ShkHandles   *ebpf.Map `ebpf:"shk_handles"`
+	ShkLastconns *ebpf.Map `ebpf:"shk_lastconns"`
+	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
+	ShkSettings  *ebpf.Map `ebpf:"shk_settings"`
+	ShkStats     *ebpf.Map `ebpf:"shk_stats"`
 }
 
 func (m *shkMaps) Close() error {
@@ -237,6 +249,7 @@ func (m *shkMaps) Close() error {
 		m.ShkEvents,
 		m.ShkFlows,
 		m.ShkHandles,
+		m.ShkLastconns,
 		m.ShkSessions,
 		m.ShkSettings,
 		m.ShkStats,

@@ -28,6 +28,7 @@
 //	udpflood N ADDR       sendto ADDR N times from one unconnected UDP socket; answers "ok COUNT NS"
 //	dns udp|cudp|tcp ADDR send "q" to ADDR (unconnected UDP, connected UDP or TCP) and read the reply; answers "ok FROM REPLY"
 //	cpu N                 pin this process to CPU N
+//	tid                   answers "ok TID" (the thread every command runs on)
 //	pid                   answers "ok PID"
 package probe
 
@@ -37,6 +38,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +51,9 @@ const EnvVar = "SHINKEN_PROBE"
 
 // Main serves the protocol on stdin/stdout until EOF, then exits.
 func Main() {
+	// Every command runs on this one OS thread, so "cpu" and a scheduling
+	// policy set on "tid" apply to the thread doing the work.
+	runtime.LockOSThread()
 	p := &prober{socks: map[string]int{}}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<16), 1<<20)
@@ -110,6 +115,8 @@ func (p *prober) do(f []string) string {
 		var set unix.CPUSet
 		set.Set(n)
 		return result("", unix.SchedSetaffinity(0, &set))
+	case "tid":
+		return result(strconv.Itoa(unix.Gettid()), nil)
 	case "pid":
 		return result(strconv.Itoa(os.Getpid()), nil)
 	case "tcp", "tcp6", "mptcp":
