@@ -33,7 +33,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(probe.EnvVar) != "" {
 		probe.Main()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }
 
 type env struct {
