@@ -82,6 +82,26 @@ struct {
 	__uint(max_entries, 1048576);
 } shk_egress6 SEC(".maps");
 
+/* Exact (/32, /128) entries live in hashes, shorter prefixes in the tries:
+ * most entries are single addresses (DNS answers), and a hash lookup costs a
+ * fraction of a trie walk over a million keys. Same keys and values as the
+ * tries (prefixlen 64 / 160). Sized by user space like the tries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct shk_egress4_key);
+	__type(value, struct shk_egress_value);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1048576);
+} shk_exact4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct shk_egress6_key);
+	__type(value, struct shk_egress_value);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1048576);
+} shk_exact6 SEC(".maps");
+
 /* Socket cookie -> the handle a flow's packets are checked against (see
  * struct shk_flow). An LRU: records of closed sockets age out without a
  * release hook, and a record evicted from a live flow is rebuilt from the
@@ -257,7 +277,15 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
 
+	struct shk_egress_value *x;
+
 	__builtin_memcpy(key.addr, &daddr, 4);
+	x = bpf_map_lookup_elem(&shk_exact4, &key);
+	if (x) {
+		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		if (best == SHK_REASON_NONE)
+			return best;
+	}
 	for (int i = 0; i < SHK_MAX_COVER; i++) {
 		struct shk_egress_value *v = bpf_map_lookup_elem(&shk_egress4, &key);
 
@@ -279,7 +307,15 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
 
+	struct shk_egress_value *x;
+
 	__builtin_memcpy(key.addr, daddr, 16);
+	x = bpf_map_lookup_elem(&shk_exact6, &key);
+	if (x) {
+		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		if (best == SHK_REASON_NONE)
+			return best;
+	}
 	for (int i = 0; i < SHK_MAX_COVER; i++) {
 		struct shk_egress_value *v = bpf_map_lookup_elem(&shk_egress6, &key);
 

@@ -21,8 +21,8 @@ type Config struct {
 
 	MaxSessions    uint32 // default 65536
 	MaxHandles     uint32 // default 262144
-	MaxEgress4     uint32 // IPv4 entries, all sessions together; default 2097152
-	MaxEgress6     uint32 // IPv6 entries, all sessions together; default 1048576
+	MaxEgress4     uint32 // IPv4 entries, all sessions together, in each of the prefix trie and the exact-address hash; default 2097152
+	MaxEgress6     uint32 // IPv6 entries likewise; default 1048576
 	MaxFlows       uint32 // flow verdicts cached (LRU), all sessions; default 262144
 	EventRingBytes uint32 // default 1 MiB; power of two
 	noAttach       bool   // tests of load and map logic only

@@ -40,7 +40,7 @@ type Dataplane struct {
 	freeIdx   []uint32 // unused session indices (stack)
 	nextIdx   uint32   // lowest never-used index
 	prefixes  map[uint32]map[netip.Prefix]struct{}
-	n4, n6    int      // entries in prefixes, by family
+	nEntries  [4]int   // entries in prefixes: egress4, exact4, egress6, exact6
 	handleGen []uint32 // last generation issued per slot
 	freeSlots []uint32
 	nextSlot  uint32
@@ -134,6 +134,8 @@ func (d *Dataplane) open() error {
 		"shk_handles":  d.cfg.MaxHandles,
 		"shk_egress4":  d.cfg.MaxEgress4,
 		"shk_egress6":  d.cfg.MaxEgress6,
+		"shk_exact4":   d.cfg.MaxEgress4,
+		"shk_exact6":   d.cfg.MaxEgress6,
 		"shk_counters": d.cfg.MaxSessions * NumReasons,
 		"shk_events":   d.cfg.EventRingBytes,
 		"shk_flows":    d.cfg.MaxFlows,
@@ -361,45 +363,54 @@ func (d *Dataplane) reconcile() error {
 }
 
 func (d *Dataplane) reconcileEgress() error {
+	for _, m := range []struct {
+		m  *ebpf.Map
+		v6 bool
+	}{{d.objs.ShkEgress4, false}, {d.objs.ShkExact4, false}, {d.objs.ShkEgress6, true}, {d.objs.ShkExact6, true}} {
+		if err := d.reconcileEgressMap(m.m, m.v6); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileEgressMap indexes one egress map's entries and deletes those of no
+// session.
+func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 	var (
-		k4   shkShkEgress4Key
-		k6   shkShkEgress6Key
-		v    shkShkEgressValue
-		del4 []shkShkEgress4Key
-		del6 []shkShkEgress6Key
+		k4    shkShkEgress4Key
+		k6    shkShkEgress6Key
+		v     shkShkEgressValue
+		stale []any
 	)
-	it := d.objs.ShkEgress4.Iterate()
-	for it.Next(&k4, &v) {
-		if _, ok := d.byIndex[k4.Session]; !ok || k4.Prefixlen < 32 {
-			del4 = append(del4, k4)
-			continue
+	if !v6 {
+		it := m.Iterate()
+		for it.Next(&k4, &v) {
+			if _, ok := d.byIndex[k4.Session]; !ok || k4.Prefixlen < 32 || k4.Prefixlen > 64 {
+				stale = append(stale, k4)
+				continue
+			}
+			d.indexPrefix(k4.Session, netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32)))
 		}
-		p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32))
-		d.indexPrefix(k4.Session, p)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read egress4: %w", err)
-	}
-	it = d.objs.ShkEgress6.Iterate()
-	for it.Next(&k6, &v) {
-		if _, ok := d.byIndex[k6.Session]; !ok || k6.Prefixlen < 32 {
-			del6 = append(del6, k6)
-			continue
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", m, err)
 		}
-		p := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32))
-		d.indexPrefix(k6.Session, p)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read egress6: %w", err)
-	}
-	for _, k := range del4 {
-		if err := d.objs.ShkEgress4.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("purge stale egress4 entry: %w", err)
+	} else {
+		it := m.Iterate()
+		for it.Next(&k6, &v) {
+			if _, ok := d.byIndex[k6.Session]; !ok || k6.Prefixlen < 32 || k6.Prefixlen > 160 {
+				stale = append(stale, k6)
+				continue
+			}
+			d.indexPrefix(k6.Session, netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32)))
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", m, err)
 		}
 	}
-	for _, k := range del6 {
-		if err := d.objs.ShkEgress6.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("purge stale egress6 entry: %w", err)
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("purge stale egress entry: %w", err)
 		}
 	}
 	return nil
@@ -459,11 +470,14 @@ func (d *Dataplane) unindexPrefix(session uint32, p netip.Prefix) {
 }
 
 func (d *Dataplane) countPrefix(p netip.Prefix, n int) {
-	if p.Addr().Is4() {
-		d.n4 += n
-	} else {
-		d.n6 += n
+	i := 0
+	if !p.Addr().Is4() {
+		i = 2
 	}
+	if p.Bits() == p.Addr().BitLen() {
+		i++
+	}
+	d.nEntries[i] += n
 }
 
 func sleepBriefly(i int) {

@@ -458,13 +458,13 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatalf("no map %s", m)
 		return 0
 	}
-	if occ("egress4") != 1 || occ("sessions") != 1 {
+	if occ("exact4") != 1 || occ("egress4") != 0 || occ("sessions") != 1 {
 		t.Errorf("occupancy before destroy: %+v", d.Occupancy())
 	}
 	if err := d.DestroySession("one"); err != nil {
 		t.Fatal(err)
 	}
-	if occ("egress4") != 0 || occ("sessions") != 0 {
+	if occ("exact4") != 0 || occ("sessions") != 0 {
 		t.Errorf("occupancy after destroy: %+v", d.Occupancy())
 	}
 	if _, err := os.Stat(s1.Path); !os.IsNotExist(err) {

@@ -465,18 +465,35 @@ func encodeRule(r EgressRule) shkShkRule {
 	}
 }
 
-func (d *Dataplane) lookupEntry(session uint32, p netip.Prefix) (shkShkEgressValue, bool, error) {
-	var val shkShkEgressValue
-	var err error
+// entryMap is the map that holds p: the exact-address hash for a /32 or
+// /128, the trie otherwise.
+func (d *Dataplane) entryMap(p netip.Prefix) *ebpf.Map {
+	exact := p.Bits() == p.Addr().BitLen()
+	switch {
+	case p.Addr().Is4() && exact:
+		return d.objs.ShkExact4
+	case p.Addr().Is4():
+		return d.objs.ShkEgress4
+	case exact:
+		return d.objs.ShkExact6
+	}
+	return d.objs.ShkEgress6
+}
+
+func entryKey(session uint32, p netip.Prefix) any {
 	if p.Addr().Is4() {
 		k := key4(session, p)
-		// An LPM lookup returns the longest match, not the exact one: check
-		// the entry's own prefix length.
-		err = d.objs.ShkEgress4.Lookup(&k, &val)
-	} else {
-		k := key6(session, p)
-		err = d.objs.ShkEgress6.Lookup(&k, &val)
+		return &k
 	}
+	k := key6(session, p)
+	return &k
+}
+
+func (d *Dataplane) lookupEntry(session uint32, p netip.Prefix) (shkShkEgressValue, bool, error) {
+	var val shkShkEgressValue
+	// A trie lookup returns the longest match, not the exact one: the
+	// entry's own prefix length is checked below.
+	err := d.entryMap(p).Lookup(entryKey(session, p), &val)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return shkShkEgressValue{}, false, nil
 	}
@@ -493,14 +510,7 @@ func (d *Dataplane) lookupEntry(session uint32, p netip.Prefix) (shkShkEgressVal
 }
 
 func (d *Dataplane) writeEntry(session uint32, p netip.Prefix, val *shkShkEgressValue, flags ebpf.MapUpdateFlags) error {
-	var err error
-	if p.Addr().Is4() {
-		k := key4(session, p)
-		err = d.objs.ShkEgress4.Update(&k, val, flags)
-	} else {
-		k := key6(session, p)
-		err = d.objs.ShkEgress6.Update(&k, val, flags)
-	}
+	err := d.entryMap(p).Update(entryKey(session, p), val, flags)
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
 		return fmt.Errorf("%w: egress entries (IPv4 %d, IPv6 %d)", ErrMapFull, d.cfg.MaxEgress4, d.cfg.MaxEgress6)
 	}
@@ -511,14 +521,7 @@ func (d *Dataplane) writeEntry(session uint32, p netip.Prefix, val *shkShkEgress
 }
 
 func (d *Dataplane) deleteEntry(session uint32, p netip.Prefix) error {
-	var err error
-	if p.Addr().Is4() {
-		k := key4(session, p)
-		err = d.objs.ShkEgress4.Delete(&k)
-	} else {
-		k := key6(session, p)
-		err = d.objs.ShkEgress6.Delete(&k)
-	}
+	err := d.entryMap(p).Delete(entryKey(session, p))
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete egress entry %s: %w", p, err)
 	}
@@ -653,16 +656,18 @@ type Occupancy struct {
 }
 
 // Occupancy reports the entries in use and the capacity of the sessions,
-// handles and egress maps, from the dataplane's own indexes (no map walk).
+// handles and egress maps (prefix tries and exact-address hashes), from the
+// dataplane's own indexes (no map walk).
 func (d *Dataplane) Occupancy() []Occupancy {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	v4, v6 := d.n4, d.n6
 	handles := int(d.nextSlot) - 1 - len(d.freeSlots)
 	return []Occupancy{
 		{"sessions", len(d.sessions), int(d.cfg.MaxSessions) - 1},
 		{"handles", handles, int(d.cfg.MaxHandles) - 1},
-		{"egress4", v4, int(d.cfg.MaxEgress4)},
-		{"egress6", v6, int(d.cfg.MaxEgress6)},
+		{"egress4", d.nEntries[0], int(d.cfg.MaxEgress4)},
+		{"exact4", d.nEntries[1], int(d.cfg.MaxEgress4)},
+		{"egress6", d.nEntries[2], int(d.cfg.MaxEgress6)},
+		{"exact6", d.nEntries[3], int(d.cfg.MaxEgress6)},
 	}
 }

@@ -111,6 +111,8 @@ const (
 	shkMapShkEgress4       = "shk_egress4"
 	shkMapShkEgress6       = "shk_egress6"
 	shkMapShkEvents        = "shk_events"
+	shkMapShkExact4        = "shk_exact4"
+	shkMapShkExact6        = "shk_exact6"
 	shkMapShkFlows         = "shk_flows"
 	shkMapShkHandles       = "shk_handles"
 	shkMapShkLastconns     = "shk_lastconns"
@@ -193,6 +195,8 @@ type shkMapSpecs struct {
 	ShkEgress4   *ebpf.MapSpec `ebpf:"shk_egress4"`
 	ShkEgress6   *ebpf.MapSpec `ebpf:"shk_egress6"`
 	ShkEvents    *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkExact4    *ebpf.MapSpec `ebpf:"shk_exact4"`
+	ShkExact6    *ebpf.MapSpec `ebpf:"shk_exact6"`
 	ShkFlows     *ebpf.MapSpec `ebpf:"shk_flows"`
 	ShkHandles   *ebpf.MapSpec `ebpf:"shk_handles"`
 	ShkLastconns *ebpf.MapSpec `ebpf:"shk_lastconns"`
@@ -233,6 +237,8 @@ type shkMaps struct {
 	ShkEgress4   *ebpf.Map `ebpf:"shk_egress4"`
 	ShkEgress6   *ebpf.Map `ebpf:"shk_egress6"`
 	ShkEvents    *ebpf.Map `ebpf:"shk_events"`
+	ShkExact4    *ebpf.Map `ebpf:"shk_exact4"`
+	ShkExact6    *ebpf.Map `ebpf:"shk_exact6"`
 	ShkFlows     *ebpf.Map `ebpf:"shk_flows"`
 	ShkHandles   *ebpf.Map `ebpf:"shk_handles"`
 	ShkLastconns *ebpf.Map `ebpf:"shk_lastconns"`
@@ -247,6 +253,8 @@ func (m *shkMaps) Close() error {
 		m.ShkEgress4,
 		m.ShkEgress6,
 		m.ShkEvents,
+		m.ShkExact4,
+		m.ShkExact6,
 		m.ShkFlows,
 		m.ShkHandles,
 		m.ShkLastconns,
