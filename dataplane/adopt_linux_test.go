@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 // TestAdoption: programs and maps keep enforcing after the loader process
@@ -18,7 +20,7 @@ func TestAdoption(t *testing.T) {
 	allowed := listenTCP(t, "127.0.0.2:0")
 	denied := listenTCP(t, "127.0.0.3:0")
 
-	loader := exec.Command(probeBinary(t))
+	loader := exec.Command(probe.Binary(t))
 	loader.Env = []string{loaderEnv + "=1", "SHINKEN_TEST_PARENT=" + cfg.Parent, "SHINKEN_TEST_PIN=" + cfg.PinPath,
 		"SHINKEN_TEST_ALLOW=" + allowed.addr()}
 	out, err := loader.CombinedOutput()
@@ -37,10 +39,10 @@ func TestAdoption(t *testing.T) {
 	sess := Session{Name: "ad", Path: filepath.Join(root, cfg.Parent, "ad")}
 	p := startProbe(t, sess, ProcOptions{})
 	// No loader process is alive now: the kernel enforces on its own.
-	if got := p.do("tcp " + allowed.addr()); got != "ok" {
+	if got := p.Do("tcp " + allowed.addr()); got != "ok" {
 		t.Fatalf("allowed with no agent running: %s", got)
 	}
-	if got := p.do("tcp " + denied.addr()); got != "err EPERM" {
+	if got := p.Do("tcp " + denied.addr()); got != "err EPERM" {
 		t.Fatalf("denied with no agent running: %s", got)
 	}
 
@@ -50,8 +52,8 @@ func TestAdoption(t *testing.T) {
 	ha := startProbe(t, sess, ProcOptions{})
 	resD := make(chan string, 1)
 	resA := make(chan string, 1)
-	go func() { resD <- hd.doAsync("hammer " + denied.addr() + " 1.5") }()
-	go func() { resA <- ha.doAsync("hammer " + allowed.addr() + " 1.5") }()
+	go func() { resD <- hd.DoAsync("hammer " + denied.addr() + " 1.5") }()
+	go func() { resA <- ha.DoAsync("hammer " + allowed.addr() + " 1.5") }()
 	d, err := Open(loaderConfig2(cfg))
 	if err != nil {
 		t.Fatalf("adopt: %v", err)
@@ -84,7 +86,7 @@ func TestAdoption(t *testing.T) {
 	if err := d.Revoke(rules[0].Handle); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + allowed.addr()); got != "err EPERM" {
+	if got := p.Do("tcp " + allowed.addr()); got != "err EPERM" {
 		t.Errorf("revoke through the adopted dataplane: %s", got)
 	}
 	// A new handle must not collide with the adopted one.

@@ -66,7 +66,7 @@ func TestDNSRedirect(t *testing.T) {
 	p := startProbe(t, s, ProcOptions{})
 
 	// Off: DNS is ordinary egress, denied without a rule.
-	if got := p.do("dns udp 127.0.0.53:53"); got != "err EPERM" {
+	if got := p.Do("dns udp 127.0.0.53:53"); got != "err EPERM" {
 		t.Fatalf("DNS with redirection off and no rule: %s", got)
 	}
 	port := fakeResolver(t)
@@ -85,7 +85,7 @@ func TestDNSRedirect(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.cmd, func(t *testing.T) {
-			got := p.do(tc.cmd)
+			got := p.Do(tc.cmd)
 			if got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
@@ -94,28 +94,28 @@ func TestDNSRedirect(t *testing.T) {
 	// Another session is told apart by its address.
 	s2, _ := d.CreateSession("dns2")
 	p2 := startProbe(t, s2, ProcOptions{})
-	if got := p2.do("dns udp 127.0.0.53:53"); !strings.HasSuffix(got, "A="+SessionDNSAddr(s2.Index).String()) {
+	if got := p2.Do("dns udp 127.0.0.53:53"); !strings.HasSuffix(got, "A="+SessionDNSAddr(s2.Index).String()) {
 		t.Errorf("second session: %s", got)
 	}
 	// Another session's resolver address is refused outright, even under a
 	// grant that covers all of loopback, so a session cannot ask as another.
 	h := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "dns", EgressRule{Prefix: pfx("127.0.0.0/8"), Handle: h})
-	if got := p.do(fmt.Sprintf("dns udp %s:%d", SessionDNSAddr(s2.Index), port)); got != "err EPERM" {
+	if got := p.Do(fmt.Sprintf("dns udp %s:%d", SessionDNSAddr(s2.Index), port)); got != "err EPERM" {
 		t.Errorf("direct query to another session's resolver address: %s", got)
 	}
 	if err := d.Revoke(h); err != nil {
 		t.Fatal(err)
 	}
 	// Its own resolver address is fine: that is where its DNS goes anyway.
-	if got := p.do(fmt.Sprintf("dns udp %s:%d", own, port)); got != fmt.Sprintf("ok %s:%d A=%s", own, port, own) {
+	if got := p.Do(fmt.Sprintf("dns udp %s:%d", own, port)); got != fmt.Sprintf("ok %s:%d A=%s", own, port, own) {
 		t.Errorf("direct query to its own resolver address: %s", got)
 	}
 	// Off again: denied again.
 	if err := d.SetDNSRedirect(0); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("dns udp 127.0.0.53:53"); got != "err EPERM" {
+	if got := p.Do("dns udp 127.0.0.53:53"); got != "err EPERM" {
 		t.Errorf("after turning redirection off: %s", got)
 	}
 }

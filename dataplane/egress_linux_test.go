@@ -68,7 +68,7 @@ func TestEgressAllowDeny(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.cmd, func(t *testing.T) {
-			if got := p.do(tc.cmd); got != tc.want {
+			if got := p.Do(tc.cmd); got != tc.want {
 				t.Errorf("%s: got %q, want %q", tc.cmd, got, tc.want)
 			}
 		})
@@ -109,8 +109,8 @@ func TestEventsAndCounters(t *testing.T) {
 	}
 	defer rd.Close()
 	p := startProbe(t, s, ProcOptions{})
-	pid := strings.TrimPrefix(p.do("pid"), "ok ")
-	if got := p.do("tcp 127.0.0.9:4242"); got != "err EPERM" {
+	pid := strings.TrimPrefix(p.Do("pid"), "ok ")
+	if got := p.Do("tcp 127.0.0.9:4242"); got != "err EPERM" {
 		t.Fatalf("got %q", got)
 	}
 	rd.SetDeadline(time.Now().Add(3 * time.Second))
@@ -143,31 +143,31 @@ func TestRevoke(t *testing.T) {
 	mustAllow(t, d, "rv", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: h})
 
 	p := startProbe(t, s, ProcOptions{})
-	if got := p.do("open c1 tcp " + srv.addr()); got != "ok" {
+	if got := p.Do("open c1 tcp " + srv.addr()); got != "ok" {
 		t.Fatalf("open: %s", got)
 	}
-	if got := p.do("open u1 udp " + us.addr()); got != "ok" {
+	if got := p.Do("open u1 udp " + us.addr()); got != "ok" {
 		t.Fatalf("open udp: %s", got)
 	}
-	if got := p.do("write c1 before"); got != "ok" {
+	if got := p.Do("write c1 before"); got != "ok" {
 		t.Fatalf("write: %s", got)
 	}
 	expectData(t, srv.data, "before")
-	p.do("write u1 before")
+	p.Do("write u1 before")
 	expectData(t, us.data, "before")
 
 	if err := d.Revoke(h); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + srv.addr()); got != "err EPERM" {
+	if got := p.Do("tcp " + srv.addr()); got != "err EPERM" {
 		t.Errorf("connect after revoke: %s", got)
 	}
-	if got := p.do("udp " + us.addr()); got != "err EPERM" {
+	if got := p.Do("udp " + us.addr()); got != "err EPERM" {
 		t.Errorf("sendto after revoke: %s", got)
 	}
 	// The open flows: their packets are dropped from now on.
-	p.do("write c1 after")
-	p.do("write u1 after")
+	p.Do("write c1 after")
+	p.Do("write u1 after")
 	expectNoData(t, srv.data, 700*time.Millisecond)
 	expectNoData(t, us.data, 100*time.Millisecond)
 	cnt, _ := d.Counters(s.Index)
@@ -195,17 +195,17 @@ func TestMembrane(t *testing.T) {
 	mustAllow(t, d, "mb", EgressRule{Prefix: pfx("127.0.0.3/32"), Handle: sibling})
 	p := startProbe(t, s, ProcOptions{})
 	for _, addr := range []string{a.addr(), b.addr()} {
-		if got := p.do("tcp " + addr); got != "ok" {
+		if got := p.Do("tcp " + addr); got != "ok" {
 			t.Fatalf("before revoke %s: %s", addr, got)
 		}
 	}
 	if err := d.Revoke(child); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + a.addr()); got != "err EPERM" {
+	if got := p.Do("tcp " + a.addr()); got != "err EPERM" {
 		t.Errorf("grandchild after child revoke: %s", got)
 	}
-	if got := p.do("tcp " + b.addr()); got != "ok" {
+	if got := p.Do("tcp " + b.addr()); got != "ok" {
 		t.Errorf("sibling after child revoke: %s", got)
 	}
 	// A live child cannot be made under a dead parent.
@@ -215,7 +215,7 @@ func TestMembrane(t *testing.T) {
 	if err := d.Revoke(root); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + b.addr()); got != "err EPERM" {
+	if got := p.Do("tcp " + b.addr()); got != "err EPERM" {
 		t.Errorf("sibling after root revoke: %s", got)
 	}
 	// The chain depth is bounded.
@@ -244,13 +244,13 @@ func TestExpiry(t *testing.T) {
 	mustAllow(t, d, "ex", EgressRule{Prefix: pfx("127.0.0.4/32"), Handle: forever, Expires: soon}) // a DNS-TTL style entry
 	p := startProbe(t, s, ProcOptions{})
 	for _, addr := range []string{a.addr(), b.addr(), c.addr()} {
-		if got := p.do("tcp " + addr); got != "ok" {
+		if got := p.Do("tcp " + addr); got != "ok" {
 			t.Fatalf("before expiry %s: %s", addr, got)
 		}
 	}
 	time.Sleep(time.Until(soon) + 50*time.Millisecond)
 	for _, addr := range []string{a.addr(), b.addr(), c.addr()} {
-		if got := p.do("tcp " + addr); got != "err EPERM" {
+		if got := p.Do("tcp " + addr); got != "err EPERM" {
 			t.Errorf("after expiry %s: %s", addr, got)
 		}
 	}
@@ -269,7 +269,7 @@ func TestRecycledSlot(t *testing.T) {
 	old := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "rc", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: old})
 	p := startProbe(t, s, ProcOptions{})
-	if got := p.do("open c tcp " + a.addr()); got != "ok" {
+	if got := p.Do("open c tcp " + a.addr()); got != "ok" {
 		t.Fatal(got)
 	}
 	if err := d.Revoke(old); err != nil {
@@ -282,10 +282,10 @@ func TestRecycledSlot(t *testing.T) {
 	if fresh.Slot != old.Slot || fresh.Generation == old.Generation {
 		t.Fatalf("expected the slot to be recycled under a new generation: old %s new %s", old, fresh)
 	}
-	if got := p.do("tcp " + a.addr()); got != "err EPERM" {
+	if got := p.Do("tcp " + a.addr()); got != "err EPERM" {
 		t.Errorf("entry naming the old generation: %s", got)
 	}
-	p.do("write c stale")
+	p.Do("write c stale")
 	expectNoData(t, a.data, 500*time.Millisecond)
 	// Revoking or freeing the old reference again does nothing to the new one.
 	if err := d.Revoke(old); err != nil {
@@ -299,7 +299,7 @@ func TestRecycledSlot(t *testing.T) {
 		t.Errorf("allow under stale ref: %v", err)
 	}
 	mustAllow(t, d, "rc", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: fresh})
-	if got := p.do("tcp " + a.addr()); got != "ok" {
+	if got := p.Do("tcp " + a.addr()); got != "ok" {
 		t.Errorf("fresh handle: %s", got)
 	}
 }
@@ -424,7 +424,7 @@ func TestCoverChain(t *testing.T) {
 	mustAllow(t, d, "cv", EgressRule{Prefix: pfx("127.0.0.0/16"), Proto: ProtoUDP, Handle: h})
 	mustAllow(t, d, "cv", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoTCP, Ports: Port(1), Handle: h})
 	p := startProbe(t, s, ProcOptions{})
-	if got := p.do("tcp " + a.addr()); got != "ok" {
+	if got := p.Do("tcp " + a.addr()); got != "ok" {
 		t.Errorf("covered by the /8 behind a /32 and a /16: %s", got)
 	}
 	// Deeper nesting than the kernel walks is refused up front.
@@ -446,7 +446,7 @@ func TestSessionLifecycle(t *testing.T) {
 	h := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "one", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: h})
 	p := startProbe(t, s1, ProcOptions{})
-	if got := p.do("tcp " + a.addr()); got != "ok" {
+	if got := p.Do("tcp " + a.addr()); got != "ok" {
 		t.Fatal(got)
 	}
 	occ := func(m string) int {
@@ -478,13 +478,13 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Logf("index not reused (%d vs %d)", s2.Index, s1.Index)
 	}
 	p2 := startProbe(t, s2, ProcOptions{})
-	if got := p2.do("tcp " + a.addr()); got != "err EPERM" {
+	if got := p2.Do("tcp " + a.addr()); got != "err EPERM" {
 		t.Errorf("new session inherited the old one's entries: %s", got)
 	}
 	// The parent itself is no session.
 	parent := Session{Name: "(parent)", Path: d.ParentPath()}
 	p3 := startProbe(t, parent, ProcOptions{})
-	if got := p3.do("tcp " + a.addr()); got != "err EPERM" {
+	if got := p3.Do("tcp " + a.addr()); got != "err EPERM" {
 		t.Errorf("process in the parent cgroup: %s", got)
 	}
 	cnt, _ := d.Counters(0)

@@ -1,24 +1,18 @@
 package dataplane
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
-
-var probeBin string
 
 func TestMain(m *testing.M) {
 	if os.Getenv(probe.EnvVar) != "" {
@@ -28,41 +22,8 @@ func TestMain(m *testing.M) {
 		loaderMain()
 	}
 	code := m.Run()
-	if probeBin != "" {
-		os.RemoveAll(filepath.Dir(probeBin))
-	}
+	probe.Cleanup()
 	os.Exit(code)
-}
-
-var probeOnce sync.Once
-
-// probeBinary is a copy of the test binary that an unprivileged session
-// process can execute (go test builds into a 0700 directory).
-func probeBinary(t testing.TB) string {
-	probeOnce.Do(func() {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir, err := os.MkdirTemp("", "shinken-probe-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(dir, 0o755)
-		data, err := os.ReadFile(self)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, "probe")
-		if err := os.WriteFile(p, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		probeBin = p
-	})
-	if probeBin == "" {
-		t.Fatal("no probe binary")
-	}
-	return probeBin
 }
 
 func requireRoot(t testing.TB) {
@@ -100,55 +61,10 @@ func newDataplane(t testing.TB, cfg Config) *Dataplane {
 	return d
 }
 
-type sessProc struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startProbe(t testing.TB, s Session, opts ProcOptions) *sessProc {
+// startProbe starts a probe process inside session s.
+func startProbe(t testing.TB, s Session, opts ProcOptions) *probe.Proc {
 	t.Helper()
-	cmd := exec.Command(probeBinary(t))
-	cmd.Env = []string{probe.EnvVar + "=1"}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(cmd, opts); err != nil {
-		t.Fatal(err)
-	}
-	p := &sessProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *sessProc) do(line string) string {
-	p.t.Helper()
-	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
-		p.t.Fatalf("probe %q: %v", line, err)
-	}
-	if !p.out.Scan() {
-		p.t.Fatalf("probe %q: no answer (%v)", line, p.out.Err())
-	}
-	return p.out.Text()
-}
-
-func (p *sessProc) stop() {
-	p.in.Close()
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
+	return probe.Start(t, func(c *exec.Cmd) error { return s.Start(c, opts) })
 }
 
 // tcpServer accepts on addr and collects what each connection sends.
@@ -272,14 +188,3 @@ func mustHandle(t testing.TB, d *Dataplane, parent HandleRef, exp time.Time) Han
 func isErr(err, target error) bool { return errors.Is(err, target) }
 
 var zeroTime time.Time
-
-// doAsync is do for use from another goroutine (no t.Fatal there).
-func (p *sessProc) doAsync(line string) string {
-	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
-		return "err " + err.Error()
-	}
-	if !p.out.Scan() {
-		return "err no answer"
-	}
-	return p.out.Text()
-}

@@ -72,13 +72,13 @@ func TestScale(t *testing.T) {
 	srv := listenTCP(t, "127.0.0.2:0")
 	mustAllow(t, d, "late9", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoTCP, Ports: Port(portOf(t, srv.addr())), Handle: h})
 	p := startProbe(t, last, ProcOptions{})
-	if got := p.do("tcp " + srv.addr()); got != "ok" {
+	if got := p.Do("tcp " + srv.addr()); got != "ok" {
 		t.Errorf("allowed at scale: %s", got)
 	}
-	if got := p.do("tcp 10.0.0.1:443"); got != "err EPERM" {
+	if got := p.Do("tcp 10.0.0.1:443"); got != "err EPERM" {
 		t.Errorf("another session's entry leaked: %s", got)
 	}
-	if got := p.do("tcp 127.0.0.3:" + fmt.Sprint(portOf(t, srv.addr()))); got != "err EPERM" {
+	if got := p.Do("tcp 127.0.0.3:" + fmt.Sprint(portOf(t, srv.addr()))); got != "err EPERM" {
 		t.Errorf("denied at scale: %s", got)
 	}
 }

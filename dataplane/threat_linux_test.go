@@ -40,17 +40,17 @@ func TestThreatModel(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := p.do(tc.cmd); !tc.ok(got) {
+			if got := p.Do(tc.cmd); !tc.ok(got) {
 				t.Errorf("%s: got %q, want %s", tc.cmd, got, tc.want)
 			}
 		})
 	}
 
 	t.Run("connected UDP socket re-aimed with sendto", func(t *testing.T) {
-		if got := p.do("open u udp " + u.addr()); got != "ok" {
+		if got := p.Do("open u udp " + u.addr()); got != "ok" {
 			t.Fatal(got)
 		}
-		if got := p.do("sendto u " + a.addr() + " sneaky"); got != "err EPERM" {
+		if got := p.Do("sendto u " + a.addr() + " sneaky"); got != "err EPERM" {
 			t.Errorf("sendto on a connected socket to a denied destination: %s", got)
 		}
 	})
@@ -61,7 +61,7 @@ func TestThreatModel(t *testing.T) {
 	t.Run("raw ICMP as root inside the session", func(t *testing.T) {
 		before, _ := d.Counters(s.Index)
 		pr := startProbe(t, s, ProcOptions{Privileged: true})
-		if got := pr.do("raw 127.0.0.2"); got != "err EPERM" {
+		if got := pr.Do("raw 127.0.0.2"); got != "err EPERM" {
 			t.Errorf("raw ICMP: %s (want the packet dropped with EPERM)", got)
 		}
 		after, _ := d.Counters(s.Index)
