@@ -26,7 +26,7 @@ func TestGrantRevokeEndToEnd(t *testing.T) {
 	allowed := listenTCP(t, "127.0.0.2:0")
 	other := listenTCP(t, "127.0.0.3:0")
 	p := startProbe(t, d, "s1")
-	if got := p.do("tcp " + allowed); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + allowed); got != "err EPERM" {
 		t.Fatalf("before grant: %s", got)
 	}
 	g, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(allowed), Lifecycle: LifecycleSession})
@@ -36,10 +36,10 @@ func TestGrantRevokeEndToEnd(t *testing.T) {
 	if g.Tier != TierAuto {
 		t.Fatalf("loopback egress tier = %s", g.Tier)
 	}
-	if got := p.do("tcp " + allowed); got != "ok" {
+	if got := p.DoAsync("tcp " + allowed); got != "ok" {
 		t.Fatalf("after grant: %s", got)
 	}
-	if got := p.do("tcp " + other); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + other); got != "err EPERM" {
 		t.Fatalf("other destination after grant: %s", got)
 	}
 	ap := netip.MustParseAddrPort(allowed)
@@ -57,7 +57,7 @@ func TestGrantRevokeEndToEnd(t *testing.T) {
 	if err := a.Revoke(ctx, g.Handle); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + allowed); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + allowed); got != "err EPERM" {
 		t.Fatalf("after revoke: %s", got)
 	}
 	if dec, _ := a.Decide("s1", use); dec.Allowed {
@@ -149,22 +149,22 @@ func TestAttenuationMembrane(t *testing.T) {
 	}
 	pc := startProbe(t, d, "child")
 	pp := startProbe(t, d, "parent")
-	if got := pc.do("tcp " + x); got != "ok" {
+	if got := pc.DoAsync("tcp " + x); got != "ok" {
 		t.Fatalf("child before revoke: %s", got)
 	}
-	if got := pc.do("tcp " + y); got != "err EPERM" {
+	if got := pc.DoAsync("tcp " + y); got != "err EPERM" {
 		t.Fatalf("child outside its attenuation: %s", got)
 	}
-	if got := pp.do("tcp " + y); got != "ok" {
+	if got := pp.DoAsync("tcp " + y); got != "ok" {
 		t.Fatalf("parent inside its /29: %s", got)
 	}
 	if err := a.Revoke(ctx, pg.Handle); err != nil {
 		t.Fatal(err)
 	}
-	if got := pc.do("tcp " + x); got != "err EPERM" {
+	if got := pc.DoAsync("tcp " + x); got != "err EPERM" {
 		t.Fatalf("child after parent revoke: %s", got)
 	}
-	if got := pp.do("tcp " + y); got != "err EPERM" {
+	if got := pp.DoAsync("tcp " + y); got != "err EPERM" {
 		t.Fatalf("parent after revoke: %s", got)
 	}
 	for _, gi := range a.Grants("") {
@@ -265,7 +265,7 @@ func TestApprovalsSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProbe(t, d, "s1")
-	if got := p.do("tcp " + target); got != "ok" {
+	if got := p.DoAsync("tcp " + target); got != "ok" {
 		t.Fatalf("after approval: %s", got)
 	}
 	if _, err := a.Approve(ctx, are.ID, "alice"); !errors.Is(err, ErrUnknownApproval) {
@@ -366,7 +366,7 @@ func TestRestartAndDrift(t *testing.T) {
 	a = openAgent(t, d, dir)
 	p := startProbe(t, d, "s1")
 	for _, dst := range []string{x, y, z} {
-		if got := p.do("tcp " + dst); got != "ok" {
+		if got := p.DoAsync("tcp " + dst); got != "ok" {
 			t.Fatalf("after restart %s: %s", dst, got)
 		}
 	}
@@ -397,7 +397,7 @@ func TestRestartAndDrift(t *testing.T) {
 	if err := d.AllowEgress("s1", wr); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + w); got != "ok" {
+	if got := p.DoAsync("tcp " + w); got != "ok" {
 		t.Fatalf("orphan rule not in force before reconcile: %s", got)
 	}
 	a = openAgent(t, d, dir)
@@ -410,7 +410,7 @@ func TestRestartAndDrift(t *testing.T) {
 	}
 	want := map[string]string{x: "ok", y: "err EPERM", z: "err EPERM", w: "err EPERM"}
 	for dst, res := range want {
-		if got := p.do("tcp " + dst); got != res {
+		if got := p.DoAsync("tcp " + dst); got != res {
 			t.Errorf("after reconcile %s: %s, want %s", dst, got, res)
 		}
 	}
@@ -447,20 +447,20 @@ func TestOnceAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProbe(t, d, "s1")
-	if got := p.do("tcp " + x); got != "ok" {
+	if got := p.DoAsync("tcp " + x); got != "ok" {
 		t.Fatalf("once before use: %s", got)
 	}
 	if err := a.Consume(ctx, once.Handle); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + x); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
 		t.Fatalf("once after use: %s", got)
 	}
-	if got := p.do("tcp " + y); got != "ok" {
+	if got := p.DoAsync("tcp " + y); got != "ok" {
 		t.Fatalf("ttl grant before expiry: %s", got)
 	}
 	time.Sleep(1600 * time.Millisecond)
-	if got := p.do("tcp " + y); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + y); got != "err EPERM" {
 		t.Fatalf("ttl grant after expiry (kernel): %s", got)
 	}
 	if err := a.Sweep(ctx); err != nil {
@@ -490,13 +490,13 @@ func TestEndSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProbe(t, d, "sub")
-	if got := p.do("tcp " + x); got != "ok" {
+	if got := p.DoAsync("tcp " + x); got != "ok" {
 		t.Fatalf("sub before: %s", got)
 	}
 	if err := a.EndSession("s1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + x); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
 		t.Fatalf("sub after the parent session ended: %s", got)
 	}
 	if err := a.EndSession("s1"); !errors.Is(err, ErrUnknownSession) {
@@ -540,7 +540,7 @@ func TestKernelFailureRollsBack(t *testing.T) {
 		t.Fatalf("no rollback event: %v", events.kinds())
 	}
 	p := startProbe(t, d, "s1")
-	if got := p.do("tcp " + x); got != "err EPERM" {
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
 		t.Fatalf("rolled-back grant is open: %s", got)
 	}
 

@@ -172,7 +172,7 @@ func TestCrashGrant(t *testing.T) {
 			}
 			p := startProbe(t, d2, "s1")
 			for _, dst := range []string{x, y} {
-				if got := p.do("tcp " + dst); got != want {
+				if got := p.DoAsync("tcp " + dst); got != want {
 					t.Errorf("after a crash at %s: tcp %s = %s, want %s", step, dst, got, want)
 				}
 			}
@@ -229,7 +229,7 @@ func TestCrashRevoke(t *testing.T) {
 				}
 				p := startProbe(t, d2, s)
 				for _, dst := range []string{x, y} {
-					if got := p.do("tcp " + dst); got != "err EPERM" {
+					if got := p.DoAsync("tcp " + dst); got != "err EPERM" {
 						t.Errorf("after a crash at %s: %s reaches %s (%s): a revoked grant came back", step, s, dst, got)
 					}
 				}

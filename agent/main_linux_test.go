@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,10 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/probe"
@@ -31,9 +28,7 @@ func TestMain(m *testing.M) {
 		crashChildMain()
 	}
 	code := m.Run()
-	if probeBin != "" {
-		os.RemoveAll(filepath.Dir(probeBin))
-	}
+	probe.Cleanup()
 	os.Exit(code)
 }
 
@@ -153,93 +148,14 @@ func loopEgress(addr string) Capability {
 
 // ---- processes inside sessions ----
 
-var (
-	probeOnce sync.Once
-	probeBin  string
-)
-
-// probeBinary is a copy of the test binary that an unprivileged session
-// process can execute (go test builds into a 0700 directory).
-func probeBinary(t testing.TB) string {
-	probeOnce.Do(func() {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir, err := os.MkdirTemp("", "shinken-agent-probe-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(dir, 0o755)
-		data, err := os.ReadFile(self)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, "probe")
-		if err := os.WriteFile(p, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		probeBin = p
-	})
-	if probeBin == "" {
-		t.Fatal("no probe binary")
-	}
-	return probeBin
-}
-
-type sessProc struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startProbe(t testing.TB, d *dataplane.Dataplane, session string) *sessProc {
+// startProbe starts a probe process inside the kernel session.
+func startProbe(t testing.TB, d *dataplane.Dataplane, session string) *probe.Proc {
 	t.Helper()
 	s, err := d.Session(session)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(probeBinary(t))
-	cmd.Env = []string{probe.EnvVar + "=1"}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(cmd, dataplane.ProcOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := &sessProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *sessProc) do(line string) string {
-	p.t.Helper()
-	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
-		return "err " + err.Error()
-	}
-	if !p.out.Scan() {
-		return "err no answer"
-	}
-	return p.out.Text()
-}
-
-func (p *sessProc) stop() {
-	p.in.Close()
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
+	return probe.Start(t, func(c *exec.Cmd) error { return s.Start(c, dataplane.ProcOptions{}) })
 }
 
 func listenTCP(t testing.TB, addr string) string {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/probe"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,9 +36,7 @@ func TestMain(m *testing.M) {
 		sessionProcMain()
 	}
 	code := m.Run()
-	if procBin != "" {
-		os.RemoveAll(filepath.Dir(procBin))
-	}
+	probe.Cleanup()
 	os.Exit(code)
 }
 
@@ -182,87 +181,11 @@ func stubLookup(server, name string) string {
 	return "ok " + strings.Join(addrs, ",")
 }
 
-var (
-	procBin  string
-	procOnce sync.Once
-)
-
-// sessionBinary is a copy of the test binary that an unprivileged session
-// process can execute (go test builds into a 0700 directory).
-func sessionBinary(t testing.TB) string {
-	procOnce.Do(func() {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir, err := os.MkdirTemp("", "shinken-dns-proc-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(dir, 0o755)
-		data, err := os.ReadFile(self)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, "proc")
-		if err := os.WriteFile(p, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		procBin = p
-	})
-	if procBin == "" {
-		t.Fatal("no session binary")
-	}
-	return procBin
-}
-
-type sessionProc struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startSessionProc(t testing.TB, s dataplane.Session) *sessionProc {
+// startSessionProc starts this test binary inside session s, serving the
+// protocol of sessionProcMain.
+func startSessionProc(t testing.TB, s dataplane.Session) *probe.Proc {
 	t.Helper()
-	cmd := exec.Command(sessionBinary(t))
-	cmd.Env = []string{sessionProcEnv + "=1"}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(cmd, dataplane.ProcOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := &sessionProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	return p
-}
-
-func (p *sessionProc) do(line string) string {
-	p.t.Helper()
-	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
-		p.t.Fatalf("session proc %q: %v", line, err)
-	}
-	if !p.out.Scan() {
-		p.t.Fatalf("session proc %q: no answer (%v)", line, p.out.Err())
-	}
-	return p.out.Text()
+	return probe.StartEnv(t, []string{sessionProcEnv + "=1"}, func(c *exec.Cmd) error { return s.Start(c, dataplane.ProcOptions{}) })
 }
 
 func requireRoot(t testing.TB) {
@@ -400,7 +323,7 @@ func TestKernelEntries(t *testing.T) {
 	}{
 		{"nothing reachable before resolving", func(t *testing.T) {
 			for _, a := range []string{"127.0.0.77:8080", "127.0.0.78:8080", "127.0.0.79:8080", "127.0.0.80:8080"} {
-				if got := p.do("tcp " + a); got != "err EPERM" {
+				if got := p.Do("tcp " + a); got != "err EPERM" {
 					t.Errorf("connect %s before resolving: %s", a, got)
 				}
 			}
@@ -410,7 +333,7 @@ func TestKernelEntries(t *testing.T) {
 			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
 				t.Fatalf("%v", resp)
 			}
-			if got := p.do("tcp 127.0.0.77:8080"); got != "ok" {
+			if got := p.Do("tcp 127.0.0.77:8080"); got != "ok" {
 				t.Fatalf("connect after resolving: %s", got)
 			}
 			rules, err := e.dp.EgressRules(e.sess.Name)
@@ -429,7 +352,7 @@ func TestKernelEntries(t *testing.T) {
 			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 2 {
 				t.Fatalf("%v", resp)
 			}
-			if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+			if got := p.Do("tcp 127.0.0.78:8080"); got != "ok" {
 				t.Fatalf("connect to chain target: %s", got)
 			}
 		}},
@@ -438,7 +361,7 @@ func TestKernelEntries(t *testing.T) {
 			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 {
 				t.Fatalf("%v", resp)
 			}
-			if got := p.do("tcp 127.0.0.79:8080"); got != "err EPERM" {
+			if got := p.Do("tcp 127.0.0.79:8080"); got != "err EPERM" {
 				t.Fatalf("connect to stripped address: %s", got)
 			}
 		}},
@@ -449,16 +372,16 @@ func TestKernelEntries(t *testing.T) {
 			if e.up.askedFor("denied.kernel.test.") {
 				t.Fatal("denied name forwarded")
 			}
-			if got := p.do("tcp 127.0.0.80:8080"); got != "err EPERM" {
+			if got := p.Do("tcp 127.0.0.80:8080"); got != "err EPERM" {
 				t.Fatalf("connect to denied name's address: %s", got)
 			}
 		}},
 		{"TTL expiry removes reachability", func(t *testing.T) {
 			time.Sleep(2200 * time.Millisecond) // svc.kernel.test has TTL 1s
-			if got := p.do("tcp 127.0.0.77:8080"); got != "err EPERM" {
+			if got := p.Do("tcp 127.0.0.77:8080"); got != "err EPERM" {
 				t.Fatalf("connect after TTL expiry: %s", got)
 			}
-			if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+			if got := p.Do("tcp 127.0.0.78:8080"); got != "ok" {
 				t.Fatalf("connect within TTL: %s", got)
 			}
 		}},
@@ -466,7 +389,7 @@ func TestKernelEntries(t *testing.T) {
 			if err := e.dp.Revoke(e.h); err != nil {
 				t.Fatal(err)
 			}
-			if got := p.do("tcp 127.0.0.78:8080"); got != "err EPERM" {
+			if got := p.Do("tcp 127.0.0.78:8080"); got != "err EPERM" {
 				t.Fatalf("connect after revoke: %s", got)
 			}
 			// And the resolver fails closed for the revoked grant.
@@ -519,7 +442,7 @@ func TestRedirectedSession(t *testing.T) {
 		{"tcp 127.0.0.79:8080", "err EPERM"}, // the stripped rebinding address
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
-			if got := p.do(tc.cmd); got != tc.want {
+			if got := p.Do(tc.cmd); got != tc.want {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
@@ -557,7 +480,7 @@ func TestRedirectedSession(t *testing.T) {
 		if out, err := getent("denied.kernel.test"); err == nil || strings.Contains(out, "127.0.0.80") {
 			t.Fatalf("getaddrinfo denied.kernel.test succeeded: %q", out)
 		}
-		if got := p.do("tcp 127.0.0.78:8080"); got != "ok" {
+		if got := p.Do("tcp 127.0.0.78:8080"); got != "ok" {
 			t.Fatalf("connect after getaddrinfo: %s", got)
 		}
 	})
@@ -584,10 +507,10 @@ func TestRedirectedSession(t *testing.T) {
 	e.mu.Unlock()
 	before, _ := e.dp.EgressRules(e.sess.Name)
 	p2 := startSessionProc(t, s2)
-	if got := p2.do("dns udp 127.0.0.53:53 svc.kernel.test A"); got != "ok REFUSED 127.0.0.53:53 -" {
+	if got := p2.Do("dns udp 127.0.0.53:53 svc.kernel.test A"); got != "ok REFUSED 127.0.0.53:53 -" {
 		t.Fatalf("second session: %q", got)
 	}
-	if got := p2.do("tcp 127.0.0.77:8080"); got != "err EPERM" {
+	if got := p2.Do("tcp 127.0.0.77:8080"); got != "err EPERM" {
 		t.Fatalf("second session reaches the first one's entry: %q", got)
 	}
 	if r, _ := e.dp.EgressRules(s2.Name); len(r) != 0 {

@@ -1,11 +1,9 @@
 package metrics
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/http/httptest"
 	"net/netip"
@@ -15,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,44 +28,8 @@ func TestMain(m *testing.M) {
 		probe.Main()
 	}
 	code := m.Run()
-	if probeBin != "" {
-		os.RemoveAll(filepath.Dir(probeBin))
-	}
+	probe.Cleanup()
 	os.Exit(code)
-}
-
-var (
-	probeOnce sync.Once
-	probeBin  string
-)
-
-// probeBinary is a copy of the test binary that an unprivileged session
-// process can execute (go test builds into a 0700 directory).
-func probeBinary(t testing.TB) string {
-	probeOnce.Do(func() {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir, err := os.MkdirTemp("", "shinken-metrics-probe-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(dir, 0o755)
-		data, err := os.ReadFile(self)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, "probe")
-		if err := os.WriteFile(p, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		probeBin = p
-	})
-	if probeBin == "" {
-		t.Fatal("no probe binary")
-	}
-	return probeBin
 }
 
 func requireRoot(t testing.TB) {
@@ -102,55 +63,10 @@ func newDataplane(t testing.TB, cfg dataplane.Config) *dataplane.Dataplane {
 	return d
 }
 
-type sessProc struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startProbe(t testing.TB, s dataplane.Session, opts dataplane.ProcOptions) *sessProc {
+// startProbe starts a probe process inside session s.
+func startProbe(t testing.TB, s dataplane.Session, opts dataplane.ProcOptions) *probe.Proc {
 	t.Helper()
-	cmd := exec.Command(probeBinary(t))
-	cmd.Env = []string{probe.EnvVar + "=1"}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(cmd, opts); err != nil {
-		t.Fatal(err)
-	}
-	p := &sessProc{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *sessProc) do(line string) string {
-	p.t.Helper()
-	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
-		p.t.Fatalf("probe %q: %v", line, err)
-	}
-	if !p.out.Scan() {
-		p.t.Fatalf("probe %q: no answer (%v)", line, p.out.Err())
-	}
-	return p.out.Text()
-}
-
-func (p *sessProc) stop() {
-	p.in.Close()
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
+	return probe.Start(t, func(c *exec.Cmd) error { return s.Start(c, opts) })
 }
 
 // series gathers the registry into "name{k="v",...}" -> value, labels
@@ -210,10 +126,10 @@ func TestRealDenialsScraped(t *testing.T) {
 
 	// A port nobody granted: no_rule, once, then a flood of them.
 	p := startProbe(t, s, dataplane.ProcOptions{})
-	if got := p.do("tcp 127.0.0.9:4242"); got != "err EPERM" {
+	if got := p.Do("tcp 127.0.0.9:4242"); got != "err EPERM" {
 		t.Fatalf("connect without a grant: %q, want err EPERM", got)
 	}
-	res := strings.Fields(p.do("hammer 127.0.0.9:4242 0.3"))
+	res := strings.Fields(p.Do("hammer 127.0.0.9:4242 0.3"))
 	if len(res) != 3 || res[0] != "ok" || res[1] != "0" {
 		t.Fatalf("hammer: %v, want ok 0 FAILURES", res)
 	}
@@ -234,13 +150,13 @@ func TestRealDenialsScraped(t *testing.T) {
 	if err := d.AllowEgress("m-deny", dataplane.EgressRule{Prefix: netip.MustParsePrefix("127.0.0.2/32"), Proto: dataplane.ProtoTCP, Ports: dataplane.Port(port), Handle: h}); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + ln.Addr().String()); got != "ok" {
+	if got := p.Do("tcp " + ln.Addr().String()); got != "ok" {
 		t.Fatalf("granted connect: %q", got)
 	}
 	if err := d.Revoke(h); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do("tcp " + ln.Addr().String()); got != "err EPERM" {
+	if got := p.Do("tcp " + ln.Addr().String()); got != "err EPERM" {
 		t.Fatalf("connect after revoke: %q", got)
 	}
 
@@ -274,7 +190,7 @@ func TestRealDenialsScraped(t *testing.T) {
 	}
 
 	// The session ends: its series go, at the very next scrape.
-	p.stop()
+	p.Stop()
 	if err := d.DestroySession("m-deny"); err != nil {
 		t.Fatal(err)
 	}
@@ -314,10 +230,10 @@ func BenchmarkScrape10k(b *testing.B) {
 	start = time.Now()
 	p := startProbe(b, sessions[0], dataplane.ProcOptions{Privileged: true})
 	for _, s := range sessions {
-		if got := p.do("cgmove " + filepath.Join(s.Path, "cgroup.procs")); got != "ok" {
+		if got := p.Do("cgmove " + filepath.Join(s.Path, "cgroup.procs")); got != "ok" {
 			b.Fatalf("move into %s: %s", s.Name, got)
 		}
-		if got := p.do("tcp 127.0.0.9:9"); got != "err EPERM" {
+		if got := p.Do("tcp 127.0.0.9:9"); got != "err EPERM" {
 			b.Fatalf("connect from %s: %q, want err EPERM", s.Name, got)
 		}
 	}
