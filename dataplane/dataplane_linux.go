@@ -37,13 +37,11 @@ type Dataplane struct {
 	mu        sync.Mutex
 	sessions  map[string]*Session
 	byIndex   map[uint32]*Session
-	freeIdx   []uint32 // unused session indices (stack)
-	nextIdx   uint32   // lowest never-used index
+	indices   idPool // session indices
 	prefixes  map[uint32]map[netip.Prefix]struct{}
 	nEntries  [4]int   // entries in prefixes: egress4, exact4, egress6, exact6
 	handleGen []uint32 // last generation issued per slot
-	freeSlots []uint32
-	nextSlot  uint32
+	slots     idPool   // handle slots
 }
 
 type progAttach struct {
@@ -86,8 +84,8 @@ func Open(cfg Config) (*Dataplane, error) {
 		sessions: map[string]*Session{},
 		byIndex:  map[uint32]*Session{},
 		prefixes: map[uint32]map[netip.Prefix]struct{}{},
-		nextIdx:  1,
-		nextSlot: 1,
+		indices:  newIDPool("sessions", cfg.MaxSessions),
+		slots:    newIDPool("handles", cfg.MaxHandles),
 	}
 	_, parentErr := os.Stat(d.parent)
 	_, pinErr := os.Stat(cfg.PinPath)
@@ -345,16 +343,9 @@ func (d *Dataplane) reconcile() error {
 	}
 	maxIdx := uint32(0)
 	for idx := range used {
-		if idx > maxIdx {
-			maxIdx = idx
-		}
+		maxIdx = max(maxIdx, idx)
 	}
-	d.nextIdx = maxIdx + 1
-	for i := uint32(1); i < d.nextIdx; i++ {
-		if !used[i] {
-			d.freeIdx = append(d.freeIdx, i)
-		}
-	}
+	d.indices.rebuild(func(id uint32) bool { return used[id] }, maxIdx)
 
 	if err := d.reconcileEgress(); err != nil {
 		return err
@@ -419,8 +410,6 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 func (d *Dataplane) reconcileHandles() error {
 	n := d.cfg.MaxHandles
 	d.handleGen = make([]uint32, n)
-	d.freeSlots = d.freeSlots[:0]
-	d.nextSlot = 1
 	var (
 		key uint32
 		h   shkShkHandle
@@ -441,12 +430,7 @@ func (d *Dataplane) reconcileHandles() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read handles: %w", err)
 	}
-	d.nextSlot = highest + 1
-	for s := highest; s >= 1; s-- {
-		if states[s] == uint32(HandleFree) {
-			d.freeSlots = append(d.freeSlots, s)
-		}
-	}
+	d.slots.rebuild(func(id uint32) bool { return states[id] != uint32(HandleFree) }, highest)
 	return nil
 }
 

@@ -27,13 +27,13 @@ func (d *Dataplane) CreateSession(name string) (Session, error) {
 	if _, ok := d.sessions[name]; ok {
 		return Session{}, fmt.Errorf("%w: %s", ErrSessionExists, name)
 	}
-	idx, err := d.allocIndex()
+	idx, err := d.indices.take()
 	if err != nil {
 		return Session{}, err
 	}
 	path := filepath.Join(d.parent, name)
 	if err := os.Mkdir(path, 0o755); err != nil {
-		d.freeIdx = append(d.freeIdx, idx)
+		d.indices.put(idx)
 		if errors.Is(err, fs.ErrExist) {
 			return Session{}, fmt.Errorf("%w: cgroup %s exists", ErrSessionExists, path)
 		}
@@ -51,26 +51,13 @@ func (d *Dataplane) CreateSession(name string) (Session, error) {
 	}
 	if err != nil {
 		_ = unix.Rmdir(path)
-		d.freeIdx = append(d.freeIdx, idx)
+		d.indices.put(idx)
 		return Session{}, fmt.Errorf("register session %s: %w", name, err)
 	}
 	s := &Session{Name: name, Index: idx, CgroupID: id, Path: path}
 	d.sessions[name] = s
 	d.byIndex[idx] = s
 	return *s, nil
-}
-
-func (d *Dataplane) allocIndex() (uint32, error) {
-	if n := len(d.freeIdx); n > 0 {
-		idx := d.freeIdx[n-1]
-		d.freeIdx = d.freeIdx[:n-1]
-		return idx, nil
-	}
-	if d.nextIdx >= d.cfg.MaxSessions {
-		return 0, fmt.Errorf("%w: sessions (%d)", ErrMapFull, d.cfg.MaxSessions)
-	}
-	d.nextIdx++
-	return d.nextIdx - 1, nil
 }
 
 func (d *Dataplane) zeroCounters(idx uint32) error {
@@ -114,7 +101,7 @@ func (d *Dataplane) DestroySession(name string) error {
 		// process (reconcile purges them on the next start).
 		return fmt.Errorf("purge egress entries of %s: %w", name, err)
 	}
-	d.freeIdx = append(d.freeIdx, s.Index)
+	d.indices.put(s.Index)
 	return killCgroup(s.Path)
 }
 
@@ -159,7 +146,7 @@ func (d *Dataplane) NewHandle(parent HandleRef, expires time.Time) (HandleRef, e
 		v.Parent = parent.Slot
 		v.ParentGeneration = parent.Generation
 	}
-	slot, err := d.allocSlot()
+	slot, err := d.slots.take()
 	if err != nil {
 		return HandleRef{}, err
 	}
@@ -171,7 +158,7 @@ func (d *Dataplane) NewHandle(parent HandleRef, expires time.Time) (HandleRef, e
 	v.Generation = gen
 	v.ExpiresNs = bootNs(expires)
 	if err := d.objs.ShkHandles.Update(slot, v, ebpf.UpdateAny); err != nil {
-		d.freeSlots = append(d.freeSlots, slot)
+		d.slots.put(slot)
 		return HandleRef{}, fmt.Errorf("issue handle: %w", err)
 	}
 	d.handleGen[slot] = gen
@@ -214,19 +201,6 @@ func (d *Dataplane) readHandle(ref HandleRef) (shkShkHandle, error) {
 	return h, nil
 }
 
-func (d *Dataplane) allocSlot() (uint32, error) {
-	if n := len(d.freeSlots); n > 0 {
-		s := d.freeSlots[n-1]
-		d.freeSlots = d.freeSlots[:n-1]
-		return s, nil
-	}
-	if d.nextSlot >= d.cfg.MaxHandles {
-		return 0, fmt.Errorf("%w: handles (%d)", ErrMapFull, d.cfg.MaxHandles)
-	}
-	d.nextSlot++
-	return d.nextSlot - 1, nil
-}
-
 // Revoke kills ref and, through the kernel's parent walk, every handle
 // attenuated from it: one map write of the handle's slot. Revoking a handle
 // that is already revoked, freed or recycled is a no-op.
@@ -267,7 +241,7 @@ func (d *Dataplane) FreeHandle(ref HandleRef) error {
 	if err := d.objs.ShkHandles.Update(ref.Slot, h, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("free %s: %w", ref, err)
 	}
-	d.freeSlots = append(d.freeSlots, ref.Slot)
+	d.slots.put(ref.Slot)
 	return nil
 }
 
@@ -661,7 +635,7 @@ type Occupancy struct {
 func (d *Dataplane) Occupancy() []Occupancy {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	handles := int(d.nextSlot) - 1 - len(d.freeSlots)
+	handles := d.slots.inUse()
 	return []Occupancy{
 		{"sessions", len(d.sessions), int(d.cfg.MaxSessions) - 1},
 		{"handles", handles, int(d.cfg.MaxHandles) - 1},
