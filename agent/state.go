@@ -241,15 +241,11 @@ func (s *store) save(st *state) error {
 		if old, ok := s.seen[r.key]; ok && old == h {
 			continue
 		}
-		line, _ := json.Marshal(journalLine{Kind: r.key[:1], ID: r.key[2:], Rec: b})
-		buf.Write(line)
-		buf.WriteByte('\n')
+		journalEntry(&buf, r.key, b)
 	}
 	for key := range s.seen {
 		if _, ok := next[key]; !ok {
-			line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Del: true})
-			buf.Write(line)
-			buf.WriteByte('\n')
+			journalEntry(&buf, key, nil)
 		}
 	}
 	if buf.Len() == 0 {
@@ -262,8 +258,17 @@ func (s *store) save(st *state) error {
 		s.seen = next
 		return nil
 	}
-	if _, err := s.journal.Write(buf.Bytes()); err != nil {
-		// Leave no half line behind for the next append.
+	if err := s.appendJournal(buf.Bytes()); err != nil {
+		return err
+	}
+	s.seen = next
+	return nil
+}
+
+// appendJournal writes lines to the journal and fsyncs it; on a failed write
+// it cuts what it wrote, so no half line is left for the next append.
+func (s *store) appendJournal(lines []byte) error {
+	if _, err := s.journal.Write(lines); err != nil {
 		s.journal.Truncate(s.jbytes)
 		s.journal.Seek(s.jbytes, io.SeekStart)
 		return fmt.Errorf("%w: journal: %w", ErrState, err)
@@ -271,8 +276,7 @@ func (s *store) save(st *state) error {
 	if err := s.journal.Sync(); err != nil {
 		return fmt.Errorf("%w: journal: %w", ErrState, err)
 	}
-	s.jbytes += int64(buf.Len())
-	s.seen = next
+	s.jbytes += int64(len(lines))
 	return nil
 }
 
@@ -292,9 +296,7 @@ func (s *store) saveKeys(st *state, keys ...string) error {
 		v, ok := st.lookup(key)
 		if !ok {
 			if _, had := s.seen[key]; had {
-				line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Del: true})
-				buf.Write(line)
-				buf.WriteByte('\n')
+				journalEntry(&buf, key, nil)
 				ups = append(ups, upd{key: key, del: true})
 			}
 			continue
@@ -307,9 +309,7 @@ func (s *store) saveKeys(st *state, keys ...string) error {
 		if old, ok := s.seen[key]; ok && old == h {
 			continue
 		}
-		line, _ := json.Marshal(journalLine{Kind: key[:1], ID: key[2:], Rec: b})
-		buf.Write(line)
-		buf.WriteByte('\n')
+		journalEntry(&buf, key, b)
 		ups = append(ups, upd{key: key, h: h})
 	}
 	if buf.Len() == 0 {
@@ -318,15 +318,9 @@ func (s *store) saveKeys(st *state, keys ...string) error {
 	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
 		return s.save(st) // folds everything into a new snapshot
 	}
-	if _, err := s.journal.Write(buf.Bytes()); err != nil {
-		s.journal.Truncate(s.jbytes)
-		s.journal.Seek(s.jbytes, io.SeekStart)
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	if err := s.appendJournal(buf.Bytes()); err != nil {
+		return err
 	}
-	if err := s.journal.Sync(); err != nil {
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
-	}
-	s.jbytes += int64(buf.Len())
 	for _, u := range ups {
 		if u.del {
 			delete(s.seen, u.key)
@@ -335,6 +329,15 @@ func (s *store) saveKeys(st *state, keys ...string) error {
 		}
 	}
 	return nil
+}
+
+// journalEntry appends one journal line for key: a whole record, or a
+// deletion when rec is nil.
+func journalEntry(buf *bytes.Buffer, key string, rec []byte) {
+	jl := journalLine{Kind: key[:1], ID: key[2:], Rec: rec, Del: rec == nil}
+	line, _ := json.Marshal(jl)
+	buf.Write(line)
+	buf.WriteByte('\n')
 }
 
 func (st *state) lookup(key string) (any, bool) {
