@@ -785,7 +785,10 @@ deny:
 		if (s)
 			index = s->index;
 	}
-	report(cgid, index, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, 0);
+	/* Egress packets are built in the sending task's context: name it.
+	 * Ingress runs in softirq context, where no task is ours. */
+	report(cgid, index, egress ? bpf_get_current_pid_tgid() >> 32 : 0, why, p.family, p.proto, p.peer_port,
+	       p.peer, p.family == AF_INET6 ? 4 : 1, egress);
 	return 0;
 }
 

@@ -156,6 +156,12 @@ func TestRevoke(t *testing.T) {
 	p.Do("write u1 before")
 	expectData(t, us.data, "before")
 
+	rd, err := d.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	pid := strings.TrimPrefix(p.Do("pid"), "ok ")
 	if err := d.Revoke(h); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +176,17 @@ func TestRevoke(t *testing.T) {
 	p.Do("write u1 after")
 	expectNoData(t, srv.data, 700*time.Millisecond)
 	expectNoData(t, us.data, 100*time.Millisecond)
+	// The cut packet is an event naming the session, the process and the peer.
+	rd.SetDeadline(time.Now().Add(3 * time.Second))
+	found := false
+	for !found {
+		ev, err := rd.Read()
+		if err != nil {
+			t.Fatalf("no flow_revoked event: %v", err)
+		}
+		found = ev.Reason == ReasonFlowRevoked && ev.Session == s.Index && fmt.Sprint(ev.PID) == pid &&
+			ev.Comm == "probe" && ev.Dst.Addr() == netip.MustParseAddr("127.0.0.2")
+	}
 	cnt, _ := d.Counters(s.Index)
 	if cnt[ReasonFlowRevoked] == 0 || cnt[ReasonHandleRevoked] < 2 {
 		t.Errorf("counters %v: want flow_revoked and handle_revoked denials", cnt)
