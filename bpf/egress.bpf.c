@@ -369,11 +369,6 @@ static __always_inline int redirect_dns(struct bpf_sock_addr *ctx, __u32 index, 
 		if (!f)
 			return 0;
 	}
-	if (connect) {
-		/* The socket now talks to the resolver only. */
-		f->handle = SHK_HANDLE_NONE;
-		f->generation = SHK_FLOW_DNS_GENERATION;
-	}
 	f->dns_port = (__u16)ctx->user_port;
 	if (v6) {
 		f->dns_family = AF_INET6;
@@ -405,25 +400,13 @@ static __always_inline int redirect_dns(struct bpf_sock_addr *ctx, __u32 index, 
  * was already redirected (an IPv6 socket's v4-mapped send re-enters the IPv4
  * hook) or one made there directly: let it through.
  */
-static __always_inline int own_resolver(struct bpf_sock_addr *ctx, __u16 dport, int connect)
+static __always_inline int own_resolver(__u16 dport)
 {
 	__u32 zero = 0;
 	struct shk_config *cfg = bpf_map_lookup_elem(&shk_settings, &zero);
 
 	if (!cfg || !cfg->dns_port || dport != cfg->dns_port)
 		return -1;
-	if (connect) {
-		__u64 cookie = bpf_get_socket_cookie(ctx);
-		struct shk_flow *f = bpf_map_lookup_elem(&shk_flows, &cookie);
-		struct shk_flow nf = { .handle = SHK_HANDLE_NONE, .generation = SHK_FLOW_DNS_GENERATION };
-
-		if (f) {
-			f->handle = SHK_HANDLE_NONE;
-			f->generation = SHK_FLOW_DNS_GENERATION;
-		} else if (bpf_map_update_elem(&shk_flows, &cookie, &nf, BPF_ANY)) {
-			return 0;
-		}
-	}
 	return 1;
 }
 
@@ -508,7 +491,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		if (dport == 53)
 			r = redirect_dns(ctx, s->index, v6, connect);
 		else if (family == AF_INET && daddr[0] == bpf_htonl(SHK_DNS_BASE + s->index))
-			r = own_resolver(ctx, dport, connect);
+			r = own_resolver(dport);
 		else if (family == AF_INET && (bpf_ntohl(daddr[0]) & 0xff800000) == SHK_DNS_BASE) {
 			/* Another session's resolver address: never, whatever a
 			 * broad grant says, so no session can ask as another. */
@@ -735,13 +718,12 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		cookie = bpf_get_socket_cookie(skb);
 		f = bpf_map_lookup_elem(&shk_flows, &cookie);
 	}
-	if (f && f->handle != SHK_HANDLE_NONE && same_peer(f, &p)) {
-		why = shk_handle_check(f->handle, f->generation);
-		if (why == SHK_REASON_NONE)
-			return 1;
-		why = SHK_REASON_FLOW_REVOKED;
-		goto deny;
-	}
+	/* The handle the flow was allowed under is the fast path. When it has
+	 * died, the egress map decides afresh below: a flow lives while some
+	 * live grant covers it (a re-grant keeps a reconnected socket going). */
+	if (f && f->handle != SHK_HANDLE_NONE && same_peer(f, &p) &&
+	    shk_handle_check(f->handle, f->generation) == SHK_REASON_NONE)
+		return 1;
 
 	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
 	s = bpf_map_lookup_elem(&shk_sessions, &cgid);

@@ -110,10 +110,6 @@ struct shk_flow {
 	__u16 dns_family;   /* AF_INET / AF_INET6; 0 = no DNS query redirected */
 };
 
-/* shk_flows entry of a DNS query redirected to the agent's resolver: always
- * allowed, whatever the egress rules (the resolver enforces names). */
-#define SHK_FLOW_DNS_GENERATION 0xffffffff
-
 /* The per-session resolver address is SHK_DNS_BASE + session index
  * (127.128.0.0/9: up to 2^23 sessions). */
 #define SHK_DNS_BASE 0x7f800000

@@ -195,6 +195,13 @@ func TestRevoke(t *testing.T) {
 	if err := d.Revoke(h); err != nil {
 		t.Errorf("second revoke: %v", err)
 	}
+	// A new grant covering the same peer lets the connected UDP socket
+	// talk again: a flow lives while some live grant covers it.
+	h2 := mustHandle(t, d, HandleRef{}, time.Time{})
+	mustAllow(t, d, "rv", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: h2})
+	drain(us.data)
+	p.Do("write u1 regranted")
+	expectData(t, us.data, "regranted")
 }
 
 // TestMembrane: revoking a parent kills every attenuated descendant; a child
