@@ -32,8 +32,10 @@ type Config struct {
 	Status func() map[string]any
 	// OnSessionEnd is called after a session is deleted (metrics cleanup).
 	OnSessionEnd func(session string)
-	// OnGrantsChanged is called after grants change (DNS allowlists).
-	OnGrantsChanged func(session string)
+	// OnGrantsChanged is called after a call that may have changed grants,
+	// so the daemon applies what changed (DNS allowlists) at once rather
+	// than at its next tick.
+	OnGrantsChanged func()
 	// Audit records what the API sees (requests, attenuations, runs, card
 	// decisions). An error fails the call before anything happens.
 	Audit func(kind string, fields map[string]any) error
@@ -475,7 +477,7 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 			results[i] = RequestResult{Outcome: "granted", Grant: g, Status: http.StatusCreated}
-			s.grantsChanged(req.Session)
+			s.grantsChanged()
 		case errors.As(err, &are):
 			// A pattern the human approved earlier answers it now.
 			s.cards.mu.Lock()
@@ -485,7 +487,7 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request) {
 				g, err := s.cfg.Agent.ApproveAs(r.Context(), are.ID, "pattern:"+p.Card+" by "+p.Decider, agent.LifecycleSession)
 				if err == nil {
 					results[i] = RequestResult{Outcome: "granted", Grant: g, Status: http.StatusCreated, Reason: "approved by pattern " + p.Card}
-					s.grantsChanged(req.Session)
+					s.grantsChanged()
 				} else {
 					results[i] = RequestResult{Outcome: "denied", Reason: err.Error(), Status: statusFor(err)}
 				}
@@ -549,9 +551,9 @@ func (s *Server) pendingApproval(id string) agent.ApprovalRecord {
 	return agent.ApprovalRecord{ID: id}
 }
 
-func (s *Server) grantsChanged(session string) {
+func (s *Server) grantsChanged() {
 	if s.cfg.OnGrantsChanged != nil {
-		s.cfg.OnGrantsChanged(session)
+		s.cfg.OnGrantsChanged()
 	}
 }
 
@@ -606,9 +608,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	for _, sp := range s.cfg.Agent.Sessions() {
-		s.grantsChanged(sp.ID)
-	}
+	s.grantsChanged()
 	writeJSON(w, http.StatusOK, map[string]string{"revoked": body.Handle + body.ID})
 }
 
@@ -642,7 +642,7 @@ func (s *Server) attenuate(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	s.grantsChanged(g.Session)
+	s.grantsChanged()
 	writeJSON(w, http.StatusCreated, g)
 }
 
@@ -761,7 +761,7 @@ func (s *Server) approveCard(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
-	s.grantsChanged(c.Session)
+	s.grantsChanged()
 	s.cfg.Hub.Publish("api", "card.approved", c)
 	writeJSON(w, http.StatusOK, map[string]any{"card": c, "results": results})
 }

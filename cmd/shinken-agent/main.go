@@ -108,6 +108,8 @@ type daemon struct {
 	resolver *dnsresolver.Resolver
 	srv      *api.Server
 	sink     *eventSink
+	dnsMu    sync.Mutex
+	dnsDirty map[string]struct{} // sessions whose domain grants may have changed
 	events   *dataplane.EventReader
 	audit    *auditState
 	metrics  *metricsState
@@ -117,8 +119,9 @@ type daemon struct {
 // eventSink receives the agent's lifecycle events: the event stream, and the
 // audit log when one is attached.
 type eventSink struct {
-	hub   *api.Hub
-	audit func(agent.Event) error
+	hub     *api.Hub
+	audit   func(agent.Event) error
+	changed func(session string) // a grant or session step happened
 }
 
 func (s *eventSink) Emit(e agent.Event) error {
@@ -126,6 +129,9 @@ func (s *eventSink) Emit(e agent.Event) error {
 		if err := s.audit(e); err != nil {
 			return err
 		}
+	}
+	if s.changed != nil && e.Session != "" && (strings.HasPrefix(e.Kind, "grant.") || strings.HasPrefix(e.Kind, "session.")) {
+		s.changed(e.Session)
 	}
 	s.hub.Publish("agent", e.Kind, e)
 	return nil
@@ -138,7 +144,8 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.sink = &eventSink{hub: d.hub}
+	d.dnsDirty = map[string]struct{}{}
+	d.sink = &eventSink{hub: d.hub, changed: d.markDNS}
 	if err := d.openAudit(); err != nil {
 		d.close()
 		return nil, err
@@ -217,9 +224,33 @@ func (d *daemon) startResolver() error {
 	return d.dp.SetDNSRedirect(r.Port())
 }
 
+// markDNS notes that session's domain grants may have changed. It runs
+// inside the agent's event emission (agent lock held), so it only records.
+func (d *daemon) markDNS(session string) {
+	d.dnsMu.Lock()
+	d.dnsDirty[session] = struct{}{}
+	d.dnsMu.Unlock()
+}
+
+// syncDirtyDNS gives the resolver the policies of the sessions marked since
+// the last call: work follows what changed, not the number of sessions.
+func (d *daemon) syncDirtyDNS() {
+	d.dnsMu.Lock()
+	dirty := d.dnsDirty
+	d.dnsDirty = map[string]struct{}{}
+	d.dnsMu.Unlock()
+	for s := range dirty {
+		d.syncDNS(s)
+	}
+}
+
 // syncDNS gives the resolver the session's live domain grants.
 func (d *daemon) syncDNS(session string) {
 	if d.resolver == nil {
+		return
+	}
+	if _, err := d.dp.Session(session); err != nil {
+		d.resolver.RemovePolicy(session) // ended: nothing to resolve
 		return
 	}
 	var p dnsresolver.Policy
@@ -273,7 +304,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 			}
 			d.sessionEnded(s)
 		},
-		OnGrantsChanged: d.syncDNS,
+		OnGrantsChanged: d.syncDirtyDNS,
 		Audit:           d.auditAPI,
 		ObserveRevoke:   d.observeRevoke,
 		ObserveDecision: d.observeDecision,
@@ -317,9 +348,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 				}
 				d.srv.SyncCards()
 				d.flushDenials()
-				for _, s := range d.ag.Sessions() {
-					d.syncDNS(s.ID)
-				}
+				d.syncDirtyDNS() // grants the sweep expired or revoked
 			}
 		}
 	}()
