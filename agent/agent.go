@@ -1040,13 +1040,8 @@ func (a *Agent) Approve(ctx context.Context, id, approver string) (*Grant, error
 func (a *Agent) DenyApproval(ctx context.Context, id, approver string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ap, ok := a.st.Approvals[id]
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownApproval, id)
-	}
-	delete(a.st.Approvals, id)
-	if err := a.persist(); err != nil {
-		a.st.Approvals[id] = ap
+	ap, err := a.takeApproval(id)
+	if err != nil {
 		return err
 	}
 	a.emit(Event{Kind: "approval.deny", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Actor: approver, Outcome: id})

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -37,16 +36,26 @@ func (a *Agent) ApproveAs(ctx context.Context, id, approver string, lc Lifecycle
 func (a *Agent) CancelApproval(id, actor string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ap, ok := a.st.Approvals[id]
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownApproval, id)
-	}
-	delete(a.st.Approvals, id)
-	if err := a.persist(); err != nil {
-		a.st.Approvals[id] = ap
+	ap, err := a.takeApproval(id)
+	if err != nil {
 		return err
 	}
-	return errors.Join(a.emit(Event{Kind: "approval.cancel", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Actor: actor, Outcome: "cancelled"}))
+	return a.emit(Event{Kind: "approval.cancel", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Actor: actor, Outcome: "cancelled"})
+}
+
+// takeApproval removes pending approval id and persists that (only that
+// record changes); on a persistence error the approval stays. a.mu held.
+func (a *Agent) takeApproval(id string) (*ApprovalRecord, error) {
+	ap, ok := a.st.Approvals[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownApproval, id)
+	}
+	delete(a.st.Approvals, id)
+	if err := a.store.saveKeys(a.st, "a/"+id); err != nil {
+		a.st.Approvals[id] = ap
+		return nil, err
+	}
+	return ap, nil
 }
 
 // Close releases the state journal. The agent must not be used afterwards.

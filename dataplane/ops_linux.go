@@ -298,7 +298,7 @@ func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
 	if exists {
 		for i := uint32(0); i < val.Nrules; i++ {
 			o := val.Rules[i]
-			if o.Handle == r.Handle && o.Generation == r.Generation && o.Proto == r.Proto && o.PortLo == r.PortLo && o.PortHi == r.PortHi {
+			if sameRule(o, r) {
 				// A refresh keeps the later expiry: two names may resolve
 				// to one address with different TTLs. Zero is "never".
 				if o.ExpiresNs == 0 || (r.ExpiresNs != 0 && r.ExpiresNs <= o.ExpiresNs) {
@@ -346,7 +346,7 @@ func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
 	if exists {
 		for i := uint32(0); i < val.Nrules; i++ {
 			o := val.Rules[i]
-			if o.Handle != r.Handle || o.Generation != r.Generation || o.Proto != r.Proto || o.PortLo != r.PortLo || o.PortHi != r.PortHi {
+			if !sameRule(o, r) {
 				continue
 			}
 			if val.Nrules == 1 {
@@ -426,6 +426,12 @@ func (d *Dataplane) checkCover(session uint32, p netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// sameRule reports whether two rules are the same grant of the same
+// protocol and ports (their expiries may differ).
+func sameRule(a, b shkShkRule) bool {
+	return a.Handle == b.Handle && a.Generation == b.Generation && a.Proto == b.Proto && a.PortLo == b.PortLo && a.PortHi == b.PortHi
 }
 
 func encodeRule(r EgressRule) shkShkRule {
