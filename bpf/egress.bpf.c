@@ -6,14 +6,23 @@
  *
  *   cgroup/connect4|6   every TCP connect and UDP connect
  *   cgroup/sendmsg4|6   every unconnected UDP send
- *   cgroup_skb/egress   every data packet and active open of a session socket:
- *   cgroup_skb/ingress  a flow is checked against the egress map once, then
- *                       against the handle it was allowed under, so flows
- *                       opened under a handle that has since died are cut;
- *                       packets no connect/sendmsg check covers (raw, ICMP)
- *                       are dropped
+ *   cgroup_skb/ingress  every TCP handshake of a session socket: an inbound
+ *                       SYN (someone connecting to a session's listener) and
+ *                       the SYN-ACK that completes a session's connect must
+ *                       be covered by the egress map under a live handle
  *   cgroup/recvmsg4|6   DNS replies (and getpeername4|6 on a DNS socket) show
  *   cgroup/getpeername4|6  the server the session asked
+ *
+ * Flows already open when their authority dies are cut in one of two ways,
+ * chosen at load (shk_flow_mode):
+ *
+ *   SWEEP   (kernels with the bpf_sock_destroy kfunc) iter/tcp and iter/udp
+ *           walk every TCP and UDP socket when user space asks (after each
+ *           revoke, at each handle deadline) and destroy each session socket
+ *           whose peer no live grant covers any more. No per-packet hook.
+ *   PACKET  cgroup_skb/egress checks every active open and data packet, and
+ *           ingress every data packet, against the handle the flow was
+ *           allowed under (kept per socket cookie in shk_flows).
  *
  * With DNS redirection on, every UDP/TCP query to port 53 goes to the agent's
  * resolver at the session's own loopback address (SHK_DNS_BASE + index).
@@ -28,6 +37,7 @@
 #include <linux/bpf.h>
 #include <linux/in.h>
 #include <linux/socket.h>
+#include <linux/in6.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -39,6 +49,8 @@
 #ifndef AF_INET6
 #define AF_INET6 10
 #endif
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 
@@ -47,6 +59,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Level of the session cgroups in the cgroup2 hierarchy (the parent's level
  * plus one). Set by user space before load. */
 const volatile __u32 shk_session_level = 0;
+
+/* How open flows are cut when their authority dies (enum shk_flow_mode). Set
+ * by user space before load. */
+const volatile __u32 shk_flow_mode = SHK_FLOW_SWEEP;
 
 /* Session cgroup id -> session. Sized by user space (max sessions). */
 struct {
@@ -510,7 +526,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
 		return 0;
 	}
-	if (connect && proto == IPPROTO_TCP) {
+	if (shk_flow_mode == SHK_FLOW_PACKET && connect && proto == IPPROTO_TCP) {
 		__u32 zero = 0;
 		struct shk_lastconn *lc = bpf_map_lookup_elem(&shk_lastconns, &zero);
 
@@ -552,6 +568,31 @@ int shk_sendmsg6(struct bpf_sock_addr *ctx)
 	return check_sock_addr(ctx, 1, 0);
 }
 
+/*
+ * Sweep mode: a session may create TCP, MPTCP and UDP sockets only. Every
+ * other inet socket (raw, ICMP "ping" datagram sockets, UDP-Lite, SCTP) would
+ * carry packets that no connect or sendmsg hook checks and that the socket
+ * iterators do not see; packet mode drops their packets instead.
+ */
+SEC("cgroup/sock_create")
+int shk_sock_create(struct bpf_sock *sk)
+{
+	struct shk_session *s;
+	__u64 cgid;
+
+	if (shk_flow_mode == SHK_FLOW_PACKET)
+		return 1;
+	if (sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP))
+		return 1;
+	if (sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)
+		return 1;
+	cgid = bpf_get_current_ancestor_cgroup_id(shk_session_level);
+	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
+	       (__u8)sk->protocol, 0, 0, 1, 1);
+	return 0;
+}
+
 SEC("cgroup/recvmsg4")
 int shk_recvmsg4(struct bpf_sock_addr *ctx)
 {
@@ -583,6 +624,7 @@ struct pkt {
 	__u16 family;
 	__u8 proto;
 	__u8 syn;        /* TCP SYN without ACK */
+	__u8 synack;     /* TCP SYN with ACK */
 	__u8 data;       /* carries payload (UDP: always) */
 };
 
@@ -638,6 +680,7 @@ static __always_inline int parse(struct __sk_buff *skb, int egress, struct pkt *
 	p->peer_port = egress ? ((__u16)th[2] << 8 | th[3]) : ((__u16)th[0] << 8 | th[1]);
 	if (p->proto == IPPROTO_TCP) {
 		p->syn = (th[13] & 0x02) && !(th[13] & 0x10);
+		p->synack = (th[13] & 0x12) == 0x12;
 		p->data = plen > (__u32)(th[12] >> 4) * 4;
 	} else {
 		p->data = 1;
@@ -653,7 +696,63 @@ static __always_inline int same_peer(const struct shk_flow *f, const struct pkt 
 }
 
 /*
- * Every packet of a session socket. Control packets of TCP flows (no payload,
+ * Sweep mode, ingress: the two packets that start a TCP flow. An inbound SYN
+ * (a peer connecting to a session's listener) must come from a peer the
+ * session may reach, or accepted sockets would be an egress channel no
+ * connect hook sees. The SYN-ACK completing a session's connect is checked
+ * again (handles only): a connect allowed just before a revoke, whose socket
+ * a concurrent sweep could not see yet, never becomes established. Every
+ * other packet passes; flows are cut by the sweep.
+ */
+static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_sock *sk)
+{
+	struct shk_flow ref = {};
+	struct shk_session *s;
+	struct pkt p = {};
+	__u32 why, zero = 0;
+	struct shk_config *cfg;
+	__u64 cgid;
+
+	if (sk->protocol != IPPROTO_TCP)
+		return 1; /* inbound datagrams are not egress; every send is checked */
+	if (parse(skb, 0, &p) < 0 || p.proto != IPPROTO_TCP) {
+		why = SHK_REASON_UNCHECKED;
+		cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
+		goto deny;
+	}
+	if (!p.syn && !p.synack)
+		return 1;
+	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
+	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
+		return 1; /* the session's own resolver (redirected DNS over TCP) */
+	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
+	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	if (!s) {
+		why = SHK_REASON_UNKNOWN_SESSION;
+		goto deny;
+	}
+	/* A new inbound flow is bounded by rule deadlines like a connect; the
+	 * handshake of a connect already allowed checks handles only. */
+	if (p.family == AF_INET)
+		why = lookup4(s->index, p.peer[0], IPPROTO_TCP, p.peer_port, p.syn, &ref);
+	else
+		why = lookup6(s->index, p.peer, IPPROTO_TCP, p.peer_port, p.syn, &ref);
+	if (why == SHK_REASON_NONE)
+		return 1;
+	if (p.synack)
+		why = SHK_REASON_FLOW_REVOKED;
+	report(cgid, s->index, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, 0);
+	return 0;
+deny:
+	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	report(cgid, s ? s->index : 0, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1,
+	       0);
+	return 0;
+}
+
+/*
+ * Packet mode: every packet of a session socket. Control packets of TCP flows (no payload,
  * no SYN) pass; an active open (SYN) and every data packet must be covered by
  * the egress map under a live handle, checked against the flow's recorded
  * handle once it has one.
@@ -673,6 +772,8 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	sk = bpf_sk_fullsock(sk);
 	if (!sk)
 		return 1; /* request and timewait sockets */
+	if (shk_flow_mode != SHK_FLOW_PACKET)
+		return egress ? 1 : check_handshake(skb, sk);
 	if (sk->protocol != IPPROTO_TCP && sk->protocol != IPPROTO_UDP) {
 		if (!egress)
 			return 1;
@@ -784,4 +885,167 @@ SEC("cgroup_skb/ingress")
 int shk_skb_ingress(struct __sk_buff *skb)
 {
 	return check_skb(skb, 0);
+}
+
+/*
+ * Sweep mode: the socket iterators. The few kernel structures they read are
+ * declared here with CO-RE relocations (preserve_access_index), so the loader
+ * fits the offsets to the running kernel's BTF.
+ */
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	__be32 skc_daddr;
+	__be16 skc_dport;
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	struct in6_addr skc_v6_daddr;
+} __attribute__((preserve_access_index));
+
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup;
+
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+	struct cgroup_subsys_state *parent;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct cgroup_subsys_state self;
+	int level;
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct sock_cgroup_data {
+	struct cgroup *cgroup;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
+	struct sock_cgroup_data sk_cgrp_data;
+} __attribute__((preserve_access_index));
+
+struct tcp_sock;
+struct udp_sock;
+
+struct bpf_iter__tcp {
+	struct bpf_iter_meta *meta;
+	struct sock_common *sk_common;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+/* Weak: kernels before 6.5 lack it, and the programs must still load there
+ * (user space then runs in packet mode and never runs the iterators). */
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym __weak;
+
+#define SHK_TCP_ESTABLISHED 1
+#define SHK_TCP_CLOSE 7
+#define SHK_TCP_LISTEN 10
+
+/*
+ * One socket of the host. Destroys it when it belongs to a session, has a
+ * peer (connected UDP, or TCP in any state with one), and no live grant covers
+ * that peer any more (rule deadlines, the DNS TTLs, bound new connections
+ * only: handles are what is checked). Writes the session index of each
+ * destroyed socket to the iterator's output.
+ */
+static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common *victim, struct sock *sk,
+				 __u8 proto)
+{
+	struct sock_common *skc = &sk->__sk_common;
+	struct shk_flow ref = {};
+	struct shk_session *s;
+	struct cgroup *cg;
+	__u32 peer[4] = {}, why, zero = 0;
+	struct shk_config *cfg;
+	__u16 family, dport;
+	__u64 cgid;
+
+	if (proto == IPPROTO_TCP) {
+		if (skc->skc_state == SHK_TCP_LISTEN || skc->skc_state == SHK_TCP_CLOSE)
+			return 0;
+	} else if (skc->skc_state != SHK_TCP_ESTABLISHED || !skc->skc_dport) {
+		return 0; /* unconnected: each send is checked by sendmsg4|6 */
+	}
+	/* The socket's cgroup, or its ancestor at the sessions' level. */
+	cg = sk->sk_cgrp_data.cgroup;
+	for (int i = 0; i < 16 && cg && cg->level > (int)shk_session_level; i++) {
+		struct cgroup_subsys_state *up = cg->self.parent;
+
+		cg = up ? up->cgroup : 0;
+	}
+	if (!cg || cg->level != (int)shk_session_level)
+		return 0;
+	cgid = cg->kn->id;
+	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	if (!s)
+		return 0;
+
+	family = skc->skc_family;
+	dport = bpf_ntohs(skc->skc_dport);
+	if (family == AF_INET) {
+		peer[0] = skc->skc_daddr;
+	} else if (family == AF_INET6) {
+		peer[0] = skc->skc_v6_daddr.in6_u.u6_addr32[0];
+		peer[1] = skc->skc_v6_daddr.in6_u.u6_addr32[1];
+		peer[2] = skc->skc_v6_daddr.in6_u.u6_addr32[2];
+		peer[3] = skc->skc_v6_daddr.in6_u.u6_addr32[3];
+		if (is_v4mapped(peer)) {
+			peer[0] = peer[3];
+			family = AF_INET;
+		}
+	} else {
+		return 0;
+	}
+	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	if (family == AF_INET && (bpf_ntohl(peer[0]) & 0xff800000) == SHK_DNS_BASE && cfg && cfg->dns_port &&
+	    dport == cfg->dns_port)
+		return 0; /* redirected DNS: the session's own resolver */
+
+	if (family == AF_INET)
+		why = lookup4(s->index, peer[0], proto, dport, 0, &ref);
+	else
+		why = lookup6(s->index, peer, proto, dport, 0, &ref);
+	if (why == SHK_REASON_NONE)
+		return 0;
+	if (!bpf_sock_destroy)
+		return 0; /* no such kfunc: user space runs packet mode, never this */
+	bpf_sock_destroy(victim); /* the iterator's own, trusted pointer */
+	report(cgid, s->index, 0, SHK_REASON_FLOW_REVOKED, family, proto, dport, peer, family == AF_INET6 ? 4 : 1, 0);
+	bpf_seq_write(meta->seq, &s->index, sizeof(s->index));
+	return 0;
+}
+
+SEC("iter/tcp")
+int shk_sweep_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0; /* request and timewait sockets carry no data */
+	return sweep(ctx->meta, skc, (struct sock *)tp, IPPROTO_TCP);
+}
+
+SEC("iter/udp")
+int shk_sweep_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *u = ctx->udp_sk;
+
+	if (!u)
+		return 0;
+	return sweep(ctx->meta, (struct sock_common *)u, (struct sock *)u, IPPROTO_UDP);
 }

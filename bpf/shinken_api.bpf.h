@@ -36,6 +36,13 @@ enum shk_reason {
 	SHK_NR_REASONS = 8,
 };
 
+/* How flows already open are cut when their authority dies (load-time
+ * constant shk_flow_mode; see egress.bpf.c). Mirrored by dataplane.FlowMode. */
+enum shk_flow_mode {
+	SHK_FLOW_SWEEP = 1,  /* socket iterators destroy them, on request */
+	SHK_FLOW_PACKET = 2, /* cgroup_skb drops their next packet */
+};
+
 enum shk_handle_state {
 	SHK_HANDLE_FREE = 0,
 	SHK_HANDLE_LIVE = 1,

@@ -25,7 +25,57 @@ type Config struct {
 	MaxEgress6     uint32 // IPv6 entries likewise; default 1048576
 	MaxFlows       uint32 // flow verdicts cached (LRU), all sessions; default 262144
 	EventRingBytes uint32 // default 1 MiB; power of two
-	noAttach       bool   // tests of load and map logic only
+	// FlowMode is how flows already open are cut when their authority dies
+	// (default FlowAuto: sweep where the kernel can, else packet).
+	FlowMode FlowMode
+	noAttach bool // tests of load and map logic only
+}
+
+// FlowMode is how open flows are cut when the grant they were opened under
+// dies (a revoke, a parent's revoke, a handle deadline).
+type FlowMode uint32
+
+const (
+	// FlowAuto picks FlowSweep when the kernel has the bpf_sock_destroy
+	// kfunc (Linux 6.5+), else FlowPacket. The chosen mode is reported by
+	// Dataplane.FlowMode.
+	FlowAuto FlowMode = 0
+	// FlowSweep: after each revoke and at each handle deadline, socket
+	// iterators destroy every session socket whose peer no live grant covers
+	// (the application sees ECONNABORTED; TCP peers get a reset). New
+	// connects are checked at connect/sendmsg, handshakes at ingress; no hook
+	// runs per data packet.
+	FlowSweep FlowMode = 1
+	// FlowPacket: cgroup_skb programs check every data packet of a session
+	// socket against the handle its flow was allowed under and drop it once
+	// that handle is dead. Works without the agent (deadlines included), at
+	// the cost of hooks on every packet.
+	FlowPacket FlowMode = 2
+)
+
+func (m FlowMode) String() string {
+	switch m {
+	case FlowAuto:
+		return "auto"
+	case FlowSweep:
+		return "sweep"
+	case FlowPacket:
+		return "packet"
+	}
+	return fmt.Sprintf("FlowMode(%d)", uint32(m))
+}
+
+// ParseFlowMode reads "auto", "sweep" or "packet".
+func ParseFlowMode(s string) (FlowMode, error) {
+	switch s {
+	case "", "auto":
+		return FlowAuto, nil
+	case "sweep":
+		return FlowSweep, nil
+	case "packet":
+		return FlowPacket, nil
+	}
+	return 0, fmt.Errorf("dataplane config: flow mode %q: want auto, sweep or packet", s)
 }
 
 const (
@@ -74,6 +124,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxHandles < 2 {
 		return fmt.Errorf("dataplane config: max handles %d < 2", c.MaxHandles)
+	}
+	if c.FlowMode > FlowPacket {
+		return fmt.Errorf("dataplane config: unknown flow mode %d", c.FlowMode)
 	}
 	if c.EventRingBytes < 4096 || c.EventRingBytes&(c.EventRingBytes-1) != 0 {
 		return fmt.Errorf("dataplane config: event ring size %d is not a power of two >= 4096", c.EventRingBytes)

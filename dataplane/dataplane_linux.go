@@ -33,6 +33,7 @@ type Dataplane struct {
 	objs    shkObjects
 	links   []link.Link
 	adopted bool
+	sweep   *sweeper // sweep mode's socket iterators; nil in packet mode
 
 	mu        sync.Mutex
 	sessions  map[string]*Session
@@ -50,12 +51,26 @@ type progAttach struct {
 	attach ebpf.AttachType
 }
 
+// inMode says whether a hook is attached in flow mode m: packet mode checks
+// packets on egress; sweep mode instead refuses the sockets whose packets no
+// other hook sees.
+func (a progAttach) inMode(m FlowMode) bool {
+	switch a.name {
+	case "skb_egress":
+		return m == FlowPacket
+	case "sock_create":
+		return m == FlowSweep
+	}
+	return true
+}
+
 var attachments = []progAttach{
 	{"connect4", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect4 }, ebpf.AttachCGroupInet4Connect},
 	{"connect6", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect6 }, ebpf.AttachCGroupInet6Connect},
 	{"sendmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg4 }, ebpf.AttachCGroupUDP4Sendmsg},
 	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
 	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
+	{"sock_create", func(p *shkPrograms) *ebpf.Program { return p.ShkSockCreate }, ebpf.AttachCGroupInetSockCreate},
 	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
 	{"recvmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg4 }, ebpf.AttachCGroupUDP4Recvmsg},
 	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
@@ -149,6 +164,14 @@ func (d *Dataplane) open() error {
 	if err := spec.Variables["shk_session_level"].Set(uint32(d.level)); err != nil {
 		return fmt.Errorf("configure session level: %w", err)
 	}
+	mode, err := resolveFlowMode(d.cfg.FlowMode)
+	if err != nil {
+		return err
+	}
+	d.cfg.FlowMode = mode
+	if err := spec.Variables["shk_flow_mode"].Set(uint32(mode)); err != nil {
+		return fmt.Errorf("configure flow mode: %w", err)
+	}
 	_, statErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_handles"))
 	d.adopted = statErr == nil
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})
@@ -162,8 +185,38 @@ func (d *Dataplane) open() error {
 		if err := d.attach(); err != nil {
 			return err
 		}
+		if mode == FlowSweep {
+			if err := d.startSweeper(); err != nil {
+				return err
+			}
+		}
 	}
-	return d.reconcile()
+	if err := d.reconcile(); err != nil {
+		return err
+	}
+	// Flows whose authority died while no agent ran (a deadline passed)
+	// end now; deadlines still ahead get their sweep.
+	if _, err := d.Sweep(); err != nil {
+		return fmt.Errorf("initial sweep: %w", err)
+	}
+	return d.watchDeadlines()
+}
+
+// watchDeadlines arranges a sweep at each live handle's deadline.
+func (d *Dataplane) watchDeadlines() error {
+	if d.sweep == nil {
+		return nil
+	}
+	hs, err := d.Handles()
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if h.State == HandleLive && !h.Expires.IsZero() {
+			d.watchDeadline(h.Expires)
+		}
+	}
+	return nil
 }
 
 func (d *Dataplane) attach() error {
@@ -171,7 +224,12 @@ func (d *Dataplane) attach() error {
 	if err != nil {
 		return err
 	}
+	used := map[string]bool{}
 	for _, a := range attachments {
+		if !a.inMode(d.cfg.FlowMode) {
+			continue
+		}
+		used[a.name] = true
 		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
 		prog := a.prog(&d.objs.shkPrograms)
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
@@ -201,7 +259,8 @@ func (d *Dataplane) attach() error {
 		}
 		d.links = append(d.links, l)
 	}
-	return nil
+	// Only now, with every hook of this mode in place, let go of the others.
+	return d.removeObsoleteLinks(used)
 }
 
 // Adopted reports whether Open found a pinned dataplane and took it over.
@@ -217,6 +276,10 @@ func (d *Dataplane) Config() Config { return d.cfg }
 // stay in the kernel and keep enforcing.
 func (d *Dataplane) Close() error {
 	var errs []error
+	if d.sweep != nil {
+		d.sweep.close()
+		d.sweep = nil
+	}
 	for _, l := range d.links {
 		errs = append(errs, l.Close())
 	}

@@ -19,6 +19,9 @@ func (*Dataplane) NewHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, ErrNotSupported
 }
 func (*Dataplane) Revoke(HandleRef) error                   { return ErrNotSupported }
+func (*Dataplane) RevokeThen(HandleRef, func()) error       { return ErrNotSupported }
+func (*Dataplane) Sweep() (int, error)                      { return 0, ErrNotSupported }
+func (*Dataplane) FlowMode() FlowMode                       { return FlowAuto }
 func (*Dataplane) FreeHandle(HandleRef) error               { return ErrNotSupported }
 func (*Dataplane) Handles() ([]Handle, error)               { return nil, ErrNotSupported }
 func (*Dataplane) AllowEgress(string, EgressRule) error     { return ErrNotSupported }

@@ -134,8 +134,13 @@ func TestEventsAndCounters(t *testing.T) {
 
 // TestRevoke: a revoke makes the very next attempt fail and stops traffic on
 // a TCP connection and a connected UDP socket opened before it.
-func TestRevoke(t *testing.T) {
-	d := newDataplane(t, testConfig(t))
+func TestRevoke(t *testing.T) { forModes(t, testRevoke) }
+
+func testRevoke(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
+	if d.FlowMode() != mode {
+		t.Fatalf("flow mode %s, want %s", d.FlowMode(), mode)
+	}
 	s, _ := d.CreateSession("rv")
 	srv := listenTCP(t, "127.0.0.2:0")
 	us := listenUDP(t, "127.0.0.2:0")
@@ -171,12 +176,16 @@ func TestRevoke(t *testing.T) {
 	if got := p.Do("udp " + us.addr()); got != "err EPERM" {
 		t.Errorf("sendto after revoke: %s", got)
 	}
-	// The open flows: their packets are dropped from now on.
-	p.Do("write c1 after")
-	p.Do("write u1 after")
+	// The open flows: packet mode drops their packets from now on; sweep
+	// mode destroyed their sockets before Revoke returned, so writes fail.
+	w1, w2 := p.Do("write c1 after"), p.Do("write u1 after")
+	if mode == FlowSweep && (w1 == "ok" || w2 == "ok") {
+		t.Errorf("writes on destroyed sockets: tcp %q, udp %q (want errors)", w1, w2)
+	}
 	expectNoData(t, srv.data, 700*time.Millisecond)
 	expectNoData(t, us.data, 100*time.Millisecond)
-	// The cut packet is an event naming the session, the process and the peer.
+	// The cut is an event naming the session and the peer (and, in packet
+	// mode, where the sending task is known, the process).
 	rd.SetDeadline(time.Now().Add(3 * time.Second))
 	found := false
 	for !found {
@@ -184,30 +193,47 @@ func TestRevoke(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no flow_revoked event: %v", err)
 		}
-		found = ev.Reason == ReasonFlowRevoked && ev.Session == s.Index && fmt.Sprint(ev.PID) == pid &&
-			ev.Comm == "probe" && ev.Dst.Addr() == netip.MustParseAddr("127.0.0.2")
+		found = ev.Reason == ReasonFlowRevoked && ev.Session == s.Index && ev.Dst.Addr() == netip.MustParseAddr("127.0.0.2")
+		if found && mode == FlowPacket && (fmt.Sprint(ev.PID) != pid || ev.Comm != "probe") {
+			t.Errorf("packet-mode event: pid %d comm %q, want %s probe", ev.PID, ev.Comm, pid)
+		}
 	}
 	cnt, _ := d.Counters(s.Index)
 	if cnt[ReasonFlowRevoked] == 0 || cnt[ReasonHandleRevoked] < 2 {
 		t.Errorf("counters %v: want flow_revoked and handle_revoked denials", cnt)
 	}
+	if mode == FlowSweep {
+		if st := d.SweepStats(); st.Destroyed < 2 || st.LastErr != nil {
+			t.Errorf("sweep stats %+v: want >= 2 sockets destroyed, no error", st)
+		}
+	}
 	// Revoke is idempotent.
 	if err := d.Revoke(h); err != nil {
 		t.Errorf("second revoke: %v", err)
 	}
-	// A new grant covering the same peer lets the connected UDP socket
-	// talk again: a flow lives while some live grant covers it.
+	// A new grant covering the same peer: in packet mode the connected UDP
+	// socket talks again (a flow lives while some live grant covers it); in
+	// sweep mode that socket is gone for good and a new one works.
 	h2 := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "rv", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: h2})
 	drain(us.data)
-	p.Do("write u1 regranted")
+	if mode == FlowPacket {
+		p.Do("write u1 regranted")
+	} else {
+		if got := p.Do("open u2 udp " + us.addr()); got != "ok" {
+			t.Fatalf("open udp after re-grant: %s", got)
+		}
+		p.Do("write u2 regranted")
+	}
 	expectData(t, us.data, "regranted")
 }
 
 // TestMembrane: revoking a parent kills every attenuated descendant; a child
 // revoke leaves the parent alive.
-func TestMembrane(t *testing.T) {
-	d := newDataplane(t, testConfig(t))
+func TestMembrane(t *testing.T) { forModes(t, testMembrane) }
+
+func testMembrane(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
 	s, _ := d.CreateSession("mb")
 	a := listenTCP(t, "127.0.0.2:0")
 	b := listenTCP(t, "127.0.0.3:0")
@@ -223,9 +249,20 @@ func TestMembrane(t *testing.T) {
 			t.Fatalf("before revoke %s: %s", addr, got)
 		}
 	}
+	// Open flows under the grandchild and the sibling.
+	if got := p.Do("open ca tcp " + a.addr()); got != "ok" {
+		t.Fatal(got)
+	}
+	if got := p.Do("open cb tcp " + b.addr()); got != "ok" {
+		t.Fatal(got)
+	}
 	if err := d.Revoke(child); err != nil {
 		t.Fatal(err)
 	}
+	p.Do("write ca cut")
+	p.Do("write cb alive")
+	expectData(t, b.data, "alive")
+	expectNoData(t, a.data, 500*time.Millisecond)
 	if got := p.Do("tcp " + a.addr()); got != "err EPERM" {
 		t.Errorf("grandchild after child revoke: %s", got)
 	}
@@ -253,8 +290,10 @@ func TestMembrane(t *testing.T) {
 }
 
 // TestExpiry: an expired handle (or ancestor) denies; an expired rule denies.
-func TestExpiry(t *testing.T) {
-	d := newDataplane(t, testConfig(t))
+func TestExpiry(t *testing.T) { forModes(t, testExpiry) }
+
+func testExpiry(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
 	s, _ := d.CreateSession("ex")
 	a := listenTCP(t, "127.0.0.2:0")
 	b := listenTCP(t, "127.0.0.3:0")
@@ -272,7 +311,20 @@ func TestExpiry(t *testing.T) {
 			t.Fatalf("before expiry %s: %s", addr, got)
 		}
 	}
+	// Open flows: under the expiring child (cut at the deadline), and under
+	// the rule with a TTL (rule deadlines bound new connections only).
+	if got := p.Do("open cb tcp " + b.addr()); got != "ok" {
+		t.Fatal(got)
+	}
+	if got := p.Do("open cc tcp " + c.addr()); got != "ok" {
+		t.Fatal(got)
+	}
+	drain(b.data)
 	time.Sleep(time.Until(soon) + 50*time.Millisecond)
+	p.Do("write cb expired")
+	p.Do("write cc ttl")
+	expectData(t, c.data, "ttl")
+	expectNoData(t, b.data, 500*time.Millisecond)
 	for _, addr := range []string{a.addr(), b.addr(), c.addr()} {
 		if got := p.Do("tcp " + addr); got != "err EPERM" {
 			t.Errorf("after expiry %s: %s", addr, got)

@@ -46,6 +46,44 @@ func testConfig(t testing.TB) Config {
 	return Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 1024, MaxHandles: 4096, MaxEgress4: 1 << 16, MaxEgress6: 1 << 16}
 }
 
+// flowModes are the flow modes this kernel runs: both where it has
+// bpf_sock_destroy, packet mode alone otherwise.
+func flowModes(t testing.TB) []FlowMode {
+	has, err := kernelHasSockDestroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if has {
+		return []FlowMode{FlowSweep, FlowPacket}
+	}
+	t.Log("this kernel lacks bpf_sock_destroy: sweep mode is not tested here")
+	return []FlowMode{FlowPacket}
+}
+
+// forModes runs f once per flow mode, as subtests named after the mode.
+func forModes(t *testing.T, f func(t *testing.T, mode FlowMode)) {
+	for _, m := range flowModes(t) {
+		t.Run(m.String(), func(t *testing.T) { f(t, m) })
+	}
+}
+
+func modeConfig(t testing.TB, m FlowMode) Config {
+	cfg := testConfig(t)
+	cfg.FlowMode = m
+	return cfg
+}
+
+// hooksIn is how many programs mode m attaches at the parent.
+func hooksIn(m FlowMode) int {
+	n := 0
+	for _, a := range attachments {
+		if a.inMode(m) {
+			n++
+		}
+	}
+	return n
+}
+
 func newDataplane(t testing.TB, cfg Config) *Dataplane {
 	t.Helper()
 	requireRoot(t)

@@ -162,6 +162,7 @@ func (d *Dataplane) NewHandle(parent HandleRef, expires time.Time) (HandleRef, e
 		return HandleRef{}, fmt.Errorf("issue handle: %w", err)
 	}
 	d.handleGen[slot] = gen
+	d.watchDeadline(expires)
 	return HandleRef{Slot: slot, Generation: gen}, nil
 }
 
@@ -202,9 +203,32 @@ func (d *Dataplane) readHandle(ref HandleRef) (shkShkHandle, error) {
 }
 
 // Revoke kills ref and, through the kernel's parent walk, every handle
-// attenuated from it: one map write of the handle's slot. Revoking a handle
-// that is already revoked, freed or recycled is a no-op.
-func (d *Dataplane) Revoke(ref HandleRef) error {
+// attenuated from it: one map write of the handle's slot, after which every
+// new connect and send under it fails. In sweep mode Revoke then destroys the
+// session sockets whose peers no live grant covers any more, before it
+// returns, and follow-up sweeps run over the next second (see FlowSweep).
+// Revoking a handle that is already revoked, freed or recycled is a no-op.
+func (d *Dataplane) Revoke(ref HandleRef) error { return d.RevokeThen(ref, nil) }
+
+// RevokeThen is Revoke, calling written (when not nil) the moment the map
+// write has returned, before open flows are cut: for measuring how soon the
+// kernel enforces a revoke.
+func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
+	if err := d.revoke(ref); err != nil {
+		return err
+	}
+	if written != nil {
+		written()
+	}
+	// The map write above already fails every new connect; now cut the
+	// flows that are open (sweep mode).
+	if err := d.cutFlows(); err != nil {
+		return fmt.Errorf("revoke %s: handle revoked, but cutting open flows failed: %w", ref, err)
+	}
+	return nil
+}
+
+func (d *Dataplane) revoke(ref HandleRef) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h, err := d.readHandle(ref)

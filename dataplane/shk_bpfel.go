@@ -68,6 +68,8 @@ type shkShkFlow struct {
 	DnsFamily  uint16
 }
 
+type shkShkFlowMode uint32
+
 type shkShkHandle struct {
 	_                structs.HostLayout
 	State            uint32
@@ -129,6 +131,10 @@ const (
 	shkProgShkSendmsg6     = "shk_sendmsg6"
 	shkProgShkSkbEgress    = "shk_skb_egress"
 	shkProgShkSkbIngress   = "shk_skb_ingress"
+	shkProgShkSockCreate   = "shk_sock_create"
+	shkProgShkSweepTcp     = "shk_sweep_tcp"
+	shkProgShkSweepUdp     = "shk_sweep_udp"
+	shkVarShkFlowMode      = "shk_flow_mode"
 	shkVarShkSessionLevel  = "shk_session_level"
 	shkVarUnusedEvent      = "unused_event"
 )
@@ -185,6 +191,9 @@ type shkProgramSpecs struct {
 	ShkSendmsg6     *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
 	ShkSkbEgress    *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
 	ShkSkbIngress   *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkSockCreate   *ebpf.ProgramSpec `ebpf:"shk_sock_create"`
+	ShkSweepTcp     *ebpf.ProgramSpec `ebpf:"shk_sweep_tcp"`
+	ShkSweepUdp     *ebpf.ProgramSpec `ebpf:"shk_sweep_udp"`
 }
 
 // shkMapSpecs contains maps before they are loaded into the kernel.
@@ -209,6 +218,7 @@ type shkMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkVariableSpecs struct {
+	ShkFlowMode     *ebpf.VariableSpec `ebpf:"shk_flow_mode"`
 	ShkSessionLevel *ebpf.VariableSpec `ebpf:"shk_session_level"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 }
@@ -268,6 +278,7 @@ func (m *shkMaps) Close() error {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkVariables struct {
+	ShkFlowMode     *ebpf.Variable `ebpf:"shk_flow_mode"`
 	ShkSessionLevel *ebpf.Variable `ebpf:"shk_session_level"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 }
@@ -286,6 +297,9 @@ type shkPrograms struct {
 	ShkSendmsg6     *ebpf.Program `ebpf:"shk_sendmsg6"`
 	ShkSkbEgress    *ebpf.Program `ebpf:"shk_skb_egress"`
 	ShkSkbIngress   *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkSockCreate   *ebpf.Program `ebpf:"shk_sock_create"`
+	ShkSweepTcp     *ebpf.Program `ebpf:"shk_sweep_tcp"`
+	ShkSweepUdp     *ebpf.Program `ebpf:"shk_sweep_udp"`
 }
 
 func (p *shkPrograms) Close() error {
@@ -300,6 +314,9 @@ func (p *shkPrograms) Close() error {
 		p.ShkSendmsg6,
 		p.ShkSkbEgress,
 		p.ShkSkbIngress,
+		p.ShkSockCreate,
+		p.ShkSweepTcp,
+		p.ShkSweepUdp,
 	)
 }
 

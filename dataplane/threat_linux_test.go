@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 // TestThreatModel exercises the bypass attempts the README's threat model
 // lists, from inside a session. Each case is one claim of that section.
-func TestThreatModel(t *testing.T) {
-	d := newDataplane(t, testConfig(t))
+func TestThreatModel(t *testing.T) { forModes(t, testThreatModel) }
+
+func testThreatModel(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
 	s, err := d.CreateSession("tm")
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +59,8 @@ func TestThreatModel(t *testing.T) {
 	})
 
 	// A session process that somehow held CAP_NET_RAW (root in the session)
-	// still cannot send raw packets: cgroup_skb drops packets that no
-	// connect/sendmsg check covered.
+	// still cannot send raw packets: packet mode drops packets that no
+	// connect/sendmsg check covered, sweep mode refuses the socket.
 	t.Run("raw ICMP as root inside the session", func(t *testing.T) {
 		before, _ := d.Counters(s.Index)
 		pr := startProbe(t, s, ProcOptions{Privileged: true})
@@ -84,4 +87,81 @@ func isAnyErrno(names ...string) func(string) bool {
 		}
 		return false
 	}
+}
+
+// TestInbound: a session's listening socket is no egress channel. A peer the
+// session may not reach never gets data out of it: sweep mode drops the
+// peer's SYN at ingress (the connection never opens), packet mode drops the
+// session's data packets. A peer a grant covers (any port: the peer connects
+// from an ephemeral one) is served.
+func TestInbound(t *testing.T) { forModes(t, testInbound) }
+
+func testInbound(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
+	s, _ := d.CreateSession("in")
+	p := startProbe(t, s, ProcOptions{})
+	got := p.Do("listen l 127.0.0.1:0")
+	if !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("listen: %s", got)
+	}
+	target := "127.0.0.1:" + strings.TrimPrefix(got, "ok ")
+
+	dialFrom := func(src string) (net.Conn, error) {
+		dl := net.Dialer{Timeout: 400 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		return dl.Dial("tcp", target)
+	}
+	readsNothing := func(c net.Conn) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		buf := make([]byte, 64)
+		if n, err := c.Read(buf); n > 0 {
+			t.Errorf("peer outside the grants read %q from the session (err %v)", buf[:n], err)
+		}
+	}
+
+	c, err := dialFrom("127.0.0.5")
+	switch mode {
+	case FlowSweep:
+		if err == nil {
+			c.Close()
+			t.Fatalf("connection from an unallowed peer was established")
+		}
+		if got := p.Do("accept l c 200"); got != "err timeout" {
+			t.Errorf("accept: %s, want no connection", got)
+		}
+	case FlowPacket:
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer c.Close()
+		if got := p.Do("accept l c 1000"); got != "ok" {
+			t.Fatalf("accept: %s", got)
+		}
+		p.Do("write c secret")
+		readsNothing(c)
+	}
+
+	h := mustHandle(t, d, HandleRef{}, time.Time{})
+	mustAllow(t, d, "in", EgressRule{Prefix: pfx("127.0.0.6/32"), Proto: ProtoTCP, Handle: h})
+	c2, err := dialFrom("127.0.0.6")
+	if err != nil {
+		t.Fatalf("dial from an allowed peer: %v", err)
+	}
+	defer c2.Close()
+	if got := p.Do("accept l c2 1000"); got != "ok" {
+		t.Fatalf("accept allowed peer: %s", got)
+	}
+	p.Do("write c2 hello")
+	c2.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 64)
+	n, err := c2.Read(buf)
+	if string(buf[:n]) != "hello" {
+		t.Errorf("allowed peer read %q, %v", buf[:n], err)
+	}
+	// Revoking the grant cuts the accepted connection too.
+	if err := d.Revoke(h); err != nil {
+		t.Fatal(err)
+	}
+	p.Do("write c2 after")
+	readsNothing(c2)
 }

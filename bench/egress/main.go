@@ -5,7 +5,7 @@
 //     entries are loaded, against the same workload in a cgroup with nothing
 //     attached (baseline) and in a cgroup matched by nftables (socket
 //     cgroupv2 + a named set holding the same entries);
-//   - revoke latency: from Revoke returning to the first EPERM seen by a tight
+//   - revoke latency: from the revoke's map write returning to the first EPERM seen by a tight
 //     connect loop in another process, over many revokes;
 //   - the throughput of one TCP stream inside a session (per-packet handle
 //     check) against the same stream in the baseline cgroup;
@@ -345,7 +345,7 @@ func (b *bench) run() error {
 }
 
 // revokeLatency: a worker spins on UDP connect to an allowed destination; the
-// bench revokes the handle and takes CLOCK_MONOTONIC as Revoke returns; the
+// bench revokes the handle and takes CLOCK_MONOTONIC as the map write returns; the
 // worker reports CLOCK_MONOTONIC of its first EPERM.
 func (b *bench) revokeLatency() ([]float64, error) {
 	s, err := b.dp.CreateSession("revoke")
@@ -402,10 +402,10 @@ func (b *bench) revokeLatency() ([]float64, error) {
 			return nil, err
 		}
 		time.Sleep(2 * time.Millisecond) // let the loop spin
-		if err := b.dp.Revoke(h); err != nil {
+		var t0 int64
+		if err := b.dp.RevokeThen(h, func() { t0 = probe.Monotonic() }); err != nil {
 			return nil, err
 		}
-		t0 := probe.Monotonic()
 		line, err := w.recv()
 		if err != nil {
 			return nil, err
@@ -416,7 +416,7 @@ func (b *bench) revokeLatency() ([]float64, error) {
 		}
 		us := float64(t1-t0) / 1e3
 		if us < 0 {
-			us = 0 // denied before Revoke even returned
+			us = 0 // denied before the map write's return was stamped
 		}
 		out = append(out, us)
 	}

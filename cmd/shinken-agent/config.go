@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/shinken-agent/shinken/dataplane"
 )
 
 // Config is the daemon's configuration: embedded defaults, then the config
@@ -20,6 +22,7 @@ type Config struct {
 	OperatorGroup   string   `json:"operator_group"`
 	CgroupParent    string   `json:"cgroup_parent"`
 	PinPath         string   `json:"pin_path"`
+	FlowMode        string   `json:"flow_mode"`
 	DNSListen       string   `json:"dns_listen"`
 	DNSUpstreams    []string `json:"dns_upstreams"`
 	ApprovalTimeout duration `json:"approval_timeout"`
@@ -54,6 +57,7 @@ func defaults() Config {
 		OperatorGroup:   "shinken",
 		CgroupParent:    "shinken",
 		PinPath:         "/sys/fs/bpf/shinken",
+		FlowMode:        "auto",
 		DNSListen:       "0.0.0.0:53053",
 		ApprovalTimeout: duration{10 * time.Minute},
 		BreakerConsec:   3,
@@ -77,6 +81,7 @@ func load(args []string) (Config, bool, error) {
 	fs.StringVar(&over.OperatorGroup, "operator-group", "", "group whose members may use the API besides root (default "+cfg.OperatorGroup+"; \"-\" for root only)")
 	fs.StringVar(&over.CgroupParent, "cgroup-parent", "", "sessions' parent cgroup below the cgroup2 mount (default "+cfg.CgroupParent+")")
 	fs.StringVar(&over.PinPath, "pin-path", "", "bpffs directory for pins (default "+cfg.PinPath+")")
+	fs.StringVar(&over.FlowMode, "flow-mode", "", "how open flows are cut when their grant dies: auto, sweep (socket iterators, Linux 6.5+) or packet (per-packet cgroup_skb check) (default "+cfg.FlowMode+")")
 	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +123,10 @@ func load(args []string) (Config, bool, error) {
 	set(&cfg.CgroupParent, over.CgroupParent)
 	set(&cfg.PinPath, over.PinPath)
 	set(&cfg.DNSListen, over.DNSListen)
+	set(&cfg.FlowMode, over.FlowMode)
+	if _, err := dataplane.ParseFlowMode(cfg.FlowMode); err != nil {
+		return cfg, false, err
+	}
 	if *upstreams != "" {
 		cfg.DNSUpstreams = splitComma(*upstreams)
 	}

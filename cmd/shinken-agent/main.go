@@ -140,7 +140,11 @@ func (s *eventSink) Emit(e agent.Event) error {
 func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096)}
 	var err error
-	d.dp, err = dataplane.Open(dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath})
+	mode, err := dataplane.ParseFlowMode(cfg.FlowMode)
+	if err != nil {
+		return nil, err
+	}
+	d.dp, err = dataplane.Open(dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode})
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +295,8 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		Auth:   api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
 		Verify: d.verifyAudit,
 		Status: func() map[string]any {
-			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr}
+			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
+				"flow_mode": d.dp.FlowMode().String(), "flow_mode_means": flowModeMeans(d.dp.FlowMode())}
 			if d.resolver != nil {
 				st["dns_resolver"] = fmt.Sprintf("0.0.0.0:%d", d.resolver.Port())
 				st["dns_upstreams"] = d.resolver.Upstreams()
@@ -355,6 +360,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 	sessions := d.ag.Sessions()
 	d.log.Info("shinken-agent ready", "adopted", d.dp.Adopted(), "sessions", len(sessions), "socket", d.cfg.Socket,
 		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", d.dp.ParentPath(), "pins", d.cfg.PinPath)
+	d.log.Info("open flows", "flow_mode", d.dp.FlowMode().String(), "means", flowModeMeans(d.dp.FlowMode()))
 	for _, e := range agent.EnforcementMatrix() {
 		d.log.Info("enforcement", "class", e.Class, "grantable", e.Grantable, "mechanism", e.Mechanism, "limitation", e.Limitation)
 	}
@@ -414,3 +420,15 @@ func (d *daemon) close() {
 }
 
 var _ net.Listener = nil
+
+// flowModeMeans says, for status and logs, what the dataplane's flow mode
+// guarantees about flows open when their grant dies.
+func flowModeMeans(m dataplane.FlowMode) string {
+	switch m {
+	case dataplane.FlowSweep:
+		return "a revoke destroys the session's open sockets whose peer no live grant covers before it returns (socket iterators + bpf_sock_destroy); a handle deadline does the same when it passes while the agent runs, or when the agent next starts; new connections are checked at connect/sendmsg and handshakes at ingress; no hook runs per data packet"
+	case dataplane.FlowPacket:
+		return "cgroup_skb checks every data packet of a session socket against the handle its flow was allowed under and drops it once that handle is dead or expired, with or without the agent running"
+	}
+	return "unknown"
+}

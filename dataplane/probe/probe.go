@@ -17,6 +17,8 @@
 //	mptcp ADDR            connect an MPTCP socket
 //	open N tcp|udp ADDR   connect and keep the socket as N
 //	write N TEXT          write TEXT on socket N
+//	listen N ADDR         listen on TCP ADDR (port 0: any) and keep the socket as N; answers "ok PORT"
+//	accept N M MS         accept one connection on listener N within MS milliseconds, keep it as M
 //	sendto N ADDR TEXT    sendto on socket N (UDP)
 //	raw ADDR              send an ICMP echo through a raw socket
 //	cgmove PATH           write our pid into PATH (a cgroup.procs file)
@@ -179,6 +181,46 @@ func (p *prober) do(f []string) string {
 			return result("", err)
 		}
 		p.socks[arg(1)] = fd
+		return result("", nil)
+	case "listen":
+		fd, sa, err := p.socket(arg(2), false, unix.SOCK_STREAM, 0)
+		if err != nil {
+			return result("", err)
+		}
+		if err := unix.Bind(fd, sa); err != nil {
+			unix.Close(fd)
+			return result("", err)
+		}
+		if err := unix.Listen(fd, 16); err != nil {
+			unix.Close(fd)
+			return result("", err)
+		}
+		got, err := unix.Getsockname(fd)
+		if err != nil {
+			unix.Close(fd)
+			return result("", err)
+		}
+		p.socks[arg(1)] = fd
+		return result(strconv.Itoa(got.(*unix.SockaddrInet4).Port), nil)
+	case "accept":
+		lfd, ok := p.socks[arg(1)]
+		if !ok {
+			return "err no such socket"
+		}
+		ms, _ := strconv.Atoi(arg(3))
+		pfd := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, ms)
+		if err != nil {
+			return result("", err)
+		}
+		if n == 0 {
+			return "err timeout"
+		}
+		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
+		if err != nil {
+			return result("", err)
+		}
+		p.socks[arg(2)] = fd
 		return result("", nil)
 	case "write":
 		fd, ok := p.socks[arg(1)]

@@ -1,0 +1,249 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Follow-up sweeps after each revoke. A UDP connect() allowed just before a
+// revoke finishes connecting outside the connect hook, so the sweep that
+// follows the map write can see its socket before it has a peer; these later
+// sweeps find it connected and destroy it. (A TCP connect in the same window
+// cannot complete: the ingress hook checks its SYN-ACK against the handles.)
+var followUpSweeps = []time.Duration{5 * time.Millisecond, 100 * time.Millisecond, time.Second}
+
+// kernelHasSockDestroy reports whether the running kernel exports the
+// bpf_sock_destroy kfunc (Linux 6.5+), which sweep mode needs.
+func kernelHasSockDestroy() (bool, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false, fmt.Errorf("read kernel BTF: %w", err)
+	}
+	var fn *btf.Func
+	err = spec.TypeByName("bpf_sock_destroy", &fn)
+	if errors.Is(err, btf.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// resolveFlowMode turns the configured mode into the one this kernel runs,
+// refusing a mode it cannot enforce.
+func resolveFlowMode(want FlowMode) (FlowMode, error) {
+	has, err := kernelHasSockDestroy()
+	if err != nil {
+		return 0, err
+	}
+	switch want {
+	case FlowAuto:
+		if has {
+			return FlowSweep, nil
+		}
+		return FlowPacket, nil
+	case FlowSweep:
+		if !has {
+			return 0, fmt.Errorf("%w: flow mode sweep needs the bpf_sock_destroy kfunc (Linux 6.5+); this kernel lacks it (use packet mode)", ErrNotSupported)
+		}
+		return FlowSweep, nil
+	case FlowPacket:
+		return FlowPacket, nil
+	}
+	return 0, fmt.Errorf("dataplane config: unknown flow mode %d", want)
+}
+
+// sweeper runs the socket iterators of sweep mode.
+type sweeper struct {
+	mu       sync.Mutex // one sweep at a time
+	tcp, udp *link.Iter
+	closed   bool
+
+	statMu    sync.Mutex
+	sweeps    uint64
+	destroyed uint64
+	lastErr   error
+	follow    *time.Timer // pending follow-up chain, nil when none
+	followIdx int
+	timers    map[*time.Timer]struct{} // handle deadlines
+}
+
+func (d *Dataplane) startSweeper() error {
+	tcp, err := link.AttachIter(link.IterOptions{Program: d.objs.ShkSweepTcp})
+	if err != nil {
+		return fmt.Errorf("attach TCP socket iterator: %w", err)
+	}
+	udp, err := link.AttachIter(link.IterOptions{Program: d.objs.ShkSweepUdp})
+	if err != nil {
+		tcp.Close()
+		return fmt.Errorf("attach UDP socket iterator: %w", err)
+	}
+	d.sweep = &sweeper{tcp: tcp, udp: udp, timers: map[*time.Timer]struct{}{}}
+	return nil
+}
+
+func (s *sweeper) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.statMu.Lock()
+	if s.follow != nil {
+		s.follow.Stop()
+	}
+	for t := range s.timers {
+		t.Stop()
+	}
+	s.statMu.Unlock()
+	s.tcp.Close()
+	s.udp.Close()
+}
+
+// run walks every TCP and UDP socket of the agent's network namespace once
+// and destroys each session socket whose peer no live grant covers. It
+// returns how many it destroyed.
+func (s *sweeper) run() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, os.ErrClosed
+	}
+	n := 0
+	var errs []error
+	for _, it := range []*link.Iter{s.tcp, s.udp} {
+		r, err := it.Open()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("open socket iterator: %w", err))
+			continue
+		}
+		// The program writes one session index (4 bytes) per socket it destroyed.
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("run socket iterator: %w", err))
+		}
+		n += len(b) / 4
+	}
+	err := errors.Join(errs...)
+	s.statMu.Lock()
+	s.sweeps++
+	s.destroyed += uint64(n)
+	if err != nil {
+		s.lastErr = err
+	}
+	s.statMu.Unlock()
+	return n, err
+}
+
+// followUp (re)starts the chain of follow-up sweeps.
+func (s *sweeper) followUp() {
+	s.statMu.Lock()
+	defer s.statMu.Unlock()
+	if s.follow != nil {
+		s.follow.Stop()
+	}
+	s.followIdx = 0
+	s.follow = time.AfterFunc(followUpSweeps[0], s.nextFollowUp)
+}
+
+func (s *sweeper) nextFollowUp() {
+	s.run() //nolint:errcheck // recorded in the stats
+	s.statMu.Lock()
+	defer s.statMu.Unlock()
+	s.followIdx++
+	if s.followIdx >= len(followUpSweeps) {
+		s.follow = nil
+		return
+	}
+	s.follow = time.AfterFunc(followUpSweeps[s.followIdx]-followUpSweeps[s.followIdx-1], s.nextFollowUp)
+}
+
+// at sweeps once shortly after deadline (a handle's expiry).
+func (s *sweeper) at(deadline time.Time) {
+	s.statMu.Lock()
+	defer s.statMu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(deadline)+time.Millisecond, func() {
+		s.run() //nolint:errcheck // recorded in the stats
+		s.statMu.Lock()
+		delete(s.timers, t)
+		s.statMu.Unlock()
+	})
+	s.timers[t] = struct{}{}
+}
+
+// FlowMode is how the dataplane cuts flows that are already open when the
+// authority they were opened under dies.
+func (d *Dataplane) FlowMode() FlowMode { return d.cfg.FlowMode }
+
+// SweepStats says how many sweeps ran, how many sockets they destroyed, and
+// the last error one met (nil if none). Zero in packet mode.
+type SweepStats struct {
+	Sweeps    uint64
+	Destroyed uint64
+	LastErr   error
+}
+
+// SweepStats reports the sweeper's counters.
+func (d *Dataplane) SweepStats() SweepStats {
+	if d.sweep == nil {
+		return SweepStats{}
+	}
+	d.sweep.statMu.Lock()
+	defer d.sweep.statMu.Unlock()
+	return SweepStats{Sweeps: d.sweep.sweeps, Destroyed: d.sweep.destroyed, LastErr: d.sweep.lastErr}
+}
+
+// Sweep destroys, now, every open session socket whose peer no live grant
+// covers any more, and returns how many. Revoke calls it; so do handle
+// deadlines. In packet mode it does nothing (the kernel drops such flows'
+// packets by itself).
+func (d *Dataplane) Sweep() (int, error) {
+	if d.sweep == nil {
+		return 0, nil
+	}
+	return d.sweep.run()
+}
+
+// cutFlows runs after a revoke's map write.
+func (d *Dataplane) cutFlows() error {
+	if d.sweep == nil {
+		return nil
+	}
+	_, err := d.sweep.run()
+	d.sweep.followUp()
+	return err
+}
+
+// watchDeadline arranges a sweep when a handle expires.
+func (d *Dataplane) watchDeadline(expires time.Time) {
+	if d.sweep == nil || expires.IsZero() {
+		return
+	}
+	d.sweep.at(expires)
+}
+
+// removeObsoleteLinks unpins links this mode does not use (a pin left by an
+// agent running the other mode, or an older version): the kernel detaches a
+// link when its last reference goes.
+func (d *Dataplane) removeObsoleteLinks(used map[string]bool) error {
+	dir := filepath.Join(d.cfg.PinPath, "links")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if used[e.Name()] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove obsolete link %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
