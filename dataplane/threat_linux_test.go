@@ -1,11 +1,14 @@
 package dataplane
 
 import (
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestThreatModel exercises the bypass attempts the README's threat model
@@ -164,4 +167,65 @@ func testInbound(t *testing.T, mode FlowMode) {
 	}
 	p.Do("write c2 after")
 	readsNothing(c2)
+}
+
+// TestHandshakeAfterRevoke: a TCP connect allowed just before a revoke, whose
+// socket the revoke's sweep did not cut, never becomes established. The race
+// is staged: the connect's first SYN is dropped (the listener's accept queue
+// is full), the handle dies by its map write alone (no sweep), then the queue
+// is freed so that the retransmitted SYN would be answered. Sweep mode drops
+// the SYN-ACK at ingress; packet mode drops the retransmitted SYN at egress.
+func TestHandshakeAfterRevoke(t *testing.T) { forModes(t, testHandshakeAfterRevoke) }
+
+func testHandshakeAfterRevoke(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
+	s, _ := d.CreateSession("hs")
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil { // room for one queued connection
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(fd)
+	addr := fmt.Sprintf("127.0.0.2:%d", sa.(*unix.SockaddrInet4).Port)
+	filler, err := net.DialTimeout("tcp", addr, time.Second) // from outside any session
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+
+	h := mustHandle(t, d, HandleRef{}, time.Time{})
+	mustAllow(t, d, "hs", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoTCP, Handle: h})
+	p := startProbe(t, s, ProcOptions{})
+	res := make(chan string, 1)
+	go func() { res <- p.DoAsync("tcp " + addr) }()
+	time.Sleep(300 * time.Millisecond)  // connect allowed; the socket waits in SYN_SENT
+	if err := d.revoke(h); err != nil { // the map write only: no sweep sees the socket
+		t.Fatal(err)
+	}
+	nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC) // free the queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(nfd)
+	// The retransmitted SYN leaves about 1 s after the first.
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(pfd, 3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 {
+		t.Errorf("the connect allowed before the revoke was established after it")
+	}
+	select {
+	case r := <-res:
+		t.Errorf("connect returned %q, want it still failing to complete", r)
+	default:
+	}
+	p.Cmd.Process.Kill() // ends the connect still retrying
 }

@@ -50,6 +50,7 @@ var (
 	flagRevokes  = flag.Int("revokes", 1000, "revokes timed")
 	flagStream   = flag.Float64("stream-secs", 2, "seconds per stream round")
 	flagNoNft    = flag.Bool("no-nft", false, "skip the nftables contender")
+	flagFlowMode = flag.String("flow-mode", "auto", "Shinken's flow mode: auto, sweep or packet")
 )
 
 func main() {
@@ -144,14 +145,19 @@ func (b *bench) run() error {
 	fmt.Printf("load: %d sessions x %d entries\n", *flagSessions, *flagEntries)
 
 	// Shinken: the dataplane with the load.
+	mode, err := dataplane.ParseFlowMode(*flagFlowMode)
+	if err != nil {
+		return err
+	}
 	b.dp, err = dataplane.Open(dataplane.Config{
 		Parent: "shinken-bench-" + b.tag, PinPath: "/sys/fs/bpf/shinken-bench-" + b.tag,
 		MaxSessions: uint32(*flagSessions + 64), MaxHandles: uint32(*flagRevokes + 64),
-		MaxEgress4: uint32(*flagSessions**flagEntries + 1024),
+		MaxEgress4: uint32(*flagSessions**flagEntries + 1024), FlowMode: mode,
 	})
 	if err != nil {
 		return err
 	}
+	fmt.Printf("shinken flow mode: %s\n", b.dp.FlowMode())
 	load, err := b.dp.NewHandle(dataplane.HandleRef{}, time.Time{})
 	if err != nil {
 		return err
@@ -325,13 +331,17 @@ func (b *bench) run() error {
 		*flagStream, median(sBase)/1e6, median(sShk)/1e6, median(sPair), fmts(sPair))
 
 	// Revoke latency.
-	lat, err := b.revokeLatency()
+	lat, whole, err := b.revokeLatency()
 	if err != nil {
 		return err
 	}
 	sort.Float64s(lat)
+	sort.Float64s(whole)
 	fmt.Printf("revoke -> first denied connect, %d revokes: p50 %.1fus  p90 %.1fus  p99 %.1fus  max %.1fus\n",
 		len(lat), pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1])
+	st := b.dp.SweepStats()
+	fmt.Printf("Revoke call, whole (map write + cutting open flows, %s mode; %d TCP+UDP sockets on the host): p50 %.1fus  p99 %.1fus; sweeps %d, sockets destroyed %d\n",
+		b.dp.FlowMode(), hostSockets(), pct(whole, 50), pct(whole, 99), st.Sweeps, st.Destroyed)
 	fmt.Printf("session create, mean of 10: at 10 sessions %.1fus, at %d sessions %.1fus\n", mean(at10), *flagSessions, mean(at10k))
 
 	ratioNft := median(pairNft)
@@ -347,14 +357,14 @@ func (b *bench) run() error {
 // revokeLatency: a worker spins on UDP connect to an allowed destination; the
 // bench revokes the handle and takes CLOCK_MONOTONIC as the map write returns; the
 // worker reports CLOCK_MONOTONIC of its first EPERM.
-func (b *bench) revokeLatency() ([]float64, error) {
+func (b *bench) revokeLatency() (lat, whole []float64, err error) {
 	s, err := b.dp.CreateSession("revoke")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	w, err := b.worker(s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Worker spins on the last CPU, the revoking thread runs on the first,
 	// both SCHED_FIFO so that other load on the machine does not preempt
@@ -382,16 +392,15 @@ func (b *bench) revokeLatency() ([]float64, error) {
 		unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, 0, 0 /* SCHED_OTHER */, uintptr(unsafe.Pointer(&p)))
 	}()
 	dst := netip.MustParseAddrPort("127.0.0.2:9")
-	var out []float64
 	var prev dataplane.EgressRule
 	for i := 0; i < *flagRevokes; i++ {
 		h, err := b.dp.NewHandle(dataplane.HandleRef{}, time.Time{})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rule := dataplane.EgressRule{Prefix: netip.PrefixFrom(dst.Addr(), 32), Proto: dataplane.ProtoUDP, Handle: h}
 		if err := b.dp.AllowEgress("revoke", rule); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !prev.Handle.IsZero() {
 			b.dp.RemoveEgress("revoke", prev)
@@ -399,28 +408,30 @@ func (b *bench) revokeLatency() ([]float64, error) {
 		}
 		prev = rule
 		if err := w.send("loopudp " + dst.String()); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		time.Sleep(2 * time.Millisecond) // let the loop spin
 		var t0 int64
+		start := time.Now()
 		if err := b.dp.RevokeThen(h, func() { t0 = probe.Monotonic() }); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		whole = append(whole, float64(time.Since(start).Nanoseconds())/1e3)
 		line, err := w.recv()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var t1 int64
 		if _, err := fmt.Sscanf(line, "ok %d", &t1); err != nil {
-			return nil, fmt.Errorf("loopudp: %s", line)
+			return nil, nil, fmt.Errorf("loopudp: %s", line)
 		}
 		us := float64(t1-t0) / 1e3
 		if us < 0 {
 			us = 0 // denied before the map write's return was stamped
 		}
-		out = append(out, us)
+		lat = append(lat, us)
 	}
-	return out, nil
+	return lat, whole, nil
 }
 
 func (b *bench) setupNft(conn, sink netip.AddrPort) (dataplane.Session, error) {
@@ -731,4 +742,19 @@ func cpuModel() string {
 func kernelRelease() string {
 	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return strings.TrimSpace(string(data))
+}
+
+// hostSockets counts the TCP and UDP sockets (v4 and v6) the sweep walks.
+func hostSockets() int {
+	n := 0
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp", "/proc/net/udp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if l := strings.Count(string(b), "\n"); l > 0 {
+			n += l - 1
+		}
+	}
+	return n
 }
