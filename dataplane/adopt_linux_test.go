@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
@@ -114,4 +115,52 @@ func TestAdoption(t *testing.T) {
 
 func loaderConfig2(cfg Config) Config {
 	return Config{Parent: cfg.Parent, PinPath: cfg.PinPath, MaxSessions: 1024, MaxHandles: 4096, MaxEgress4: 1 << 16, MaxEgress6: 1 << 16}
+}
+
+// TestAdoptOtherMode: an agent adopting a dataplane pinned by one running the
+// other flow mode ends with exactly its own mode's hooks attached, enforcing
+// throughout, and its sessions and grants intact.
+func TestAdoptOtherMode(t *testing.T) {
+	modes := flowModes(t)
+	if len(modes) < 2 {
+		t.Skip("only packet mode runs on this kernel")
+	}
+	cfg := testConfig(t)
+	srv := listenTCP(t, "127.0.0.2:0")
+	for i, m := range []FlowMode{FlowPacket, FlowSweep, FlowPacket} {
+		c := cfg
+		c.FlowMode = m
+		d, err := Open(c)
+		if err != nil {
+			t.Fatalf("open in %s mode: %v", m, err)
+		}
+		if i == 0 {
+			t.Cleanup(func() { Remove(cfg) })
+			if _, err := d.CreateSession("am"); err != nil {
+				t.Fatal(err)
+			}
+			h := mustHandle(t, d, HandleRef{}, time.Time{})
+			mustAllow(t, d, "am", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: h})
+		}
+		n, err := d.attachedPrograms()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := hooksIn(m); n != want {
+			t.Errorf("%s mode after adoption: %d programs attached, want %d", m, n, want)
+		}
+		s, err := d.Session("am")
+		if err != nil {
+			t.Fatalf("%s mode: session lost: %v", m, err)
+		}
+		p := startProbe(t, s, ProcOptions{})
+		if got := p.Do("tcp " + srv.addr()); got != "ok" {
+			t.Errorf("%s mode: granted connect: %s", m, got)
+		}
+		if got := p.Do("tcp 127.0.0.3:9"); got != "err EPERM" {
+			t.Errorf("%s mode: denied connect: %s", m, got)
+		}
+		p.Stop()
+		d.Close()
+	}
 }
