@@ -478,7 +478,6 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	int mapped = 0;
 
 	cgid = bpf_get_current_ancestor_cgroup_id(shk_session_level);
-	pid = bpf_get_current_pid_tgid() >> 32;
 	dport = bpf_ntohs((__u16)ctx->user_port);
 	if (v6) {
 		daddr[0] = ctx->user_ip6[0];
@@ -496,6 +495,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 
 	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
 	if (!s) {
+		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, 0, pid, SHK_REASON_UNKNOWN_SESSION, family, proto, dport, daddr,
 		       family == AF_INET6 ? 4 : 1, 1);
 		return 0;
@@ -511,6 +511,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		else if (family == AF_INET && (bpf_ntohl(daddr[0]) & 0xff800000) == SHK_DNS_BASE) {
 			/* Another session's resolver address: never, whatever a
 			 * broad grant says, so no session can ask as another. */
+			pid = bpf_get_current_pid_tgid() >> 32;
 			report(cgid, s->index, pid, SHK_REASON_NO_RULE, family, proto, dport, daddr, 1, 1);
 			return 0;
 		}
@@ -523,6 +524,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	else
 		why = lookup6(s->index, daddr, proto, dport, 1, &ref);
 	if (why != SHK_REASON_NONE) {
+		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
 		return 0;
 	}
@@ -722,10 +724,6 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	}
 	if (!p.syn && !p.synack)
 		return 1;
-	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
-	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
-	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
-		return 1; /* the session's own resolver (redirected DNS over TCP) */
 	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
 	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
 	if (!s) {
@@ -740,6 +738,10 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 		why = lookup6(s->index, p.peer, IPPROTO_TCP, p.peer_port, p.syn, &ref);
 	if (why == SHK_REASON_NONE)
 		return 1;
+	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
+	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
+		return 1; /* the session's own resolver (redirected DNS over TCP) */
 	if (p.synack)
 		why = SHK_REASON_FLOW_REVOKED;
 	report(cgid, s->index, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, 0);
