@@ -149,3 +149,12 @@ func ValidSessionName(name string) error {
 	}
 	return nil
 }
+
+// SweepStats says how many sweeps ran, how many sockets they destroyed, how
+// many failed and the last error one met (nil if none). Zero in packet mode.
+type SweepStats struct {
+	Sweeps    uint64
+	Destroyed uint64
+	Errors    uint64 // sweeps that failed (new connects stayed denied; open flows may live on)
+	LastErr   error
+}

@@ -22,6 +22,7 @@ func (*Dataplane) Revoke(HandleRef) error                   { return ErrNotSuppo
 func (*Dataplane) RevokeThen(HandleRef, func()) error       { return ErrNotSupported }
 func (*Dataplane) Sweep() (int, error)                      { return 0, ErrNotSupported }
 func (*Dataplane) FlowMode() FlowMode                       { return FlowAuto }
+func (*Dataplane) SweepStats() SweepStats                   { return SweepStats{} }
 func (*Dataplane) FreeHandle(HandleRef) error               { return ErrNotSupported }
 func (*Dataplane) Handles() ([]Handle, error)               { return nil, ErrNotSupported }
 func (*Dataplane) AllowEgress(string, EgressRule) error     { return ErrNotSupported }

@@ -68,6 +68,7 @@ type sweeper struct {
 	statMu    sync.Mutex
 	sweeps    uint64
 	destroyed uint64
+	errors    uint64
 	lastErr   error
 	follow    *time.Timer // pending follow-up chain, nil when none
 	followIdx int
@@ -134,6 +135,7 @@ func (s *sweeper) run() (int, error) {
 	s.sweeps++
 	s.destroyed += uint64(n)
 	if err != nil {
+		s.errors++
 		s.lastErr = err
 	}
 	s.statMu.Unlock()
@@ -181,14 +183,6 @@ func (s *sweeper) at(deadline time.Time) {
 // authority they were opened under dies.
 func (d *Dataplane) FlowMode() FlowMode { return d.cfg.FlowMode }
 
-// SweepStats says how many sweeps ran, how many sockets they destroyed, and
-// the last error one met (nil if none). Zero in packet mode.
-type SweepStats struct {
-	Sweeps    uint64
-	Destroyed uint64
-	LastErr   error
-}
-
 // SweepStats reports the sweeper's counters.
 func (d *Dataplane) SweepStats() SweepStats {
 	if d.sweep == nil {
@@ -196,7 +190,7 @@ func (d *Dataplane) SweepStats() SweepStats {
 	}
 	d.sweep.statMu.Lock()
 	defer d.sweep.statMu.Unlock()
-	return SweepStats{Sweeps: d.sweep.sweeps, Destroyed: d.sweep.destroyed, LastErr: d.sweep.lastErr}
+	return SweepStats{Sweeps: d.sweep.sweeps, Destroyed: d.sweep.destroyed, Errors: d.sweep.errors, LastErr: d.sweep.lastErr}
 }
 
 // Sweep destroys, now, every open session socket whose peer no live grant

@@ -25,6 +25,14 @@ type kernelCollector struct {
 	sessions     *prometheus.Desc
 	drops        *prometheus.Desc
 	readErrors   *prometheus.Desc
+	sweeps       *prometheus.Desc
+	destroyed    *prometheus.Desc
+	sweepErrors  *prometheus.Desc
+}
+
+// sweepSource is what a dataplane in sweep flow mode adds to Source.
+type sweepSource interface {
+	SweepStats() dataplane.SweepStats
 }
 
 func newKernelCollector(src Source, log *slog.Logger) *kernelCollector {
@@ -40,6 +48,10 @@ func newKernelCollector(src Source, log *slog.Logger) *kernelCollector {
 		sessions:   prometheus.NewDesc("shinken_sessions", "Sessions the dataplane knows.", nil, nil),
 		drops:      prometheus.NewDesc("shinken_ringbuf_drops_total", "Denial events the kernel ring buffer had no room for (their counts were kept).", nil, nil),
 		readErrors: prometheus.NewDesc("shinken_dataplane_read_errors_total", "Scrape-time reads of kernel maps that failed.", nil, nil),
+		sweeps:     prometheus.NewDesc("shinken_flow_sweeps_total", "Socket sweeps run (sweep flow mode: after each revoke, at handle deadlines).", nil, nil),
+		destroyed:  prometheus.NewDesc("shinken_flow_sockets_destroyed_total", "Open session sockets the sweeps destroyed because no live grant covered their peer.", nil, nil),
+		sweepErrors: prometheus.NewDesc("shinken_flow_sweep_errors_total",
+			"Sweeps that failed: new connects stayed denied, but open flows may have lived on.", nil, nil),
 	}
 }
 
@@ -49,6 +61,11 @@ func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sessions
 	ch <- c.drops
 	ch <- c.readErrors
+	if _, ok := c.src.(sweepSource); ok {
+		ch <- c.sweeps
+		ch <- c.destroyed
+		ch <- c.sweepErrors
+	}
 }
 
 func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
@@ -87,6 +104,13 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, float64(v), ClassNetEgress, r.String())
 			}
 		}
+	}
+
+	if ss, ok := c.src.(sweepSource); ok {
+		st := ss.SweepStats()
+		ch <- prometheus.MustNewConstMetric(c.sweeps, prometheus.CounterValue, float64(st.Sweeps))
+		ch <- prometheus.MustNewConstMetric(c.destroyed, prometheus.CounterValue, float64(st.Destroyed))
+		ch <- prometheus.MustNewConstMetric(c.sweepErrors, prometheus.CounterValue, float64(st.Errors))
 	}
 
 	if n, err := c.src.RingbufDrops(); err != nil {

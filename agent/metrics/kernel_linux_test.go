@@ -176,6 +176,9 @@ func TestRealDenialsScraped(t *testing.T) {
 			t.Errorf("a session without denials has a series: %s", k)
 		}
 	}
+	if d.FlowMode() == dataplane.FlowSweep && got["shinken_flow_sweeps_total"] < 1 {
+		t.Errorf("shinken_flow_sweeps_total = %v after a revoke in sweep mode, want >= 1", got["shinken_flow_sweeps_total"])
+	}
 	drops := got["shinken_ringbuf_drops_total"]
 	if drops == 0 {
 		t.Errorf("ring buffer drops 0 after %d denials into a 4 KiB ring: the overflow case was not exercised", noRule)
