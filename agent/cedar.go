@@ -192,19 +192,16 @@ func grantEntity(g GrantData) types.Entity {
 	}
 }
 
-// grantPolicy builds the fixed policy of the grant's class, linked to the
-// session and the grant entity through cedar-go's AST: the policy names only
-// agent-made identifiers; every user value (domain, prefix, path, ...) stays
-// in the Grant entity's data. This is the template-link Cedar would do with
-// ?principal/?resource slots, which cedar-go does not have.
-func grantPolicy(g GrantData) *cedar.Policy {
-	G := ast.Value(grantUID(g.ID))
+// grantCondition is the condition of the fixed policy of a grant's class,
+// over the grant entity G: the policy names only agent-made identifiers; every
+// user value (domain, prefix, path, ...) stays in the Grant entity's data.
+func grantCondition(class Class, G ast.Node) ast.Node {
 	ctx := ast.Context()
 	req := ctx.Access("request")
 	op := req.Access("op")
 	live := ctx.Access("now").LessThan(G.Access("expires"))
 	var cond ast.Node
-	switch g.Capability.Class {
+	switch class {
 	case ClassNetEgress:
 		cond = op.Equal(ast.String("connect")).
 			And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
@@ -231,12 +228,49 @@ func grantPolicy(g GrantData) *cedar.Policy {
 	default:
 		cond = ast.False()
 	}
+	return live.And(cond)
+}
+
+// grantPolicy builds the fixed policy of the grant's class, linked to the
+// session and the grant entity through cedar-go's AST. This is the
+// template-link Cedar would do with ?principal/?resource slots, which cedar-go
+// does not have. Decide evaluates the same template once per class with the
+// grant bound at evaluation time (grantTemplate); this linked form is what
+// ProveGrant checks and what the flat set holds.
+func grantPolicy(g GrantData) *cedar.Policy {
+	return linkedGrantPolicy(g.ID, g.Session, g.Capability.Class)
+}
+
+func linkedGrantPolicy(id, session string, class Class) *cedar.Policy {
 	p := ast.Permit().
-		Annotate("id", types.String("grant:"+g.ID)).
-		PrincipalEq(sessionUID(g.Session)).
+		Annotate("id", types.String("grant:"+id)).
+		PrincipalEq(sessionUID(session)).
 		ActionEq(actionUse).
-		ResourceEq(capabilityUID(g.Capability.Class)).
-		When(live.And(cond))
+		ResourceEq(capabilityUID(class)).
+		When(grantCondition(class, ast.Value(grantUID(id))))
+	return cedar.NewPolicyFromAST(p)
+}
+
+// boundGrantID is the grant slot of the shared templates: the entity
+// Shinken::Grant::"?grant" stands for whichever grant a decision is
+// evaluating. Minted grant ids are hex, so no real grant has this id.
+const boundGrantID = "?grant"
+
+var boundGrantUID = grantUID(boundGrantID)
+
+// grantTemplate is the fixed policy of a class with the grant left as the
+// slot boundGrantUID. Decide evaluates it once per grant of the asking
+// session's class, with the slot bound to that grant's entity (sessionView),
+// so one compiled policy per class serves every grant: the linked form
+// (grantPolicy) only adds "principal == <the grant's session>", which holds
+// by construction since a session's decision binds that session's grants
+// only.
+func grantTemplate(class Class) *cedar.Policy {
+	p := ast.Permit().
+		Annotate("id", types.String("grant:"+boundGrantID)).
+		ActionEq(actionUse).
+		ResourceEq(capabilityUID(class)).
+		When(grantCondition(class, ast.Value(boundGrantUID)))
 	return cedar.NewPolicyFromAST(p)
 }
 
@@ -434,18 +468,43 @@ type policyBase struct {
 	where    map[cedar.PolicyID]string // "file:line"
 	files    []string
 	lens     keyLens // address and port key lengths its literals name
-	// useByClass slices the set for "use" requests by resource class: a
-	// policy whose scope names another action or another Capability cannot
-	// match, so it is left out (policies with any other scope shape are in
-	// every slice). Evaluating a slice gives exactly the full set's answer.
-	useByClass map[Class]cedar.PolicyMap
+	// useByClass slices the set for "use" requests by resource class (by
+	// classIndex): a policy whose scope names another action or another
+	// Capability cannot match, so it is left out (policies with any other
+	// scope shape are in every slice). Evaluating a slice gives exactly the
+	// full set's answer.
+	useByClass [nClasses][]policyEntry
+}
+
+// policyEntry is one policy of a slice, with its id.
+type policyEntry struct {
+	id     cedar.PolicyID
+	policy *cedar.Policy
+}
+
+// nClasses is len(Classes); per-class tables are arrays indexed by classIndex.
+const nClasses = 8
+
+func init() {
+	if len(Classes) != nClasses {
+		panic("agent: nClasses != len(Classes)")
+	}
+}
+
+// classIndex is c's position in Classes, or -1.
+func classIndex(c Class) int {
+	for i, x := range Classes {
+		if x == c {
+			return i
+		}
+	}
+	return -1
 }
 
 // slice fills useByClass from the policies' scopes.
 func (b *policyBase) slice() {
-	b.useByClass = map[Class]cedar.PolicyMap{}
-	for _, c := range Classes {
-		b.useByClass[c] = cedar.PolicyMap{}
+	add := func(i int, id cedar.PolicyID, p *cedar.Policy) {
+		b.useByClass[i] = append(b.useByClass[i], policyEntry{id, p})
 	}
 	for id, p := range b.policies {
 		a := (*xast.Policy)(p.AST())
@@ -456,38 +515,102 @@ func (b *policyBase) slice() {
 			if sc.Entity.Type != typeCapability {
 				continue
 			}
-			if m, ok := b.useByClass[Class(sc.Entity.ID)]; ok {
-				m[id] = p
+			if i := classIndex(Class(sc.Entity.ID)); i >= 0 {
+				add(i, id, p)
 			}
 			continue
 		}
-		for _, m := range b.useByClass {
-			m[id] = p
+		for i := range b.useByClass {
+			add(i, id, p)
 		}
+	}
+	for i := range b.useByClass {
+		slices.SortFunc(b.useByClass[i], func(x, y policyEntry) int { return strings.Compare(string(x.id), string(y.id)) })
 	}
 }
 
-type sessionSet struct {
-	entities types.EntityMap
-	policies cedar.PolicyMap
-	lens     keyLens // address and port key lengths its grants name
-	byClass  map[Class]cedar.PolicyMap
+// boundGrant is one grant of a session as Decide binds it to its class's
+// template.
+type boundGrant struct {
+	policy cedar.PolicyID // "grant:<id>": the id of the grant's (linked) policy
+	id     string
+	ent    types.Entity
 }
 
+// sessionSet is one session's decision data. It is never modified once
+// published in Engine.sessions (updates build a new one), so a decision reads
+// it without holding the lock.
+type sessionSet struct {
+	uid      types.EntityUID
+	entity   types.Entity    // the Session entity
+	entities types.EntityMap // the Session entity and the grants' entities
+	lens     keyLens         // address and port key lengths its grants name
+	byClass  [nClasses][]boundGrant
+}
+
+// index rebuilds byClass from the grant entities (in grant id order).
 func (s *sessionSet) index() {
-	s.byClass = map[Class]cedar.PolicyMap{}
+	s.byClass = [nClasses][]boundGrant{}
 	for uid, ent := range s.entities {
 		if uid.Type != typeGrant {
 			continue
 		}
 		v, _ := ent.Attributes.Get("class")
-		c := Class(v.(types.String))
-		if s.byClass[c] == nil {
-			s.byClass[c] = cedar.PolicyMap{}
+		i := classIndex(Class(v.(types.String)))
+		if i < 0 {
+			continue
 		}
-		id := cedar.PolicyID("grant:" + string(uid.ID))
-		s.byClass[c][id] = s.policies[id]
+		id := string(uid.ID)
+		s.byClass[i] = append(s.byClass[i], boundGrant{policy: cedar.PolicyID("grant:" + id), id: id, ent: ent})
 	}
+	for i := range s.byClass {
+		slices.SortFunc(s.byClass[i], func(x, y boundGrant) int { return strings.Compare(x.id, y.id) })
+	}
+}
+
+// sessionView is what one decision evaluates: the base slice for the
+// request's class, then the class's template once per grant of that class,
+// with the grant slot (boundGrantUID) bound to that grant's entity while its
+// turn is evaluated. Authorize evaluates each policy the iterator yields before
+// the iterator resumes, so the binding is that of the policy being
+// evaluated. It is the policy set and the entity store of the request.
+type sessionView struct {
+	s      *sessionSet
+	base   []policyEntry
+	tmpl   *cedar.Policy
+	grants []boundGrant
+	bound  *types.Entity
+}
+
+func (v *sessionView) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		for _, p := range v.base {
+			if !yield(p.id, p.policy) {
+				return
+			}
+		}
+		for i := range v.grants {
+			v.bound = &v.grants[i].ent
+			ok := yield(v.grants[i].policy, v.tmpl)
+			v.bound = nil
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+func (v *sessionView) Get(uid types.EntityUID) (types.Entity, bool) {
+	if uid == boundGrantUID {
+		if v.bound == nil {
+			return types.Entity{}, false
+		}
+		return *v.bound, true
+	}
+	if uid == v.s.uid {
+		return v.s.entity, true
+	}
+	return v.s.entities.Get(uid)
 }
 
 func (s *sessionSet) computeLens() {
@@ -520,6 +643,7 @@ type Engine struct {
 	validator *validate.Validator
 	base      atomic.Pointer[policyBase]
 	dir       string
+	templates [nClasses]*cedar.Policy // grantTemplate per class, by classIndex
 
 	mu       sync.RWMutex
 	sessions map[string]*sessionSet
@@ -544,9 +668,13 @@ func NewEngine(policyDir string) (*Engine, error) {
 	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir}
 	// The per-grant templates must type-check against the schema; catch drift
 	// at start rather than at the first grant.
-	for _, c := range Classes {
+	for i, c := range Classes {
 		p := grantPolicy(GrantData{ID: "probe", Session: "probe", Capability: Empty(c)})
 		if err := e.validator.Policy("grant template "+string(c), (*xast.Policy)(p.AST())); err != nil {
+			return nil, fmt.Errorf("%w: grant template for %s: %w", ErrPolicy, c, err)
+		}
+		e.templates[i] = grantTemplate(c)
+		if err := e.validator.Policy("grant template "+string(c), (*xast.Policy)(e.templates[i].AST())); err != nil {
 			return nil, fmt.Errorf("%w: grant template for %s: %w", ErrPolicy, c, err)
 		}
 	}
@@ -685,14 +813,15 @@ func (e *Engine) PutSession(s SessionAttrs) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.sessions[s.ID]
-	ns := &sessionSet{entities: types.EntityMap{}, policies: cedar.PolicyMap{}}
+	ns := &sessionSet{entities: types.EntityMap{}}
 	if old != nil {
 		ns.entities = old.entities.Clone()
-		ns.policies = old.policies
 		ns.lens = old.lens
 		ns.byClass = old.byClass
 	}
-	ns.entities[sessionUID(s.ID)] = s.entity()
+	ns.uid = sessionUID(s.ID)
+	ns.entity = s.entity()
+	ns.entities[ns.uid] = ns.entity
 	e.sessions[s.ID] = ns
 }
 
@@ -711,9 +840,11 @@ func (e *Engine) PutGrant(g GrantData) error {
 	if old == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownSession, g.Session)
 	}
-	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
+	if g.ID == boundGrantID {
+		return fmt.Errorf("%w: grant id %q is reserved", ErrInvalidCapability, g.ID)
+	}
+	ns := &sessionSet{uid: old.uid, entity: old.entity, entities: old.entities.Clone()}
 	ns.entities[grantUID(g.ID)] = grantEntity(g)
-	ns.policies[cedar.PolicyID("grant:"+g.ID)] = grantPolicy(g)
 	ns.computeLens()
 	ns.index()
 	e.sessions[g.Session] = ns
@@ -728,9 +859,8 @@ func (e *Engine) RemoveGrant(session, id string) {
 	if old == nil {
 		return
 	}
-	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
+	ns := &sessionSet{uid: old.uid, entity: old.entity, entities: old.entities.Clone()}
 	delete(ns.entities, grantUID(id))
-	delete(ns.policies, cedar.PolicyID("grant:"+id))
 	ns.computeLens()
 	ns.index()
 	e.sessions[session] = ns
@@ -742,24 +872,6 @@ func maps2(m cedar.PolicyMap) cedar.PolicyMap {
 		out[k] = v
 	}
 	return out
-}
-
-// chain iterates the base set, then the session's grant policies.
-type chain struct{ a, b cedar.PolicyMap }
-
-func (c chain) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
-	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
-		for k, v := range c.a {
-			if !yield(k, v) {
-				return
-			}
-		}
-		for k, v := range c.b {
-			if !yield(k, v) {
-				return
-			}
-		}
-	}
 }
 
 func (e *Engine) session(id string) (*sessionSet, error) {
@@ -794,7 +906,9 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 		return Decision{}, err
 	}
 	base := e.base.Load()
-	d, diag := cedar.Authorize(chain{base.useByClass[r.Class], s.byClass[r.Class]}, s.entities, cedar.Request{
+	ci := classIndex(r.Class)
+	v := &sessionView{s: s, base: base.useByClass[ci], tmpl: e.templates[ci], grants: s.byClass[ci]}
+	d, diag := cedar.Authorize(v, v, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),
@@ -882,8 +996,10 @@ func (e *Engine) Flatten() (cedar.PolicyMap, types.EntityMap) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	for _, s := range e.sessions {
-		for k, v := range s.policies {
-			pm[k] = v
+		for i, gs := range s.byClass {
+			for _, g := range gs {
+				pm[g.policy] = linkedGrantPolicy(g.id, string(s.uid.ID), Classes[i])
+			}
 		}
 		for k, v := range s.entities {
 			em[k] = v

@@ -2,10 +2,15 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
@@ -213,4 +218,67 @@ func FuzzParseManifests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecideMatchesFlatSet: Decide (base slice plus each class template bound
+// to the session's grants in turn) gives the same decision, the same deciding
+// policies and no more errors than cedar.Authorize over the flat set of
+// linked per-grant policies and every entity, for random grants of several
+// sessions (some expired, some replaced or removed) and every request of
+// the pools, with admin policies that permit and forbid.
+func TestDecideMatchesFlatSet(t *testing.T) {
+	dir := t.TempDir()
+	admin := `@id("admin.permit-gpu-high")
+permit (principal, action == Shinken::Action::"use", resource == Shinken::Capability::"gpu")
+when { principal.trust_tier == "high" && context.request.mode == "render" };
+
+@id("admin.forbid-tmp")
+forbid (principal, action == Shinken::Action::"use", resource)
+when { context.request.path_keys.contains("/tmp") };
+`
+	if err := os.WriteFile(filepath.Join(dir, "admin.cedar"), []byte(admin), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEngine(t, dir)
+	r := rand.New(rand.NewPCG(11, 13))
+	sessions := []string{"s1", "s2", "s3"}
+	for i, id := range sessions {
+		s := testSession(id)
+		s.TrustTier = []string{"low", "normal", "high"}[i]
+		e.PutSession(s)
+		for j := 0; j < 12; j++ {
+			c := Classes[r.IntN(len(Classes))]
+			g := GrantData{ID: fmt.Sprintf("%s-g%d", id, j%9), Session: id, Capability: randCap(r, c)}
+			if r.IntN(5) == 0 {
+				g.Expires = t0.Add(-time.Minute)
+			}
+			if err := e.PutGrant(g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.RemoveGrant(id, id+"-g3")
+	}
+	pm, em := e.Flatten()
+	ids := func(d Decision) string {
+		s := slices.Clone(d.Reasons)
+		slices.Sort(s)
+		return strings.Join(s, ",")
+	}
+	n := 0
+	for _, id := range sessions {
+		for _, c := range Classes {
+			for _, q := range allRequests(c) {
+				got, err := e.Decide(id, q, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := decision(cedar.Authorize(pm, em, CedarRequest(id, q, t0)))
+				if got.Allowed != want.Allowed || ids(got) != ids(want) || len(got.Errors) != len(want.Errors) {
+					t.Fatalf("%s %+v: Decide %+v, flat set %+v", id, q, got, want)
+				}
+				n++
+			}
+		}
+	}
+	t.Logf("%d requests agree", n)
 }
