@@ -109,15 +109,19 @@ func (s SessionAttrs) entity() types.Entity {
 	}
 }
 
-var emptySet = types.NewSet()
+var (
+	emptySet                  = types.NewSet()
+	emptySetValue types.Value = emptySet
+)
 
 func stringSet(s []string) types.Set {
 	if len(s) == 0 {
 		return emptySet
 	}
-	v := make([]types.Value, len(s))
-	for i, x := range s {
-		v[i] = types.String(x)
+	var buf [32]types.Value // NewSet keeps the values, not the slice
+	v := buf[:0]
+	for _, x := range s {
+		v = append(v, types.String(x))
 	}
 	return types.NewSet(v...)
 }
@@ -332,17 +336,13 @@ func (k *keyLens) addPortBlock(s string) {
 	}
 }
 
-func (k *keyLens) union(o *keyLens) *keyLens {
-	if k == nil || o == nil {
-		return nil
+func (k keyLens) union(o keyLens) keyLens {
+	k.v4 |= o.v4
+	for i := range k.v6 {
+		k.v6[i] |= o.v6[i]
 	}
-	u := *k
-	u.v4 |= o.v4
-	for i := range u.v6 {
-		u.v6[i] |= o.v6[i]
-	}
-	u.port |= o.port
-	return &u
+	k.port |= o.port
+	return k
 }
 
 func (k *keyLens) has(a netip.Addr, bits int) bool {
@@ -358,36 +358,58 @@ func (k *keyLens) has(a netip.Addr, bits int) bool {
 func (r UseRequest) context(now time.Time) types.Record { return r.contextLens(now, nil) }
 
 func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
-	var pathKeys, domainKeys, cidrKeys, portKeys []string
+	// Empty key sets are the one boxed empty set: boxing a Set allocates.
+	pathKeys, domainKeys, cidrKeys, portKeys := emptySetValue, emptySetValue, emptySetValue, emptySetValue
 	if r.Path != "" {
-		pathKeys = pathAncestors(r.Path)
+		pathKeys = stringSet(pathAncestors(r.Path))
 	}
 	if r.Domain != "" {
-		domainKeys = domainKeysOf(strings.ToLower(r.Domain))
+		domainKeys = stringSet(domainKeysOf(strings.ToLower(r.Domain)))
 	}
 	if r.IP.IsValid() {
-		cidrKeys = cidrKeysOf(r.IP.Unmap(), lens)
+		cidrKeys = stringSet(cidrKeysOf(r.IP.Unmap(), lens))
 	}
 	if r.Class == ClassNetEgress {
-		portKeys = portKeysOf(r.Port, lens)
+		portKeys = stringSet(portKeysOf(r.Port, lens))
 	}
 	return types.NewRecord(types.RecordMap{
 		"now": types.NewDatetime(now),
 		"request": types.NewRecord(types.RecordMap{
-			"op":          types.String(r.Op),
-			"path_keys":   stringSet(pathKeys),
-			"domain_keys": stringSet(domainKeys),
-			"cidr_keys":   stringSet(cidrKeys),
-			"port_keys":   stringSet(portKeys),
+			"op":          opValue(r.Op),
+			"path_keys":   pathKeys,
+			"domain_keys": domainKeys,
+			"cidr_keys":   cidrKeys,
+			"port_keys":   portKeys,
 			"item":        types.String(r.Item),
 			"mode":        types.String(r.Mode),
 		}),
 	})
 }
 
+// opValues are the request ops as Cedar values, boxed once (a decision
+// would otherwise allocate one).
+var opValues = func() map[string]types.Value {
+	m := map[string]types.Value{}
+	for _, op := range []string{"connect", "read", "write", "paste_in", "copy_out", "use", "pkg", "any", "persist", "broker", "camera", "mic", "usb", "input_inject"} {
+		m[op] = types.String(op)
+	}
+	return m
+}()
+
+func opValue(op string) types.Value {
+	if v, ok := opValues[op]; ok {
+		return v
+	}
+	return types.String(op)
+}
+
+// The request keys below are substrings of one buffer per kind: one string
+// allocation instead of one per key.
+
 // pathAncestors returns p and every ancestor up to "/".
 func pathAncestors(p string) []string {
-	out := []string{p}
+	out := make([]string, 1, strings.Count(p, "/")+1)
+	out[0] = p
 	for p != "/" {
 		p = filepath.Dir(p)
 		out = append(out, p)
@@ -395,28 +417,59 @@ func pathAncestors(p string) []string {
 	return out
 }
 
-// domainKeysOf returns the keys a grant's domain patterns are matched with.
+// domainKeysOf returns the keys a grant's domain patterns are matched with:
+// d, "**."+d, and "*."+s and "**."+s for every proper suffix s of d.
 func domainKeysOf(d string) []string {
-	out := []string{d, "**." + d}
+	n := strings.Count(d, ".")
+	// buf holds "**."+s for s = d and each proper suffix; "*."+s is its tail.
+	b := make([]byte, 0, (n+1)*3+len(d)*(n+1))
 	for s := d; ; {
+		b = append(b, "**."...)
+		b = append(b, s...)
 		_, rest, ok := strings.Cut(s, ".")
 		if !ok {
 			break
 		}
-		out = append(out, "*."+rest, "**."+rest)
+		s = rest
+	}
+	buf := string(b)
+	out := make([]string, 0, 2+2*n)
+	off := 0
+	for i, s := 0, d; ; i++ {
+		key := buf[off : off+3+len(s)] // "**."+s
+		off += len(key)
+		if i == 0 {
+			out = append(out, key[3:], key)
+		} else {
+			out = append(out, key[1:], key)
+		}
+		_, rest, ok := strings.Cut(s, ".")
+		if !ok {
+			break
+		}
 		s = rest
 	}
 	return out
 }
 
 func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
-	out := make([]string, 0, 8)
-	for b := a.BitLen(); b >= 0; b-- {
-		if !lens.has(a, b) {
+	var b []byte
+	var ends [129]int
+	n := 0
+	for bits := a.BitLen(); bits >= 0; bits-- {
+		if !lens.has(a, bits) {
 			continue
 		}
-		p, _ := a.Prefix(b)
-		out = append(out, p.String())
+		p, _ := a.Prefix(bits)
+		b = p.AppendTo(b)
+		ends[n] = len(b)
+		n++
+	}
+	buf := string(b)
+	out := make([]string, n)
+	for i, start := 0, 0; i < n; i++ {
+		out[i] = buf[start:ends[i]]
+		start = ends[i]
 	}
 	return out
 }
@@ -424,13 +477,26 @@ func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
 // portKeysOf returns the aligned blocks "base/len" covering port p (all 17,
 // or those at the lengths lens names).
 func portKeysOf(p uint16, lens *keyLens) []string {
-	out := make([]string, 0, 4)
+	var arr [17 * 8]byte
+	b := arr[:0]
+	var ends [17]int
+	n := 0
 	for l := 16; l >= 0; l-- {
 		if lens != nil && lens.port&(1<<l) == 0 {
 			continue
 		}
 		base := uint32(p) >> (16 - l) << (16 - l)
-		out = append(out, strconv.Itoa(int(base))+"/"+strconv.Itoa(l))
+		b = strconv.AppendUint(b, uint64(base), 10)
+		b = append(b, '/')
+		b = strconv.AppendUint(b, uint64(l), 10)
+		ends[n] = len(b)
+		n++
+	}
+	buf := string(b)
+	out := make([]string, n)
+	for i, start := 0, 0; i < n; i++ {
+		out[i] = buf[start:ends[i]]
+		start = ends[i]
 	}
 	return out
 }
@@ -907,12 +973,13 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 	}
 	base := e.base.Load()
 	ci := classIndex(r.Class)
+	lens := base.lens.union(s.lens)
 	v := &sessionView{s: s, base: base.useByClass[ci], tmpl: e.templates[ci], grants: s.byClass[ci]}
 	d, diag := cedar.Authorize(v, v, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),
-		Context:   r.contextLens(now, base.lens.union(&s.lens)),
+		Context:   r.contextLens(now, &lens),
 	})
 	return decision(d, diag), nil
 }

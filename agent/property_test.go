@@ -282,3 +282,47 @@ when { context.request.path_keys.contains("/tmp") };
 	}
 	t.Logf("%d requests agree", n)
 }
+
+// TestRequestKeys: the request keys built in one buffer per kind are exactly
+// the keys of the straightforward definitions.
+func TestRequestKeys(t *testing.T) {
+	for _, d := range append(reqDomains, "com", "a.b.c.d.e.example.co.uk") {
+		want := []string{d, "**." + d}
+		for s := d; strings.Contains(s, "."); {
+			_, s, _ = strings.Cut(s, ".")
+			want = append(want, "*."+s, "**."+s)
+		}
+		if got := domainKeysOf(d); !slices.Equal(got, want) {
+			t.Errorf("domainKeysOf(%q) = %q, want %q", d, got, want)
+		}
+	}
+	lens := &keyLens{v4: 1<<24 | 1<<32 | 1, port: 1<<16 | 1<<10 | 1}
+	lens.v6[0] = 1 << 48
+	lens.v6[2] = 1
+	for _, s := range reqAddrs {
+		a := netip.MustParseAddr(s)
+		for _, l := range []*keyLens{nil, lens} {
+			var want []string
+			for b := a.BitLen(); b >= 0; b-- {
+				if l.has(a, b) {
+					p, _ := a.Prefix(b)
+					want = append(want, p.String())
+				}
+			}
+			if got := cidrKeysOf(a, l); !slices.Equal(got, want) {
+				t.Errorf("cidrKeysOf(%s) = %q, want %q", a, got, want)
+			}
+		}
+	}
+	for _, p := range reqPorts {
+		var want []string
+		for l := 16; l >= 0; l-- {
+			if lens.port&(1<<l) != 0 {
+				want = append(want, fmt.Sprintf("%d/%d", uint32(p)>>(16-l)<<(16-l), l))
+			}
+		}
+		if got := portKeysOf(p, lens); !slices.Equal(got, want) {
+			t.Errorf("portKeysOf(%d) = %q, want %q", p, got, want)
+		}
+	}
+}
