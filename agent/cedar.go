@@ -94,19 +94,90 @@ type SessionAttrs struct {
 	PolicyStore   []string // the policy store: no write may touch it
 }
 
-func (s SessionAttrs) entity() types.Entity {
+func (s SessionAttrs) entity() types.Entity { return s.entityWith(nil) }
+
+// entityWith builds the Session entity, sharing equal attribute values with
+// other entities through in (nil: none shared).
+func (s SessionAttrs) entityWith(in *interner) types.Entity {
 	return types.Entity{
 		UID: sessionUID(s.ID),
 		Attributes: types.NewRecord(types.RecordMap{
-			"image":          types.String(s.Image),
-			"trust_tier":     types.String(s.TrustTier),
-			"risk":           types.String(s.Risk),
+			"image":          in.str(s.Image),
+			"trust_tier":     in.str(s.TrustTier),
+			"risk":           in.str(s.Risk),
 			"headless":       types.Boolean(s.Headless),
 			"tls_inspection": types.Boolean(s.TLSInspection),
-			"protected":      stringSet(s.Protected),
-			"policy_store":   stringSet(s.PolicyStore),
+			"protected":      in.set(s.Protected),
+			"policy_store":   in.set(s.PolicyStore),
 		}),
 	}
+}
+
+// interner shares equal attribute values between the entities of an Engine:
+// the boxed strings and small string sets that many grants and sessions hold
+// (a class name, a mode, a flag set, the usual port blocks, a common domain).
+// Cedar values are immutable, so sharing one is invisible to evaluation; a
+// shared value stays in cache for every decision that reads it, and the heap
+// holds it once. The tables stop growing at internMax entries each (values
+// after that are simply not shared), so the memory they pin is bounded even
+// as grants come and go. A nil *interner shares nothing. Not safe for
+// concurrent use: the Engine calls it under its write lock.
+type interner struct {
+	strs map[string]types.Value
+	sets map[string]types.Value
+}
+
+const (
+	internMax    = 4096
+	internMaxSet = 8   // elements
+	internMaxLen = 256 // bytes, all elements together
+)
+
+func newInterner() *interner {
+	return &interner{strs: map[string]types.Value{}, sets: map[string]types.Value{}}
+}
+
+func (in *interner) str(s string) types.Value {
+	if in == nil || len(s) > internMaxLen {
+		return types.String(s)
+	}
+	if v, ok := in.strs[s]; ok {
+		return v
+	}
+	v := types.Value(types.String(s))
+	if len(in.strs) < internMax {
+		in.strs[s] = v
+	}
+	return v
+}
+
+func (in *interner) set(elems []string) types.Value {
+	if len(elems) == 0 {
+		return emptySetValue
+	}
+	if in == nil || len(elems) > internMaxSet {
+		return stringSet(elems)
+	}
+	sorted := slices.Clone(elems)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var key []byte
+	for _, e := range sorted {
+		key = strconv.AppendInt(key, int64(len(e)), 10) // length-prefixed: no element can forge a separator
+		key = append(key, ':')
+		key = append(key, e...)
+	}
+	if len(key) > internMaxLen {
+		return stringSet(elems)
+	}
+	if v, ok := in.sets[string(key)]; ok {
+		return v
+	}
+	v := types.Value(stringSet(elems))
+	if len(in.sets) < internMax {
+		in.sets[string(key)] = v
+	}
+	return v
 }
 
 var (
@@ -136,7 +207,15 @@ type GrantData struct {
 
 // grantEntity turns a grant's scope into entity data: set-valued attributes
 // the class's fixed policy reads with containsAny against the request keys.
-func grantEntity(g GrantData) types.Entity {
+func grantEntity(g GrantData) types.Entity { return grantEntityWith(g, nil, nil) }
+
+// grantEntityWith builds the Grant entity, sharing equal attribute values with
+// other entities through in (nil: none shared); session, when not nil, is
+// the grant's session UID already boxed.
+func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entity {
+	if session == nil {
+		session = sessionUID(g.Session)
+	}
 	c := g.Capability.Normalized()
 	exp := g.Expires
 	if exp.IsZero() {
@@ -180,18 +259,18 @@ func grantEntity(g GrantData) types.Entity {
 	return types.Entity{
 		UID: grantUID(g.ID),
 		Attributes: types.NewRecord(types.RecordMap{
-			"session": sessionUID(g.Session),
-			"class":   types.String(c.Class),
+			"session": session,
+			"class":   in.str(string(c.Class)),
 			"expires": types.NewDatetime(exp),
-			"domains": stringSet(domains),
-			"cidrs":   stringSet(cidrs),
-			"ports":   stringSet(ports),
-			"read":    stringSet(read),
-			"write":   stringSet(write),
-			"deny":    stringSet(deny),
-			"flags":   stringSet(flags),
-			"items":   stringSet(items),
-			"mode":    types.String(mode),
+			"domains": in.set(domains),
+			"cidrs":   in.set(cidrs),
+			"ports":   in.set(ports),
+			"read":    in.set(read),
+			"write":   in.set(write),
+			"deny":    in.set(deny),
+			"flags":   in.set(flags),
+			"items":   in.set(items),
+			"mode":    in.str(mode),
 		}),
 	}
 }
@@ -608,6 +687,7 @@ type boundGrant struct {
 // it without holding the lock.
 type sessionSet struct {
 	uid      types.EntityUID
+	uidValue types.Value     // uid, boxed once for its grants' "session"
 	entity   types.Entity    // the Session entity
 	entities types.EntityMap // the Session entity and the grants' entities
 	lens     keyLens         // address and port key lengths its grants name
@@ -713,6 +793,7 @@ type Engine struct {
 
 	mu       sync.RWMutex
 	sessions map[string]*sessionSet
+	intern   *interner // under mu
 }
 
 // NewEngine loads the schema and the shipped policies, then the *.cedar files
@@ -731,7 +812,7 @@ func NewEngine(policyDir string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: shipped schema: %w", ErrPolicy, err)
 	}
-	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir}
+	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir, intern: newInterner()}
 	// The per-grant templates must type-check against the schema; catch drift
 	// at start rather than at the first grant.
 	for i, c := range Classes {
@@ -886,7 +967,8 @@ func (e *Engine) PutSession(s SessionAttrs) {
 		ns.byClass = old.byClass
 	}
 	ns.uid = sessionUID(s.ID)
-	ns.entity = s.entity()
+	ns.uidValue = ns.uid
+	ns.entity = s.entityWith(e.intern)
 	ns.entities[ns.uid] = ns.entity
 	e.sessions[s.ID] = ns
 }
@@ -909,8 +991,8 @@ func (e *Engine) PutGrant(g GrantData) error {
 	if g.ID == boundGrantID {
 		return fmt.Errorf("%w: grant id %q is reserved", ErrInvalidCapability, g.ID)
 	}
-	ns := &sessionSet{uid: old.uid, entity: old.entity, entities: old.entities.Clone()}
-	ns.entities[grantUID(g.ID)] = grantEntity(g)
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone()}
+	ns.entities[grantUID(g.ID)] = grantEntityWith(g, e.intern, old.uidValue)
 	ns.computeLens()
 	ns.index()
 	e.sessions[g.Session] = ns
@@ -925,7 +1007,7 @@ func (e *Engine) RemoveGrant(session, id string) {
 	if old == nil {
 		return
 	}
-	ns := &sessionSet{uid: old.uid, entity: old.entity, entities: old.entities.Clone()}
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone()}
 	delete(ns.entities, grantUID(id))
 	ns.computeLens()
 	ns.index()
