@@ -326,3 +326,52 @@ func TestRequestKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideConcurrent: decisions running in parallel with grant changes
+// each see one consistent session (run with -race).
+func TestDecideConcurrent(t *testing.T) {
+	e := newTestEngine(t, "")
+	e.PutSession(testSession("s1"))
+	ok := egress([]string{"10.1.0.0/16"}, []PortRange{{443, 443}})
+	if err := e.PutGrant(GrantData{ID: "keep", Session: "s1", Capability: ok}); err != nil {
+		t.Fatal(err)
+	}
+	allowed := UseRequest{Class: ClassNetEgress, Op: "connect", IP: netip.MustParseAddr("10.1.2.3"), Port: 443}
+	denied := UseRequest{Class: ClassNetEgress, Op: "connect", IP: netip.MustParseAddr("10.9.2.3"), Port: 443}
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				q, want := allowed, true
+				if i%2 == 1 {
+					q, want = denied, false
+				}
+				d, err := e.Decide("s1", q, t0)
+				if err != nil || d.Allowed != want {
+					errs <- fmt.Errorf("Decide(%+v) = %+v, %v; want allowed=%v", q, d, err, want)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 300; i++ {
+		id := fmt.Sprintf("g%d", i%7)
+		if err := e.PutGrant(GrantData{ID: id, Session: "s1", Capability: egress([]string{"192.0.2.0/24"}, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		e.RemoveGrant("s1", fmt.Sprintf("g%d", (i+3)%7))
+	}
+	close(done)
+	for w := 0; w < 4; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
