@@ -680,6 +680,44 @@ type boundGrant struct {
 	policy cedar.PolicyID // "grant:<id>": the id of the grant's (linked) policy
 	id     string
 	ent    types.Entity
+	// keys says which request key kinds can satisfy the grant's
+	// "domain or address" part (net.egress only): keyDomain when its domains
+	// set is not empty, keyAddr when its cidrs set is not empty.
+	keys keyKinds
+}
+
+// keyKinds is a set of request key kinds.
+type keyKinds uint8
+
+const (
+	keyDomain keyKinds = 1 << iota
+	keyAddr
+)
+
+// egressKeys is what a net.egress grant entity can match: its template
+// requires domains ∩ domain_keys ≠ ∅ or cidrs ∩ cidr_keys ≠ ∅, so a grant
+// whose kinds share none with the request's evaluates to false.
+func egressKeys(ent types.Entity) keyKinds {
+	var k keyKinds
+	if v, ok := ent.Attributes.Get("domains"); ok && v.(types.Set).Len() > 0 {
+		k |= keyDomain
+	}
+	if v, ok := ent.Attributes.Get("cidrs"); ok && v.(types.Set).Len() > 0 {
+		k |= keyAddr
+	}
+	return k
+}
+
+// requestKeys is the key kinds a request carries (a domain, an address).
+func requestKeys(r UseRequest) keyKinds {
+	var k keyKinds
+	if r.Domain != "" {
+		k |= keyDomain
+	}
+	if r.IP.IsValid() {
+		k |= keyAddr
+	}
+	return k
 }
 
 // sessionSet is one session's decision data. It is never modified once
@@ -707,7 +745,11 @@ func (s *sessionSet) index() {
 			continue
 		}
 		id := string(uid.ID)
-		s.byClass[i] = append(s.byClass[i], boundGrant{policy: cedar.PolicyID("grant:" + id), id: id, ent: ent})
+		b := boundGrant{policy: cedar.PolicyID("grant:" + id), id: id, ent: ent}
+		if Classes[i] == ClassNetEgress {
+			b.keys = egressKeys(ent)
+		}
+		s.byClass[i] = append(s.byClass[i], b)
 	}
 	for i := range s.byClass {
 		slices.SortFunc(s.byClass[i], func(x, y boundGrant) int { return strings.Compare(x.id, y.id) })
@@ -720,12 +762,20 @@ func (s *sessionSet) index() {
 // turn is evaluated. Authorize evaluates each policy the iterator yields before
 // the iterator resumes, so the binding is that of the policy being
 // evaluated. It is the policy set and the entity store of the request.
+//
+// For net.egress it leaves out the grants whose template is false for every
+// request with the request's key kinds (a domain-only grant for an address
+// request, and the reverse), as the base slice leaves out policies whose
+// scope cannot match: the template cannot fail on a grant entity (every
+// attribute is present and typed), so the decision, its reasons and its
+// errors are those of the full set (TestDecideMatchesFlatSet).
 type sessionView struct {
 	s      *sessionSet
 	base   []policyEntry
 	tmpl   *cedar.Policy
 	grants []boundGrant
 	bound  *types.Entity
+	keys   keyKinds // the request's key kinds (net.egress); 0: no filtering
 }
 
 func (v *sessionView) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
@@ -736,6 +786,9 @@ func (v *sessionView) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
 			}
 		}
 		for i := range v.grants {
+			if v.keys != 0 && v.grants[i].keys&v.keys == 0 {
+				continue
+			}
 			v.bound = &v.grants[i].ent
 			ok := yield(v.grants[i].policy, v.tmpl)
 			v.bound = nil
@@ -1057,6 +1110,12 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 	ci := classIndex(r.Class)
 	lens := base.lens.union(s.lens)
 	v := &sessionView{s: s, base: base.useByClass[ci], tmpl: e.templates[ci], grants: s.byClass[ci]}
+	if r.Class == ClassNetEgress {
+		v.keys = requestKeys(r)
+		if v.keys == 0 {
+			v.grants = nil // no domain and no address: no egress grant can match
+		}
+	}
 	d, diag := cedar.Authorize(v, v, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionUse,

@@ -267,7 +267,11 @@ when { context.request.path_keys.contains("/tmp") };
 	n := 0
 	for _, id := range sessions {
 		for _, c := range Classes {
-			for _, q := range allRequests(c) {
+			reqs := allRequests(c)
+			if c == ClassNetEgress { // neither a domain nor an address
+				reqs = append(reqs, UseRequest{Class: c, Op: "connect", Port: 443}, UseRequest{Class: c, Op: "connect"})
+			}
+			for _, q := range reqs {
 				got, err := e.Decide(id, q, t0)
 				if err != nil {
 					t.Fatal(err)
