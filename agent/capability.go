@@ -451,11 +451,10 @@ func validateDomainPattern(d string) error {
 	if len(d) > 253 || name == "" {
 		return fmt.Errorf("%w: domain %q", ErrInvalidCapability, d)
 	}
-	labels := strings.Split(name, ".")
-	if name != d && len(labels) < 2 {
+	if name != d && !strings.Contains(name, ".") {
 		return fmt.Errorf("%w: domain wildcard %q is too broad (wildcards need at least two labels)", ErrInvalidCapability, d)
 	}
-	for _, l := range labels {
+	for l := range strings.SplitSeq(name, ".") {
 		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
 			return fmt.Errorf("%w: domain %q has an invalid label %q", ErrInvalidCapability, d, l)
 		}

@@ -94,30 +94,105 @@ type SessionAttrs struct {
 	PolicyStore   []string // the policy store: no write may touch it
 }
 
-func (s SessionAttrs) entity() types.Entity {
+func (s SessionAttrs) entity() types.Entity { return s.entityWith(nil) }
+
+// entityWith builds the Session entity, sharing equal attribute values with
+// other entities through in (nil: none shared).
+func (s SessionAttrs) entityWith(in *interner) types.Entity {
 	return types.Entity{
 		UID: sessionUID(s.ID),
 		Attributes: types.NewRecord(types.RecordMap{
-			"image":          types.String(s.Image),
-			"trust_tier":     types.String(s.TrustTier),
-			"risk":           types.String(s.Risk),
+			"image":          in.str(s.Image),
+			"trust_tier":     in.str(s.TrustTier),
+			"risk":           in.str(s.Risk),
 			"headless":       types.Boolean(s.Headless),
 			"tls_inspection": types.Boolean(s.TLSInspection),
-			"protected":      stringSet(s.Protected),
-			"policy_store":   stringSet(s.PolicyStore),
+			"protected":      in.set(s.Protected),
+			"policy_store":   in.set(s.PolicyStore),
 		}),
 	}
 }
 
-var emptySet = types.NewSet()
+// interner shares equal attribute values between the entities of an Engine:
+// the boxed strings and small string sets that many grants and sessions hold
+// (a class name, a mode, a flag set, the usual port blocks, a common domain).
+// Cedar values are immutable, so sharing one is invisible to evaluation; a
+// shared value stays in cache for every decision that reads it, and the heap
+// holds it once. The tables stop growing at internMax entries each (values
+// after that are simply not shared), so the memory they pin is bounded even
+// as grants come and go. A nil *interner shares nothing. Not safe for
+// concurrent use: the Engine calls it under its write lock.
+type interner struct {
+	strs map[string]types.Value
+	sets map[string]types.Value
+}
+
+const (
+	internMax    = 4096
+	internMaxSet = 8   // elements
+	internMaxLen = 256 // bytes, all elements together
+)
+
+func newInterner() *interner {
+	return &interner{strs: map[string]types.Value{}, sets: map[string]types.Value{}}
+}
+
+func (in *interner) str(s string) types.Value {
+	if in == nil || len(s) > internMaxLen {
+		return types.String(s)
+	}
+	if v, ok := in.strs[s]; ok {
+		return v
+	}
+	v := types.Value(types.String(s))
+	if len(in.strs) < internMax {
+		in.strs[s] = v
+	}
+	return v
+}
+
+func (in *interner) set(elems []string) types.Value {
+	if len(elems) == 0 {
+		return emptySetValue
+	}
+	if in == nil || len(elems) > internMaxSet {
+		return stringSet(elems)
+	}
+	sorted := slices.Clone(elems)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var key []byte
+	for _, e := range sorted {
+		key = strconv.AppendInt(key, int64(len(e)), 10) // length-prefixed: no element can forge a separator
+		key = append(key, ':')
+		key = append(key, e...)
+	}
+	if len(key) > internMaxLen {
+		return stringSet(elems)
+	}
+	if v, ok := in.sets[string(key)]; ok {
+		return v
+	}
+	v := types.Value(stringSet(elems))
+	if len(in.sets) < internMax {
+		in.sets[string(key)] = v
+	}
+	return v
+}
+
+var (
+	emptySet                  = types.NewSet()
+	emptySetValue types.Value = emptySet
+)
 
 func stringSet(s []string) types.Set {
 	if len(s) == 0 {
 		return emptySet
 	}
-	v := make([]types.Value, len(s))
-	for i, x := range s {
-		v[i] = types.String(x)
+	var buf [32]types.Value // NewSet keeps the values, not the slice
+	v := buf[:0]
+	for _, x := range s {
+		v = append(v, types.String(x))
 	}
 	return types.NewSet(v...)
 }
@@ -132,7 +207,15 @@ type GrantData struct {
 
 // grantEntity turns a grant's scope into entity data: set-valued attributes
 // the class's fixed policy reads with containsAny against the request keys.
-func grantEntity(g GrantData) types.Entity {
+func grantEntity(g GrantData) types.Entity { return grantEntityWith(g, nil, nil) }
+
+// grantEntityWith builds the Grant entity, sharing equal attribute values with
+// other entities through in (nil: none shared); session, when not nil, is
+// the grant's session UID already boxed.
+func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entity {
+	if session == nil {
+		session = sessionUID(g.Session)
+	}
 	c := g.Capability.Normalized()
 	exp := g.Expires
 	if exp.IsZero() {
@@ -176,35 +259,32 @@ func grantEntity(g GrantData) types.Entity {
 	return types.Entity{
 		UID: grantUID(g.ID),
 		Attributes: types.NewRecord(types.RecordMap{
-			"session": sessionUID(g.Session),
-			"class":   types.String(c.Class),
+			"session": session,
+			"class":   in.str(string(c.Class)),
 			"expires": types.NewDatetime(exp),
-			"domains": stringSet(domains),
-			"cidrs":   stringSet(cidrs),
-			"ports":   stringSet(ports),
-			"read":    stringSet(read),
-			"write":   stringSet(write),
-			"deny":    stringSet(deny),
-			"flags":   stringSet(flags),
-			"items":   stringSet(items),
-			"mode":    types.String(mode),
+			"domains": in.set(domains),
+			"cidrs":   in.set(cidrs),
+			"ports":   in.set(ports),
+			"read":    in.set(read),
+			"write":   in.set(write),
+			"deny":    in.set(deny),
+			"flags":   in.set(flags),
+			"items":   in.set(items),
+			"mode":    in.str(mode),
 		}),
 	}
 }
 
-// grantPolicy builds the fixed policy of the grant's class, linked to the
-// session and the grant entity through cedar-go's AST: the policy names only
-// agent-made identifiers; every user value (domain, prefix, path, ...) stays
-// in the Grant entity's data. This is the template-link Cedar would do with
-// ?principal/?resource slots, which cedar-go does not have.
-func grantPolicy(g GrantData) *cedar.Policy {
-	G := ast.Value(grantUID(g.ID))
+// grantCondition is the condition of the fixed policy of a grant's class,
+// over the grant entity G: the policy names only agent-made identifiers; every
+// user value (domain, prefix, path, ...) stays in the Grant entity's data.
+func grantCondition(class Class, G ast.Node) ast.Node {
 	ctx := ast.Context()
 	req := ctx.Access("request")
 	op := req.Access("op")
 	live := ctx.Access("now").LessThan(G.Access("expires"))
 	var cond ast.Node
-	switch g.Capability.Class {
+	switch class {
 	case ClassNetEgress:
 		cond = op.Equal(ast.String("connect")).
 			And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
@@ -231,12 +311,49 @@ func grantPolicy(g GrantData) *cedar.Policy {
 	default:
 		cond = ast.False()
 	}
+	return live.And(cond)
+}
+
+// grantPolicy builds the fixed policy of the grant's class, linked to the
+// session and the grant entity through cedar-go's AST. This is the
+// template-link Cedar would do with ?principal/?resource slots, which cedar-go
+// does not have. Decide evaluates the same template once per class with the
+// grant bound at evaluation time (grantTemplate); this linked form is what
+// ProveGrant checks and what the flat set holds.
+func grantPolicy(g GrantData) *cedar.Policy {
+	return linkedGrantPolicy(g.ID, g.Session, g.Capability.Class)
+}
+
+func linkedGrantPolicy(id, session string, class Class) *cedar.Policy {
 	p := ast.Permit().
-		Annotate("id", types.String("grant:"+g.ID)).
-		PrincipalEq(sessionUID(g.Session)).
+		Annotate("id", types.String("grant:"+id)).
+		PrincipalEq(sessionUID(session)).
 		ActionEq(actionUse).
-		ResourceEq(capabilityUID(g.Capability.Class)).
-		When(live.And(cond))
+		ResourceEq(capabilityUID(class)).
+		When(grantCondition(class, ast.Value(grantUID(id))))
+	return cedar.NewPolicyFromAST(p)
+}
+
+// boundGrantID is the grant slot of the shared templates: the entity
+// Shinken::Grant::"?grant" stands for whichever grant a decision is
+// evaluating. Minted grant ids are hex, so no real grant has this id.
+const boundGrantID = "?grant"
+
+var boundGrantUID = grantUID(boundGrantID)
+
+// grantTemplate is the fixed policy of a class with the grant left as the
+// slot boundGrantUID. Decide evaluates it once per grant of the asking
+// session's class, with the slot bound to that grant's entity (sessionView),
+// so one compiled policy per class serves every grant: the linked form
+// (grantPolicy) only adds "principal == <the grant's session>", which holds
+// by construction since a session's decision binds that session's grants
+// only.
+func grantTemplate(class Class) *cedar.Policy {
+	p := ast.Permit().
+		Annotate("id", types.String("grant:"+boundGrantID)).
+		ActionEq(actionUse).
+		ResourceEq(capabilityUID(class)).
+		When(grantCondition(class, ast.Value(boundGrantUID)))
 	return cedar.NewPolicyFromAST(p)
 }
 
@@ -298,17 +415,13 @@ func (k *keyLens) addPortBlock(s string) {
 	}
 }
 
-func (k *keyLens) union(o *keyLens) *keyLens {
-	if k == nil || o == nil {
-		return nil
+func (k keyLens) union(o keyLens) keyLens {
+	k.v4 |= o.v4
+	for i := range k.v6 {
+		k.v6[i] |= o.v6[i]
 	}
-	u := *k
-	u.v4 |= o.v4
-	for i := range u.v6 {
-		u.v6[i] |= o.v6[i]
-	}
-	u.port |= o.port
-	return &u
+	k.port |= o.port
+	return k
 }
 
 func (k *keyLens) has(a netip.Addr, bits int) bool {
@@ -324,36 +437,58 @@ func (k *keyLens) has(a netip.Addr, bits int) bool {
 func (r UseRequest) context(now time.Time) types.Record { return r.contextLens(now, nil) }
 
 func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
-	var pathKeys, domainKeys, cidrKeys, portKeys []string
+	// Empty key sets are the one boxed empty set: boxing a Set allocates.
+	pathKeys, domainKeys, cidrKeys, portKeys := emptySetValue, emptySetValue, emptySetValue, emptySetValue
 	if r.Path != "" {
-		pathKeys = pathAncestors(r.Path)
+		pathKeys = stringSet(pathAncestors(r.Path))
 	}
 	if r.Domain != "" {
-		domainKeys = domainKeysOf(strings.ToLower(r.Domain))
+		domainKeys = stringSet(domainKeysOf(strings.ToLower(r.Domain)))
 	}
 	if r.IP.IsValid() {
-		cidrKeys = cidrKeysOf(r.IP.Unmap(), lens)
+		cidrKeys = stringSet(cidrKeysOf(r.IP.Unmap(), lens))
 	}
 	if r.Class == ClassNetEgress {
-		portKeys = portKeysOf(r.Port, lens)
+		portKeys = stringSet(portKeysOf(r.Port, lens))
 	}
 	return types.NewRecord(types.RecordMap{
 		"now": types.NewDatetime(now),
 		"request": types.NewRecord(types.RecordMap{
-			"op":          types.String(r.Op),
-			"path_keys":   stringSet(pathKeys),
-			"domain_keys": stringSet(domainKeys),
-			"cidr_keys":   stringSet(cidrKeys),
-			"port_keys":   stringSet(portKeys),
+			"op":          opValue(r.Op),
+			"path_keys":   pathKeys,
+			"domain_keys": domainKeys,
+			"cidr_keys":   cidrKeys,
+			"port_keys":   portKeys,
 			"item":        types.String(r.Item),
 			"mode":        types.String(r.Mode),
 		}),
 	})
 }
 
+// opValues are the request ops as Cedar values, boxed once (a decision
+// would otherwise allocate one).
+var opValues = func() map[string]types.Value {
+	m := map[string]types.Value{}
+	for _, op := range []string{"connect", "read", "write", "paste_in", "copy_out", "use", "pkg", "any", "persist", "broker", "camera", "mic", "usb", "input_inject"} {
+		m[op] = types.String(op)
+	}
+	return m
+}()
+
+func opValue(op string) types.Value {
+	if v, ok := opValues[op]; ok {
+		return v
+	}
+	return types.String(op)
+}
+
+// The request keys below are substrings of one buffer per kind: one string
+// allocation instead of one per key.
+
 // pathAncestors returns p and every ancestor up to "/".
 func pathAncestors(p string) []string {
-	out := []string{p}
+	out := make([]string, 1, strings.Count(p, "/")+1)
+	out[0] = p
 	for p != "/" {
 		p = filepath.Dir(p)
 		out = append(out, p)
@@ -361,28 +496,59 @@ func pathAncestors(p string) []string {
 	return out
 }
 
-// domainKeysOf returns the keys a grant's domain patterns are matched with.
+// domainKeysOf returns the keys a grant's domain patterns are matched with:
+// d, "**."+d, and "*."+s and "**."+s for every proper suffix s of d.
 func domainKeysOf(d string) []string {
-	out := []string{d, "**." + d}
+	n := strings.Count(d, ".")
+	// buf holds "**."+s for s = d and each proper suffix; "*."+s is its tail.
+	b := make([]byte, 0, (n+1)*3+len(d)*(n+1))
 	for s := d; ; {
+		b = append(b, "**."...)
+		b = append(b, s...)
 		_, rest, ok := strings.Cut(s, ".")
 		if !ok {
 			break
 		}
-		out = append(out, "*."+rest, "**."+rest)
+		s = rest
+	}
+	buf := string(b)
+	out := make([]string, 0, 2+2*n)
+	off := 0
+	for i, s := 0, d; ; i++ {
+		key := buf[off : off+3+len(s)] // "**."+s
+		off += len(key)
+		if i == 0 {
+			out = append(out, key[3:], key)
+		} else {
+			out = append(out, key[1:], key)
+		}
+		_, rest, ok := strings.Cut(s, ".")
+		if !ok {
+			break
+		}
 		s = rest
 	}
 	return out
 }
 
 func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
-	out := make([]string, 0, 8)
-	for b := a.BitLen(); b >= 0; b-- {
-		if !lens.has(a, b) {
+	var b []byte
+	var ends [129]int
+	n := 0
+	for bits := a.BitLen(); bits >= 0; bits-- {
+		if !lens.has(a, bits) {
 			continue
 		}
-		p, _ := a.Prefix(b)
-		out = append(out, p.String())
+		p, _ := a.Prefix(bits)
+		b = p.AppendTo(b)
+		ends[n] = len(b)
+		n++
+	}
+	buf := string(b)
+	out := make([]string, n)
+	for i, start := 0, 0; i < n; i++ {
+		out[i] = buf[start:ends[i]]
+		start = ends[i]
 	}
 	return out
 }
@@ -390,13 +556,26 @@ func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
 // portKeysOf returns the aligned blocks "base/len" covering port p (all 17,
 // or those at the lengths lens names).
 func portKeysOf(p uint16, lens *keyLens) []string {
-	out := make([]string, 0, 4)
+	var arr [17 * 8]byte
+	b := arr[:0]
+	var ends [17]int
+	n := 0
 	for l := 16; l >= 0; l-- {
 		if lens != nil && lens.port&(1<<l) == 0 {
 			continue
 		}
 		base := uint32(p) >> (16 - l) << (16 - l)
-		out = append(out, strconv.Itoa(int(base))+"/"+strconv.Itoa(l))
+		b = strconv.AppendUint(b, uint64(base), 10)
+		b = append(b, '/')
+		b = strconv.AppendUint(b, uint64(l), 10)
+		ends[n] = len(b)
+		n++
+	}
+	buf := string(b)
+	out := make([]string, n)
+	for i, start := 0, 0; i < n; i++ {
+		out[i] = buf[start:ends[i]]
+		start = ends[i]
 	}
 	return out
 }
@@ -434,18 +613,43 @@ type policyBase struct {
 	where    map[cedar.PolicyID]string // "file:line"
 	files    []string
 	lens     keyLens // address and port key lengths its literals name
-	// useByClass slices the set for "use" requests by resource class: a
-	// policy whose scope names another action or another Capability cannot
-	// match, so it is left out (policies with any other scope shape are in
-	// every slice). Evaluating a slice gives exactly the full set's answer.
-	useByClass map[Class]cedar.PolicyMap
+	// useByClass slices the set for "use" requests by resource class (by
+	// classIndex): a policy whose scope names another action or another
+	// Capability cannot match, so it is left out (policies with any other
+	// scope shape are in every slice). Evaluating a slice gives exactly the
+	// full set's answer.
+	useByClass [nClasses][]policyEntry
+}
+
+// policyEntry is one policy of a slice, with its id.
+type policyEntry struct {
+	id     cedar.PolicyID
+	policy *cedar.Policy
+}
+
+// nClasses is len(Classes); per-class tables are arrays indexed by classIndex.
+const nClasses = 8
+
+func init() {
+	if len(Classes) != nClasses {
+		panic("agent: nClasses != len(Classes)")
+	}
+}
+
+// classIndex is c's position in Classes, or -1.
+func classIndex(c Class) int {
+	for i, x := range Classes {
+		if x == c {
+			return i
+		}
+	}
+	return -1
 }
 
 // slice fills useByClass from the policies' scopes.
 func (b *policyBase) slice() {
-	b.useByClass = map[Class]cedar.PolicyMap{}
-	for _, c := range Classes {
-		b.useByClass[c] = cedar.PolicyMap{}
+	add := func(i int, id cedar.PolicyID, p *cedar.Policy) {
+		b.useByClass[i] = append(b.useByClass[i], policyEntry{id, p})
 	}
 	for id, p := range b.policies {
 		a := (*xast.Policy)(p.AST())
@@ -456,38 +660,156 @@ func (b *policyBase) slice() {
 			if sc.Entity.Type != typeCapability {
 				continue
 			}
-			if m, ok := b.useByClass[Class(sc.Entity.ID)]; ok {
-				m[id] = p
+			if i := classIndex(Class(sc.Entity.ID)); i >= 0 {
+				add(i, id, p)
 			}
 			continue
 		}
-		for _, m := range b.useByClass {
-			m[id] = p
+		for i := range b.useByClass {
+			add(i, id, p)
 		}
+	}
+	for i := range b.useByClass {
+		slices.SortFunc(b.useByClass[i], func(x, y policyEntry) int { return strings.Compare(string(x.id), string(y.id)) })
 	}
 }
 
-type sessionSet struct {
-	entities types.EntityMap
-	policies cedar.PolicyMap
-	lens     keyLens // address and port key lengths its grants name
-	byClass  map[Class]cedar.PolicyMap
+// boundGrant is one grant of a session as Decide binds it to its class's
+// template.
+type boundGrant struct {
+	policy cedar.PolicyID // "grant:<id>": the id of the grant's (linked) policy
+	id     string
+	ent    types.Entity
+	// keys says which request key kinds can satisfy the grant's
+	// "domain or address" part (net.egress only): keyDomain when its domains
+	// set is not empty, keyAddr when its cidrs set is not empty.
+	keys keyKinds
 }
 
+// keyKinds is a set of request key kinds.
+type keyKinds uint8
+
+const (
+	keyDomain keyKinds = 1 << iota
+	keyAddr
+)
+
+// egressKeys is what a net.egress grant entity can match: its template
+// requires domains ∩ domain_keys ≠ ∅ or cidrs ∩ cidr_keys ≠ ∅, so a grant
+// whose kinds share none with the request's evaluates to false.
+func egressKeys(ent types.Entity) keyKinds {
+	var k keyKinds
+	if v, ok := ent.Attributes.Get("domains"); ok && v.(types.Set).Len() > 0 {
+		k |= keyDomain
+	}
+	if v, ok := ent.Attributes.Get("cidrs"); ok && v.(types.Set).Len() > 0 {
+		k |= keyAddr
+	}
+	return k
+}
+
+// requestKeys is the key kinds a request carries (a domain, an address).
+func requestKeys(r UseRequest) keyKinds {
+	var k keyKinds
+	if r.Domain != "" {
+		k |= keyDomain
+	}
+	if r.IP.IsValid() {
+		k |= keyAddr
+	}
+	return k
+}
+
+// sessionSet is one session's decision data. It is never modified once
+// published in Engine.sessions (updates build a new one), so a decision reads
+// it without holding the lock.
+type sessionSet struct {
+	uid      types.EntityUID
+	uidValue types.Value     // uid, boxed once for its grants' "session"
+	entity   types.Entity    // the Session entity
+	entities types.EntityMap // the Session entity and the grants' entities
+	lens     keyLens         // address and port key lengths its grants name
+	byClass  [nClasses][]boundGrant
+}
+
+// index rebuilds byClass from the grant entities (in grant id order).
 func (s *sessionSet) index() {
-	s.byClass = map[Class]cedar.PolicyMap{}
+	s.byClass = [nClasses][]boundGrant{}
 	for uid, ent := range s.entities {
 		if uid.Type != typeGrant {
 			continue
 		}
 		v, _ := ent.Attributes.Get("class")
-		c := Class(v.(types.String))
-		if s.byClass[c] == nil {
-			s.byClass[c] = cedar.PolicyMap{}
+		i := classIndex(Class(v.(types.String)))
+		if i < 0 {
+			continue
 		}
-		id := cedar.PolicyID("grant:" + string(uid.ID))
-		s.byClass[c][id] = s.policies[id]
+		id := string(uid.ID)
+		b := boundGrant{policy: cedar.PolicyID("grant:" + id), id: id, ent: ent}
+		if Classes[i] == ClassNetEgress {
+			b.keys = egressKeys(ent)
+		}
+		s.byClass[i] = append(s.byClass[i], b)
 	}
+	for i := range s.byClass {
+		slices.SortFunc(s.byClass[i], func(x, y boundGrant) int { return strings.Compare(x.id, y.id) })
+	}
+}
+
+// sessionView is what one decision evaluates: the base slice for the
+// request's class, then the class's template once per grant of that class,
+// with the grant slot (boundGrantUID) bound to that grant's entity while its
+// turn is evaluated. Authorize evaluates each policy the iterator yields before
+// the iterator resumes, so the binding is that of the policy being
+// evaluated. It is the policy set and the entity store of the request.
+//
+// For net.egress it leaves out the grants whose template is false for every
+// request with the request's key kinds (a domain-only grant for an address
+// request, and the reverse), as the base slice leaves out policies whose
+// scope cannot match: the template cannot fail on a grant entity (every
+// attribute is present and typed), so the decision, its reasons and its
+// errors are those of the full set (TestDecideMatchesFlatSet).
+type sessionView struct {
+	s      *sessionSet
+	base   []policyEntry
+	tmpl   *cedar.Policy
+	grants []boundGrant
+	bound  *types.Entity
+	keys   keyKinds // the request's key kinds (net.egress); 0: no filtering
+}
+
+func (v *sessionView) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		for _, p := range v.base {
+			if !yield(p.id, p.policy) {
+				return
+			}
+		}
+		for i := range v.grants {
+			if v.keys != 0 && v.grants[i].keys&v.keys == 0 {
+				continue
+			}
+			v.bound = &v.grants[i].ent
+			ok := yield(v.grants[i].policy, v.tmpl)
+			v.bound = nil
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+func (v *sessionView) Get(uid types.EntityUID) (types.Entity, bool) {
+	if uid == boundGrantUID {
+		if v.bound == nil {
+			return types.Entity{}, false
+		}
+		return *v.bound, true
+	}
+	if uid == v.s.uid {
+		return v.s.entity, true
+	}
+	return v.s.entities.Get(uid)
 }
 
 func (s *sessionSet) computeLens() {
@@ -520,9 +842,11 @@ type Engine struct {
 	validator *validate.Validator
 	base      atomic.Pointer[policyBase]
 	dir       string
+	templates [nClasses]*cedar.Policy // grantTemplate per class, by classIndex
 
 	mu       sync.RWMutex
 	sessions map[string]*sessionSet
+	intern   *interner // under mu
 }
 
 // NewEngine loads the schema and the shipped policies, then the *.cedar files
@@ -541,12 +865,16 @@ func NewEngine(policyDir string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: shipped schema: %w", ErrPolicy, err)
 	}
-	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir}
+	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir, intern: newInterner()}
 	// The per-grant templates must type-check against the schema; catch drift
 	// at start rather than at the first grant.
-	for _, c := range Classes {
+	for i, c := range Classes {
 		p := grantPolicy(GrantData{ID: "probe", Session: "probe", Capability: Empty(c)})
 		if err := e.validator.Policy("grant template "+string(c), (*xast.Policy)(p.AST())); err != nil {
+			return nil, fmt.Errorf("%w: grant template for %s: %w", ErrPolicy, c, err)
+		}
+		e.templates[i] = grantTemplate(c)
+		if err := e.validator.Policy("grant template "+string(c), (*xast.Policy)(e.templates[i].AST())); err != nil {
 			return nil, fmt.Errorf("%w: grant template for %s: %w", ErrPolicy, c, err)
 		}
 	}
@@ -685,14 +1013,16 @@ func (e *Engine) PutSession(s SessionAttrs) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.sessions[s.ID]
-	ns := &sessionSet{entities: types.EntityMap{}, policies: cedar.PolicyMap{}}
+	ns := &sessionSet{entities: types.EntityMap{}}
 	if old != nil {
 		ns.entities = old.entities.Clone()
-		ns.policies = old.policies
 		ns.lens = old.lens
 		ns.byClass = old.byClass
 	}
-	ns.entities[sessionUID(s.ID)] = s.entity()
+	ns.uid = sessionUID(s.ID)
+	ns.uidValue = ns.uid
+	ns.entity = s.entityWith(e.intern)
+	ns.entities[ns.uid] = ns.entity
 	e.sessions[s.ID] = ns
 }
 
@@ -711,9 +1041,11 @@ func (e *Engine) PutGrant(g GrantData) error {
 	if old == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownSession, g.Session)
 	}
-	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
-	ns.entities[grantUID(g.ID)] = grantEntity(g)
-	ns.policies[cedar.PolicyID("grant:"+g.ID)] = grantPolicy(g)
+	if g.ID == boundGrantID {
+		return fmt.Errorf("%w: grant id %q is reserved", ErrInvalidCapability, g.ID)
+	}
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone()}
+	ns.entities[grantUID(g.ID)] = grantEntityWith(g, e.intern, old.uidValue)
 	ns.computeLens()
 	ns.index()
 	e.sessions[g.Session] = ns
@@ -728,9 +1060,8 @@ func (e *Engine) RemoveGrant(session, id string) {
 	if old == nil {
 		return
 	}
-	ns := &sessionSet{entities: old.entities.Clone(), policies: maps2(old.policies)}
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone()}
 	delete(ns.entities, grantUID(id))
-	delete(ns.policies, cedar.PolicyID("grant:"+id))
 	ns.computeLens()
 	ns.index()
 	e.sessions[session] = ns
@@ -742,24 +1073,6 @@ func maps2(m cedar.PolicyMap) cedar.PolicyMap {
 		out[k] = v
 	}
 	return out
-}
-
-// chain iterates the base set, then the session's grant policies.
-type chain struct{ a, b cedar.PolicyMap }
-
-func (c chain) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
-	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
-		for k, v := range c.a {
-			if !yield(k, v) {
-				return
-			}
-		}
-		for k, v := range c.b {
-			if !yield(k, v) {
-				return
-			}
-		}
-	}
 }
 
 func (e *Engine) session(id string) (*sessionSet, error) {
@@ -794,11 +1107,20 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 		return Decision{}, err
 	}
 	base := e.base.Load()
-	d, diag := cedar.Authorize(chain{base.useByClass[r.Class], s.byClass[r.Class]}, s.entities, cedar.Request{
+	ci := classIndex(r.Class)
+	lens := base.lens.union(s.lens)
+	v := &sessionView{s: s, base: base.useByClass[ci], tmpl: e.templates[ci], grants: s.byClass[ci]}
+	if r.Class == ClassNetEgress {
+		v.keys = requestKeys(r)
+		if v.keys == 0 {
+			v.grants = nil // no domain and no address: no egress grant can match
+		}
+	}
+	d, diag := cedar.Authorize(v, v, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),
-		Context:   r.contextLens(now, base.lens.union(&s.lens)),
+		Context:   r.contextLens(now, &lens),
 	})
 	return decision(d, diag), nil
 }
@@ -882,8 +1204,10 @@ func (e *Engine) Flatten() (cedar.PolicyMap, types.EntityMap) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	for _, s := range e.sessions {
-		for k, v := range s.policies {
-			pm[k] = v
+		for i, gs := range s.byClass {
+			for _, g := range gs {
+				pm[g.policy] = linkedGrantPolicy(g.id, string(s.uid.ID), Classes[i])
+			}
 		}
 		for k, v := range s.entities {
 			em[k] = v

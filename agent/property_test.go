@@ -2,10 +2,15 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
@@ -213,4 +218,164 @@ func FuzzParseManifests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecideMatchesFlatSet: Decide (base slice plus each class template bound
+// to the session's grants in turn) gives the same decision, the same deciding
+// policies and no more errors than cedar.Authorize over the flat set of
+// linked per-grant policies and every entity, for random grants of several
+// sessions (some expired, some replaced or removed) and every request of
+// the pools, with admin policies that permit and forbid.
+func TestDecideMatchesFlatSet(t *testing.T) {
+	dir := t.TempDir()
+	admin := `@id("admin.permit-gpu-high")
+permit (principal, action == Shinken::Action::"use", resource == Shinken::Capability::"gpu")
+when { principal.trust_tier == "high" && context.request.mode == "render" };
+
+@id("admin.forbid-tmp")
+forbid (principal, action == Shinken::Action::"use", resource)
+when { context.request.path_keys.contains("/tmp") };
+`
+	if err := os.WriteFile(filepath.Join(dir, "admin.cedar"), []byte(admin), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEngine(t, dir)
+	r := rand.New(rand.NewPCG(11, 13))
+	sessions := []string{"s1", "s2", "s3"}
+	for i, id := range sessions {
+		s := testSession(id)
+		s.TrustTier = []string{"low", "normal", "high"}[i]
+		e.PutSession(s)
+		for j := 0; j < 12; j++ {
+			c := Classes[r.IntN(len(Classes))]
+			g := GrantData{ID: fmt.Sprintf("%s-g%d", id, j%9), Session: id, Capability: randCap(r, c)}
+			if r.IntN(5) == 0 {
+				g.Expires = t0.Add(-time.Minute)
+			}
+			if err := e.PutGrant(g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.RemoveGrant(id, id+"-g3")
+	}
+	pm, em := e.Flatten()
+	ids := func(d Decision) string {
+		s := slices.Clone(d.Reasons)
+		slices.Sort(s)
+		return strings.Join(s, ",")
+	}
+	n := 0
+	for _, id := range sessions {
+		for _, c := range Classes {
+			reqs := allRequests(c)
+			if c == ClassNetEgress { // neither a domain nor an address
+				reqs = append(reqs, UseRequest{Class: c, Op: "connect", Port: 443}, UseRequest{Class: c, Op: "connect"})
+			}
+			for _, q := range reqs {
+				got, err := e.Decide(id, q, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := decision(cedar.Authorize(pm, em, CedarRequest(id, q, t0)))
+				if got.Allowed != want.Allowed || ids(got) != ids(want) || len(got.Errors) != len(want.Errors) {
+					t.Fatalf("%s %+v: Decide %+v, flat set %+v", id, q, got, want)
+				}
+				n++
+			}
+		}
+	}
+	t.Logf("%d requests agree", n)
+}
+
+// TestRequestKeys: the request keys built in one buffer per kind are exactly
+// the keys of the straightforward definitions.
+func TestRequestKeys(t *testing.T) {
+	for _, d := range append(reqDomains, "com", "a.b.c.d.e.example.co.uk") {
+		want := []string{d, "**." + d}
+		for s := d; strings.Contains(s, "."); {
+			_, s, _ = strings.Cut(s, ".")
+			want = append(want, "*."+s, "**."+s)
+		}
+		if got := domainKeysOf(d); !slices.Equal(got, want) {
+			t.Errorf("domainKeysOf(%q) = %q, want %q", d, got, want)
+		}
+	}
+	lens := &keyLens{v4: 1<<24 | 1<<32 | 1, port: 1<<16 | 1<<10 | 1}
+	lens.v6[0] = 1 << 48
+	lens.v6[2] = 1
+	for _, s := range reqAddrs {
+		a := netip.MustParseAddr(s)
+		for _, l := range []*keyLens{nil, lens} {
+			var want []string
+			for b := a.BitLen(); b >= 0; b-- {
+				if l.has(a, b) {
+					p, _ := a.Prefix(b)
+					want = append(want, p.String())
+				}
+			}
+			if got := cidrKeysOf(a, l); !slices.Equal(got, want) {
+				t.Errorf("cidrKeysOf(%s) = %q, want %q", a, got, want)
+			}
+		}
+	}
+	for _, p := range reqPorts {
+		var want []string
+		for l := 16; l >= 0; l-- {
+			if lens.port&(1<<l) != 0 {
+				want = append(want, fmt.Sprintf("%d/%d", uint32(p)>>(16-l)<<(16-l), l))
+			}
+		}
+		if got := portKeysOf(p, lens); !slices.Equal(got, want) {
+			t.Errorf("portKeysOf(%d) = %q, want %q", p, got, want)
+		}
+	}
+}
+
+// TestDecideConcurrent: decisions running in parallel with grant changes
+// each see one consistent session (run with -race).
+func TestDecideConcurrent(t *testing.T) {
+	e := newTestEngine(t, "")
+	e.PutSession(testSession("s1"))
+	ok := egress([]string{"10.1.0.0/16"}, []PortRange{{443, 443}})
+	if err := e.PutGrant(GrantData{ID: "keep", Session: "s1", Capability: ok}); err != nil {
+		t.Fatal(err)
+	}
+	allowed := UseRequest{Class: ClassNetEgress, Op: "connect", IP: netip.MustParseAddr("10.1.2.3"), Port: 443}
+	denied := UseRequest{Class: ClassNetEgress, Op: "connect", IP: netip.MustParseAddr("10.9.2.3"), Port: 443}
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				q, want := allowed, true
+				if i%2 == 1 {
+					q, want = denied, false
+				}
+				d, err := e.Decide("s1", q, t0)
+				if err != nil || d.Allowed != want {
+					errs <- fmt.Errorf("Decide(%+v) = %+v, %v; want allowed=%v", q, d, err, want)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 300; i++ {
+		id := fmt.Sprintf("g%d", i%7)
+		if err := e.PutGrant(GrantData{ID: id, Session: "s1", Capability: egress([]string{"192.0.2.0/24"}, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		e.RemoveGrant("s1", fmt.Sprintf("g%d", (i+3)%7))
+	}
+	close(done)
+	for w := 0; w < 4; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -41,6 +41,7 @@ var (
 	seed      = flag.Uint64("seed", 1, "request mix seed")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the agent-path phase")
 	hot       = flag.Int("query-sessions", 0, "draw requests from the first N sessions only (0: all); a small N shows the cache-hot cost")
+	warm      = flag.Bool("warm-session", false, "diagnostic: before each timed decision, make an untimed decision of the next request's kind for the same session, so its data is in cache (the headline figures are without it)")
 )
 
 type session struct {
@@ -176,7 +177,14 @@ func main() {
 	// (the machine is shared); the headline figure is wall-clock.
 	runtime.LockOSThread()
 	cpu := make([]time.Duration, len(qs))
+	var ms0, ms1 runtime.MemStats
+	var ru0, ru1 unix.Rusage
+	runtime.ReadMemStats(&ms0)
+	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
 	for i, q := range qs {
+		if *warm {
+			eng.Decide(q.session, qs[(i+1)%len(qs)].req, now)
+		}
 		c0 := threadCPU()
 		st := time.Now()
 		d, err := eng.Decide(q.session, q.req, now)
@@ -187,6 +195,8 @@ func main() {
 			fail("agent path: %s %+v: allowed=%v want %v (%v)", q.session, q.req, d.Allowed, q.want, d)
 		}
 	}
+	unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
+	runtime.ReadMemStats(&ms1)
 	if *cpuprof != "" {
 		pprof.StopCPUProfile()
 	}
@@ -210,6 +220,8 @@ func main() {
 	}
 	ag := summarize(lat)
 	fmt.Printf("cedar agent path (base + session grants): n=%d p50=%.2fµs p99=%.2fµs mean=%.2fµs (p90=%.2fµs p99.9=%.2fµs)\n", len(qs), ag.p50, ag.p99, ag.mean, ag.p90, ag.p999)
+	fmt.Printf("  during the phase: %d GC cycles, %.0f B and %.1f allocations per decision, %d minor page faults on the thread\n",
+		ms1.NumGC-ms0.NumGC, float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(len(qs)), float64(ms1.Mallocs-ms0.Mallocs)/float64(len(qs)), ru1.Minflt-ru0.Minflt)
 	oc := summarize(cpu)
 	fmt.Printf("  same decisions, on-CPU time of the thread (excludes time the OS ran others; includes clock_gettime cost): p50=%.2fµs p99=%.2fµs p99.9=%.2fµs\n", oc.p50, oc.p99, oc.p999)
 
