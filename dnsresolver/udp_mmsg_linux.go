@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"unsafe"
 
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,7 +22,8 @@ const udpBatch = 16
 // serve is one UDP worker: recvmmsg(2) with MSG_WAITFORONE blocks for one
 // datagram and takes whatever else is queued, up to udpBatch; the replies
 // that need no upstream leave in one sendmmsg(2), each from the address its
-// query was sent to.
+// query was sent to. A query the fast path can answer (fast.go) costs no
+// allocation.
 func (u *udpSocket) serve(r *Resolver) {
 	var (
 		bufs  [udpBatch][udpBufSize + 1]byte
@@ -34,9 +34,11 @@ func (u *udpSocket) serve(r *Resolver) {
 
 		outIov   [udpBatch]unix.Iovec
 		outHdrs  [udpBatch]mmsghdr
-		outOOB   [udpBatch][]byte
+		outOOB   [udpBatch][pktinfoSpace]byte
 		outNames [udpBatch]unix.RawSockaddrInet4
 		outBufs  [udpBatch][]byte
+		fastBufs [udpBatch][fastMaxReply]byte
+		scratch  fastScratch
 	)
 	for !u.closed.Load() {
 		for i := range hdrs {
@@ -57,6 +59,7 @@ func (u *udpSocket) serve(r *Resolver) {
 			}
 			continue
 		}
+		now := r.cfg.now()
 		k := 0
 		for i := range int(n) {
 			h := &hdrs[i].hdr
@@ -65,24 +68,22 @@ func (u *udpSocket) serve(r *Resolver) {
 				continue
 			}
 			// Without the destination address the session is unknown: drop.
-			var cm ipv4.ControlMessage
-			if h.Controllen == 0 || cm.Parse(oobs[i][:h.Controllen]) != nil || cm.Dst == nil {
-				continue
-			}
-			dst, ok := netip.AddrFromSlice(cm.Dst)
+			dst4, ok := pktinfoDst(oobs[i][:h.Controllen])
 			if !ok {
 				continue
 			}
-			dst = dst.Unmap()
-			port := int(names[i].Port>>8 | names[i].Port<<8)
-			from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}
-			reply := u.handle(r, dst, from, bufs[i][:ln])
-			if reply == nil {
-				continue
+			reply, ok := r.answerFast(&scratch, dst4, bufs[i][:ln], now, fastBufs[k][:0])
+			if !ok {
+				port := int(names[i].Port>>8 | names[i].Port<<8)
+				from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}
+				reply = u.handle(r, netip.AddrFrom4(dst4), from, bufs[i][:ln])
+				if reply == nil {
+					continue
+				}
 			}
 			outBufs[k] = reply
 			outNames[k] = names[i]
-			outOOB[k] = (&ipv4.ControlMessage{Src: dst.AsSlice()}).Marshal()
+			setPktinfoSrc(&outOOB[k], dst4)
 			k++
 		}
 		for i := range k {
