@@ -4,6 +4,8 @@ package dnsresolver
 
 import (
 	"net/netip"
+	"runtime"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,6 +17,14 @@ type mmsghdr struct {
 	len uint32
 	_   [4]byte
 }
+
+// yieldEvery is how often a busy worker yields its P (runtime.Gosched). A
+// goroutine that only ever leaves and re-enters syscalls never passes through
+// the scheduler, so after 10ms sysmon takes it for a hog: it preempts it,
+// takes its P away in the middle of recvmmsg(2) and keeps polling every 20µs
+// for a while after. Yielding well before that costs about a microsecond a
+// millisecond.
+const yieldEvery = 5 * time.Millisecond
 
 // udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
 const udpBatch = 16
@@ -39,6 +49,7 @@ func (u *udpSocket) serve(r *Resolver) {
 		outBufs  [udpBatch][]byte
 		fastBufs [udpBatch][fastMaxReply]byte
 		scratch  fastScratch
+		yielded  time.Time
 	)
 	for !u.closed.Load() {
 		for i := range hdrs {
@@ -60,6 +71,11 @@ func (u *udpSocket) serve(r *Resolver) {
 			continue
 		}
 		now := r.cfg.now()
+		if now.Sub(yielded) >= yieldEvery {
+			// See yieldEvery.
+			runtime.Gosched()
+			yielded = now
+		}
 		k := 0
 		for i := range int(n) {
 			h := &hdrs[i].hdr
