@@ -30,13 +30,15 @@ test: deps
 test-short: deps
 	$(GO) test -count=1 -short ./...
 
-# Short fuzzing runs of the DNS name canonicaliser, pattern parser and query
-# handler (CI runs this; FUZZTIME=5m for a longer session).
+# Short fuzzing runs of the DNS name canonicaliser, pattern parser, query
+# handler and its fast path against the full one (CI runs this; FUZZTIME=5m
+# for a longer session).
 FUZZTIME ?= 10s
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalName$$' -fuzztime $(FUZZTIME) ./dnsresolver/
 	$(GO) test -run '^$$' -fuzz '^FuzzPattern$$' -fuzztime $(FUZZTIME) ./dnsresolver/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+	$(GO) test -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime $(FUZZTIME) ./dnsresolver/
 
 # The agent on embedded defaults (Ctrl-C stops it; enforcement stays pinned).
 run: build
