@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,5 +346,33 @@ func TestFastPathAlwaysWrite(t *testing.T) {
 	}
 	if got := e.dp.take(); len(got) != 3 {
 		t.Fatalf("%d writes for 3 answers", len(got))
+	}
+}
+
+// TestUDPBusyPoll: answers come back the same with the worker polling
+// (the default) or always sleeping, under concurrent clients.
+func TestUDPBusyPoll(t *testing.T) {
+	for _, poll := range []time.Duration{0, -1} {
+		e := newTestEnv(t, func(c *Config) { c.UDPBusyPoll = poll })
+		e.ask(t, 1, "udp", "api.allowed.test.", dns.TypeA)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				q := new(dns.Msg)
+				q.SetQuestion("api.allowed.test.", dns.TypeA)
+				to := netip.AddrPortFrom(SessionAddr(1), e.r.Port()).String()
+				for range 50 {
+					m, _, err := (&dns.Client{Timeout: 3 * time.Second}).Exchange(q, to)
+					if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+						t.Errorf("poll %v: %v %v", poll, m, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got := e.dp.take(); len(got) != 1 {
+			t.Fatalf("poll %v: %d writes, want 1", poll, len(got))
+		}
 	}
 }

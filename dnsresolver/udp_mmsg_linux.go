@@ -33,7 +33,7 @@ const udpBatch = 16
 // datagram and takes whatever else is queued, up to udpBatch; the replies
 // that need no upstream leave in one sendmmsg(2), each from the address its
 // query was sent to. A query the fast path can answer (fast.go) costs no
-// allocation.
+// allocation. While busy it polls before sleeping: see Config.UDPBusyPoll.
 func (u *udpSocket) serve(r *Resolver) {
 	var (
 		bufs  [udpBatch][udpBufSize + 1]byte
@@ -50,6 +50,7 @@ func (u *udpSocket) serve(r *Resolver) {
 		fastBufs [udpBatch][fastMaxReply]byte
 		scratch  fastScratch
 		yielded  time.Time
+		poll     time.Duration // see Config.UDPBusyPoll
 	)
 	for !u.closed.Load() {
 		for i := range hdrs {
@@ -63,7 +64,30 @@ func (u *udpSocket) serve(r *Resolver) {
 			hdrs[i].hdr.Control = &oobs[i][0]
 			hdrs[i].hdr.SetControllen(len(oobs[i]))
 		}
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+		var (
+			n     uintptr
+			errno unix.Errno
+		)
+		if poll > 0 {
+			// Busy: look for the next queries for a while before sleeping.
+			// A non-blocking recvmmsg(2) never sleeps, so no entersyscall.
+			deadline := time.Now().Add(poll)
+			for {
+				n, _, errno = unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_DONTWAIT, 0, 0)
+				if errno != unix.EAGAIN || !time.Now().Before(deadline) {
+					break
+				}
+			}
+			if errno == unix.EAGAIN {
+				poll = 0 // nothing came: sleep, and poll again only once busy again
+			}
+		}
+		if poll == 0 {
+			n, _, errno = unix.Syscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+			if errno == 0 && n > 1 {
+				poll = r.cfg.UDPBusyPoll // queries queued up while this worker slept
+			}
+		}
 		if errno != 0 {
 			if errno != unix.EAGAIN && errno != unix.EINTR && !u.closed.Load() {
 				r.log.Warn("udp read", "err", error(errno))
