@@ -129,9 +129,9 @@ type Config struct {
 	// UDPBusyPoll is how long a busy UDP worker keeps looking for the next
 	// query (non-blocking recvmmsg(2) in a loop) before it goes to sleep in
 	// a blocking one. A worker is busy from a wake-up that finds more than
-	// one query queued until a poll finds nothing, so a resolver asked now
-	// and then never polls, and a busy one at worst spends UDPBusyPoll per
-	// lull. Sleeping costs a context switch per wake-up and, on an idle CPU
+	// one query queued, or that came within 4 × UDPBusyPoll of going to
+	// sleep, until a poll finds nothing: a resolver asked now and then never
+	// polls, and a busy one at worst spends UDPBusyPoll per lull. Sleeping costs a context switch per wake-up and, on an idle CPU
 	// of a virtual machine, an exit to the hypervisor on both sides (on the
 	// 2-vCPU bench guest, whose idle driver does not poll: about 30 µs of
 	// round trip and more CPU per query than the polling). Default 25µs;

@@ -26,6 +26,10 @@ type mmsghdr struct {
 // millisecond.
 const yieldEvery = 5 * time.Millisecond
 
+// busyPollArm: a sleep shorter than busyPollArm × Config.UDPBusyPoll (wake-up
+// included) arms the busy poll.
+const busyPollArm = 4
+
 // udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
 const udpBatch = 16
 
@@ -83,9 +87,12 @@ func (u *udpSocket) serve(r *Resolver) {
 			}
 		}
 		if poll == 0 {
+			slept := time.Now()
 			n, _, errno = unix.Syscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
-			if errno == 0 && n > 1 {
-				poll = r.cfg.UDPBusyPoll // queries queued up while this worker slept
+			// Busy: queries queued up while this worker slept, or one came
+			// soon after it went to sleep.
+			if errno == 0 && (n > 1 || n == 1 && time.Since(slept) < busyPollArm*r.cfg.UDPBusyPoll) {
+				poll = r.cfg.UDPBusyPoll
 			}
 		}
 		if errno != 0 {
