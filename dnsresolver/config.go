@@ -130,8 +130,11 @@ type Config struct {
 	// query (non-blocking recvmmsg(2) in a loop) before it goes to sleep in
 	// a blocking one. A worker is busy from a wake-up that finds more than
 	// one query queued, or that came within 4 × UDPBusyPoll of going to
-	// sleep, until a poll finds nothing: a resolver asked now and then never
-	// polls, and a busy one at worst spends UDPBusyPoll per lull. Sleeping costs a context switch per wake-up and, on an idle CPU
+	// sleep, until a poll finds nothing; each poll that finds nothing
+	// doubles (up to 64) the busy wake-ups needed before the next, each that
+	// finds queries halves it. A resolver asked now and then never polls;
+	// one whose queries come just too far apart for the poll wastes at most
+	// one poll in 64 busy wake-ups. Sleeping costs a context switch per wake-up and, on an idle CPU
 	// of a virtual machine, an exit to the hypervisor on both sides (on the
 	// 2-vCPU bench guest, whose idle driver does not poll: about 30 µs of
 	// round trip and more CPU per query than the polling). Default 25µs;

@@ -30,6 +30,12 @@ const yieldEvery = 5 * time.Millisecond
 // included) arms the busy poll.
 const busyPollArm = 4
 
+// busyPollMaxBackoff bounds the busy wake-ups a worker waits for after
+// polls that found nothing (doubling with each, halving with each that found
+// queries): when queries come just too far apart for the poll, at most one
+// wake-up in busyPollMaxBackoff polls in vain.
+const busyPollMaxBackoff = 64
+
 // udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
 const udpBatch = 16
 
@@ -55,6 +61,8 @@ func (u *udpSocket) serve(r *Resolver) {
 		scratch  fastScratch
 		yielded  time.Time
 		poll     time.Duration // see Config.UDPBusyPoll
+		backoff  = 1           // busy wake-ups needed to poll again
+		credit   int           // busy wake-ups since the last poll
 	)
 	for !u.closed.Load() {
 		for i := range hdrs {
@@ -83,7 +91,11 @@ func (u *udpSocket) serve(r *Resolver) {
 				}
 			}
 			if errno == unix.EAGAIN {
-				poll = 0 // nothing came: sleep, and poll again only once busy again
+				// Nothing came: sleep, and wait for twice as many busy
+				// wake-ups before polling again.
+				poll, credit, backoff = 0, 0, min(2*backoff, busyPollMaxBackoff)
+			} else {
+				backoff = max(backoff/2, 1)
 			}
 		}
 		if poll == 0 {
@@ -92,7 +104,9 @@ func (u *udpSocket) serve(r *Resolver) {
 			// Busy: queries queued up while this worker slept, or one came
 			// soon after it went to sleep.
 			if errno == 0 && (n > 1 || n == 1 && time.Since(slept) < busyPollArm*r.cfg.UDPBusyPoll) {
-				poll = r.cfg.UDPBusyPoll
+				if credit++; credit >= backoff {
+					poll, credit = r.cfg.UDPBusyPoll, 0
+				}
 			}
 		}
 		if errno != 0 {
