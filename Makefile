@@ -30,17 +30,18 @@ test: deps
 test-short: deps
 	$(GO) test -count=1 -short ./...
 
-# Short fuzzing runs of the DNS name canonicaliser, pattern parser and query
-# handler (CI runs this). FUZZTIME is an execution count ("Nx"), not a
-# duration: Go 1.26's fuzz coordinator can fail a duration-bounded run with a
-# spurious "context deadline exceeded" at the deadline on a loaded machine
-# (golang/go#75804, fixed in Go 1.27). FUZZTIME=5m still works for a longer
-# local session.
+# Short fuzzing runs of the DNS name canonicaliser, pattern parser, query
+# handler and its fast path against the full one (CI runs this).
+# FUZZTIME is an execution count ("Nx"), not a duration: Go 1.26's fuzz
+# coordinator can fail a duration-bounded run with a spurious "context
+# deadline exceeded" at the deadline on a loaded machine (golang/go#75804,
+# fixed in Go 1.27). FUZZTIME=5m still works for a longer local session.
 FUZZTIME ?= 100000x
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalName$$' -fuzztime $(FUZZTIME) ./dnsresolver/
 	$(GO) test -run '^$$' -fuzz '^FuzzPattern$$' -fuzztime $(FUZZTIME) ./dnsresolver/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandle$$' -fuzztime $(FUZZTIME) ./dnsresolver/
+	$(GO) test -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime $(FUZZTIME) ./dnsresolver/
 
 # The agent on embedded defaults (Ctrl-C stops it; enforcement stays pinned).
 run: build

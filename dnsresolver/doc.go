@@ -66,6 +66,14 @@
 //     client's cache never outlives the kernel entry; the question's case is
 //     kept (0x20).
 //
+// A repeated plain UDP query (fast.go) is answered from the reply the steps
+// above last built for the same session index, name and type, with its ID,
+// flags, case, TTLs and OPT patched in, but only after the name passed the
+// checks of step 3 on the wire and while the session at that address, its
+// policy, the cached result and the record of written entries are all
+// unchanged; otherwise it takes the steps above. FuzzFastPath checks that
+// the two give the same bytes.
+//
 // While the agent restarts nothing listens on the port: queries fail (ICMP
 // port unreachable, or a refused TCP connect) rather than leak, and entries
 // already in the kernel keep working until they expire.

@@ -3,6 +3,7 @@ package dnsresolver
 import (
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shinken-agent/shinken/dataplane"
 )
@@ -28,6 +29,10 @@ type writeMemo struct {
 	mu  sync.RWMutex
 	max int
 	m   map[memoKey]int64 // expiry, Unix ns
+	// g changes whenever anything is dropped (forget, or emptied when
+	// full): while it stays the same, whatever has held stays true, since
+	// add only ever lengthens an expiry.
+	g atomic.Uint64
 }
 
 func newWriteMemo(max int) *writeMemo {
@@ -58,9 +63,18 @@ func (w *writeMemo) add(session string, r dataplane.EgressRule) {
 	w.mu.Lock()
 	if len(w.m) >= w.max {
 		clear(w.m)
+		w.g.Add(1)
 	}
 	w.m[k] = max(w.m[k], r.Expires.UnixNano())
 	w.mu.Unlock()
+}
+
+// gen is the memo's generation (see g); 0 for a nil memo.
+func (w *writeMemo) gen() uint64 {
+	if w == nil {
+		return 0
+	}
+	return w.g.Load()
 }
 
 // forget drops what was written for session.
@@ -69,6 +83,7 @@ func (w *writeMemo) forget(session string) {
 		return
 	}
 	w.mu.Lock()
+	w.g.Add(1)
 	for k := range w.m {
 		if k.session == session {
 			delete(w.m, k)

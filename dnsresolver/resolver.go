@@ -31,6 +31,7 @@ type Resolver struct {
 	policies map[string]*compiledPolicy
 
 	memo *writeMemo // entries known to be in the kernel already
+	fast *fastCache // prepared UDP replies (fast.go); nil without cache or memo
 
 	warnUp, warnWrite logLimiter // one warning a second each
 
@@ -79,6 +80,9 @@ func New(cfg Config) (*Resolver, error) {
 	}
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)
+		if r.cache != nil {
+			r.fast = newFastCache(cfg.CacheSize)
+		}
 	}
 	r.up = r.fwd
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -103,6 +107,7 @@ func (r *Resolver) SetPolicy(session string, p Policy) error {
 	r.policies[session] = c
 	r.polMu.Unlock()
 	r.memo.forget(session)
+	r.fast.forget(session)
 	return nil
 }
 
@@ -114,6 +119,7 @@ func (r *Resolver) RemovePolicy(session string) {
 	delete(r.policies, session)
 	r.polMu.Unlock()
 	r.memo.forget(session)
+	r.fast.forget(session)
 	r.stats.forget(session)
 }
 
@@ -269,7 +275,7 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 			return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
 		}
 	}
-	return r.answer(q, p.qname, p.grants, p.res, p.now)
+	return r.answer(q, p)
 }
 
 var (
@@ -377,7 +383,10 @@ func ttlAt(expires, now time.Time) uint32 {
 
 // answer applies the session's grants to a result: strips non-public
 // addresses, writes the entries, and only then builds the reply.
-func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *result, now time.Time) *dns.Msg {
+func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
+	qname, grants, res, now := p.qname, p.grants, p.res, p.now
+	gen := r.memo.gen() // before any memo lookup: see prepareFast
+	stripped := 0
 	var rules []dataplane.EgressRule
 	kept := res.addrs[:0:0]
 	for _, ar := range res.addrs {
@@ -395,6 +404,7 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 		if ok {
 			kept = append(kept, ar)
 		} else {
+			stripped++
 			both(&r.stats.total, q.sc, func(c *counters) { c.stripped.Add(1) })
 			r.log.Debug("stripped non-public address", "session", q.session, "name", qname, "addr", ar.addr)
 		}
@@ -414,7 +424,16 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 		r.memo.add(q.session, rule)
 		both(&r.stats.total, q.sc, func(c *counters) { c.written.Add(1) })
 	}
+	m := r.answerMsg(q, qname, res, kept, now)
+	both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
+	if r.fast != nil && q.transport == "udp" && stripped == 0 {
+		r.prepareFast(q, qname, p.qtype, p.pol, res, kept, len(rules), gen, now)
+	}
+	return m
+}
 
+// answerMsg builds the answer to q from res, with the kept addresses.
+func (r *Resolver) answerMsg(q *query, qname string, res *result, kept []addrRec, now time.Time) *dns.Msg {
 	m := r.reply(q, res.rcode)
 	owner := func(name string) string {
 		if name == qname {
@@ -444,7 +463,6 @@ func (r *Resolver) answer(q *query, qname string, grants []*compiledGrant, res *
 		c.Header().Ttl = ttlAt(res.otherEx[i], now)
 		m.Answer = append(m.Answer, c)
 	}
-	both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
 	return m
 }
 

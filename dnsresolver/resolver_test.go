@@ -547,6 +547,8 @@ func TestConfigValidate(t *testing.T) {
 		{"passthrough HTTPS", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, PassthroughTypes: []uint16{dns.TypeHTTPS}}, false},
 		{"passthrough MX", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, PassthroughTypes: []uint16{dns.TypeMX}}, true},
 		{"chain 100", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, MaxCNAMEChain: 100}, false},
+		{"busy poll off", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, UDPBusyPoll: -1}, true},
+		{"busy poll 2ms", Config{Dataplane: dp, SessionName: dp.SessionByIndex, Upstreams: up, UDPBusyPoll: 2 * time.Millisecond}, false},
 		{"bad resolv.conf", Config{Dataplane: dp, SessionName: dp.SessionByIndex, ResolvConf: "/nonexistent"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

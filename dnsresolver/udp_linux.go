@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -56,6 +57,46 @@ func (u *udpSocket) shutdown() {
 }
 
 func (u *udpSocket) close() error { return unix.Close(u.fd) }
+
+// pktinfoSpace is the room of one IP_PKTINFO control message.
+// (unix.CmsgSpace(unix.SizeofInet4Pktinfo), as a constant).
+const pktinfoSpace = int((unix.SizeofCmsghdr+cmsgAlign-1)&^(cmsgAlign-1) + (unix.SizeofInet4Pktinfo+cmsgAlign-1)&^(cmsgAlign-1))
+
+const cmsgAlign = unsafe.Sizeof(uintptr(0))
+
+// pktinfoDst returns the destination address from the IP_PKTINFO control
+// message in oob (ipi_addr, as ipv4.ControlMessage.Parse reads it).
+func pktinfoDst(oob []byte) (dst [4]byte, ok bool) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return dst, false
+		}
+		if h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && l >= unix.CmsgLen(unix.SizeofInet4Pktinfo) {
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&oob[unix.CmsgLen(0)]))
+			dst, ok = pi.Addr, true
+		}
+		l = unix.CmsgSpace(l - unix.CmsgLen(0))
+		if l > len(oob) {
+			break
+		}
+		oob = oob[l:]
+	}
+	return dst, ok
+}
+
+// setPktinfoSrc makes b an IP_PKTINFO control message that sends from src
+// (ipi_spec_dst, as ipv4.ControlMessage.Marshal writes it).
+func setPktinfoSrc(b *[pktinfoSpace]byte, src [4]byte) {
+	*b = [pktinfoSpace]byte{}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level = unix.IPPROTO_IP
+	h.Type = unix.IP_PKTINFO
+	h.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+	pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&b[unix.CmsgLen(0)]))
+	pi.Spec_dst = src
+}
 
 func (u *udpSocket) send(b []byte, src netip.Addr, to unix.Sockaddr) error {
 	oob := (&ipv4.ControlMessage{Src: src.AsSlice()}).Marshal()

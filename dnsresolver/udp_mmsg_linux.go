@@ -4,9 +4,10 @@ package dnsresolver
 
 import (
 	"net/netip"
+	"runtime"
+	"time"
 	"unsafe"
 
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,13 +18,32 @@ type mmsghdr struct {
 	_   [4]byte
 }
 
+// yieldEvery is how often a busy worker yields its P (runtime.Gosched). A
+// goroutine that only ever leaves and re-enters syscalls never passes through
+// the scheduler, so after 10ms sysmon takes it for a hog: it preempts it,
+// takes its P away in the middle of recvmmsg(2) and keeps polling every 20µs
+// for a while after. Yielding well before that costs about a microsecond a
+// millisecond.
+const yieldEvery = 5 * time.Millisecond
+
+// busyPollArm: a sleep shorter than busyPollArm × Config.UDPBusyPoll (wake-up
+// included) arms the busy poll.
+const busyPollArm = 4
+
+// busyPollMaxBackoff bounds the busy wake-ups a worker waits for after
+// polls that found nothing (doubling with each, halving with each that found
+// queries): when queries come just too far apart for the poll, at most one
+// wake-up in busyPollMaxBackoff polls in vain.
+const busyPollMaxBackoff = 64
+
 // udpBatch is how many datagrams one recvmmsg/sendmmsg moves at most.
 const udpBatch = 16
 
 // serve is one UDP worker: recvmmsg(2) with MSG_WAITFORONE blocks for one
 // datagram and takes whatever else is queued, up to udpBatch; the replies
 // that need no upstream leave in one sendmmsg(2), each from the address its
-// query was sent to.
+// query was sent to. A query the fast path can answer (fast.go) costs no
+// allocation. While busy it polls before sleeping: see Config.UDPBusyPoll.
 func (u *udpSocket) serve(r *Resolver) {
 	var (
 		bufs  [udpBatch][udpBufSize + 1]byte
@@ -34,9 +54,15 @@ func (u *udpSocket) serve(r *Resolver) {
 
 		outIov   [udpBatch]unix.Iovec
 		outHdrs  [udpBatch]mmsghdr
-		outOOB   [udpBatch][]byte
+		outOOB   [udpBatch][pktinfoSpace]byte
 		outNames [udpBatch]unix.RawSockaddrInet4
 		outBufs  [udpBatch][]byte
+		fastBufs [udpBatch][fastMaxReply]byte
+		scratch  fastScratch
+		yielded  time.Time
+		poll     time.Duration // see Config.UDPBusyPoll
+		backoff  = 1           // busy wake-ups needed to poll again
+		credit   int           // busy wake-ups since the last poll
 	)
 	for !u.closed.Load() {
 		for i := range hdrs {
@@ -50,12 +76,50 @@ func (u *udpSocket) serve(r *Resolver) {
 			hdrs[i].hdr.Control = &oobs[i][0]
 			hdrs[i].hdr.SetControllen(len(oobs[i]))
 		}
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+		var (
+			n     uintptr
+			errno unix.Errno
+		)
+		if poll > 0 {
+			// Busy: look for the next queries for a while before sleeping.
+			// A non-blocking recvmmsg(2) never sleeps, so no entersyscall.
+			deadline := time.Now().Add(poll)
+			for {
+				n, _, errno = unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_DONTWAIT, 0, 0)
+				if errno != unix.EAGAIN || !time.Now().Before(deadline) {
+					break
+				}
+			}
+			if errno == unix.EAGAIN {
+				// Nothing came: sleep, and wait for twice as many busy
+				// wake-ups before polling again.
+				poll, credit, backoff = 0, 0, min(2*backoff, busyPollMaxBackoff)
+			} else {
+				backoff = max(backoff/2, 1)
+			}
+		}
+		if poll == 0 {
+			slept := time.Now()
+			n, _, errno = unix.Syscall6(unix.SYS_RECVMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&hdrs[0])), udpBatch, unix.MSG_WAITFORONE, 0, 0)
+			// Busy: queries queued up while this worker slept, or one came
+			// soon after it went to sleep.
+			if errno == 0 && (n > 1 || n == 1 && time.Since(slept) < busyPollArm*r.cfg.UDPBusyPoll) {
+				if credit++; credit >= backoff {
+					poll, credit = r.cfg.UDPBusyPoll, 0
+				}
+			}
+		}
 		if errno != 0 {
 			if errno != unix.EAGAIN && errno != unix.EINTR && !u.closed.Load() {
 				r.log.Warn("udp read", "err", error(errno))
 			}
 			continue
+		}
+		now := r.cfg.now()
+		if now.Sub(yielded) >= yieldEvery {
+			// See yieldEvery.
+			runtime.Gosched()
+			yielded = now
 		}
 		k := 0
 		for i := range int(n) {
@@ -65,24 +129,22 @@ func (u *udpSocket) serve(r *Resolver) {
 				continue
 			}
 			// Without the destination address the session is unknown: drop.
-			var cm ipv4.ControlMessage
-			if h.Controllen == 0 || cm.Parse(oobs[i][:h.Controllen]) != nil || cm.Dst == nil {
-				continue
-			}
-			dst, ok := netip.AddrFromSlice(cm.Dst)
+			dst4, ok := pktinfoDst(oobs[i][:h.Controllen])
 			if !ok {
 				continue
 			}
-			dst = dst.Unmap()
-			port := int(names[i].Port>>8 | names[i].Port<<8)
-			from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}
-			reply := u.handle(r, dst, from, bufs[i][:ln])
-			if reply == nil {
-				continue
+			reply, ok := r.answerFast(&scratch, dst4, bufs[i][:ln], now, fastBufs[k][:0])
+			if !ok {
+				port := int(names[i].Port>>8 | names[i].Port<<8)
+				from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}
+				reply = u.handle(r, netip.AddrFrom4(dst4), from, bufs[i][:ln])
+				if reply == nil {
+					continue
+				}
 			}
 			outBufs[k] = reply
 			outNames[k] = names[i]
-			outOOB[k] = (&ipv4.ControlMessage{Src: dst.AsSlice()}).Marshal()
+			setPktinfoSrc(&outOOB[k], dst4)
 			k++
 		}
 		for i := range k {
