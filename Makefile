@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build generate check-generated test test-short fuzz run deps bench bench-egress bench-dns bench-agent clean
+.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent clean
 
 all: build
 
@@ -26,6 +26,11 @@ check-generated: generate
 # The test suite: root, real kernel, real cgroups, sockets and BPF maps.
 test: deps
 	$(GO) test -count=1 ./...
+
+# The dataplane tests again, inside a qemu VM booted from Debian 12's own
+# kernel (6.1: packet flow mode); CI runs this too. About 3 minutes.
+test-vm: deps
+	.ci/vmtest
 
 test-short: deps
 	$(GO) test -count=1 -short ./...

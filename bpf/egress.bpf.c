@@ -64,6 +64,12 @@ const volatile __u32 shk_session_level = 0;
  * by user space before load. */
 const volatile __u32 shk_flow_mode = SHK_FLOW_SWEEP;
 
+/* Whether cgroup_skb programs may name the sending task (the pid and comm
+ * helpers there need Linux 6.x; Debian 12's 6.1 refuses them). Set by user
+ * space from a feature probe; when 0 the calls are dead code the verifier
+ * never checks, and packet denials carry pid 0 and no comm. */
+const volatile __u32 shk_skb_task_info = 0;
+
 /* Session cgroup id -> session. Sized by user space (max sessions). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -870,10 +876,11 @@ deny:
 		if (s)
 			index = s->index;
 	}
-	/* Egress packets are built in the sending task's context: name it.
-	 * Ingress runs in softirq context, where no task is ours. */
-	report(cgid, index, egress ? bpf_get_current_pid_tgid() >> 32 : 0, why, p.family, p.proto, p.peer_port,
-	       p.peer, p.family == AF_INET6 ? 4 : 1, egress);
+	/* Egress packets are built in the sending task's context: name it
+	 * (where the kernel lets cgroup_skb do so). Ingress runs in softirq
+	 * context, where no task is ours. */
+	report(cgid, index, egress && shk_skb_task_info ? bpf_get_current_pid_tgid() >> 32 : 0, why, p.family,
+	       p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, egress && shk_skb_task_info);
 	return 0;
 }
 

@@ -172,6 +172,9 @@ func (d *Dataplane) open() error {
 	if err := spec.Variables["shk_flow_mode"].Set(uint32(mode)); err != nil {
 		return fmt.Errorf("configure flow mode: %w", err)
 	}
+	if err := spec.Variables["shk_skb_task_info"].Set(boolU32(skbTaskInfo())); err != nil {
+		return fmt.Errorf("configure packet-denial task info: %w", err)
+	}
 	_, statErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_handles"))
 	d.adopted = statErr == nil
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})

@@ -194,7 +194,7 @@ func testRevoke(t *testing.T, mode FlowMode) {
 			t.Fatalf("no flow_revoked event: %v", err)
 		}
 		found = ev.Reason == ReasonFlowRevoked && ev.Session == s.Index && ev.Dst.Addr() == netip.MustParseAddr("127.0.0.2")
-		if found && mode == FlowPacket && (fmt.Sprint(ev.PID) != pid || ev.Comm != "probe") {
+		if found && mode == FlowPacket && skbTaskInfo() && (fmt.Sprint(ev.PID) != pid || ev.Comm != "probe") {
 			t.Errorf("packet-mode event: pid %d comm %q, want %s probe", ev.PID, ev.Comm, pid)
 		}
 	}

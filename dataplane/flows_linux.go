@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -33,6 +36,21 @@ func kernelHasSockDestroy() (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// skbTaskInfo reports whether cgroup_skb programs may call the current-task
+// helpers (pid, comm) on this kernel, so that packet denials can name the
+// sending process.
+func skbTaskInfo() bool {
+	return features.HaveProgramHelper(ebpf.CGroupSKB, asm.FnGetCurrentPidTgid) == nil &&
+		features.HaveProgramHelper(ebpf.CGroupSKB, asm.FnGetCurrentComm) == nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // resolveFlowMode turns the configured mode into the one this kernel runs,

@@ -136,6 +136,7 @@ const (
 	shkProgShkSweepUdp     = "shk_sweep_udp"
 	shkVarShkFlowMode      = "shk_flow_mode"
 	shkVarShkSessionLevel  = "shk_session_level"
+	shkVarShkSkbTaskInfo   = "shk_skb_task_info"
 	shkVarUnusedEvent      = "unused_event"
 )
 
@@ -220,6 +221,7 @@ type shkMapSpecs struct {
 type shkVariableSpecs struct {
 	ShkFlowMode     *ebpf.VariableSpec `ebpf:"shk_flow_mode"`
 	ShkSessionLevel *ebpf.VariableSpec `ebpf:"shk_session_level"`
+	ShkSkbTaskInfo  *ebpf.VariableSpec `ebpf:"shk_skb_task_info"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
@@ -280,6 +282,7 @@ func (m *shkMaps) Close() error {
 type shkVariables struct {
 	ShkFlowMode     *ebpf.Variable `ebpf:"shk_flow_mode"`
 	ShkSessionLevel *ebpf.Variable `ebpf:"shk_session_level"`
+	ShkSkbTaskInfo  *ebpf.Variable `ebpf:"shk_skb_task_info"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 }
 

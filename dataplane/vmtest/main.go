@@ -1,0 +1,81 @@
+//go:build linux
+
+// Command vmtest is the /init of a throwaway VM that runs the dataplane's
+// tests on another kernel (see .ci/vmtest: Debian 12's own 6.1 kernel, under
+// qemu with software emulation). It mounts what the tests need, brings up
+// loopback, runs /dataplane.test with the -test.run pattern given as TESTRUN
+// on the kernel command line, prints "vmtest: PASS" or "vmtest: FAIL", and
+// powers the VM off.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	ok := run()
+	if ok {
+		fmt.Println("vmtest: PASS")
+	} else {
+		fmt.Println("vmtest: FAIL")
+	}
+	unix.Sync()
+	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+func run() bool {
+	for _, m := range [][3]string{
+		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2"}, {"bpf", "/sys/fs/bpf", "bpf"}, {"tmpfs", "/tmp", "tmpfs"},
+	} {
+		if err := os.MkdirAll(m[1], 0o755); err != nil {
+			fmt.Println("vmtest: mkdir", m[1], err)
+			return false
+		}
+		if err := unix.Mount(m[0], m[1], m[2], 0, ""); err != nil {
+			fmt.Println("vmtest: mount", m[1], err)
+			return false
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		fmt.Println("vmtest: loopback:", err)
+		return false
+	}
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	fmt.Printf("vmtest: kernel %s\n", unix.ByteSliceToString(uts.Release[:]))
+	pattern := os.Getenv("TESTRUN")
+	if pattern == "" {
+		pattern = "."
+	}
+	cmd := exec.Command("/dataplane.test", "-test.v", "-test.count=1", "-test.timeout=30m", "-test.run", pattern)
+	cmd.Dir = "/tmp"
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Println("vmtest: tests:", err)
+		return false
+	}
+	return true
+}
+
+// loopbackUp sets IFF_UP on lo (SIOCSIFFLAGS), which is all 127.0.0.0/8
+// and ::1 need.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var ifr [unix.IFNAMSIZ + 24]byte
+	copy(ifr[:], "lo")
+	*(*uint16)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
+		return e
+	}
+	return nil
+}
