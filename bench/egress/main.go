@@ -235,10 +235,6 @@ func (b *bench) run() error {
 		}
 	}
 
-	wBase, err := b.worker(base)
-	if err != nil {
-		return err
-	}
 	wShk, err := b.worker(bs)
 	if err != nil {
 		return err
@@ -267,6 +263,20 @@ func (b *bench) run() error {
 		}
 	}
 
+	// One worker process runs every contender's rounds: before each round
+	// the bench moves it into that contender's cgroup (sockets belong to the
+	// cgroup of the task that creates them). Separate processes per
+	// contender showed a bias of their own that held for a whole run (up to
+	// ±8 %, either way, with the same code).
+	wAll, err := b.worker(base)
+	if err != nil {
+		return err
+	}
+	moveTo := func(cg string) error {
+		return os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(wAll.cmd.Process.Pid)), 0)
+	}
+	shkCg, nftCg := bs.Path, nftSess.Path
+
 	// Connect rate, interleaved rounds in rotating order. On a shared
 	// machine the load drifts from round to round, so the ratio reported is
 	// the median of per-round ratios (each pair measured back to back), not
@@ -275,23 +285,27 @@ func (b *bench) run() error {
 	var rBase, rShk, rNft, cBase, cShk, cNft, pairBase, pairNft []float64
 	flood := fmt.Sprintf("tcpflood 0 %s %g", connAddr, *flagSecs)
 	type contender struct {
-		w         *worker
+		cg        string
+		nft       bool
 		rate, cpu *[]float64
 	}
-	cs := []contender{{wBase, &rBase, &cBase}, {wShk, &rShk, &cShk}}
+	cs := []contender{{b.baseCg, false, &rBase, &cBase}, {shkCg, false, &rShk, &cShk}}
 	if wNft != nil {
-		cs = append(cs, contender{wNft, &rNft, &cNft})
+		cs = append(cs, contender{nftCg, true, &rNft, &cNft})
 	}
 	for r := 0; r < *flagRounds; r++ {
 		for i := range cs {
 			c := cs[(i+r)%len(cs)]
-			if c.w == wNft {
+			if err := moveTo(c.cg); err != nil {
+				return fmt.Errorf("move the worker to %s: %w", c.cg, err)
+			}
+			if c.nft {
 				if err := b.nftOn(); err != nil {
 					return err
 				}
 			}
-			line := c.w.do(flood)
-			if c.w == wNft {
+			line := wAll.do(flood)
+			if c.nft {
 				if err := b.nftOff(); err != nil {
 					return err
 				}
@@ -317,13 +331,27 @@ func (b *bench) run() error {
 	// Stream throughput, paired rounds likewise.
 	var sBase, sShk, sPair []float64
 	stream := fmt.Sprintf("stream %s %g", sinkAddr, *flagStream)
+	streamIn := func(cg string) (float64, error) {
+		if err := moveTo(cg); err != nil {
+			return 0, fmt.Errorf("move the worker to %s: %w", cg, err)
+		}
+		return rate(wAll.do(stream)), nil
+	}
 	for r := 0; r < 5; r++ {
-		if r%2 == 0 {
-			sBase = append(sBase, rate(wBase.do(stream)))
-			sShk = append(sShk, rate(wShk.do(stream)))
-		} else {
-			sShk = append(sShk, rate(wShk.do(stream)))
-			sBase = append(sBase, rate(wBase.do(stream)))
+		order := []string{b.baseCg, shkCg}
+		if r%2 == 1 {
+			order = []string{shkCg, b.baseCg}
+		}
+		for _, cg := range order {
+			v, err := streamIn(cg)
+			if err != nil {
+				return err
+			}
+			if cg == shkCg {
+				sShk = append(sShk, v)
+			} else {
+				sBase = append(sBase, v)
+			}
 		}
 		sPair = append(sPair, sShk[r]/sBase[r])
 	}
