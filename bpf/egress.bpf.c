@@ -353,6 +353,15 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	return best;
 }
 
+/* lookup4 or lookup6, by family (IPv4 in addr[0]). */
+static __always_inline __u32 lookup(__u32 session, __u16 family, const __u32 *addr, __u8 proto, __u16 dport,
+				    int rule_expiry, struct shk_flow *ref)
+{
+	if (family == AF_INET)
+		return lookup4(session, addr[0], proto, dport, rule_expiry, ref);
+	return lookup6(session, addr, proto, dport, rule_expiry, ref);
+}
+
 static __always_inline int is_v4mapped(const __u32 *a)
 {
 	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0x0000ffff);
@@ -525,10 +534,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 			return r;
 	}
 
-	if (family == AF_INET)
-		why = lookup4(s->index, daddr[0], proto, dport, 1, &ref);
-	else
-		why = lookup6(s->index, daddr, proto, dport, 1, &ref);
+	why = lookup(s->index, family, daddr, proto, dport, 1, &ref);
 	if (why != SHK_REASON_NONE) {
 		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
@@ -738,10 +744,7 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	}
 	/* A new inbound flow is bounded by rule deadlines like a connect; the
 	 * handshake of a connect already allowed checks handles only. */
-	if (p.family == AF_INET)
-		why = lookup4(s->index, p.peer[0], IPPROTO_TCP, p.peer_port, p.syn, &ref);
-	else
-		why = lookup6(s->index, p.peer, IPPROTO_TCP, p.peer_port, p.syn, &ref);
+	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, p.syn, &ref);
 	if (why == SHK_REASON_NONE)
 		return 1;
 	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
@@ -843,10 +846,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	index = s->index;
 	/* Rule deadlines (DNS TTLs) bound new connections, not open flows:
 	 * only handles are checked here. */
-	if (p.family == AF_INET)
-		why = lookup4(index, p.peer[0], p.proto, p.peer_port, 0, &ref);
-	else
-		why = lookup6(index, p.peer, p.proto, p.peer_port, 0, &ref);
+	why = lookup(index, p.family, p.peer, p.proto, p.peer_port, 0, &ref);
 	if (why != SHK_REASON_NONE) {
 		why = p.syn ? SHK_REASON_UNCHECKED : SHK_REASON_FLOW_REVOKED;
 		goto deny;
@@ -1021,10 +1021,7 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	    dport == cfg->dns_port)
 		return 0; /* redirected DNS: the session's own resolver */
 
-	if (family == AF_INET)
-		why = lookup4(s->index, peer[0], proto, dport, 0, &ref);
-	else
-		why = lookup6(s->index, peer, proto, dport, 0, &ref);
+	why = lookup(s->index, family, peer, proto, dport, 0, &ref);
 	if (why == SHK_REASON_NONE)
 		return 0;
 	if (!bpf_sock_destroy)
