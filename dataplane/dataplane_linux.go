@@ -106,10 +106,12 @@ func Open(cfg Config) (*Dataplane, error) {
 	_, pinErr := os.Stat(cfg.PinPath)
 	if err := d.open(); err != nil {
 		d.Close()
-		// Leave nothing behind that this call created.
+		// Leave nothing behind that this call created: a pin directory it
+		// made goes with whatever it pinned there before failing (maps are
+		// pinned before the programs load). Links are closed above, so
+		// unpinning detaches them.
 		if errors.Is(pinErr, fs.ErrNotExist) {
-			os.Remove(filepath.Join(cfg.PinPath, "links"))
-			os.Remove(cfg.PinPath)
+			os.RemoveAll(cfg.PinPath)
 		}
 		if errors.Is(parentErr, fs.ErrNotExist) {
 			unix.Rmdir(d.parent)

@@ -1,9 +1,13 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -39,4 +43,26 @@ func loaderMain() {
 	}
 	d.Close()
 	os.Exit(0)
+}
+
+// TestOpenFailureLeavesNothing: an Open that fails after some maps were
+// pinned (here an LRU map too large to allocate) removes the pin directory
+// and the parent cgroup it created.
+func TestOpenFailureLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	cfg := testConfig(t)
+	cfg.MaxFlows = 1 << 30
+	d, err := Open(cfg)
+	if err == nil {
+		d.Uninstall()
+		t.Skip("the kernel allocated a 2^30-entry LRU map: no failure to test")
+	}
+	if _, serr := os.Stat(cfg.PinPath); !errors.Is(serr, fs.ErrNotExist) {
+		t.Errorf("pin path %s left behind after a failed Open (%v): %v", cfg.PinPath, err, serr)
+		os.RemoveAll(cfg.PinPath)
+	}
+	root, _ := FindCgroup2Mount()
+	if _, serr := os.Stat(filepath.Join(root, cfg.Parent)); !errors.Is(serr, fs.ErrNotExist) {
+		t.Errorf("parent cgroup left behind after a failed Open: %v", serr)
+	}
 }
