@@ -362,6 +362,19 @@ static __always_inline __u32 lookup(__u32 session, __u16 family, const __u32 *ad
 	return lookup6(session, addr, proto, dport, rule_expiry, ref);
 }
 
+/* Whether a peer is a session resolver's address and port (redirected DNS):
+ * traffic a connect hook already re-aimed, never judged by the egress map. */
+static __always_inline int resolver_peer(__u16 family, const __u32 *peer, __u16 port)
+{
+	__u32 zero = 0;
+	struct shk_config *cfg;
+
+	if (family != AF_INET || (bpf_ntohl(peer[0]) & 0xff800000) != SHK_DNS_BASE)
+		return 0;
+	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
+	return cfg && cfg->dns_port && port == cfg->dns_port;
+}
+
 static __always_inline int is_v4mapped(const __u32 *a)
 {
 	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0x0000ffff);
@@ -723,8 +736,7 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	struct shk_flow ref = {};
 	struct shk_session *s;
 	struct pkt p = {};
-	__u32 why, zero = 0;
-	struct shk_config *cfg;
+	__u32 why;
 	__u64 cgid;
 
 	if (sk->protocol != IPPROTO_TCP)
@@ -747,9 +759,7 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, p.syn, &ref);
 	if (why == SHK_REASON_NONE)
 		return 1;
-	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
-	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
-	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
+	if (resolver_peer(p.family, p.peer, p.peer_port))
 		return 1; /* the session's own resolver (redirected DNS over TCP) */
 	if (p.synack)
 		why = SHK_REASON_FLOW_REVOKED;
@@ -776,7 +786,6 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	struct pkt p = {};
 	__u64 cgid, cookie;
 	__u32 why, index = 0, zero = 0;
-	struct shk_config *cfg;
 
 	if (!sk)
 		return 1;
@@ -803,9 +812,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		return 1; /* ACK, FIN, RST, SYN-ACK: no data moves */
 
 	/* Traffic with the session's own resolver (redirected DNS). */
-	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
-	if (cfg && cfg->dns_port && p.family == AF_INET && p.peer_port == cfg->dns_port &&
-	    (bpf_ntohl(p.peer[0]) & 0xff800000) == SHK_DNS_BASE)
+	if (resolver_peer(p.family, p.peer, p.peer_port))
 		return 1;
 
 	/* The SYN of the connect the connect hook just allowed on this CPU. */
@@ -975,8 +982,7 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	struct shk_flow ref = {};
 	struct shk_session *s;
 	struct cgroup *cg;
-	__u32 peer[4] = {}, why, zero = 0;
-	struct shk_config *cfg;
+	__u32 peer[4] = {}, why;
 	__u16 family, dport;
 	__u64 cgid;
 
@@ -1016,14 +1022,9 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	} else {
 		return 0;
 	}
-	cfg = bpf_map_lookup_elem(&shk_settings, &zero);
-	if (family == AF_INET && (bpf_ntohl(peer[0]) & 0xff800000) == SHK_DNS_BASE && cfg && cfg->dns_port &&
-	    dport == cfg->dns_port)
-		return 0; /* redirected DNS: the session's own resolver */
-
 	why = lookup(s->index, family, peer, proto, dport, 0, &ref);
-	if (why == SHK_REASON_NONE)
-		return 0;
+	if (why == SHK_REASON_NONE || resolver_peer(family, peer, dport))
+		return 0; /* covered, or redirected DNS to the session's own resolver */
 	if (!bpf_sock_destroy)
 		return 0; /* no such kfunc: user space runs packet mode, never this */
 	bpf_sock_destroy(victim); /* the iterator's own, trusted pointer */

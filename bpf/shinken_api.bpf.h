@@ -99,8 +99,8 @@ struct shk_egress6_key {
 	__u8 addr[16];
 };
 
-/* Value of shk_flows, an LRU hash keyed by socket cookie. The first data
- * packet of a connected flow that the egress map allows records the handle
+/* Value of shk_flows, an LRU hash keyed by socket cookie. Packet mode: the
+ * first data packet of a connected flow that the egress map allows records the handle
  * it was allowed under (and the peer), so later packets check only that
  * handle: a revoke cuts the flow at its next packet. An evicted record is
  * recreated by a fresh egress-map check, never assumed. DNS sockets also keep
@@ -128,8 +128,8 @@ struct shk_config {
 	__u32 flags;    /* reserved, 0 */
 };
 
-/* Value of shk_lastconn (per-CPU, one entry): the TCP connect the connect
- * hook allowed last on this CPU. The SYN that connect() sends next, on the
+/* Value of shk_lastconn (per-CPU, one entry; packet mode only): the TCP
+ * connect the connect hook allowed last on this CPU. The SYN that connect() sends next, on the
  * same CPU, then needs no second egress-map lookup. Consumed by that SYN. */
 struct shk_lastconn {
 	__u64 cgroup_id; /* session cgroup of the connecting task */
