@@ -201,7 +201,13 @@ func (p *prober) do(f []string) string {
 			return result("", err)
 		}
 		p.socks[arg(1)] = fd
-		return result(strconv.Itoa(got.(*unix.SockaddrInet4).Port), nil)
+		switch sa := got.(type) {
+		case *unix.SockaddrInet4:
+			return result(strconv.Itoa(sa.Port), nil)
+		case *unix.SockaddrInet6:
+			return result(strconv.Itoa(sa.Port), nil)
+		}
+		return "err unexpected socket address"
 	case "accept":
 		lfd, ok := p.socks[arg(1)]
 		if !ok {
