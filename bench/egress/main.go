@@ -11,9 +11,13 @@
 //     check) against the same stream in the baseline cgroup;
 //   - the cost of creating a session at 10 and at 10,000 sessions.
 //
-// Rounds are interleaved (baseline, shinken, nftables, ...) and medians are
-// compared, so machine noise hits every contender alike. It cleans up every
-// cgroup, pin and nftables table it made.
+// One worker process runs every connect round, moved into the contender's
+// cgroup before each; rounds are short, interleaved in rotating order and
+// preceded by the same idle pause, and the figure is the median of per-round
+// ratios with its 95 % confidence interval. A twin of the baseline (a second
+// empty cgroup) runs the same rounds: its ratio to the baseline is the
+// method's own floor, printed in every run. It cleans up every cgroup, pin
+// and nftables table it made, also when interrupted.
 package main
 
 import (
@@ -25,15 +29,19 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -45,8 +53,11 @@ import (
 var (
 	flagSessions = flag.Int("sessions", 10000, "sessions loaded")
 	flagEntries  = flag.Int("entries", 100, "egress entries per session")
-	flagRounds   = flag.Int("rounds", 15, "interleaved rounds per contender")
-	flagSecs     = flag.Float64("secs", 1, "seconds per connect round")
+	flagRounds   = flag.Int("rounds", 60, "interleaved rounds per contender")
+	flagSecs     = flag.Float64("secs", 0.25, "seconds per connect round")
+	flagNoTwin   = flag.Bool("no-twin", false, "skip the baseline twin (the bench's own A/A floor)")
+	flagSettle   = flag.Duration("settle", 50*time.Millisecond, "idle pause before every connect round (after the move and any nftables change)")
+	flagOrder    = flag.String("order", "", "cyclic order of the contenders, e.g. baseline,twin,shinken,nftables (default: that of the code)")
 	flagRevokes  = flag.Int("revokes", 1000, "revokes timed")
 	flagStream   = flag.Float64("stream-secs", 2, "seconds per stream round")
 	flagNoNft    = flag.Bool("no-nft", false, "skip the nftables contender")
@@ -63,6 +74,17 @@ func main() {
 		log.Fatal("bench-egress needs root")
 	}
 	b := &bench{}
+	// Interrupted (Ctrl-C, timeout), the bench still removes its 10,000
+	// cgroups, its pins and its nftables table; a second signal kills it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sig
+		signal.Reset()
+		log.Printf("%v: cleaning up", s)
+		b.cleanup()
+		os.Exit(130)
+	}()
 	defer b.cleanup()
 	if err := b.run(); err != nil {
 		b.cleanup()
@@ -75,27 +97,36 @@ type bench struct {
 	root      string // cgroup2 mount
 	tag       string
 	baseCg    string
+	twinCg    string // the baseline's twin (A/A floor)
 	nftParent string
 	nftTable  string
 	nftChain  string // script that adds the output chain and its rules
 	probeDir  string
+	mu        sync.Mutex // guards procs
 	procs     []*worker
+	once      sync.Once
 }
 
-func (b *bench) cleanup() {
-	for _, w := range b.procs {
+// cleanup runs once, whoever calls it first (the run's end or a signal);
+// a concurrent caller waits for it to finish. It leaves the fields as they
+// are: a run still going on another goroutine then fails on a closed
+// dataplane instead of a nil one.
+func (b *bench) cleanup() { b.once.Do(b.doCleanup) }
+
+func (b *bench) doCleanup() {
+	b.mu.Lock()
+	procs := b.procs
+	b.mu.Unlock()
+	for _, w := range procs {
 		w.stop()
 	}
-	b.procs = nil
 	if b.nftTable != "" {
 		exec.Command("nft", "delete", "table", "inet", b.nftTable).Run()
-		b.nftTable = ""
 	}
 	if b.dp != nil {
 		if err := b.dp.Uninstall(); err != nil {
 			log.Printf("uninstall: %v", err)
 		}
-		b.dp = nil
 	}
 	if b.nftParent != "" {
 		ents, _ := os.ReadDir(b.nftParent)
@@ -105,15 +136,14 @@ func (b *bench) cleanup() {
 			}
 		}
 		rmCgroup(b.nftParent)
-		b.nftParent = ""
 	}
-	if b.baseCg != "" {
-		rmCgroup(b.baseCg)
-		b.baseCg = ""
+	for _, cg := range []string{b.baseCg, b.twinCg} {
+		if cg != "" {
+			rmCgroup(cg)
+		}
 	}
 	if b.probeDir != "" {
 		os.RemoveAll(b.probeDir)
-		b.probeDir = ""
 	}
 }
 
@@ -221,13 +251,20 @@ func (b *bench) run() error {
 		}
 	}
 
-	// Baseline: a cgroup with nothing attached.
+	// Baseline: a cgroup with nothing attached. Its twin, a second empty
+	// cgroup that runs the same rounds, measures the bench's own floor (an
+	// A/A comparison): the ratio the method reports when nothing differs.
 	b.baseCg = filepath.Join(b.root, "shinken-bench-base-"+b.tag)
 	if err := os.Mkdir(b.baseCg, 0o755); err != nil {
 		return err
 	}
 	base := dataplane.Session{Name: "baseline", Path: b.baseCg}
-
+	if !*flagNoTwin {
+		b.twinCg = filepath.Join(b.root, "shinken-bench-twin-"+b.tag)
+		if err := os.Mkdir(b.twinCg, 0o755); err != nil {
+			return err
+		}
+	}
 	var nftSess dataplane.Session
 	if !*flagNoNft {
 		if nftSess, err = b.setupNft(connAddr, sinkAddr); err != nil {
@@ -279,20 +316,45 @@ func (b *bench) run() error {
 
 	// Connect rate, interleaved rounds in rotating order. On a shared
 	// machine the load drifts from round to round, so the ratio reported is
-	// the median of per-round ratios (each pair measured back to back), not
-	// a ratio of medians; CPU-normalised rates (connects per CPU-second of
-	// the worker, kernel time included) are printed beside them.
-	var rBase, rShk, rNft, cBase, cShk, cNft, pairBase, pairNft []float64
-	flood := fmt.Sprintf("tcpflood 0 %s %g", connAddr, *flagSecs)
+	// the median of per-round ratios (each pair measured within one round of
+	// all contenders), not a ratio of medians, with a distribution-free 95 %
+	// confidence interval. Many short rounds pair the contenders closer in
+	// time than a few long ones. CPU-normalised rates (connects per
+	// CPU-second of the worker, kernel time included) are printed beside
+	// them, and the twin's ratio to the baseline is the method's own floor.
 	type contender struct {
+		name      string
 		cg        string
 		nft       bool
-		rate, cpu *[]float64
+		rate, cpu []float64
 	}
-	cs := []contender{{b.baseCg, false, &rBase, &cBase}, {shkCg, false, &rShk, &cShk}}
+	cBase := &contender{name: "baseline", cg: b.baseCg}
+	cShk := &contender{name: "shinken", cg: shkCg}
+	cs := []*contender{cBase, cShk}
+	var cTwin, cNft *contender
+	if b.twinCg != "" {
+		cTwin = &contender{name: "twin", cg: b.twinCg}
+		cs = append(cs, cTwin)
+	}
 	if wNft != nil {
-		cs = append(cs, contender{nftCg, true, &rNft, &cNft})
+		cNft = &contender{name: "nftables", cg: nftCg, nft: true}
+		cs = append(cs, cNft)
 	}
+	if *flagOrder != "" {
+		var ordered []*contender
+		for _, n := range strings.Split(*flagOrder, ",") {
+			for _, c := range cs {
+				if c.name == n {
+					ordered = append(ordered, c)
+				}
+			}
+		}
+		if len(ordered) != len(cs) {
+			return fmt.Errorf("-order %q does not name each contender once", *flagOrder)
+		}
+		cs = ordered
+	}
+	flood := fmt.Sprintf("tcpflood 0 %s %g", connAddr, *flagSecs)
 	for r := 0; r < *flagRounds; r++ {
 		for i := range cs {
 			c := cs[(i+r)%len(cs)]
@@ -304,29 +366,46 @@ func (b *bench) run() error {
 					return err
 				}
 			}
+			time.Sleep(*flagSettle)
 			line := wAll.do(flood)
 			if c.nft {
 				if err := b.nftOff(); err != nil {
 					return err
 				}
 			}
-			*c.rate = append(*c.rate, rate(line))
-			*c.cpu = append(*c.cpu, cpuRate(line))
-		}
-		pairBase = append(pairBase, rShk[r]/rBase[r])
-		if wNft != nil {
-			pairNft = append(pairNft, rShk[r]/rNft[r])
+			c.rate = append(c.rate, rate(line))
+			c.cpu = append(c.cpu, cpuRate(line))
 		}
 	}
-	fmt.Printf("connect+close per second, %d rounds of %gs: median baseline %.0f  shinken %.0f  nftables %.0f\n",
-		*flagRounds, *flagSecs, median(rBase), median(rShk), median(rNft))
-	fmt.Printf("  per CPU-second of the worker: baseline %.0f  shinken %.0f  nftables %.0f (ratio vs baseline %.3f, vs nftables %.3f)\n",
-		median(cBase), median(cShk), median(cNft), median(cShk)/median(cBase), safeDiv(median(cShk), median(cNft)))
-	fmt.Printf("  per-round ratio shinken/baseline: median %.3f, rounds %v\n", median(pairBase), fmts(pairBase))
-	if len(pairNft) > 0 {
-		fmt.Printf("  per-round ratio shinken/nftables: median %.3f, rounds %v\n", median(pairNft), fmts(pairNft))
+	fmt.Printf("connect+close per second, %d rounds of %gs, median of rounds:", *flagRounds, *flagSecs)
+	for _, c := range cs {
+		fmt.Printf("  %s %.0f", c.name, median(c.rate))
 	}
-	fmt.Printf("  rounds baseline %v\n  rounds shinken  %v\n  rounds nftables %v\n", ints(rBase), ints(rShk), ints(rNft))
+	fmt.Printf("\n  per CPU-second of the worker:")
+	for _, c := range cs {
+		fmt.Printf("  %s %.0f", c.name, median(c.cpu))
+	}
+	fmt.Println()
+	pairBase := pairs(cShk.rate, cBase.rate)
+	report := func(what string, v []float64) {
+		lo, hi := medianCI(v)
+		q := append([]float64(nil), v...)
+		sort.Float64s(q)
+		fmt.Printf("  per-round ratio %s: median %.3f, 95%% CI %.3f–%.3f, quartiles %.3f %.3f, min %.3f max %.3f\n",
+			what, median(v), lo, hi, pct(q, 25), pct(q, 75), q[0], q[len(q)-1])
+	}
+	report("shinken/baseline", pairBase)
+	fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cShk.cpu, cBase.cpu)))
+	var pairNft []float64
+	if cNft != nil {
+		pairNft = pairs(cShk.rate, cNft.rate)
+		report("shinken/nftables", pairNft)
+		fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cShk.cpu, cNft.cpu)))
+	}
+	if cTwin != nil {
+		report("twin/baseline (the bench's floor: nothing differs)", pairs(cTwin.rate, cBase.rate))
+		fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cTwin.cpu, cBase.cpu)))
+	}
 
 	// Stream throughput, paired rounds likewise.
 	var sBase, sShk, sPair []float64
@@ -597,7 +676,9 @@ func (b *bench) worker(s dataplane.Session) (*worker, error) {
 		return nil, err
 	}
 	w := &worker{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	b.mu.Lock()
 	b.procs = append(b.procs, w)
+	b.mu.Unlock()
 	return w, nil
 }
 
@@ -712,6 +793,35 @@ func rate(line string) float64 {
 		return 0
 	}
 	return float64(n) / (float64(ns) / 1e9)
+}
+
+// pairs returns a[i]/b[i] for the rounds where both ran (a zero rate is a
+// failed round and leaves no pair).
+func pairs(a, b []float64) []float64 {
+	var out []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 {
+			out = append(out, a[i]/b[i])
+		}
+	}
+	return out
+}
+
+// medianCI is the distribution-free 95 % confidence interval of the median
+// (order statistics; normal approximation of the binomial ranks).
+func medianCI(v []float64) (lo, hi float64) {
+	n := len(v)
+	if n == 0 {
+		return 0, 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	d := 1.96 * math.Sqrt(float64(n)) / 2
+	j := int(math.Floor(float64(n)/2 - d)) // 1-based rank
+	k := int(math.Ceil(float64(n)/2 + d + 1))
+	j = max(j, 1)
+	k = min(k, n)
+	return s[j-1], s[k-1]
 }
 
 func median(v []float64) float64 {
