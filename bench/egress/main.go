@@ -57,6 +57,7 @@ var (
 	flagSecs     = flag.Float64("secs", 0.25, "seconds per connect round")
 	flagNoTwin   = flag.Bool("no-twin", false, "skip the baseline twin (the bench's own A/A floor)")
 	flagSettle   = flag.Duration("settle", 50*time.Millisecond, "idle pause before every connect round (after the move and any nftables change)")
+	flagPin      = flag.Bool("pin", true, "connect rounds: worker on CPU 0, accept server on CPU 1 (machines with 2+ CPUs)")
 	flagOrder    = flag.String("order", "", "cyclic order of the contenders, e.g. baseline,twin,shinken,nftables (default: that of the code)")
 	flagRevokes  = flag.Int("revokes", 1000, "revokes timed")
 	flagStream   = flag.Float64("stream-secs", 2, "seconds per stream round")
@@ -221,7 +222,14 @@ func (b *bench) run() error {
 	}
 
 	// The servers, outside every session.
-	connSrv, err := acceptAndClose("127.0.0.2:0")
+	// With -pin the worker runs on CPU 0 and the accept server on CPU 1:
+	// otherwise the scheduler now and then wakes the server on the worker's
+	// CPU, and the worker's rate then measures that placement too.
+	srvCPU := -1
+	if *flagPin && numCPU() > 1 {
+		srvCPU = 1
+	}
+	connSrv, err := acceptAndClose(netip.MustParseAddrPort("127.0.0.2:0"), srvCPU)
 	if err != nil {
 		return err
 	}
@@ -231,7 +239,7 @@ func (b *bench) run() error {
 	}
 	defer connSrv.Close()
 	defer sink.Close()
-	connAddr := netip.MustParseAddrPort(connSrv.Addr().String())
+	connAddr := connSrv.addr
 	sinkAddr := netip.MustParseAddrPort(sink.Addr().String())
 
 	bs, err := b.dp.CreateSession("bench")
@@ -308,6 +316,22 @@ func (b *bench) run() error {
 	wAll, err := b.worker(base)
 	if err != nil {
 		return err
+	}
+	// The worker's command thread does the work (probe.Main locks it).
+	var wTid int
+	if _, err := fmt.Sscanf(wAll.do("tid"), "ok %d", &wTid); err != nil {
+		return fmt.Errorf("worker thread id: %w", err)
+	}
+	var allCPUs unix.CPUSet
+	if err := unix.SchedGetaffinity(wTid, &allCPUs); err != nil {
+		return err
+	}
+	if srvCPU >= 0 {
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(wTid, &set); err != nil {
+			return fmt.Errorf("pin the worker to CPU 0: %w", err)
+		}
 	}
 	moveTo := func(cg string) error {
 		return os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(wAll.cmd.Process.Pid)), 0)
@@ -405,6 +429,11 @@ func (b *bench) run() error {
 	if cTwin != nil {
 		report("twin/baseline (the bench's floor: nothing differs)", pairs(cTwin.rate, cBase.rate))
 		fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cTwin.cpu, cBase.cpu)))
+	}
+
+	// The other phases place their threads themselves, or not at all.
+	if err := unix.SchedSetaffinity(wTid, &allCPUs); err != nil {
+		return err
 	}
 
 	// Stream throughput, paired rounds likewise.
@@ -719,23 +748,73 @@ func (w *worker) stop() {
 
 // ---- servers ----
 
-func acceptAndClose(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+// server is the accept-and-close server of the connect rounds: one OS thread
+// blocked in accept(2) on a blocking socket (not the Go netpoller, whose
+// wake-ups land on whichever thread polls), pinned to one CPU when cpu >= 0,
+// closing what it accepts.
+type server struct {
+	fd   int
+	addr netip.AddrPort
+	done chan struct{}
+}
+
+func acceptAndClose(addr netip.AddrPort, cpu int) (*server, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	for i := 0; i < 2; i++ {
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+	fail := func(err error) (*server, error) {
+		unix.Close(fd)
+		return nil, err
 	}
-	return ln, nil
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: addr.Addr().As4(), Port: int(addr.Port())}); err != nil {
+		return fail(err)
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		return fail(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail(err)
+	}
+	srv := &server{fd: fd, addr: netip.AddrPortFrom(addr.Addr(), uint16(sa.(*unix.SockaddrInet4).Port)), done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		defer close(srv.done)
+		// The thread exits with the goroutine: it is never unlocked.
+		runtime.LockOSThread()
+		if cpu >= 0 {
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				started <- fmt.Errorf("pin the server to CPU %d: %w", cpu, err)
+				return
+			}
+		}
+		started <- nil
+		for {
+			nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
+			switch {
+			case err == nil:
+				unix.Close(nfd)
+			case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED):
+			default:
+				return // shut down
+			}
+		}
+	}()
+	if err := <-started; err != nil {
+		<-srv.done
+		return fail(err)
+	}
+	return srv, nil
+}
+
+// Close stops the accept thread and closes the socket.
+func (s *server) Close() {
+	unix.Shutdown(s.fd, unix.SHUT_RDWR) // wakes the blocked accept
+	<-s.done
+	unix.Close(s.fd)
 }
 
 func discard(addr string) (net.Listener, error) {
