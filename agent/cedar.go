@@ -544,11 +544,18 @@ func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
 		ends[n] = len(b)
 		n++
 	}
+	return splitAt(b, ends[:n])
+}
+
+// splitAt cuts b at the given end offsets into strings that share one
+// allocation.
+func splitAt(b []byte, ends []int) []string {
 	buf := string(b)
-	out := make([]string, n)
-	for i, start := 0, 0; i < n; i++ {
-		out[i] = buf[start:ends[i]]
-		start = ends[i]
+	out := make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		out[i] = buf[start:end]
+		start = end
 	}
 	return out
 }
@@ -571,13 +578,7 @@ func portKeysOf(p uint16, lens *keyLens) []string {
 		ends[n] = len(b)
 		n++
 	}
-	buf := string(b)
-	out := make([]string, n)
-	for i, start := 0, 0; i < n; i++ {
-		out[i] = buf[start:ends[i]]
-		start = ends[i]
-	}
-	return out
+	return splitAt(b, ends[:n])
 }
 
 // portBlocks decomposes port ranges into aligned blocks (as a range becomes
