@@ -12,7 +12,8 @@
 //   - the cost of creating a session at 10 and at 10,000 sessions.
 //
 // One worker process runs every connect round, moved into the contender's
-// cgroup before each; rounds are short, interleaved in rotating order and
+// cgroup before each and pinned to CPU 0 (the accept server to CPU 1);
+// rounds are short, interleaved in rotating order and
 // preceded by the same idle pause, and the figure is the median of per-round
 // ratios with its 95 % confidence interval. A twin of the baseline (a second
 // empty cgroup) runs the same rounds: its ratio to the baseline is the
