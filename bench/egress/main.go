@@ -223,9 +223,9 @@ func (b *bench) run() error {
 	}
 
 	// The servers, outside every session.
-	// With -pin the worker runs on CPU 0 and the accept server on CPU 1:
-	// otherwise the scheduler now and then wakes the server on the worker's
-	// CPU, and the worker's rate then measures that placement too.
+	// With -pin the worker runs on CPU 0 and the accept server on CPU 1.
+	// Unpinned, the worker was off its CPU for 10-15 % of each round, by an
+	// amount that varied from round to round (bench/README.md).
 	srvCPU := -1
 	if *flagPin && numCPU() > 1 {
 		srvCPU = 1
@@ -849,13 +849,6 @@ func cpuRate(line string) float64 {
 	return float64(n) / (float64(cpu) / 1e9)
 }
 
-func safeDiv(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
-}
-
 func fmts(v []float64) []string {
 	out := make([]string, len(v))
 	for i, x := range v {
@@ -930,14 +923,6 @@ func pct(sorted []float64, p float64) float64 {
 	}
 	i := int(float64(len(sorted)-1) * p / 100)
 	return sorted[i]
-}
-
-func ints(v []float64) []int {
-	out := make([]int, len(v))
-	for i, x := range v {
-		out[i] = int(x)
-	}
-	return out
 }
 
 func numCPU() int {
