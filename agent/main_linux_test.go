@@ -155,7 +155,7 @@ func startProbe(t testing.TB, d *dataplane.Dataplane, session string) *probe.Pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	return probe.Start(t, func(c *exec.Cmd) error { return s.Start(c, dataplane.ProcOptions{}) })
+	return probe.Start(t, func(c *exec.Cmd) error { return dataplane.StartIn(s, c, dataplane.ProcOptions{}) })
 }
 
 func listenTCP(t testing.TB, addr string) string {

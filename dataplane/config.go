@@ -134,27 +134,10 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Session is one session cgroup the dataplane knows.
-type Session struct {
-	Name     string `json:"name"`
-	Index    uint32 `json:"index"`     // dense kernel index; 0 is never a session
-	CgroupID uint64 `json:"cgroup_id"` // the cgroup2 id of Path
-	Path     string `json:"path"`      // the cgroup2 directory
-}
-
 // ValidSessionName reports whether name can name a session cgroup.
 func ValidSessionName(name string) error {
 	if !nameRE.MatchString(name) {
 		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidSession, name)
 	}
 	return nil
-}
-
-// SweepStats says how many sweeps ran, how many sockets they destroyed, how
-// many failed and the last error one met (nil if none). Zero in packet mode.
-type SweepStats struct {
-	Sweeps    uint64
-	Destroyed uint64
-	Errors    uint64 // sweeps that failed (new connects stayed denied; open flows may live on)
-	LastErr   error
 }

@@ -31,10 +31,3 @@ func (*Dataplane) EgressRules(string) ([]EgressRule, error) { return nil, ErrNot
 
 // Remove returns ErrNotSupported off Linux.
 func Remove(Config) error { return ErrNotSupported }
-
-// Limits are a session's cgroup v2 resource quotas (Linux only).
-type Limits struct {
-	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
-	Pids        uint64 `json:"pids,omitempty"`
-	CPUPercent  uint32 `json:"cpu_percent,omitempty"`
-}

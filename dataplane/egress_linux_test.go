@@ -36,7 +36,7 @@ func TestEgressAllowDeny(t *testing.T) {
 	mustAllow(t, d, "s1", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoTCP, Ports: Port(portOf(t, a.addr())), Handle: h})
 	// c: the whole 127.0.0.0/29 for TCP on a port range that holds c's port.
 	cp := portOf(t, c.addr())
-	mustAllow(t, d, "s1", EgressRule{Prefix: pfx("127.0.0.0/29"), Proto: ProtoTCP, Ports: PortRange{cp, cp}, Handle: h})
+	mustAllow(t, d, "s1", EgressRule{Prefix: pfx("127.0.0.0/29"), Proto: ProtoTCP, Ports: PortRange{Lo: cp, Hi: cp}, Handle: h})
 	mustAllow(t, d, "s1", EgressRule{Prefix: pfx("::1/128"), Proto: ProtoTCP, Ports: Port(portOf(t, v6a.addr())), Handle: h})
 	mustAllow(t, d, "s1", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoUDP, Ports: AnyPort, Handle: h})
 	mustAllow(t, d, "s1", EgressRule{Prefix: pfx("::1/128"), Proto: ProtoUDP, Ports: Port(portOf(t, u6.addr())), Handle: h})
@@ -401,12 +401,12 @@ func TestBadInput(t *testing.T) {
 		{"host bits set", "bi", EgressRule{Prefix: pfx("10.1.2.3/8"), Handle: h}, ErrInvalidPrefix},
 		{"invalid prefix", "bi", EgressRule{Prefix: netip.Prefix{}, Handle: h}, ErrInvalidPrefix},
 		{"v4-mapped prefix", "bi", EgressRule{Prefix: pfx("::ffff:10.0.0.0/104"), Handle: h}, ErrInvalidPrefix},
-		{"port 0 in range", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Ports: PortRange{0, 80}, Handle: h}, ErrInvalidPorts},
-		{"empty range", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Ports: PortRange{90, 80}, Handle: h}, ErrInvalidPorts},
+		{"port 0 in range", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Ports: PortRange{Lo: 0, Hi: 80}, Handle: h}, ErrInvalidPorts},
+		{"empty range", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Ports: PortRange{Lo: 90, Hi: 80}, Handle: h}, ErrInvalidPorts},
 		{"bad proto", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Proto: 1, Handle: h}, ErrInvalidProto},
 		{"no handle", "bi", EgressRule{Prefix: pfx("10.0.0.1/32")}, ErrInvalidHandle},
-		{"forged handle", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Handle: HandleRef{h.Slot, h.Generation + 7}}, ErrHandleNotLive},
-		{"slot out of range", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Handle: HandleRef{1 << 30, 1}}, ErrInvalidHandle},
+		{"forged handle", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Handle: HandleRef{Slot: h.Slot, Generation: h.Generation + 7}}, ErrHandleNotLive},
+		{"slot out of range", "bi", EgressRule{Prefix: pfx("10.0.0.1/32"), Handle: HandleRef{Slot: 1 << 30, Generation: 1}}, ErrInvalidHandle},
 		{"unknown session", "nope", EgressRule{Prefix: pfx("10.0.0.1/32"), Handle: h}, ErrSessionNotFound},
 	}
 	for _, tc := range cases {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/shinken-agent/shinken/agent/backend"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -79,24 +80,15 @@ func decodeEvent(raw *shkShkEvent) Event {
 }
 
 // ProcOptions says who a session process runs as.
-type ProcOptions struct {
-	// UID and GID of the process; both zero means nobody (65534), unless
-	// Privileged is set. Session processes run without privileges by
-	// default so they cannot leave their cgroup, detach programs or write
-	// maps.
-	UID, GID uint32
-	// Privileged keeps the caller's credentials (root). Only for tests of
-	// what a privileged process could do; never the default.
-	Privileged bool
-}
+type ProcOptions = backend.LaunchOptions
 
 // Nobody is the default identity of session processes.
 const Nobody = 65534
 
-// Start starts cmd inside session s: the child is created directly in the
+// StartIn starts cmd inside session s: the child is created directly in the
 // session cgroup (clone3 CLONE_INTO_CGROUP), so not a single instruction of it
 // runs outside, and with the credentials of opts.
-func (s Session) Start(cmd *exec.Cmd, opts ProcOptions) error {
+func StartIn(s Session, cmd *exec.Cmd, opts ProcOptions) error {
 	fd, err := unix.Open(s.Path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open session cgroup %s: %w", s.Path, err)

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 )
 
@@ -30,7 +31,8 @@ func TestABILayout(t *testing.T) {
 			}
 		})
 	}
-	if NumReasons != 8 || len(reasonNames) != NumReasons {
+	// Every reason below NumReasons has a name, and NumReasons has none.
+	if NumReasons != 8 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
 		t.Errorf("reasons out of step with enum shk_reason")
 	}
 }

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,41 +8,13 @@ import (
 	"strings"
 )
 
-// Limits are a session's cgroup v2 resource quotas. Zero fields are unset.
-type Limits struct {
-	MemoryBytes uint64 `json:"memory_bytes,omitempty"` // memory.max
-	Pids        uint64 `json:"pids,omitempty"`         // pids.max
-	CPUPercent  uint32 `json:"cpu_percent,omitempty"`  // cpu.max, percent of one CPU (100 = one whole CPU)
-}
-
-// ErrLimitsUnsupported is returned when the host's cgroup2 hierarchy lacks a
-// controller a quota needs (on hybrid hosts the controllers sit on v1).
-var ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")
-
-func (l Limits) controllers() []string {
-	var c []string
-	if l.MemoryBytes > 0 {
-		c = append(c, "memory")
-	}
-	if l.Pids > 0 {
-		c = append(c, "pids")
-	}
-	if l.CPUPercent > 0 {
-		c = append(c, "cpu")
-	}
-	return c
-}
-
-// IsZero reports whether no quota is set.
-func (l Limits) IsZero() bool { return len(l.controllers()) == 0 }
-
 // CheckLimits says whether every quota in l can be enforced here, without
 // changing anything.
 func (d *Dataplane) CheckLimits(l Limits) error {
 	if l.CPUPercent > 100*1024 {
 		return fmt.Errorf("%w: cpu_percent %d", ErrInvalidSession, l.CPUPercent)
 	}
-	need := l.controllers()
+	need := l.Controllers()
 	if len(need) == 0 {
 		return nil
 	}
@@ -80,7 +51,7 @@ func (d *Dataplane) SetLimits(session string, l Limits) error {
 	if err != nil {
 		return err
 	}
-	need := l.controllers()
+	need := l.Controllers()
 	if len(need) == 0 {
 		return nil
 	}

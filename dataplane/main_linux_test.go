@@ -102,7 +102,7 @@ func newDataplane(t testing.TB, cfg Config) *Dataplane {
 // startProbe starts a probe process inside session s.
 func startProbe(t testing.TB, s Session, opts ProcOptions) *probe.Proc {
 	t.Helper()
-	return probe.Start(t, func(c *exec.Cmd) error { return s.Start(c, opts) })
+	return probe.Start(t, func(c *exec.Cmd) error { return StartIn(s, c, opts) })
 }
 
 // tcpServer accepts on addr and collects what each connection sends.

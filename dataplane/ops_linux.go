@@ -283,9 +283,9 @@ func (d *Dataplane) Handles() ([]Handle, error) {
 		if h.State == uint32(HandleFree) {
 			continue
 		}
-		hd := Handle{Ref: HandleRef{key, h.Generation}, State: HandleState(h.State), Expires: bootToTime(h.ExpiresNs)}
+		hd := Handle{Ref: HandleRef{Slot: key, Generation: h.Generation}, State: HandleState(h.State), Expires: bootToTime(h.ExpiresNs)}
 		if h.Parent != 0 {
-			hd.Parent = HandleRef{h.Parent, h.ParentGeneration}
+			hd.Parent = HandleRef{Slot: h.Parent, Generation: h.ParentGeneration}
 		}
 		out = append(out, hd)
 	}
@@ -411,8 +411,8 @@ func (d *Dataplane) EgressRules(session string) ([]EgressRule, error) {
 			out = append(out, EgressRule{
 				Prefix:  p,
 				Proto:   Proto(r.Proto),
-				Ports:   PortRange{r.PortLo, r.PortHi},
-				Handle:  HandleRef{r.Handle, r.Generation},
+				Ports:   PortRange{Lo: r.PortLo, Hi: r.PortHi},
+				Handle:  HandleRef{Slot: r.Handle, Generation: r.Generation},
 				Expires: bootToTime(r.ExpiresNs),
 			})
 		}
@@ -652,13 +652,6 @@ func (d *Dataplane) SessionByIndex(idx uint32) (Session, error) {
 	return *s, nil
 }
 
-// Occupancy is how full one kernel map is.
-type Occupancy struct {
-	Map     string `json:"map"`
-	Entries int    `json:"entries"`
-	Limit   int    `json:"limit"`
-}
-
 // Occupancy reports the entries in use and the capacity of the sessions,
 // handles and egress maps (prefix tries and exact-address hashes), from the
 // dataplane's own indexes (no map walk).
@@ -667,11 +660,11 @@ func (d *Dataplane) Occupancy() []Occupancy {
 	defer d.mu.Unlock()
 	handles := d.slots.inUse()
 	return []Occupancy{
-		{"sessions", len(d.sessions), int(d.cfg.MaxSessions) - 1},
-		{"handles", handles, int(d.cfg.MaxHandles) - 1},
-		{"egress4", d.nEntries[0], int(d.cfg.MaxEgress4)},
-		{"exact4", d.nEntries[1], int(d.cfg.MaxEgress4)},
-		{"egress6", d.nEntries[2], int(d.cfg.MaxEgress6)},
-		{"exact6", d.nEntries[3], int(d.cfg.MaxEgress6)},
+		{Map: "sessions", Entries: len(d.sessions), Limit: int(d.cfg.MaxSessions) - 1},
+		{Map: "handles", Entries: handles, Limit: int(d.cfg.MaxHandles) - 1},
+		{Map: "egress4", Entries: d.nEntries[0], Limit: int(d.cfg.MaxEgress4)},
+		{Map: "exact4", Entries: d.nEntries[1], Limit: int(d.cfg.MaxEgress4)},
+		{Map: "egress6", Entries: d.nEntries[2], Limit: int(d.cfg.MaxEgress6)},
+		{Map: "exact6", Entries: d.nEntries[3], Limit: int(d.cfg.MaxEgress6)},
 	}
 }

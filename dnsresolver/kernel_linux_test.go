@@ -185,7 +185,7 @@ func stubLookup(server, name string) string {
 // protocol of sessionProcMain.
 func startSessionProc(t testing.TB, s dataplane.Session) *probe.Proc {
 	t.Helper()
-	return probe.StartEnv(t, []string{sessionProcEnv + "=1"}, func(c *exec.Cmd) error { return s.Start(c, dataplane.ProcOptions{}) })
+	return probe.StartEnv(t, []string{sessionProcEnv + "=1"}, func(c *exec.Cmd) error { return dataplane.StartIn(s, c, dataplane.ProcOptions{}) })
 }
 
 func requireRoot(t testing.TB) {
@@ -468,7 +468,7 @@ func TestRedirectedSession(t *testing.T) {
 				`mount --bind "$1" /etc/resolv.conf; exec getent ahosts "$2"`, "sh", rc, name)
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := e.sess.Start(cmd, dataplane.ProcOptions{}); err != nil {
+			if err := dataplane.StartIn(e.sess, cmd, dataplane.ProcOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			err := cmd.Wait()

@@ -407,7 +407,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Stdin = strings.NewReader(req.Stdin)
-	if err := ks.Start(cmd, dataplane.ProcOptions{UID: req.UID, GID: req.GID}); err != nil {
+	if err := dataplane.StartIn(ks, cmd, dataplane.ProcOptions{UID: req.UID, GID: req.GID}); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}

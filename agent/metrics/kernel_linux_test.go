@@ -66,7 +66,7 @@ func newDataplane(t testing.TB, cfg dataplane.Config) *dataplane.Dataplane {
 // startProbe starts a probe process inside session s.
 func startProbe(t testing.TB, s dataplane.Session, opts dataplane.ProcOptions) *probe.Proc {
 	t.Helper()
-	return probe.Start(t, func(c *exec.Cmd) error { return s.Start(c, opts) })
+	return probe.Start(t, func(c *exec.Cmd) error { return dataplane.StartIn(s, c, opts) })
 }
 
 // series gathers the registry into "name{k="v",...}" -> value, labels

@@ -528,7 +528,7 @@ func runClient(target netip.AddrPort, nameFile string, rcode, conc int, d time.D
 	}
 	if in != nil {
 		// Inside the session: its port-53 traffic is redirected by the kernel.
-		err = in.Start(cmd, dataplane.ProcOptions{Privileged: true})
+		err = dataplane.StartIn(*in, cmd, dataplane.ProcOptions{Privileged: true})
 	} else {
 		err = cmd.Start()
 	}

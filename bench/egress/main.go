@@ -702,7 +702,7 @@ func (b *bench) worker(s dataplane.Session) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Start(cmd, dataplane.ProcOptions{}); err != nil {
+	if err := dataplane.StartIn(s, cmd, dataplane.ProcOptions{}); err != nil {
 		return nil, err
 	}
 	w := &worker{cmd: cmd, in: in, out: bufio.NewScanner(out)}

@@ -438,7 +438,7 @@ func TestEndToEnd(t *testing.T) {
 	inside := exec.Command(filepath.Join(e.bin, "shinkenctl"), "-socket", e.socket, "status")
 	var ib bytes.Buffer
 	inside.Stdout, inside.Stderr = &ib, &ib
-	if err := sess.Start(inside, dataplane.ProcOptions{Privileged: true}); err != nil {
+	if err := dataplane.StartIn(sess, inside, dataplane.ProcOptions{Privileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := inside.Wait(); err == nil || !strings.Contains(ib.String(), "inside a session") {
@@ -528,7 +528,7 @@ func TestKill9UnderLoad(t *testing.T) {
 		cmd.Stdin = strings.NewReader("hammer " + addr + " 4\n")
 		var out bytes.Buffer
 		cmd.Stdout = &out
-		if err := sess.Start(cmd, dataplane.ProcOptions{}); err != nil {
+		if err := dataplane.StartIn(sess, cmd, dataplane.ProcOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		go func() { cmd.Wait(); ch <- strings.TrimSpace(out.String()) }()

@@ -1,0 +1,290 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Sentinel errors. Every error a backend returns for bad input wraps one of
+// these, and a call that fails leaves the kernel as it was.
+var (
+	ErrNotSupported    = errors.New("backend: not supported on this platform")
+	ErrSessionNotFound = errors.New("dataplane: unknown session")
+	ErrSessionExists   = errors.New("dataplane: session already exists")
+	ErrInvalidSession  = errors.New("dataplane: invalid session name")
+	ErrInvalidPrefix   = errors.New("dataplane: invalid prefix")
+	ErrInvalidPorts    = errors.New("dataplane: invalid port range")
+	ErrInvalidProto    = errors.New("dataplane: invalid protocol")
+	ErrInvalidHandle   = errors.New("dataplane: invalid handle reference")
+	ErrHandleNotLive   = errors.New("dataplane: handle is not live")
+	ErrChainTooDeep    = errors.New("dataplane: handle parent chain too deep")
+	ErrMapFull         = errors.New("dataplane: map full")
+	ErrRulesFull       = errors.New("dataplane: too many rules on one prefix")
+	ErrCoverTooDeep    = errors.New("dataplane: too many nested prefixes cover this one")
+	ErrRuleNotFound    = errors.New("dataplane: no such egress rule")
+	// ErrLimitsUnsupported is returned when the host cannot enforce a quota
+	// (on hybrid cgroup hosts the controllers sit on v1).
+	ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")
+)
+
+// Session is one session the backend knows.
+type Session struct {
+	Name     string `json:"name"`
+	Index    uint32 `json:"index"`     // dense kernel index; 0 is never a session
+	CgroupID uint64 `json:"cgroup_id"` // the cgroup2 id of Path
+	Path     string `json:"path"`      // the cgroup2 directory
+}
+
+// HandleRef names one caretaker handle in the kernel handle table: a slot and
+// the generation the slot had when the handle was issued. A reference whose
+// generation no longer matches the slot is dead, so a recycled slot never
+// revives an old reference. The zero value means "no handle" (slot 0 is never
+// issued).
+type HandleRef struct {
+	Slot       uint32 `json:"slot"`
+	Generation uint32 `json:"generation"`
+}
+
+// IsZero reports whether r is the null reference.
+func (r HandleRef) IsZero() bool { return r.Slot == 0 }
+
+func (r HandleRef) String() string { return fmt.Sprintf("%d.%d", r.Slot, r.Generation) }
+
+// HandleState is the state word of a handle slot.
+type HandleState uint32
+
+const (
+	HandleFree    HandleState = 0
+	HandleLive    HandleState = 1
+	HandleRevoked HandleState = 2
+)
+
+func (s HandleState) String() string {
+	switch s {
+	case HandleFree:
+		return "free"
+	case HandleLive:
+		return "live"
+	case HandleRevoked:
+		return "revoked"
+	}
+	return fmt.Sprintf("state(%d)", uint32(s))
+}
+
+// Handle is one slot of the kernel handle table as user space sees it.
+type Handle struct {
+	Ref     HandleRef
+	State   HandleState
+	Parent  HandleRef // zero for a root handle
+	Expires time.Time // zero: never
+}
+
+// Proto selects the transport an egress rule applies to.
+type Proto uint8
+
+const (
+	ProtoAny Proto = 0
+	ProtoTCP Proto = 6
+	ProtoUDP Proto = 17
+)
+
+func (p Proto) String() string {
+	switch p {
+	case ProtoAny:
+		return "any"
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// ParseProto parses "tcp", "udp" or "any".
+func ParseProto(s string) (Proto, error) {
+	switch s {
+	case "tcp":
+		return ProtoTCP, nil
+	case "udp":
+		return ProtoUDP, nil
+	case "any", "":
+		return ProtoAny, nil
+	}
+	return 0, fmt.Errorf("%w: %q (want tcp, udp or any)", ErrInvalidProto, s)
+}
+
+// PortRange is an inclusive destination port range. The zero value means any
+// port. A single port p is {p, p}. Port 0 is never part of an explicit range.
+type PortRange struct {
+	Lo, Hi uint16
+}
+
+// AnyPort matches every destination port.
+var AnyPort = PortRange{}
+
+// Port is the range holding exactly p.
+func Port(p uint16) PortRange { return PortRange{p, p} }
+
+// IsAny reports whether r matches every port.
+func (r PortRange) IsAny() bool { return r.Lo == 0 && r.Hi == 0 }
+
+// Validate checks the range.
+func (r PortRange) Validate() error {
+	if r.IsAny() {
+		return nil
+	}
+	if r.Lo == 0 || r.Hi == 0 {
+		return fmt.Errorf("%w: port 0 in range %d-%d", ErrInvalidPorts, r.Lo, r.Hi)
+	}
+	if r.Lo > r.Hi {
+		return fmt.Errorf("%w: %d-%d is empty", ErrInvalidPorts, r.Lo, r.Hi)
+	}
+	return nil
+}
+
+func (r PortRange) String() string {
+	switch {
+	case r.IsAny():
+		return "*"
+	case r.Lo == r.Hi:
+		return fmt.Sprintf("%d", r.Lo)
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+}
+
+// EgressRule allows a session to reach Prefix with Proto on Ports while Handle
+// (and every ancestor of it) is live and unexpired, and, when Expires is set,
+// until Expires (DNS-derived entries carry the record's TTL here).
+type EgressRule struct {
+	Prefix  netip.Prefix
+	Proto   Proto
+	Ports   PortRange
+	Handle  HandleRef
+	Expires time.Time // zero: the rule itself never expires
+}
+
+func (r EgressRule) String() string {
+	return fmt.Sprintf("%s %s/%s handle=%s", r.Prefix, r.Proto, r.Ports, r.Handle)
+}
+
+// SameRule reports whether a and b are the same kernel entry (the expiry
+// aside).
+func SameRule(a, b EgressRule) bool {
+	return a.Prefix == b.Prefix && a.Proto == b.Proto && a.Ports == b.Ports && a.Handle == b.Handle
+}
+
+// Validate checks the rule's shape (not whether its session or handle exist).
+func (r EgressRule) Validate() error {
+	if !r.Prefix.IsValid() {
+		return fmt.Errorf("%w: %v", ErrInvalidPrefix, r.Prefix)
+	}
+	if r.Prefix.Addr().Zone() != "" {
+		return fmt.Errorf("%w: %v has a zone", ErrInvalidPrefix, r.Prefix)
+	}
+	if r.Prefix.Masked() != r.Prefix {
+		return fmt.Errorf("%w: %v has host bits set (did you mean %v?)", ErrInvalidPrefix, r.Prefix, r.Prefix.Masked())
+	}
+	if r.Prefix.Addr().Is4In6() {
+		return fmt.Errorf("%w: %v is IPv4-mapped IPv6; use the IPv4 form", ErrInvalidPrefix, r.Prefix)
+	}
+	switch r.Proto {
+	case ProtoAny, ProtoTCP, ProtoUDP:
+	default:
+		return fmt.Errorf("%w: %d", ErrInvalidProto, r.Proto)
+	}
+	if err := r.Ports.Validate(); err != nil {
+		return err
+	}
+	if r.Handle.IsZero() {
+		return fmt.Errorf("%w: rule without a handle", ErrInvalidHandle)
+	}
+	return nil
+}
+
+// Reason says why the kernel denied something. The values are the kernel ABI
+// (enum shk_reason in bpf/shinken_api.bpf.h).
+type Reason uint32
+
+const (
+	ReasonNone           Reason = 0
+	ReasonNoRule         Reason = 1 // no entry matches destination, protocol and port
+	ReasonHandleRevoked  Reason = 2 // an entry matched but its handle or an ancestor is revoked
+	ReasonHandleExpired  Reason = 3 // an entry matched but its handle or an ancestor expired
+	ReasonRuleExpired    Reason = 4 // an entry matched but the entry's own expiry (DNS TTL) passed
+	ReasonUnknownSession Reason = 5 // the socket's cgroup is under the parent but is no session
+	ReasonUnchecked      Reason = 6 // a packet that no connect/sendmsg check covered (raw, ICMP, unchecked SYN)
+	ReasonFlowRevoked    Reason = 7 // a packet of a flow whose handle died after connect
+	NumReasons                  = 8
+)
+
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint32(r))
+}
+
+// Event is one denial reported (best effort) by the kernel.
+type Event struct {
+	Time     time.Time
+	CgroupID uint64
+	Session  uint32 // session index, 0 if unknown
+	PID      uint32
+	Comm     string
+	Reason   Reason
+	Proto    Proto
+	Dst      netip.AddrPort
+}
+
+// EventReader reads denial events. Read blocks until an event, the deadline
+// or Close.
+type EventReader interface {
+	Read() (Event, error)
+	SetDeadline(t time.Time)
+	Close() error
+}
+
+// Limits are a session's resource quotas. Zero fields are unset.
+type Limits struct {
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"` // memory.max
+	Pids        uint64 `json:"pids,omitempty"`         // pids.max
+	CPUPercent  uint32 `json:"cpu_percent,omitempty"`  // cpu.max, percent of one CPU (100 = one whole CPU)
+}
+
+// Controllers names the cgroup controllers the set quotas need.
+func (l Limits) Controllers() []string {
+	var c []string
+	if l.MemoryBytes > 0 {
+		c = append(c, "memory")
+	}
+	if l.Pids > 0 {
+		c = append(c, "pids")
+	}
+	if l.CPUPercent > 0 {
+		c = append(c, "cpu")
+	}
+	return c
+}
+
+// IsZero reports whether no quota is set.
+func (l Limits) IsZero() bool { return len(l.Controllers()) == 0 }
+
+// SweepStats says how many flow sweeps ran, how many sockets they destroyed,
+// how many failed and the last error one met (nil if none).
+type SweepStats struct {
+	Sweeps    uint64
+	Destroyed uint64
+	Errors    uint64 // sweeps that failed (new connects stayed denied; open flows may live on)
+	LastErr   error
+}
+
+// Occupancy is how full one kernel table is.
+type Occupancy struct {
+	Map     string `json:"map"`
+	Entries int    `json:"entries"`
+	Limit   int    `json:"limit"`
+}
