@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
 // Errors of the grant protocol.
@@ -58,7 +60,7 @@ type SessionSpec struct {
 }
 
 func (s *SessionSpec) normalize() error {
-	if err := dataplane.ValidSessionName(s.ID); err != nil {
+	if err := backend.ValidSessionName(s.ID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if err := validateToken("image", s.Image); err != nil {
@@ -393,7 +395,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 			delete(a.st.Approvals, k)
 		}
 	}
-	if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, dataplane.ErrSessionNotFound) {
+	if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {
 		errs = append(errs, fmt.Errorf("%w: destroy session %s: %w", ErrKernel, id, err))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -570,7 +572,7 @@ func (a *Agent) check(req GrantRequest, approved bool) (*GrantRecord, error) {
 	if rec.Tier == TierBlock {
 		return nil, fmt.Errorf("%w: %s", ErrBlockTier, c)
 	}
-	if err := enforceable(c.Class); err != nil {
+	if err := a.enforceable(c.Class); err != nil {
 		return nil, err
 	}
 	a.bmu.Lock()
@@ -649,7 +651,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 		return nil, err
 	}
 	a.crash(StepGrantIntent)
-	var parentRef dataplane.HandleRef
+	var parentRef backend.HandleRef
 	if rec.Parent != "" {
 		parentRef = a.st.Grants[rec.Parent].Kernel
 	}
@@ -671,8 +673,10 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	if err := a.persist(); err != nil {
 		return nil, a.rollback(rec, err)
 	}
+	// One rule per Apply: a crash between two leaves a prefix of the
+	// recorded rules in the kernel, which reconcile removes.
 	for _, r := range rules {
-		if err := a.kernel.AllowEgress(rec.Session, r); err != nil {
+		if err := a.kernel.Apply(rec.Session, backend.Delta{AddEgress: []backend.EgressRule{r}}); err != nil {
 			return nil, a.rollback(rec, fmt.Errorf("%w: allow egress %s: %w", ErrKernel, r, err))
 		}
 		a.crash(StepGrantRuleApplied)
@@ -712,17 +716,12 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, r := range rec.Rules {
-		if err := a.kernel.RemoveEgress(rec.Session, r); err != nil && !errors.Is(err, dataplane.ErrRuleNotFound) && !errors.Is(err, dataplane.ErrSessionNotFound) {
+	if len(errs) == 0 {
+		if err := a.kernel.Release(rec.Session, rec.Kernel, rec.Rules); err != nil && !handleGone(err) {
 			errs = append(errs, err)
 		}
 	}
 	a.engine.RemoveGrant(rec.Session, rec.ID)
-	if len(errs) == 0 && !rec.Kernel.IsZero() {
-		if err := a.kernel.FreeHandle(rec.Kernel); err != nil && !handleGone(err) {
-			errs = append(errs, err)
-		}
-	}
 	if len(errs) == 0 {
 		rec.Phase = PhaseRolledBack
 	} else {
@@ -739,7 +738,7 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 }
 
 func handleGone(err error) bool {
-	return errors.Is(err, dataplane.ErrInvalidHandle) || errors.Is(err, dataplane.ErrHandleNotLive)
+	return errors.Is(err, backend.ErrInvalidHandle) || errors.Is(err, backend.ErrHandleNotLive)
 }
 
 // Revoke runs the REVOKE sequence on the grant behind a handle token and on
@@ -818,7 +817,8 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 	subtree := append([]*GrantRecord{g}, a.descendants(g)...)
 	var errs []error
 	// 1. Flip the caretaker bit: one kernel write kills g and, through the
-	// parent chain the kernel walks, every descendant.
+	// parent chain the kernel walks, every descendant; the backend cuts the
+	// open flows no live grant covers any more (one sweep) before it returns.
 	if !g.Kernel.IsZero() {
 		if err := a.kernel.Revoke(g.Kernel); err != nil && !handleGone(err) {
 			errs = append(errs, fmt.Errorf("%w: revoke %s: %w", ErrKernel, g.Kernel, err))
@@ -840,8 +840,9 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 		a.engine.RemoveGrant(x.Session, x.ID)
 	}
 	a.crash(StepRevokePolicy)
-	// 3. Tear down the OS delta, deepest first; flip each descendant's own
-	// bit too, so nothing depends on the chain once slots are freed.
+	// 3. Reclaim the OS delta, deepest first: no further revoke write and no
+	// further sweep (the descendants died with g's bit; a freed slot, or one
+	// recycled under a new generation, fails the kernel's chain walk too).
 	for i := len(subtree) - 1; i >= 0; i-- {
 		x := subtree[i]
 		if x.Phase != PhaseRevoking {
@@ -869,24 +870,19 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 	return errors.Join(errs...)
 }
 
-// teardown revokes the grant's kernel handle, removes its rules and frees the
-// slot. Every step tolerates "already gone".
+// teardown reclaims a dead grant's kernel state: its rules, one at a time
+// (a crash between two leaves the rest for reconcile), then its slot. The
+// grant's handle, or an ancestor's, must already be revoked. Every step
+// tolerates "already gone".
 func (a *Agent) teardown(x *GrantRecord) error {
-	if !x.Kernel.IsZero() {
-		if err := a.kernel.Revoke(x.Kernel); err != nil && !handleGone(err) {
-			return fmt.Errorf("%w: revoke %s: %w", ErrKernel, x.Kernel, err)
-		}
-	}
 	for _, r := range x.Rules {
-		if err := a.kernel.RemoveEgress(x.Session, r); err != nil && !errors.Is(err, dataplane.ErrRuleNotFound) && !errors.Is(err, dataplane.ErrSessionNotFound) {
+		if err := a.kernel.Release(x.Session, backend.HandleRef{}, []backend.EgressRule{r}); err != nil {
 			return fmt.Errorf("%w: remove egress %s: %w", ErrKernel, r, err)
 		}
 		a.crash(StepRevokeRuleRemoved)
 	}
-	if !x.Kernel.IsZero() {
-		if err := a.kernel.FreeHandle(x.Kernel); err != nil && !handleGone(err) {
-			return fmt.Errorf("%w: free %s: %w", ErrKernel, x.Kernel, err)
-		}
+	if err := a.kernel.Release(x.Session, x.Kernel, nil); err != nil && !handleGone(err) {
+		return fmt.Errorf("%w: free %s: %w", ErrKernel, x.Kernel, err)
 	}
 	return nil
 }
@@ -1144,16 +1140,16 @@ func (a *Agent) ResetBreaker(session, actor string) error {
 
 // GrantInfo is a read-only view of one grant.
 type GrantInfo struct {
-	ID         string              `json:"id"`
-	Session    string              `json:"session"`
-	Capability Capability          `json:"capability"`
-	Tier       Tier                `json:"tier"`
-	Provenance Provenance          `json:"provenance"`
-	Lifecycle  Lifecycle           `json:"lifecycle"`
-	Expires    time.Time           `json:"expires,omitzero"`
-	Parent     string              `json:"parent,omitempty"`
-	Phase      GrantPhase          `json:"phase"`
-	Kernel     dataplane.HandleRef `json:"kernel"`
+	ID         string            `json:"id"`
+	Session    string            `json:"session"`
+	Capability Capability        `json:"capability"`
+	Tier       Tier              `json:"tier"`
+	Provenance Provenance        `json:"provenance"`
+	Lifecycle  Lifecycle         `json:"lifecycle"`
+	Expires    time.Time         `json:"expires,omitzero"`
+	Parent     string            `json:"parent,omitempty"`
+	Phase      GrantPhase        `json:"phase"`
+	Kernel     backend.HandleRef `json:"kernel"`
 }
 
 // Grants lists the session's grants ("" for all), tombstones included.
@@ -1170,12 +1166,44 @@ func (a *Agent) Grants(session string) []GrantInfo {
 	return out
 }
 
-// EgressDomains returns the domain patterns of the session's live net.egress
-// grants with their kernel handles, for the DNS resolver to open.
-func (a *Agent) EgressDomains(session string) map[string][]dataplane.HandleRef {
+// DNSPolicy derives the allowlisting resolver's policy for session from its
+// live net.egress grants: one resolver grant per domain × port range, under
+// the grant's kernel handle. A grant that names domains and CIDRs together
+// lets its names resolve into those CIDRs even when they are not public (an
+// internal service); otherwise the resolver strips non-public answers. ok is
+// false when the session does not exist (the resolver should drop it).
+func (a *Agent) DNSPolicy(session string) (p dnsresolver.Policy, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := map[string][]dataplane.HandleRef{}
+	if s, found := a.st.Sessions[session]; !found || s.Phase != SessionActive {
+		return p, false
+	}
+	for _, g := range a.sortedGrants() {
+		if g.Session != session || g.Phase != PhaseLive || g.Capability.Class != ClassNetEgress || g.Capability.Egress == nil {
+			continue
+		}
+		e := g.Capability.Egress
+		var nonPublic []netip.Prefix
+		for _, c := range e.CIDRs {
+			if !dnsresolver.IsPublic(c.Addr()) {
+				nonPublic = append(nonPublic, c)
+			}
+		}
+		for _, dom := range e.Domains {
+			for _, pr := range e.portRanges() {
+				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: backend.ProtoAny, Ports: pr, AllowNonPublic: nonPublic})
+			}
+		}
+	}
+	return p, true
+}
+
+// EgressDomains returns the domain patterns of the session's live net.egress
+// grants with their kernel handles, for the DNS resolver to open.
+func (a *Agent) EgressDomains(session string) map[string][]backend.HandleRef {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string][]backend.HandleRef{}
 	for _, g := range a.st.Grants {
 		if g.Session == session && g.Phase == PhaseLive && g.Capability.Class == ClassNetEgress {
 			for _, d := range g.Capability.Egress.Domains {

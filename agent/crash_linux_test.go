@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/shinken-agent/shinken/agent/backend"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -105,7 +106,7 @@ func checkAgree(t *testing.T, a *Agent, k Kernel, session string) (liveGrants in
 			t.Errorf("live grant %s: kernel handle %s not live", g.ID[:8], g.Kernel)
 		}
 		for _, r := range egressRules(g.Capability, g.Kernel) {
-			if !slices.ContainsFunc(rules, func(k dataplane.EgressRule) bool { return sameRule(k, r) }) {
+			if !slices.ContainsFunc(rules, func(k dataplane.EgressRule) bool { return backend.SameRule(k, r) }) {
 				t.Errorf("live grant %s: rule %s missing", g.ID[:8], r)
 			}
 			accounted++

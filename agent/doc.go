@@ -13,8 +13,8 @@
 // at any step and is reconciled with the kernel on start, always in the
 // fail-closed direction.
 //
-// The entry point is Open, which returns an *Agent driving a Kernel (in
-// production a *dataplane.Dataplane). See README.md in this directory for the
+// The entry point is Open, which returns an *Agent driving a backend.Backend
+// (on Linux the BPF dataplane; see agent/backend). See README.md in this directory for the
 // grammar, the manifest format, the tiers, the policy directory, what the
 // permissiveness check proves and the state and crash model.
 //

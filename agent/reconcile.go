@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // ReconcileReport says what Reconcile repaired.
 type ReconcileReport struct {
-	RolledBack     []string              `json:"rolled_back,omitempty"`     // grants that never went live, undone
-	Revoked        []string              `json:"revoked,omitempty"`         // live grants whose kernel side had drifted, or revocations finished
-	OrphanHandles  []dataplane.HandleRef `json:"orphan_handles,omitempty"`  // kernel handles no live grant accounts for, revoked and freed
-	OrphanRules    int                   `json:"orphan_rules,omitempty"`    // kernel egress rules no live grant accounts for, removed
-	OrphanSessions []string              `json:"orphan_sessions,omitempty"` // kernel sessions not in state, destroyed
-	EndedSessions  []string              `json:"ended_sessions,omitempty"`  // sessions half-created, half-ended or gone from the kernel
+	RolledBack     []string            `json:"rolled_back,omitempty"`     // grants that never went live, undone
+	Revoked        []string            `json:"revoked,omitempty"`         // live grants whose kernel side had drifted, or revocations finished
+	OrphanHandles  []backend.HandleRef `json:"orphan_handles,omitempty"`  // kernel handles no live grant accounts for, revoked and freed
+	OrphanRules    int                 `json:"orphan_rules,omitempty"`    // kernel egress rules no live grant accounts for, removed
+	OrphanSessions []string            `json:"orphan_sessions,omitempty"` // kernel sessions not in state, destroyed
+	EndedSessions  []string            `json:"ended_sessions,omitempty"`  // sessions half-created, half-ended or gone from the kernel
 }
 
 // Reconcile makes the kernel and the persisted state agree, always in the
@@ -46,7 +46,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		case rec.Phase == SessionCreating:
 			// Never returned to a caller: undo.
 			if inKernel {
-				if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, dataplane.ErrSessionNotFound) {
+				if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {
 					errs = append(errs, err)
 					continue
 				}
@@ -72,7 +72,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	}
 	for _, name := range kernelSessions {
 		if _, ok := a.st.Sessions[name]; !ok {
-			if err := a.kernel.DestroySession(name); err != nil && !errors.Is(err, dataplane.ErrSessionNotFound) {
+			if err := a.kernel.DestroySession(name); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {
 				errs = append(errs, err)
 				continue
 			}
@@ -84,15 +84,15 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	if err != nil {
 		return nil, errors.Join(append(errs, fmt.Errorf("%w: list handles: %w", ErrKernel, err))...)
 	}
-	bySlot := map[uint32]dataplane.Handle{}
+	bySlot := map[uint32]backend.Handle{}
 	for _, h := range handles {
 		bySlot[h.Ref.Slot] = h
 	}
-	kernelLive := func(ref dataplane.HandleRef) bool {
+	kernelLive := func(ref backend.HandleRef) bool {
 		h, ok := bySlot[ref.Slot]
-		return ok && h.Ref == ref && h.State == dataplane.HandleLive
+		return ok && h.Ref == ref && h.State == backend.HandleLive
 	}
-	rulesOf := map[string][]dataplane.EgressRule{}
+	rulesOf := map[string][]backend.EgressRule{}
 	for id, s := range a.st.Sessions {
 		if s.Phase != SessionActive {
 			continue
@@ -124,7 +124,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 				drift = "kernel handle not live"
 			} else {
 				for _, r := range g.Rules {
-					if !slices.ContainsFunc(rulesOf[g.Session], func(k dataplane.EgressRule) bool { return sameRule(k, r) }) {
+					if !slices.ContainsFunc(rulesOf[g.Session], func(k backend.EgressRule) bool { return backend.SameRule(k, r) }) {
 						drift = "kernel rule missing: " + r.String()
 						break
 					}
@@ -143,7 +143,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		}
 	}
 	// Kernel handles no live grant accounts for: revoke and free.
-	live := map[dataplane.HandleRef]bool{}
+	live := map[backend.HandleRef]bool{}
 	for _, g := range a.st.Grants {
 		if g.Phase == PhaseLive {
 			live[g.Kernel] = true
@@ -153,7 +153,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		errs = append(errs, fmt.Errorf("%w: list handles: %w", ErrKernel, err))
 	}
 	// Children before parents, so a slot is never freed under a live child.
-	slices.SortFunc(handles, func(x, y dataplane.Handle) int {
+	slices.SortFunc(handles, func(x, y backend.Handle) int {
 		if x.Parent.IsZero() != y.Parent.IsZero() {
 			if x.Parent.IsZero() {
 				return 1
@@ -163,16 +163,16 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		return 0
 	})
 	for _, h := range handles {
-		if h.State == dataplane.HandleFree || live[h.Ref] {
+		if h.State == backend.HandleFree || live[h.Ref] {
 			continue
 		}
-		if h.State == dataplane.HandleLive {
+		if h.State == backend.HandleLive {
 			if err := a.kernel.Revoke(h.Ref); err != nil && !handleGone(err) {
 				errs = append(errs, err)
 				continue
 			}
 		}
-		if err := a.kernel.FreeHandle(h.Ref); err != nil && !handleGone(err) {
+		if err := a.kernel.Release("", h.Ref, nil); err != nil && !handleGone(err) {
 			errs = append(errs, err)
 			continue
 		}
@@ -192,7 +192,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 			if a.ruleAccounted(id, r) {
 				continue
 			}
-			if err := a.kernel.RemoveEgress(id, r); err != nil && !errors.Is(err, dataplane.ErrRuleNotFound) {
+			if err := a.kernel.Apply(id, backend.Delta{RemoveEgress: []backend.EgressRule{r}}); err != nil && !errors.Is(err, backend.ErrRuleNotFound) {
 				errs = append(errs, err)
 				continue
 			}
@@ -209,10 +209,10 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	return rep, nil
 }
 
-func (a *Agent) ruleAccounted(session string, r dataplane.EgressRule) bool {
+func (a *Agent) ruleAccounted(session string, r backend.EgressRule) bool {
 	for _, g := range a.st.Grants {
 		if g.Session == session && g.Phase == PhaseLive && g.Kernel == r.Handle {
-			if slices.ContainsFunc(g.Rules, func(x dataplane.EgressRule) bool { return sameRule(x, r) }) {
+			if slices.ContainsFunc(g.Rules, func(x backend.EgressRule) bool { return backend.SameRule(x, r) }) {
 				return true
 			}
 			// A DNS-derived entry (it carries the record's TTL) under a

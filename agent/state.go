@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // ErrState wraps failures to read or write the durable state.
@@ -38,21 +38,21 @@ func (p GrantPhase) Terminal() bool { return p == PhaseRevoked || p == PhaseRoll
 
 // GrantRecord is one grant as persisted.
 type GrantRecord struct {
-	ID         string                 `json:"id"` // the handle id (hex of the token's random part)
-	Session    string                 `json:"session"`
-	Capability Capability             `json:"capability"`
-	Tier       Tier                   `json:"tier"`
-	Provenance Provenance             `json:"provenance"`
-	Lifecycle  Lifecycle              `json:"lifecycle"`
-	Expires    time.Time              `json:"expires,omitzero"`
-	Parent     string                 `json:"parent,omitempty"` // parent grant id (attenuation)
-	Approver   string                 `json:"approver,omitempty"`
-	Kernel     dataplane.HandleRef    `json:"kernel"`
-	Rules      []dataplane.EgressRule `json:"rules,omitempty"`
-	Phase      GrantPhase             `json:"phase"`
-	Created    time.Time              `json:"created"`
-	Ended      time.Time              `json:"ended,omitzero"`
-	EndReason  string                 `json:"end_reason,omitempty"`
+	ID         string               `json:"id"` // the handle id (hex of the token's random part)
+	Session    string               `json:"session"`
+	Capability Capability           `json:"capability"`
+	Tier       Tier                 `json:"tier"`
+	Provenance Provenance           `json:"provenance"`
+	Lifecycle  Lifecycle            `json:"lifecycle"`
+	Expires    time.Time            `json:"expires,omitzero"`
+	Parent     string               `json:"parent,omitempty"` // parent grant id (attenuation)
+	Approver   string               `json:"approver,omitempty"`
+	Kernel     backend.HandleRef    `json:"kernel"`
+	Rules      []backend.EgressRule `json:"rules,omitempty"`
+	Phase      GrantPhase           `json:"phase"`
+	Created    time.Time            `json:"created"`
+	Ended      time.Time            `json:"ended,omitzero"`
+	EndReason  string               `json:"end_reason,omitempty"`
 }
 
 // SessionPhase is where a session stands.

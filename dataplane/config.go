@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"github.com/shinken-agent/shinken/agent/backend"
 	"path/filepath"
 	"regexp"
 )
@@ -135,9 +136,4 @@ func (c *Config) validate() error {
 }
 
 // ValidSessionName reports whether name can name a session cgroup.
-func ValidSessionName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidSession, name)
-	}
-	return nil
-}
+func ValidSessionName(name string) error { return backend.ValidSessionName(name) }

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/shinken-agent/shinken/agent/backend"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,6 +35,8 @@ type Dataplane struct {
 	links   []link.Link
 	adopted bool
 	sweep   *sweeper // sweep mode's socket iterators; nil in packet mode
+	report  backend.Report
+	ops     opCounters
 
 	mu        sync.Mutex
 	sessions  map[string]*Session
@@ -118,6 +121,7 @@ func Open(cfg Config) (*Dataplane, error) {
 		}
 		return nil, err
 	}
+	d.report = d.probe()
 	return d, nil
 }
 

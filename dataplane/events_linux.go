@@ -22,7 +22,7 @@ type EventReader struct {
 }
 
 // Events opens a reader on the denial ring buffer. Close it to unblock Read.
-func (d *Dataplane) Events() (*EventReader, error) {
+func (d *Dataplane) Events() (backend.EventReader, error) {
 	rd, err := ringbuf.NewReader(d.objs.ShkEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open event ring: %w", err)

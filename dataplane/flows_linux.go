@@ -228,6 +228,7 @@ func (d *Dataplane) cutFlows() error {
 		return nil
 	}
 	_, err := d.sweep.run()
+	d.ops.sweeps.Add(1)
 	d.sweep.followUp()
 	return err
 }

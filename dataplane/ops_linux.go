@@ -214,11 +214,16 @@ func (d *Dataplane) Revoke(ref HandleRef) error { return d.RevokeThen(ref, nil) 
 // write has returned, before open flows are cut: for measuring how soon the
 // kernel enforces a revoke.
 func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
-	if err := d.revoke(ref); err != nil {
+	wrote, err := d.revoke(ref)
+	if err != nil {
 		return err
 	}
 	if written != nil {
 		written()
+	}
+	if !wrote {
+		// Already dead: the revoke that killed it cut its flows.
+		return nil
 	}
 	// The map write above already fails every new connect; now cut the
 	// flows that are open (sweep mode).
@@ -228,24 +233,26 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	return nil
 }
 
-func (d *Dataplane) revoke(ref HandleRef) error {
+// revoke flips ref's state word to revoked and says whether it wrote.
+func (d *Dataplane) revoke(ref HandleRef) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h, err := d.readHandle(ref)
 	if errors.Is(err, ErrHandleNotLive) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if h.State == uint32(HandleRevoked) {
-		return nil
+		return false, nil
 	}
 	h.State = uint32(HandleRevoked)
 	if err := d.objs.ShkHandles.Update(ref.Slot, h, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("revoke %s: %w", ref, err)
+		return false, fmt.Errorf("revoke %s: %w", ref, err)
 	}
-	return nil
+	d.ops.revokeWrites.Add(1)
+	return true, nil
 }
 
 // FreeHandle returns a revoked handle's slot for reuse. The next handle
@@ -261,7 +268,12 @@ func (d *Dataplane) FreeHandle(ref HandleRef) error {
 	if h.State != uint32(HandleRevoked) {
 		return fmt.Errorf("%w: free %s: revoke it first", ErrInvalidHandle, ref)
 	}
-	h = shkShkHandle{State: uint32(HandleFree), Generation: ref.Generation}
+	return d.freeLocked(ref)
+}
+
+// freeLocked returns ref's slot to the pool; d.mu is held.
+func (d *Dataplane) freeLocked(ref HandleRef) error {
+	h := shkShkHandle{State: uint32(HandleFree), Generation: ref.Generation}
 	if err := d.objs.ShkHandles.Update(ref.Slot, h, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("free %s: %w", ref, err)
 	}

@@ -204,8 +204,8 @@ func testHandshakeAfterRevoke(t *testing.T, mode FlowMode) {
 	p := startProbe(t, s, ProcOptions{})
 	res := make(chan string, 1)
 	go func() { res <- p.DoAsync("tcp " + addr) }()
-	time.Sleep(300 * time.Millisecond)  // connect allowed; the socket waits in SYN_SENT
-	if err := d.revoke(h); err != nil { // the map write only: no sweep sees the socket
+	time.Sleep(300 * time.Millisecond)     // connect allowed; the socket waits in SYN_SENT
+	if _, err := d.revoke(h); err != nil { // the map write only: no sweep sees the socket
 		t.Fatal(err)
 	}
 	nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC) // free the queue

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Errors of New, Start and SetPolicy.
@@ -22,22 +22,22 @@ var (
 )
 
 // Dataplane is what the resolver needs from the kernel side: the method set
-// of *dataplane.Dataplane's AllowEgress, so the real dataplane satisfies it.
+// of backend.Backend's AllowEgress, so every backend satisfies it.
 type Dataplane interface {
 	// AllowEgress installs (or refreshes) one egress rule for the session.
 	// It must return only once the rule is enforced. Refreshing should keep
 	// the later of the old and new expiry: two names may resolve to one
 	// address with different TTLs.
-	AllowEgress(session string, r dataplane.EgressRule) error
+	AllowEgress(session string, r backend.EgressRule) error
 }
 
-// SessionIndexer is the part of *dataplane.Dataplane that names sessions by
+// SessionIndexer is the part of backend.Backend that names sessions by
 // kernel index.
 type SessionIndexer interface {
-	SessionByIndex(index uint32) (dataplane.Session, error)
+	SessionByIndex(index uint32) (backend.Session, error)
 }
 
-// SessionNames adapts a SessionIndexer (the real dataplane) to
+// SessionNames adapts a SessionIndexer (any backend) to
 // Config.SessionName.
 func SessionNames(d SessionIndexer) func(uint32) (string, bool) {
 	return func(index uint32) (string, bool) {

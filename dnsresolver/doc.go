@@ -4,7 +4,7 @@
 //
 // # Identity
 //
-// The kernel (bpf/, dataplane.SetDNSRedirect) rewrites every UDP and TCP
+// The kernel (bpf/, backend.Backend.SetDNSRedirect) rewrites every UDP and TCP
 // port-53 connect and sendmsg made inside a session to the session's own
 // loopback address, SessionAddr(index) = 127.128.0.0 + the session's kernel
 // index, on the resolver's port. The resolver binds 0.0.0.0:<port>, learns
@@ -85,7 +85,7 @@
 // gives a session its grants (Grant: Pattern "host", "*.host" or "**.host",
 // Handle, Proto, Ports, AllowNonPublic) and deny patterns, replacing the
 // previous policy atomically; RemovePolicy drops it. Stats and WriteMetrics
-// expose the counters; Close stops. *dataplane.Dataplane is a Dataplane and
+// expose the counters; Close stops. Every backend.Backend is a Dataplane and
 // a SessionIndexer as it is.
 //
 // Only agent/, cmd/ and bench/ import this package.

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 const memoSize = 1 << 16
@@ -13,9 +13,9 @@ const memoSize = 1 << 16
 type memoKey struct {
 	session string
 	prefix  netip.Prefix
-	proto   dataplane.Proto
-	ports   dataplane.PortRange
-	handle  dataplane.HandleRef
+	proto   backend.Proto
+	ports   backend.PortRange
+	handle  backend.HandleRef
 }
 
 // writeMemo remembers, per rule (expiry aside), the latest expiry this
@@ -39,12 +39,12 @@ func newWriteMemo(max int) *writeMemo {
 	return &writeMemo{max: max, m: make(map[memoKey]int64)}
 }
 
-func key(session string, r dataplane.EgressRule) memoKey {
+func key(session string, r backend.EgressRule) memoKey {
 	return memoKey{session, r.Prefix, r.Proto, r.Ports, r.Handle}
 }
 
 // has reports whether the rule's entry is known to last until r.Expires.
-func (w *writeMemo) has(session string, r dataplane.EgressRule) bool {
+func (w *writeMemo) has(session string, r backend.EgressRule) bool {
 	if w == nil {
 		return false
 	}
@@ -55,7 +55,7 @@ func (w *writeMemo) has(session string, r dataplane.EgressRule) bool {
 	return ok && exp >= r.Expires.UnixNano()
 }
 
-func (w *writeMemo) add(session string, r dataplane.EgressRule) {
+func (w *writeMemo) add(session string, r backend.EgressRule) {
 	if w == nil {
 		return
 	}

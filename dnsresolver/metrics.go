@@ -57,7 +57,7 @@ func sum(m map[string]Counters, get func(Counters) uint64) uint64 {
 }
 
 // escapeLabel leaves what %q does not handle the Prometheus way: session
-// names are [A-Za-z0-9_.-] (dataplane.ValidSessionName), so this is a guard.
+// names are [A-Za-z0-9_.-] (backend.ValidSessionName), so this is a guard.
 func escapeLabel(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e {

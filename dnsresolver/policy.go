@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Policy errors.
@@ -95,10 +95,10 @@ type Grant struct {
 	Pattern string
 	// Handle is the grant's caretaker handle; every entry written for this
 	// grant carries it, so revoking the handle cuts them all at once.
-	Handle dataplane.HandleRef
+	Handle backend.HandleRef
 	// Proto and Ports are copied into every entry.
-	Proto dataplane.Proto
-	Ports dataplane.PortRange
+	Proto backend.Proto
+	Ports backend.PortRange
 	// AllowNonPublic lists non-public ranges (see IsPublic) this grant may
 	// resolve to, e.g. 10.0.0.0/8 for an internal service. Non-public
 	// addresses outside these are dropped from answers. IPv4-mapped IPv6
@@ -144,7 +144,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			return nil, fmt.Errorf("%w: grant %d (%s): no handle", ErrInvalidGrant, i, g.Pattern)
 		}
 		switch g.Proto {
-		case dataplane.ProtoAny, dataplane.ProtoTCP, dataplane.ProtoUDP:
+		case backend.ProtoAny, backend.ProtoTCP, backend.ProtoUDP:
 		default:
 			return nil, fmt.Errorf("%w: grant %d (%s): protocol %d", ErrInvalidGrant, i, g.Pattern, g.Proto)
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Resolver is the allowlisting resolver. Create it with New, give it
@@ -387,7 +387,7 @@ func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
 	qname, grants, res, now := p.qname, p.grants, p.res, p.now
 	gen := r.memo.gen() // before any memo lookup: see prepareFast
 	stripped := 0
-	var rules []dataplane.EgressRule
+	var rules []backend.EgressRule
 	kept := res.addrs[:0:0]
 	for _, ar := range res.addrs {
 		ok := false
@@ -396,7 +396,7 @@ func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
 				continue
 			}
 			ok = true
-			rule := dataplane.EgressRule{Prefix: netip.PrefixFrom(ar.addr, ar.addr.BitLen()), Proto: g.Proto, Ports: g.Ports, Handle: g.Handle, Expires: ar.expires}
+			rule := backend.EgressRule{Prefix: netip.PrefixFrom(ar.addr, ar.addr.BitLen()), Proto: g.Proto, Ports: g.Ports, Handle: g.Handle, Expires: ar.expires}
 			if !slices.Contains(rules, rule) { // two grants with the same handle, proto and ports
 				rules = append(rules, rule)
 			}

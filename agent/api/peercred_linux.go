@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,22 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Creds are the kernel's account of who is on the other end of a connection.
-type Creds struct {
-	PID    int32
-	UID    uint32
-	GID    uint32
-	Groups []uint32
-}
-
-type credsKey struct{}
-
-// CredsFrom returns the peer credentials ConnContext stored.
-func CredsFrom(ctx context.Context) (Creds, bool) {
-	c, ok := ctx.Value(credsKey{}).(Creds)
-	return c, ok
-}
 
 // ConnContext is an http.Server ConnContext that records the peer's
 // credentials for every Unix-socket connection.
@@ -75,39 +58,6 @@ func peerCreds(c *net.UnixConn) (Creds, error) {
 	return Creds{PID: cr.Pid, UID: cr.Uid, GID: cr.Gid, Groups: groups}, nil
 }
 
-// Authorizer decides who may use the API.
-type Authorizer struct {
-	// OperatorGID, when >= 0, admits members of that group besides root.
-	OperatorGID int
-	// SessionsCgroup is the sessions' parent cgroup, relative to the
-	// cgroup2 root (e.g. "/shinken"): a process inside it is refused.
-	SessionsCgroup string
-}
-
-// ErrNotOperator is returned for callers that are neither root nor operators.
-var ErrNotOperator = errors.New("permission denied: the Shinken API is for root and the operator group")
-
-// Check admits or refuses a caller.
-func (a Authorizer) Check(c Creds) error {
-	if a.SessionsCgroup != "" && inCgroup(c.PID, a.SessionsCgroup) {
-		return fmt.Errorf("%w (caller pid %d runs inside a session)", ErrNotOperator, c.PID)
-	}
-	if c.UID == 0 {
-		return nil
-	}
-	if a.OperatorGID >= 0 {
-		if c.GID == uint32(a.OperatorGID) {
-			return nil
-		}
-		for _, g := range c.Groups {
-			if g == uint32(a.OperatorGID) {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("%w (uid %d)", ErrNotOperator, c.UID)
-}
-
 // inCgroup reports whether pid's cgroup2 path is at or below dir. A process
 // whose cgroup cannot be read is treated as inside (fail closed).
 func inCgroup(pid int32, dir string) bool {
@@ -122,38 +72,4 @@ func inCgroup(pid int32, dir string) bool {
 		}
 	}
 	return false
-}
-
-// Listen makes the API socket: its directory 0750, the socket 0660, both
-// owned by root and the operator group (when set), replacing a stale socket.
-func Listen(path string, operatorGID int) (net.Listener, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("api socket dir: %w", err)
-	}
-	gid := 0
-	if operatorGID >= 0 {
-		gid = operatorGID
-	}
-	if err := os.Chown(dir, 0, gid); err != nil {
-		return nil, fmt.Errorf("api socket dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("api socket dir: %w", err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale api socket: %w", err)
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("api socket: %w", err)
-	}
-	if err := os.Chown(path, 0, gid); err == nil {
-		err = os.Chmod(path, 0o660)
-	}
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("api socket permissions: %w", err)
-	}
-	return ln, nil
 }

@@ -15,17 +15,17 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Config wires a Server to the agent's parts.
 type Config struct {
-	Agent     *agent.Agent
-	Dataplane *dataplane.Dataplane
-	Hub       *Hub
-	Auth      Authorizer
-	StateDir  string
-	Logger    *slog.Logger
+	Agent    *agent.Agent
+	Backend  backend.Backend
+	Hub      *Hub
+	Auth     Authorizer
+	StateDir string
+	Logger   *slog.Logger
 	// Verify checks the audit log; nil when the agent keeps none.
 	Verify func() (any, error)
 	// Status adds daemon-level facts to GET /v1/status.
@@ -58,7 +58,7 @@ const MaxRunOutput = 1 << 20
 
 // NewServer builds the server and loads the persisted cards.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Agent == nil || cfg.Dataplane == nil || cfg.Hub == nil {
+	if cfg.Agent == nil || cfg.Backend == nil || cfg.Hub == nil {
 		return nil, errors.New("api: config needs the agent, the dataplane and a hub")
 	}
 	if cfg.Logger == nil {
@@ -157,22 +157,22 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 // statusFor maps the agent's and dataplane's sentinel errors to HTTP codes.
 func statusFor(err error) int {
 	switch {
-	case errors.Is(err, agent.ErrInvalidRequest), errors.Is(err, dataplane.ErrInvalidPrefix),
-		errors.Is(err, dataplane.ErrInvalidPorts), errors.Is(err, dataplane.ErrInvalidSession),
+	case errors.Is(err, agent.ErrInvalidRequest), errors.Is(err, backend.ErrInvalidPrefix),
+		errors.Is(err, backend.ErrInvalidPorts), errors.Is(err, backend.ErrInvalidSession),
 		errors.Is(err, agent.ErrForgedHandle):
 		return http.StatusBadRequest
-	case errors.Is(err, agent.ErrUnknownSession), errors.Is(err, dataplane.ErrSessionNotFound),
+	case errors.Is(err, agent.ErrUnknownSession), errors.Is(err, backend.ErrSessionNotFound),
 		errors.Is(err, agent.ErrUnknownApproval), errors.Is(err, agent.ErrUnknownHandle), errors.Is(err, errNoCard):
 		return http.StatusNotFound
-	case errors.Is(err, agent.ErrSessionExists), errors.Is(err, dataplane.ErrSessionExists), errors.Is(err, errCardDecided):
+	case errors.Is(err, agent.ErrSessionExists), errors.Is(err, backend.ErrSessionExists), errors.Is(err, errCardDecided):
 		return http.StatusConflict
 	case errors.Is(err, agent.ErrDenied), errors.Is(err, agent.ErrBlockTier), errors.Is(err, agent.ErrStandingInSession),
 		errors.Is(err, agent.ErrOutsideManifest), errors.Is(err, agent.ErrBreakerTripped), errors.Is(err, agent.ErrNotEnforceable),
 		errors.Is(err, agent.ErrSessionInactive), errors.Is(err, agent.ErrApprovalExpired):
 		return http.StatusForbidden
-	case errors.Is(err, dataplane.ErrLimitsUnsupported):
+	case errors.Is(err, backend.ErrLimitsUnsupported):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, dataplane.ErrMapFull), errors.Is(err, dataplane.ErrRulesFull):
+	case errors.Is(err, backend.ErrMapFull), errors.Is(err, backend.ErrRulesFull):
 		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
@@ -195,13 +195,16 @@ func decode(r *http.Request, v any) error {
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	sessions := s.cfg.Agent.Sessions()
+	rep := s.cfg.Backend.Probe()
 	st := map[string]any{
 		"sessions":    len(sessions),
-		"enforcement": agent.EnforcementMatrix(),
-		"dataplane":   dataplane.Report(),
-		"cgroup":      s.cfg.Dataplane.ParentPath(),
+		"enforcement": s.cfg.Agent.Enforcement(),
+		"backend":     rep,
 	}
-	if port, err := s.cfg.Dataplane.DNSRedirect(); err == nil {
+	if p, ok := rep.Facts["cgroup_parent"]; ok {
+		st["cgroup"] = p
+	}
+	if port, err := s.cfg.Backend.DNSRedirect(); err == nil {
 		st["dns_redirect_port"] = port
 	}
 	if s.cfg.Status != nil {
@@ -217,25 +220,25 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 // SessionView is a session as the API shows it.
 type SessionView struct {
 	agent.SessionSpec
-	Index    uint32                           `json:"index"`
-	CgroupID uint64                           `json:"cgroup_id"`
-	Path     string                           `json:"cgroup"`
-	Denials  map[string]uint64                `json:"denials,omitempty"`
-	Grants   []agent.GrantInfo                `json:"grants,omitempty"`
-	Breaker  *agent.BreakerState              `json:"breaker,omitempty"`
-	Domains  map[string][]dataplane.HandleRef `json:"domains,omitempty"`
+	Index    uint32                         `json:"index"`
+	CgroupID uint64                         `json:"cgroup_id"`
+	Path     string                         `json:"cgroup"`
+	Denials  map[string]uint64              `json:"denials,omitempty"`
+	Grants   []agent.GrantInfo              `json:"grants,omitempty"`
+	Breaker  *agent.BreakerState            `json:"breaker,omitempty"`
+	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
 }
 
 func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	v := SessionView{SessionSpec: spec}
-	if ks, err := s.cfg.Dataplane.Session(spec.ID); err == nil {
+	if ks, err := s.cfg.Backend.Session(spec.ID); err == nil {
 		v.Index, v.CgroupID, v.Path = ks.Index, ks.CgroupID, ks.Path
 		if detail {
-			if c, err := s.cfg.Dataplane.Counters(ks.Index); err == nil {
+			if c, err := s.cfg.Backend.Counters(ks.Index); err == nil {
 				v.Denials = map[string]uint64{}
 				for i, n := range c {
 					if n > 0 {
-						v.Denials[dataplane.Reason(i).String()] = n
+						v.Denials[backend.Reason(i).String()] = n
 					}
 				}
 			}
@@ -254,7 +257,7 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 // CreateSessionBody is a session spec plus its cgroup quotas.
 type CreateSessionBody struct {
 	agent.SessionSpec
-	Quotas dataplane.Limits `json:"quotas,omitzero"`
+	Quotas backend.Limits `json:"quotas,omitzero"`
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +268,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	spec := body.SessionSpec
 	// Quotas the host cannot enforce are refused before anything exists.
-	if err := s.cfg.Dataplane.CheckLimits(body.Quotas); err != nil {
+	if err := s.cfg.Backend.CheckLimits(body.Quotas); err != nil {
 		writeErr(w, statusFor(err), err)
 		return
 	}
@@ -273,7 +276,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	if err := s.cfg.Dataplane.SetLimits(spec.ID, body.Quotas); err != nil {
+	if err := s.cfg.Backend.SetLimits(spec.ID, body.Quotas); err != nil {
 		// Fail closed: no session without the quotas it was asked with.
 		err = errors.Join(err, s.cfg.Agent.EndSession(spec.ID))
 		writeErr(w, statusFor(err), err)
@@ -390,7 +393,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	ks, err := s.cfg.Dataplane.Session(id)
+	ks, err := s.cfg.Backend.Session(id)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return
@@ -407,7 +410,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Stdin = strings.NewReader(req.Stdin)
-	if err := dataplane.StartIn(ks, cmd, dataplane.ProcOptions{UID: req.UID, GID: req.GID}); err != nil {
+	if err := s.cfg.Backend.Launch(ks.Name, cmd, backend.LaunchOptions{UID: req.UID, GID: req.GID}); err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"time"
 )
 
@@ -28,6 +29,16 @@ var (
 	// (on hybrid cgroup hosts the controllers sit on v1).
 	ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")
 )
+
+var sessionNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidSessionName reports whether name can name a session.
+func ValidSessionName(name string) error {
+	if !sessionNameRE.MatchString(name) {
+		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidSession, name)
+	}
+	return nil
+}
 
 // Session is one session the backend knows.
 type Session struct {

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // ClassNetEgress is the class label of the kernel's denial counters.
@@ -32,7 +32,7 @@ type kernelCollector struct {
 
 // sweepSource is what a dataplane in sweep flow mode adds to Source.
 type sweepSource interface {
-	SweepStats() dataplane.SweepStats
+	SweepStats() backend.SweepStats
 }
 
 func newKernelCollector(src Source, log *slog.Logger) *kernelCollector {
@@ -82,14 +82,14 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 	results := c.readCounters(sessions)
 	for i, s := range sessions {
 		res := results[i]
-		if errors.Is(res.err, dataplane.ErrSessionNotFound) {
+		if errors.Is(res.err, backend.ErrSessionNotFound) {
 			continue // ended since Sessions(): its series go with it
 		}
 		if res.err != nil {
 			c.fail(ch, c.denials, "read counters of "+s.Name, res.err)
 			continue
 		}
-		for r := dataplane.Reason(1); r < dataplane.NumReasons; r++ {
+		for r := backend.Reason(1); r < backend.NumReasons; r++ {
 			if v := res.cnt[r]; v != 0 {
 				ch <- prometheus.MustNewConstMetric(c.denials, prometheus.CounterValue, float64(v), s.Name, ClassNetEgress, r.String())
 			}
@@ -99,7 +99,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 	if cnt, err := c.src.Counters(0); err != nil {
 		c.fail(ch, c.unattributed, "read unattributed counters", err)
 	} else {
-		for r := dataplane.Reason(1); r < dataplane.NumReasons; r++ {
+		for r := backend.Reason(1); r < backend.NumReasons; r++ {
 			if v := cnt[r]; v != 0 {
 				ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, float64(v), ClassNetEgress, r.String())
 			}
@@ -121,7 +121,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 type countersResult struct {
-	cnt [dataplane.NumReasons]uint64
+	cnt [backend.NumReasons]uint64
 	err error
 }
 
@@ -132,7 +132,7 @@ const maxReaders = 8
 // map-lookup syscalls, so at 10,000 sessions the reads, not the encoding,
 // are the scrape: they are spread over up to GOMAXPROCS (at most
 // maxReaders) goroutines.
-func (c *kernelCollector) readCounters(sessions []dataplane.Session) []countersResult {
+func (c *kernelCollector) readCounters(sessions []backend.Session) []countersResult {
 	out := make([]countersResult, len(sessions))
 	workers := min(runtime.GOMAXPROCS(0), maxReaders, len(sessions)/256+1)
 	var wg sync.WaitGroup

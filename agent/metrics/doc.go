@@ -3,9 +3,9 @@
 // counters and the ordinary metrics the daemon updates as it works.
 //
 // Only cmd/shinken-agent (which serves Handler on its metrics port) and
-// agent/ packages that record what they do import it; it imports dataplane/
+// agent/ packages that record what they do import it; it imports agent/backend
 // for the session and reason types only, and reads the kernel through the
-// Source interface, which *dataplane.Dataplane implements.
+// Source interface, which every backend.Backend implements.
 //
 // # Metrics
 //
@@ -36,7 +36,7 @@
 // Denial counts come from the kernel's per-CPU counters, never from the
 // ring buffer, so a ring-buffer overflow loses events but no counts.
 // class is "net.egress" (the only class the kernel counts today) and reason
-// is dataplane.Reason.String(). Only reasons with a non-zero count are
+// is backend.Reason.String(). Only reasons with a non-zero count are
 // exported: at 10,000 sessions and seven reasons, exporting zeros would be
 // 70,000 series, most of them forever zero. The consequence is the usual
 // one for a counter born at its first increment: rate() over the window in

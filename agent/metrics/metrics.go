@@ -10,17 +10,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // ErrNoSource is returned by New without a Source.
 var ErrNoSource = errors.New("metrics: no kernel source")
 
 // Source is what the collector reads from the kernel at scrape time.
-// *dataplane.Dataplane implements it.
+// Every backend.Backend is one.
 type Source interface {
-	Sessions() ([]dataplane.Session, error)
-	Counters(index uint32) ([dataplane.NumReasons]uint64, error)
+	Sessions() ([]backend.Session, error)
+	Counters(index uint32) ([backend.NumReasons]uint64, error)
 	RingbufDrops() (uint64, error)
 }
 

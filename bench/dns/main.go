@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command dns benchmarks Shinken's allowlisting resolver (dnsresolver) against
 // dnsmasq, side by side in one run, both forwarding to the same fake upstream
 // on loopback. See README.md.

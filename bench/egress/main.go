@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command egress is the egress dataplane benchmark (make bench-egress). In one
 // run, on one machine, it measures:
 //

@@ -8,7 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/backend/host"
 )
 
 // Config is the daemon's configuration: embedded defaults, then the config
@@ -124,11 +125,16 @@ func load(args []string) (Config, bool, error) {
 	set(&cfg.PinPath, over.PinPath)
 	set(&cfg.DNSListen, over.DNSListen)
 	set(&cfg.FlowMode, over.FlowMode)
-	if _, err := dataplane.ParseFlowMode(cfg.FlowMode); err != nil {
+	if err := host.CheckConfig(cfg.backendConfig()); err != nil {
 		return cfg, false, err
 	}
 	if *upstreams != "" {
 		cfg.DNSUpstreams = splitComma(*upstreams)
 	}
 	return cfg, *uninstall, nil
+}
+
+// backendConfig is the part of the configuration the OS backend opens with.
+func (c Config) backendConfig() backend.Config {
+	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode}
 }

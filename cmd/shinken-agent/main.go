@@ -33,7 +33,8 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/backend/host"
 	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
@@ -68,9 +69,8 @@ func run(log *slog.Logger) error {
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root (it loads BPF programs and manages cgroups)")
 	}
-	dpCfg := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath}
 	if uninstall {
-		if err := dataplane.Remove(dpCfg); err != nil {
+		if err := host.Remove(cfg.backendConfig()); err != nil {
 			return fmt.Errorf("uninstall: %w", err)
 		}
 		log.Info("uninstalled", "cgroup_parent", cfg.CgroupParent, "pins", cfg.PinPath)
@@ -102,7 +102,7 @@ func run(log *slog.Logger) error {
 type daemon struct {
 	cfg      Config
 	log      *slog.Logger
-	dp       *dataplane.Dataplane
+	dp       backend.Backend
 	ag       *agent.Agent
 	hub      *api.Hub
 	resolver *dnsresolver.Resolver
@@ -110,7 +110,7 @@ type daemon struct {
 	sink     *eventSink
 	dnsMu    sync.Mutex
 	dnsDirty map[string]struct{} // sessions whose domain grants may have changed
-	events   *dataplane.EventReader
+	events   backend.EventReader
 	audit    *auditState
 	metrics  *metricsState
 	wg       sync.WaitGroup
@@ -140,11 +140,7 @@ func (s *eventSink) Emit(e agent.Event) error {
 func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096)}
 	var err error
-	mode, err := dataplane.ParseFlowMode(cfg.FlowMode)
-	if err != nil {
-		return nil, err
-	}
-	d.dp, err = dataplane.Open(dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode})
+	d.dp, err = host.Open(cfg.backendConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -253,36 +249,10 @@ func (d *daemon) syncDNS(session string) {
 	if d.resolver == nil {
 		return
 	}
-	if _, err := d.dp.Session(session); err != nil {
+	p, ok := d.ag.DNSPolicy(session)
+	if !ok {
 		d.resolver.RemovePolicy(session) // ended: nothing to resolve
 		return
-	}
-	var p dnsresolver.Policy
-	for _, g := range d.ag.Grants(session) {
-		if g.Phase != agent.PhaseLive || g.Capability.Class != agent.ClassNetEgress || g.Capability.Egress == nil {
-			continue
-		}
-		ports := []dataplane.PortRange{dataplane.AnyPort}
-		if len(g.Capability.Egress.Ports) > 0 {
-			ports = ports[:0]
-			for _, pr := range g.Capability.Egress.Ports {
-				ports = append(ports, dataplane.PortRange{Lo: pr.Lo, Hi: pr.Hi})
-			}
-		}
-		// A grant that names domains and CIDRs together lets its names
-		// resolve into those CIDRs even when they are not public (an
-		// internal service); otherwise non-public answers are stripped.
-		var nonPublic []netip.Prefix
-		for _, c := range g.Capability.Egress.CIDRs {
-			if !dnsresolver.IsPublic(c.Addr()) {
-				nonPublic = append(nonPublic, c)
-			}
-		}
-		for _, dom := range g.Capability.Egress.Domains {
-			for _, pr := range ports {
-				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: dataplane.ProtoAny, Ports: pr, AllowNonPublic: nonPublic})
-			}
-		}
 	}
 	if err := d.resolver.SetPolicy(session, p); err != nil {
 		d.log.Error("dns policy", "session", session, "err", err)
@@ -291,12 +261,13 @@ func (d *daemon) syncDNS(session string) {
 
 func (d *daemon) serve(ctx context.Context, opGID int) error {
 	srv, err := api.NewServer(api.Config{
-		Agent: d.ag, Dataplane: d.dp, Hub: d.hub, StateDir: d.cfg.StateDir, Logger: d.log,
+		Agent: d.ag, Backend: d.dp, Hub: d.hub, StateDir: d.cfg.StateDir, Logger: d.log,
 		Auth:   api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
 		Verify: d.verifyAudit,
 		Status: func() map[string]any {
+			facts := d.dp.Probe().Facts
 			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
-				"flow_mode": d.dp.FlowMode().String(), "flow_mode_means": flowModeMeans(d.dp.FlowMode())}
+				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"]}
 			if d.resolver != nil {
 				st["dns_resolver"] = fmt.Sprintf("0.0.0.0:%d", d.resolver.Port())
 				st["dns_upstreams"] = d.resolver.Upstreams()
@@ -358,11 +329,15 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		}
 	}()
 	sessions := d.ag.Sessions()
-	d.log.Info("shinken-agent ready", "adopted", d.dp.Adopted(), "sessions", len(sessions), "socket", d.cfg.Socket,
-		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", d.dp.ParentPath(), "pins", d.cfg.PinPath)
-	d.log.Info("open flows", "flow_mode", d.dp.FlowMode().String(), "means", flowModeMeans(d.dp.FlowMode()))
-	for _, e := range agent.EnforcementMatrix() {
-		d.log.Info("enforcement", "class", e.Class, "grantable", e.Grantable, "mechanism", e.Mechanism, "limitation", e.Limitation)
+	facts := d.dp.Probe().Facts
+	d.log.Info("shinken-agent ready", "adopted", facts["adopted"], "sessions", len(sessions), "socket", d.cfg.Socket,
+		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", facts["cgroup_parent"], "pins", d.cfg.PinPath)
+	d.log.Info("open flows", "flow_mode", facts["flow_mode"], "means", facts["flow_mode_means"])
+	for _, e := range d.ag.Enforcement() {
+		d.log.Info("enforcement", "class", e.Class, "grantable", e.Grantable, "level", e.Level, "mechanism", e.Mechanism, "reason", e.Reason)
+	}
+	for _, b := range d.dp.Probe().Boundary {
+		d.log.Info("session boundary", "mechanism", b.Class, "level", b.Level, "how", b.Mechanism, "reason", b.Reason)
 	}
 	<-ctx.Done()
 	d.log.Info("stopping; enforcement stays pinned in the kernel")
@@ -420,15 +395,3 @@ func (d *daemon) close() {
 }
 
 var _ net.Listener = nil
-
-// flowModeMeans says, for status and logs, what the dataplane's flow mode
-// guarantees about flows open when their grant dies.
-func flowModeMeans(m dataplane.FlowMode) string {
-	switch m {
-	case dataplane.FlowSweep:
-		return "a revoke destroys the session's open sockets whose peer no live grant covers before it returns (socket iterators + bpf_sock_destroy); a handle deadline does the same when it passes while the agent runs, or when the agent next starts; new connections are checked at connect/sendmsg and handshakes at ingress; no hook runs per data packet"
-	case dataplane.FlowPacket:
-		return "cgroup_skb checks every data packet of a session socket against the handle its flow was allowed under and drops it once that handle is dead or expired, with or without the agent running"
-	}
-	return "unknown"
-}

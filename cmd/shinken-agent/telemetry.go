@@ -9,7 +9,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/audit"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // auditState is the daemon's audit log and the kernel-denial aggregator that
@@ -35,7 +35,7 @@ func (d *daemon) openAudit() error {
 		d.log.Warn("audit log: a torn tail was repaired at start", "recovery", fmt.Sprintf("%+v", *rec))
 	}
 	d.sink.audit = d.auditAgentEvent
-	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[bool]string{true: "adopted", false: "fresh"}[d.dp.Adopted()]})
+	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
 }
 
@@ -138,7 +138,7 @@ func str(v any) string {
 	return fmt.Sprint(v)
 }
 
-func (d *daemon) auditKernelDenial(session string, ev dataplane.Event) {
+func (d *daemon) auditKernelDenial(session string, ev backend.Event) {
 	if d.audit == nil {
 		return
 	}

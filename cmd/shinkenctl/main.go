@@ -29,7 +29,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
@@ -302,7 +302,7 @@ func (c *client) dispatch(args []string) error {
 func (c *client) printStatus(st map[string]any) error {
 	keys := make([]string, 0, len(st))
 	for k := range st {
-		if k != "enforcement" && k != "dataplane" {
+		if k != "enforcement" && k != "backend" {
 			keys = append(keys, k)
 		}
 	}
@@ -319,10 +319,21 @@ func (c *client) printStatus(st map[string]any) error {
 			if b, _ := m["grantable"].(bool); b {
 				g = "yes"
 			}
-			rows = append(rows, []string{fmt.Sprint(m["class"]), g, fmt.Sprint(m["mechanism"])})
+			rows = append(rows, []string{fmt.Sprint(m["class"]), g, fmt.Sprint(m["level"]), fmt.Sprint(m["mechanism"]), fmt.Sprint(m["reason"])})
 		}
 	}
-	table("CLASS\tGRANTABLE\tMECHANISM", rows)
+	table("CLASS\tGRANTABLE\tLEVEL\tMECHANISM\tREASON", rows)
+	if be, ok := st["backend"].(map[string]any); ok {
+		if bd, ok := be["boundary"].([]any); ok && len(bd) > 0 {
+			fmt.Println()
+			rows = rows[:0]
+			for _, e := range bd {
+				m, _ := e.(map[string]any)
+				rows = append(rows, []string{fmt.Sprint(m["class"]), fmt.Sprint(m["level"]), fmt.Sprint(m["mechanism"]), fmt.Sprint(m["reason"])})
+			}
+			table("BOUNDARY\tLEVEL\tMECHANISM\tREASON", rows)
+		}
+	}
 	return nil
 }
 
@@ -382,7 +393,7 @@ func (c *client) session(args []string) error {
 		if *exp > 0 {
 			spec.Expires = time.Now().Add(*exp)
 		}
-		body := api.CreateSessionBody{SessionSpec: spec, Quotas: dataplane.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}}
+		body := api.CreateSessionBody{SessionSpec: spec, Quotas: backend.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}}
 		var v api.SessionView
 		if _, err := c.call("POST", "/v1/sessions", body, &v); err != nil {
 			return err

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package probe is a tiny line protocol for running socket operations inside a
 // session from tests and benchmarks. The test (or bench) binary re-executes
 // itself inside the session with EnvVar set; Main then reads commands on stdin

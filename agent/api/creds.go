@@ -1,0 +1,93 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+)
+
+// Creds are the kernel's account of who is on the other end of a connection.
+type Creds struct {
+	PID    int32
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+}
+
+type credsKey struct{}
+
+// CredsFrom returns the peer credentials ConnContext stored.
+func CredsFrom(ctx context.Context) (Creds, bool) {
+	c, ok := ctx.Value(credsKey{}).(Creds)
+	return c, ok
+}
+
+// Authorizer decides who may use the API.
+type Authorizer struct {
+	// OperatorGID, when >= 0, admits members of that group besides root.
+	OperatorGID int
+	// SessionsCgroup is the sessions' parent cgroup, relative to the
+	// cgroup2 root (e.g. "/shinken"): a process inside it is refused.
+	SessionsCgroup string
+}
+
+// ErrNotOperator is returned for callers that are neither root nor operators.
+var ErrNotOperator = errors.New("permission denied: the Shinken API is for root and the operator group")
+
+// Check admits or refuses a caller.
+func (a Authorizer) Check(c Creds) error {
+	if a.SessionsCgroup != "" && inCgroup(c.PID, a.SessionsCgroup) {
+		return fmt.Errorf("%w (caller pid %d runs inside a session)", ErrNotOperator, c.PID)
+	}
+	if c.UID == 0 {
+		return nil
+	}
+	if a.OperatorGID >= 0 {
+		if c.GID == uint32(a.OperatorGID) {
+			return nil
+		}
+		for _, g := range c.Groups {
+			if g == uint32(a.OperatorGID) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w (uid %d)", ErrNotOperator, c.UID)
+}
+
+// Listen makes the API socket: its directory 0750, the socket 0660, both
+// owned by root and the operator group (when set), replacing a stale socket.
+func Listen(path string, operatorGID int) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("api socket dir: %w", err)
+	}
+	gid := 0
+	if operatorGID >= 0 {
+		gid = operatorGID
+	}
+	if err := os.Chown(dir, 0, gid); err != nil {
+		return nil, fmt.Errorf("api socket dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("api socket dir: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale api socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api socket: %w", err)
+	}
+	if err := os.Chown(path, 0, gid); err == nil {
+		err = os.Chmod(path, 0o660)
+	}
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("api socket permissions: %w", err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,43 @@
+package host
+
+import (
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane"
+)
+
+func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
+	mode, err := dataplane.ParseFlowMode(cfg.FlowMode)
+	if err != nil {
+		return dataplane.Config{}, err
+	}
+	return dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode}, nil
+}
+
+// Open loads (or adopts) the Linux dataplane.
+func Open(cfg backend.Config) (backend.Backend, error) {
+	dc, err := dataplaneConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d, err := dataplane.Open(dc)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Remove uninstalls what Open installed (programs, pins, the empty session
+// parent) without a running agent.
+func Remove(cfg backend.Config) error {
+	dc, err := dataplaneConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return dataplane.Remove(dc)
+}
+
+// CheckConfig validates cfg without opening anything.
+func CheckConfig(cfg backend.Config) error {
+	_, err := dataplaneConfig(cfg)
+	return err
+}

@@ -1,0 +1,123 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync/atomic"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// The Linux dataplane is the reference backend.
+var _ backend.Backend = (*Dataplane)(nil)
+
+// opCounters count the kernel operations behind backend.Ops.
+type opCounters struct {
+	revokeWrites atomic.Uint64 // handle-state writes that revoke
+	sweeps       atomic.Uint64 // flow sweeps run by Revoke
+}
+
+// Ops reports how many revoke writes and revoke sweeps ran since Open.
+func (d *Dataplane) Ops() backend.Ops {
+	return backend.Ops{RevokeWrites: d.ops.revokeWrites.Load(), Sweeps: d.ops.sweeps.Load()}
+}
+
+// Probe returns what Open found on this host.
+func (d *Dataplane) Probe() backend.Report { return d.report }
+
+// Launch starts cmd inside the named session (see StartIn).
+func (d *Dataplane) Launch(session string, cmd *exec.Cmd, opts backend.LaunchOptions) error {
+	s, err := d.Session(session)
+	if err != nil {
+		return err
+	}
+	return StartIn(s, cmd, opts)
+}
+
+// Apply pushes a grant's egress delta: the removals, then the additions. It
+// is all or nothing: if an addition fails, the additions made so far are
+// taken back and the removals restored, and the error says what failed.
+func (d *Dataplane) Apply(session string, delta backend.Delta) error {
+	var removed, added []EgressRule
+	undo := func(cause error) error {
+		var errs []error
+		for i := len(added) - 1; i >= 0; i-- {
+			errs = append(errs, d.RemoveEgress(session, added[i]))
+		}
+		for _, r := range removed {
+			errs = append(errs, d.AllowEgress(session, r))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("%w (undo incomplete: %v)", cause, err)
+		}
+		return cause
+	}
+	for _, r := range delta.RemoveEgress {
+		if err := d.RemoveEgress(session, r); err != nil {
+			return undo(err)
+		}
+		removed = append(removed, r)
+	}
+	for _, r := range delta.AddEgress {
+		if err := d.AllowEgress(session, r); err != nil {
+			return undo(err)
+		}
+		added = append(added, r)
+	}
+	return nil
+}
+
+// Release reclaims what a dead grant held: its egress rules in session, then
+// its handle slot. It writes no revoke and runs no sweep: the handle, or an
+// ancestor of it, must already be revoked (Revoke did that, and cut the
+// flows). Rules and slots already gone are not an error.
+func (d *Dataplane) Release(session string, ref HandleRef, rules []EgressRule) error {
+	for _, r := range rules {
+		err := d.RemoveEgress(session, r)
+		if err != nil && !errors.Is(err, ErrRuleNotFound) && !errors.Is(err, ErrSessionNotFound) {
+			return fmt.Errorf("release %s: remove %s: %w", ref, r, err)
+		}
+	}
+	if ref.IsZero() {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, err := d.readHandle(ref)
+	if errors.Is(err, ErrHandleNotLive) {
+		return nil // freed or recycled already
+	}
+	if err != nil {
+		return err
+	}
+	if h.State != uint32(HandleRevoked) {
+		dead, err := d.ancestorRevoked(h)
+		if err != nil {
+			return err
+		}
+		if !dead {
+			return fmt.Errorf("%w: release %s: the handle and its ancestors are live; revoke it first", ErrInvalidHandle, ref)
+		}
+	}
+	return d.freeLocked(ref)
+}
+
+// ancestorRevoked reports whether some ancestor of h is revoked, freed or
+// recycled, so h is dead in the kernel's eyes without its own bit flipped.
+func (d *Dataplane) ancestorRevoked(h shkShkHandle) (bool, error) {
+	for i := 0; h.Parent != 0 && i <= MaxChain; i++ {
+		p, err := d.readHandle(HandleRef{Slot: h.Parent, Generation: h.ParentGeneration})
+		if errors.Is(err, ErrHandleNotLive) || errors.Is(err, ErrInvalidHandle) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if p.State != uint32(HandleLive) {
+			return true, nil
+		}
+		h = p
+	}
+	return false, nil
+}
