@@ -1,0 +1,257 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Egress: the per-session allowlist entries (LPM tries and exact-address
+// hashes, IPv4 and IPv6) that the connect and sendmsg hooks consult. Every
+// rule carries the caretaker handle it lives under.
+
+// AllowEgress adds rule to the session's egress map. Adding a rule that is
+// already there (same prefix, protocol, ports and handle) only extends its
+// expiry (never shortens it). On error the maps are unchanged.
+func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[session]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	if _, err := d.chainDepth(rule.Handle); err != nil {
+		return err
+	}
+	p := rule.Prefix
+	val, exists, err := d.lookupEntry(s.Index, p)
+	if err != nil {
+		return err
+	}
+	r := encodeRule(rule)
+	if exists {
+		for i := uint32(0); i < val.Nrules; i++ {
+			o := val.Rules[i]
+			if sameRule(o, r) {
+				// A refresh keeps the later expiry: two names may resolve
+				// to one address with different TTLs. Zero is "never".
+				if o.ExpiresNs == 0 || (r.ExpiresNs != 0 && r.ExpiresNs <= o.ExpiresNs) {
+					return nil
+				}
+				val.Rules[i].ExpiresNs = r.ExpiresNs
+				return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+			}
+		}
+		if val.Nrules >= MaxRules {
+			return fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, session)
+		}
+		val.Rules[val.Nrules] = r
+		val.Nrules++
+		return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+	}
+	if err := d.checkCover(s.Index, p); err != nil {
+		return err
+	}
+	val = shkShkEgressValue{Prefixlen: uint32(p.Bits()), Nrules: 1}
+	val.Rules[0] = r
+	if err := d.writeEntry(s.Index, p, &val, ebpf.UpdateNoExist); err != nil {
+		return err
+	}
+	d.indexPrefix(s.Index, p)
+	return nil
+}
+
+// RemoveEgress removes one rule; the entry goes when its last rule does.
+func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[session]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	val, exists, err := d.lookupEntry(s.Index, rule.Prefix)
+	if err != nil {
+		return err
+	}
+	r := encodeRule(rule)
+	if exists {
+		for i := uint32(0); i < val.Nrules; i++ {
+			o := val.Rules[i]
+			if !sameRule(o, r) {
+				continue
+			}
+			if val.Nrules == 1 {
+				if err := d.deleteEntry(s.Index, rule.Prefix); err != nil {
+					return err
+				}
+				d.unindexPrefix(s.Index, rule.Prefix)
+				return nil
+			}
+			copy(val.Rules[i:], val.Rules[i+1:val.Nrules])
+			val.Nrules--
+			val.Rules[val.Nrules] = shkShkRule{}
+			return d.writeEntry(s.Index, rule.Prefix, &val, ebpf.UpdateExist)
+		}
+	}
+	return fmt.Errorf("%w: %s in session %s", ErrRuleNotFound, rule, session)
+}
+
+// EgressRules lists the session's rules.
+func (d *Dataplane) EgressRules(session string) ([]EgressRule, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[session]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	var out []EgressRule
+	for p := range d.prefixes[s.Index] {
+		val, exists, err := d.lookupEntry(s.Index, p)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			continue
+		}
+		for i := uint32(0); i < val.Nrules && i < MaxRules; i++ {
+			r := val.Rules[i]
+			out = append(out, EgressRule{
+				Prefix:  p,
+				Proto:   Proto(r.Proto),
+				Ports:   PortRange{Lo: r.PortLo, Hi: r.PortHi},
+				Handle:  HandleRef{Slot: r.Handle, Generation: r.Generation},
+				Expires: bootToTime(r.ExpiresNs),
+			})
+		}
+	}
+	return out, nil
+}
+
+// checkCover refuses p when some address would then be covered by more
+// prefixes of the session than the kernel visits.
+func (d *Dataplane) checkCover(session uint32, p netip.Prefix) error {
+	set := d.prefixes[session]
+	above := 0
+	for bits := p.Bits() - 1; bits >= 0; bits-- {
+		q, _ := p.Addr().Prefix(bits)
+		if _, ok := set[q]; ok {
+			above++
+		}
+	}
+	if above+1 > MaxCover {
+		return fmt.Errorf("%w: %s would sit below %d other prefixes (max %d in a chain)", ErrCoverTooDeep, p, above, MaxCover)
+	}
+	for q := range set {
+		if q.Bits() <= p.Bits() || !p.Contains(q.Addr()) || q.Addr().Is4() != p.Addr().Is4() {
+			continue
+		}
+		depth := 1
+		for bits := q.Bits() - 1; bits >= 0; bits-- {
+			a, _ := q.Addr().Prefix(bits)
+			if _, ok := set[a]; ok {
+				depth++
+			}
+		}
+		if depth+1 > MaxCover {
+			return fmt.Errorf("%w: %s would put %s below %d prefixes (max %d)", ErrCoverTooDeep, p, q, depth, MaxCover)
+		}
+	}
+	return nil
+}
+
+// sameRule reports whether two rules are the same grant of the same
+// protocol and ports (their expiries may differ).
+func sameRule(a, b shkShkRule) bool {
+	return a.Handle == b.Handle && a.Generation == b.Generation && a.Proto == b.Proto && a.PortLo == b.PortLo && a.PortHi == b.PortHi
+}
+
+func encodeRule(r EgressRule) shkShkRule {
+	return shkShkRule{
+		Handle:     r.Handle.Slot,
+		Generation: r.Handle.Generation,
+		ExpiresNs:  bootNs(r.Expires),
+		PortLo:     r.Ports.Lo,
+		PortHi:     r.Ports.Hi,
+		Proto:      uint8(r.Proto),
+	}
+}
+
+// entryMap is the map that holds p: the exact-address hash for a /32 or
+// /128, the trie otherwise.
+func (d *Dataplane) entryMap(p netip.Prefix) *ebpf.Map {
+	exact := p.Bits() == p.Addr().BitLen()
+	switch {
+	case p.Addr().Is4() && exact:
+		return d.objs.ShkExact4
+	case p.Addr().Is4():
+		return d.objs.ShkEgress4
+	case exact:
+		return d.objs.ShkExact6
+	}
+	return d.objs.ShkEgress6
+}
+
+func entryKey(session uint32, p netip.Prefix) any {
+	if p.Addr().Is4() {
+		k := key4(session, p)
+		return &k
+	}
+	k := key6(session, p)
+	return &k
+}
+
+func (d *Dataplane) lookupEntry(session uint32, p netip.Prefix) (shkShkEgressValue, bool, error) {
+	var val shkShkEgressValue
+	// A trie lookup returns the longest match, not the exact one: the
+	// entry's own prefix length is checked below.
+	err := d.entryMap(p).Lookup(entryKey(session, p), &val)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return shkShkEgressValue{}, false, nil
+	}
+	if err != nil {
+		return val, false, fmt.Errorf("read egress entry %s: %w", p, err)
+	}
+	if int(val.Prefixlen) != p.Bits() {
+		return shkShkEgressValue{}, false, nil
+	}
+	if _, ok := d.prefixes[session][p]; !ok {
+		return shkShkEgressValue{}, false, nil
+	}
+	return val, true, nil
+}
+
+func (d *Dataplane) writeEntry(session uint32, p netip.Prefix, val *shkShkEgressValue, flags ebpf.MapUpdateFlags) error {
+	err := d.entryMap(p).Update(entryKey(session, p), val, flags)
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
+		return fmt.Errorf("%w: egress entries (IPv4 %d, IPv6 %d)", ErrMapFull, d.cfg.MaxEgress4, d.cfg.MaxEgress6)
+	}
+	if err != nil {
+		return fmt.Errorf("write egress entry %s: %w", p, err)
+	}
+	return nil
+}
+
+func (d *Dataplane) deleteEntry(session uint32, p netip.Prefix) error {
+	err := d.entryMap(p).Delete(entryKey(session, p))
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete egress entry %s: %w", p, err)
+	}
+	return nil
+}
+
+func key4(session uint32, p netip.Prefix) shkShkEgress4Key {
+	return shkShkEgress4Key{Prefixlen: uint32(32 + p.Bits()), Session: session, Addr: p.Addr().As4()}
+}
+
+func key6(session uint32, p netip.Prefix) shkShkEgress6Key {
+	return shkShkEgress6Key{Prefixlen: uint32(32 + p.Bits()), Session: session, Addr: p.Addr().As16()}
+}
