@@ -20,3 +20,23 @@ struct {
 	__type(value, struct shk_session);
 	__uint(max_entries, 65536);
 } shk_sessions SEC(".maps");
+
+/* The session cgroup of the current task: its ancestor at the sessions' level
+ * (for hooks that run in the acting task's context: sock_addr, sock_create,
+ * and later cgroup/dev and LSM hooks). */
+static __always_inline __u64 session_cgroup(void)
+{
+	return bpf_get_current_ancestor_cgroup_id(shk_session_level);
+}
+
+/* The session cgroup of a packet's socket. */
+static __always_inline __u64 skb_session_cgroup(struct __sk_buff *skb)
+{
+	return bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
+}
+
+/* The session of a session cgroup id, or NULL. */
+static __always_inline struct shk_session *session_of(const __u64 *cgid)
+{
+	return bpf_map_lookup_elem(&shk_sessions, cgid);
+}

@@ -128,13 +128,13 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 		return 1; /* inbound datagrams are not egress; every send is checked */
 	if (parse(skb, 0, &p) < 0 || p.proto != IPPROTO_TCP) {
 		why = SHK_REASON_UNCHECKED;
-		cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
+		cgid = skb_session_cgroup(skb);
 		goto deny;
 	}
 	if (!p.syn && !p.synack)
 		return 1;
-	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
-	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	cgid = skb_session_cgroup(skb);
+	s = session_of(&cgid);
 	if (!s) {
 		why = SHK_REASON_UNKNOWN_SESSION;
 		goto deny;
@@ -151,7 +151,7 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	report(cgid, s->index, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, 0);
 	return 0;
 deny:
-	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	s = session_of(&cgid);
 	report(cgid, s ? s->index : 0, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1,
 	       0);
 	return 0;
@@ -208,7 +208,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		    lc->daddr[0] == p.peer[0] &&
 		    (p.family == AF_INET ||
 		     (lc->daddr[1] == p.peer[1] && lc->daddr[2] == p.peer[2] && lc->daddr[3] == p.peer[3])) &&
-		    lc->cgroup_id == bpf_skb_ancestor_cgroup_id(skb, shk_session_level)) {
+		    lc->cgroup_id == skb_session_cgroup(skb)) {
 			lc->valid = 0;
 			return 1;
 		}
@@ -229,8 +229,8 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	    shk_handle_check(f->handle, f->generation) == SHK_REASON_NONE)
 		return 1;
 
-	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
-	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	cgid = skb_session_cgroup(skb);
+	s = session_of(&cgid);
 	if (!s) {
 		why = SHK_REASON_UNKNOWN_SESSION;
 		goto deny;
@@ -262,9 +262,9 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	return 1;
 
 deny:
-	cgid = bpf_skb_ancestor_cgroup_id(skb, shk_session_level);
+	cgid = skb_session_cgroup(skb);
 	if (!index) {
-		s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+		s = session_of(&cgid);
 		if (s)
 			index = s->index;
 	}

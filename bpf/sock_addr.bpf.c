@@ -35,7 +35,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	__u8 proto = ctx->protocol;
 	int mapped = 0;
 
-	cgid = bpf_get_current_ancestor_cgroup_id(shk_session_level);
+	cgid = session_cgroup();
 	dport = bpf_ntohs((__u16)ctx->user_port);
 	if (v6) {
 		daddr[0] = ctx->user_ip6[0];
@@ -51,7 +51,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		daddr[0] = ctx->user_ip4;
 	}
 
-	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	s = session_of(&cgid);
 	if (!s) {
 		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, 0, pid, SHK_REASON_UNKNOWN_SESSION, family, proto, dport, daddr,
@@ -143,8 +143,8 @@ int shk_sock_create(struct bpf_sock *sk)
 		return 1;
 	if (sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)
 		return 1;
-	cgid = bpf_get_current_ancestor_cgroup_id(shk_session_level);
-	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	cgid = session_cgroup();
+	s = session_of(&cgid);
 	report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
 	       (__u8)sk->protocol, 0, 0, 1, 1);
 	return 0;

@@ -69,7 +69,7 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	if (!cg || cg->level != (int)shk_session_level)
 		return 0;
 	cgid = cg->kn->id;
-	s = bpf_map_lookup_elem(&shk_sessions, &cgid);
+	s = session_of(&cgid);
 	if (!s)
 		return 0;
 
