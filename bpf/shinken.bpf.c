@@ -50,9 +50,11 @@
  *   core.bpf.h         the kernel structures read with CO-RE
  *
  * A new hook (cgroup/dev, BPF LSM) is a new family file that includes
- * session.bpf.h, handle.bpf.h and events.bpf.h, added to the list below.
- * Keep the order: it fixes the order of the maps and load-time constants
- * in the object.
+ * session.bpf.h, handle.bpf.h and events.bpf.h (and core.bpf.h for kernel
+ * structures), added to the list below. The order of the list and of each
+ * file's includes fixes the order of programs, maps and load-time constants
+ * in the object: nothing depends on it, but the committed object changes
+ * with it.
  */
 
 #include "sock_addr.bpf.c" /* connect4|6, sendmsg4|6, sock_create */
