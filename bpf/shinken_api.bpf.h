@@ -37,7 +37,7 @@ enum shk_reason {
 };
 
 /* How flows already open are cut when their authority dies (load-time
- * constant shk_flow_mode; see egress.bpf.c). Mirrored by dataplane.FlowMode. */
+ * constant shk_flow_mode; see flows.bpf.h). Mirrored by dataplane.FlowMode. */
 enum shk_flow_mode {
 	SHK_FLOW_SWEEP = 1,  /* socket iterators destroy them, on request */
 	SHK_FLOW_PACKET = 2, /* cgroup_skb drops their next packet */

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The egress map: which destinations a session may reach. Entries are keyed
+ * by (session, prefix); each holds up to SHK_MAX_RULES rules (protocol, port
+ * range, optional deadline, caretaker handle). lookup() finds the longest
+ * covering entry, tries its rules, then the next shorter covering entry, and
+ * returns SHK_REASON_NONE with the allowing handle, or why not. Used by the
+ * connect/send hooks, the packet hooks and the socket iterators alike.
+ */
+#pragma once
+
+#include "common.bpf.h"
+#include "handle.bpf.h"
+
+/* (session, IPv4 prefix) -> rules. Sized by user space (max entries). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct shk_egress4_key);
+	__type(value, struct shk_egress_value);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1048576);
+} shk_egress4 SEC(".maps");
+
+/* (session, IPv6 prefix) -> rules. Sized by user space (max entries). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct shk_egress6_key);
+	__type(value, struct shk_egress_value);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1048576);
+} shk_egress6 SEC(".maps");
+
+/* Exact (/32, /128) entries live in hashes, shorter prefixes in the tries:
+ * most entries are single addresses (DNS answers), and a hash lookup costs a
+ * fraction of a trie walk over a million keys. Same keys and values as the
+ * tries (prefixlen 64 / 160). Sized by user space like the tries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct shk_egress4_key);
+	__type(value, struct shk_egress_value);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1048576);
+} shk_exact4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct shk_egress6_key);
+	__type(value, struct shk_egress_value);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1048576);
+} shk_exact6 SEC(".maps");
+
+/*
+ * Try the rules of one entry. Returns NONE and fills *ref on a match that is
+ * allowed; otherwise the most telling reason seen so far.
+ */
+static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
+				       int rule_expiry, __u32 best, struct shk_flow *ref)
+{
+	for (int i = 0; i < SHK_MAX_RULES; i++) {
+		const struct shk_rule *r;
+		__u32 why;
+
+		if (i >= v->nrules)
+			break;
+		r = &v->rules[i];
+		if (r->proto && r->proto != proto)
+			continue;
+		if (!(r->port_lo == 0 && r->port_hi == 0) && (dport < r->port_lo || dport > r->port_hi))
+			continue;
+		if (r->expires_ns && rule_expiry && bpf_ktime_get_boot_ns() >= r->expires_ns) {
+			if (best == SHK_REASON_NO_RULE)
+				best = SHK_REASON_RULE_EXPIRED;
+			continue;
+		}
+		why = shk_handle_check(r->handle, r->generation);
+		if (why == SHK_REASON_NONE) {
+			ref->handle = r->handle;
+			ref->generation = r->generation;
+			return SHK_REASON_NONE;
+		}
+		best = why;
+	}
+	return best;
+}
+
+static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, int rule_expiry,
+				     struct shk_flow *ref)
+{
+	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
+	__u32 best = SHK_REASON_NO_RULE;
+
+	struct shk_egress_value *x;
+
+	__builtin_memcpy(key.addr, &daddr, 4);
+	x = bpf_map_lookup_elem(&shk_exact4, &key);
+	if (x) {
+		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		if (best == SHK_REASON_NONE)
+			return best;
+	}
+	for (int i = 0; i < SHK_MAX_COVER; i++) {
+		struct shk_egress_value *v = bpf_map_lookup_elem(&shk_egress4, &key);
+
+		if (!v)
+			break;
+		best = try_rules(v, proto, dport, rule_expiry, best, ref);
+		if (best == SHK_REASON_NONE)
+			return best;
+		if (v->prefixlen == 0 || v->prefixlen > 32)
+			break;
+		key.prefixlen = 32 + v->prefixlen - 1;
+	}
+	return best;
+}
+
+static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, int rule_expiry,
+				     struct shk_flow *ref)
+{
+	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
+	__u32 best = SHK_REASON_NO_RULE;
+
+	struct shk_egress_value *x;
+
+	__builtin_memcpy(key.addr, daddr, 16);
+	x = bpf_map_lookup_elem(&shk_exact6, &key);
+	if (x) {
+		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		if (best == SHK_REASON_NONE)
+			return best;
+	}
+	for (int i = 0; i < SHK_MAX_COVER; i++) {
+		struct shk_egress_value *v = bpf_map_lookup_elem(&shk_egress6, &key);
+
+		if (!v)
+			break;
+		best = try_rules(v, proto, dport, rule_expiry, best, ref);
+		if (best == SHK_REASON_NONE)
+			return best;
+		if (v->prefixlen == 0 || v->prefixlen > 128)
+			break;
+		key.prefixlen = 32 + v->prefixlen - 1;
+	}
+	return best;
+}
+
+/* lookup4 or lookup6, by family (IPv4 in addr[0]). */
+static __always_inline __u32 lookup(__u32 session, __u16 family, const __u32 *addr, __u8 proto, __u16 dport,
+				    int rule_expiry, struct shk_flow *ref)
+{
+	if (family == AF_INET)
+		return lookup4(session, addr[0], proto, dport, rule_expiry, ref);
+	return lookup6(session, addr, proto, dport, rule_expiry, ref);
+}
+
+/* Whether an IPv6 address (four words) is v4-mapped, ::ffff:a.b.c.d. */
+static __always_inline int is_v4mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0x0000ffff);
+}

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The egress check at connect and send, and which sockets a session may open:
+ *
+ *   cgroup/connect4|6   every TCP connect and UDP connect
+ *   cgroup/sendmsg4|6   every unconnected UDP send
+ *   cgroup/sock_create  sweep mode: only TCP, MPTCP and UDP sockets
+ *
+ * A destination is allowed when the egress map covers it under a live handle
+ * (egress_map.bpf.h); a DNS query (port 53) is re-aimed at the session's
+ * resolver instead (dns.bpf.h). Part of the one object built from
+ * shinken.bpf.c.
+ */
+
+#include "common.bpf.h"
+#include "session.bpf.h"
+#include "handle.bpf.h"
+#include "egress_map.bpf.h"
+#include "flows.bpf.h"
+#include "dns.bpf.h"
+#include "events.bpf.h"
+
+/*
+ * The one decision of every connect and unconnected send. connect says
+ * whether to remember the allowing handle on the socket.
+ */
+static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, int connect)
+{
+	struct shk_flow ref = {};
+	struct shk_session *s;
+	__u32 daddr[4] = {};
+	__u64 cgid;
+	__u32 why, pid;
+	__u16 dport, family = v6 ? AF_INET6 : AF_INET;
+	__u8 proto = ctx->protocol;
+	int mapped = 0;
+
+	cgid = session_cgroup();
+	dport = bpf_ntohs((__u16)ctx->user_port);
+	if (v6) {
+		daddr[0] = ctx->user_ip6[0];
+		daddr[1] = ctx->user_ip6[1];
+		daddr[2] = ctx->user_ip6[2];
+		daddr[3] = ctx->user_ip6[3];
+		mapped = is_v4mapped(daddr);
+		if (mapped) {
+			daddr[0] = daddr[3];
+			family = AF_INET;
+		}
+	} else {
+		daddr[0] = ctx->user_ip4;
+	}
+
+	s = session_of(&cgid);
+	if (!s) {
+		pid = bpf_get_current_pid_tgid() >> 32;
+		report(cgid, 0, pid, SHK_REASON_UNKNOWN_SESSION, family, proto, dport, daddr,
+		       family == AF_INET6 ? 4 : 1, 1);
+		return 0;
+	}
+
+	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
+		int r = -1;
+
+		if (dport == 53)
+			r = redirect_dns(ctx, s->index, v6, connect);
+		else if (family == AF_INET && daddr[0] == bpf_htonl(SHK_DNS_BASE + s->index))
+			r = own_resolver(dport);
+		else if (family == AF_INET && (bpf_ntohl(daddr[0]) & 0xff800000) == SHK_DNS_BASE) {
+			/* Another session's resolver address: never, whatever a
+			 * broad grant says, so no session can ask as another. */
+			pid = bpf_get_current_pid_tgid() >> 32;
+			report(cgid, s->index, pid, SHK_REASON_NO_RULE, family, proto, dport, daddr, 1, 1);
+			return 0;
+		}
+		if (r >= 0)
+			return r;
+	}
+
+	why = lookup(s->index, family, daddr, proto, dport, 1, &ref);
+	if (why != SHK_REASON_NONE) {
+		pid = bpf_get_current_pid_tgid() >> 32;
+		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
+		return 0;
+	}
+	if (shk_flow_mode == SHK_FLOW_PACKET && connect && proto == IPPROTO_TCP) {
+		__u32 zero = 0;
+		struct shk_lastconn *lc = bpf_map_lookup_elem(&shk_lastconns, &zero);
+
+		if (lc) {
+			lc->cgroup_id = cgid;
+			lc->daddr[0] = daddr[0];
+			lc->daddr[1] = daddr[1];
+			lc->daddr[2] = daddr[2];
+			lc->daddr[3] = daddr[3];
+			lc->dport = dport;
+			lc->family = family;
+			lc->valid = 1;
+		}
+	}
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int shk_connect4(struct bpf_sock_addr *ctx)
+{
+	return check_sock_addr(ctx, 0, 1);
+}
+
+SEC("cgroup/connect6")
+int shk_connect6(struct bpf_sock_addr *ctx)
+{
+	return check_sock_addr(ctx, 1, 1);
+}
+
+SEC("cgroup/sendmsg4")
+int shk_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return check_sock_addr(ctx, 0, 0);
+}
+
+SEC("cgroup/sendmsg6")
+int shk_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return check_sock_addr(ctx, 1, 0);
+}
+
+/*
+ * Sweep mode: a session may create TCP, MPTCP and UDP sockets only. Every
+ * other inet socket (raw, ICMP "ping" datagram sockets, UDP-Lite, SCTP) would
+ * carry packets that no connect or sendmsg hook checks and that the socket
+ * iterators do not see; packet mode drops their packets instead.
+ */
+SEC("cgroup/sock_create")
+int shk_sock_create(struct bpf_sock *sk)
+{
+	struct shk_session *s;
+	__u64 cgid;
+
+	if (shk_flow_mode == SHK_FLOW_PACKET)
+		return 1;
+	if (sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP))
+		return 1;
+	if (sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)
+		return 1;
+	cgid = session_cgroup();
+	s = session_of(&cgid);
+	report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
+	       (__u8)sk->protocol, 0, 0, 1, 1);
+	return 0;
+}
