@@ -254,7 +254,18 @@ func (d *Dataplane) removeObsoleteLinks(used map[string]bool) error {
 		if used[e.Name()] {
 			continue
 		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+		path := filepath.Join(dir, e.Name())
+		// Detach first: the kernel frees an unpinned link asynchronously,
+		// so removing the pin alone can leave the program attached for a
+		// moment after Open returns.
+		if l, err := link.LoadPinnedLink(path, nil); err == nil {
+			if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+				l.Close()
+				return fmt.Errorf("detach obsolete link %s: %w", e.Name(), err)
+			}
+			l.Close()
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove obsolete link %s: %w", e.Name(), err)
 		}
 	}
