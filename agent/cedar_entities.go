@@ -1,0 +1,224 @@
+package agent
+
+// Decision layer: the Cedar entity model. Entity type and action names, the
+// Session entity (SessionAttrs), the Grant entity that carries a live grant's
+// scope as data (GrantData), and the interner that shares equal attribute
+// values between entities.
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+)
+
+// Cedar names.
+var (
+	typeSession    = types.EntityType("Shinken::Session")
+	typeCapability = types.EntityType("Shinken::Capability")
+	typeGrant      = types.EntityType("Shinken::Grant")
+	actionUse      = types.NewEntityUID("Shinken::Action", "use")
+	actionGrant    = types.NewEntityUID("Shinken::Action", "grant")
+	// farFuture stands for "never expires" in Cedar datetimes.
+	farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func sessionUID(id string) types.EntityUID { return types.NewEntityUID(typeSession, types.String(id)) }
+func capabilityUID(c Class) types.EntityUID {
+	return types.NewEntityUID(typeCapability, types.String(c))
+}
+func grantUID(id string) types.EntityUID { return types.NewEntityUID(typeGrant, types.String(id)) }
+
+// SessionAttrs is what policies know about a session (the Session entity).
+type SessionAttrs struct {
+	ID            string
+	Image         string
+	TrustTier     string // low | normal | high
+	Risk          string // normal | high
+	Headless      bool
+	TLSInspection bool
+	Protected     []string // paths no write may touch
+	PolicyStore   []string // the policy store: no write may touch it
+}
+
+func (s SessionAttrs) entity() types.Entity { return s.entityWith(nil) }
+
+// entityWith builds the Session entity, sharing equal attribute values with
+// other entities through in (nil: none shared).
+func (s SessionAttrs) entityWith(in *interner) types.Entity {
+	return types.Entity{
+		UID: sessionUID(s.ID),
+		Attributes: types.NewRecord(types.RecordMap{
+			"image":          in.str(s.Image),
+			"trust_tier":     in.str(s.TrustTier),
+			"risk":           in.str(s.Risk),
+			"headless":       types.Boolean(s.Headless),
+			"tls_inspection": types.Boolean(s.TLSInspection),
+			"protected":      in.set(s.Protected),
+			"policy_store":   in.set(s.PolicyStore),
+		}),
+	}
+}
+
+// interner shares equal attribute values between the entities of an Engine:
+// the boxed strings and small string sets that many grants and sessions hold
+// (a class name, a mode, a flag set, the usual port blocks, a common domain).
+// Cedar values are immutable, so sharing one is invisible to evaluation; a
+// shared value stays in cache for every decision that reads it, and the heap
+// holds it once. The tables stop growing at internMax entries each (values
+// after that are simply not shared), so the memory they pin is bounded even
+// as grants come and go. A nil *interner shares nothing. Not safe for
+// concurrent use: the Engine calls it under its write lock.
+type interner struct {
+	strs map[string]types.Value
+	sets map[string]types.Value
+}
+
+const (
+	internMax    = 4096
+	internMaxSet = 8   // elements
+	internMaxLen = 256 // bytes, all elements together
+)
+
+func newInterner() *interner {
+	return &interner{strs: map[string]types.Value{}, sets: map[string]types.Value{}}
+}
+
+func (in *interner) str(s string) types.Value {
+	if in == nil || len(s) > internMaxLen {
+		return types.String(s)
+	}
+	if v, ok := in.strs[s]; ok {
+		return v
+	}
+	v := types.Value(types.String(s))
+	if len(in.strs) < internMax {
+		in.strs[s] = v
+	}
+	return v
+}
+
+func (in *interner) set(elems []string) types.Value {
+	if len(elems) == 0 {
+		return emptySetValue
+	}
+	if in == nil || len(elems) > internMaxSet {
+		return stringSet(elems)
+	}
+	sorted := slices.Clone(elems)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var key []byte
+	for _, e := range sorted {
+		key = strconv.AppendInt(key, int64(len(e)), 10) // length-prefixed: no element can forge a separator
+		key = append(key, ':')
+		key = append(key, e...)
+	}
+	if len(key) > internMaxLen {
+		return stringSet(elems)
+	}
+	if v, ok := in.sets[string(key)]; ok {
+		return v
+	}
+	v := types.Value(stringSet(elems))
+	if len(in.sets) < internMax {
+		in.sets[string(key)] = v
+	}
+	return v
+}
+
+var (
+	emptySet                  = types.NewSet()
+	emptySetValue types.Value = emptySet
+)
+
+func stringSet(s []string) types.Set {
+	if len(s) == 0 {
+		return emptySet
+	}
+	var buf [32]types.Value // NewSet keeps the values, not the slice
+	v := buf[:0]
+	for _, x := range s {
+		v = append(v, types.String(x))
+	}
+	return types.NewSet(v...)
+}
+
+// GrantData is what the decision layer holds of one live grant.
+type GrantData struct {
+	ID         string
+	Session    string
+	Capability Capability
+	Expires    time.Time // zero: never
+}
+
+// grantEntity turns a grant's scope into entity data: set-valued attributes
+// the class's fixed policy reads with containsAny against the request keys.
+func grantEntity(g GrantData) types.Entity { return grantEntityWith(g, nil, nil) }
+
+// grantEntityWith builds the Grant entity, sharing equal attribute values with
+// other entities through in (nil: none shared); session, when not nil, is
+// the grant's session UID already boxed.
+func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entity {
+	if session == nil {
+		session = sessionUID(g.Session)
+	}
+	c := g.Capability.Normalized()
+	exp := g.Expires
+	if exp.IsZero() {
+		exp = farFuture
+	}
+	var domains, cidrs, ports, read, write, deny, flags, items []string
+	mode := ""
+	setFlag := func(name string, on bool) {
+		if on {
+			flags = append(flags, name)
+		}
+	}
+	switch c.Class {
+	case ClassNetEgress:
+		domains = c.Egress.Domains
+		for _, p := range c.Egress.CIDRs {
+			cidrs = append(cidrs, p.String())
+		}
+		ports = portBlocks(c.Egress.Ports)
+		setFlag("tls_inspect", c.Egress.TLSInspect)
+	case ClassFSScope:
+		read, write, deny = c.FS.Read, c.FS.Write, c.FS.Deny
+	case ClassClipboard:
+		setFlag("paste_in", c.Clipboard.PasteIn)
+		setFlag("copy_out", c.Clipboard.CopyOut)
+	case ClassGPU:
+		items, mode = c.GPU.DeviceIDs, c.GPU.Mode
+	case ClassInstall:
+		mode = c.Install.Scope
+	case ClassPersistence:
+		write = c.Persistence.Paths
+		setFlag("survives_session", c.Persistence.SurvivesSession)
+	case ClassCredentials:
+		items = c.Credentials.BrokerScopes
+	case ClassPeripheral:
+		setFlag("camera", c.Peripheral.Camera)
+		setFlag("mic", c.Peripheral.Mic)
+		setFlag("input_inject", c.Peripheral.InputInject)
+		items = c.Peripheral.USB
+	}
+	return types.Entity{
+		UID: grantUID(g.ID),
+		Attributes: types.NewRecord(types.RecordMap{
+			"session": session,
+			"class":   in.str(string(c.Class)),
+			"expires": types.NewDatetime(exp),
+			"domains": in.set(domains),
+			"cidrs":   in.set(cidrs),
+			"ports":   in.set(ports),
+			"read":    in.set(read),
+			"write":   in.set(write),
+			"deny":    in.set(deny),
+			"flags":   in.set(flags),
+			"items":   in.set(items),
+			"mode":    in.str(mode),
+		}),
+	}
+}

@@ -1,0 +1,300 @@
+package agent
+
+// Decision layer: request encoding. A use-time request (UseRequest) becomes a
+// Cedar context of precomputed keys (path ancestors, domain suffixes, covering
+// prefixes, aligned port blocks), since Cedar has no quantifiers; grantScope
+// summarizes a capability for the grant-time policies.
+
+import (
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+)
+
+// UseRequest is one use-time question: may the session do this now?
+type UseRequest struct {
+	Class  Class      `json:"class"`
+	Op     string     `json:"op"`               // connect | read | write | paste_in | copy_out | use | pkg | any | persist | broker | camera | mic | usb | input_inject
+	Domain string     `json:"domain,omitempty"` // net.egress by name
+	IP     netip.Addr `json:"ip,omitzero"`      // net.egress by address
+	Port   uint16     `json:"port,omitempty"`
+	Path   string     `json:"path,omitempty"`
+	Item   string     `json:"item,omitempty"` // gpu device, broker scope, usb id
+	Mode   string     `json:"mode,omitempty"` // gpu mode
+}
+
+// Validate checks the request's shape.
+func (r UseRequest) Validate() error {
+	if _, err := ParseClass(string(r.Class)); err != nil {
+		return err
+	}
+	if r.Op == "" {
+		return fmt.Errorf("%w: request without op", ErrInvalidCapability)
+	}
+	if r.Path != "" {
+		if err := validatePath(r.Path); err != nil {
+			return err
+		}
+	}
+	if r.Domain != "" {
+		if err := validateDomainPattern(r.Domain); err != nil || strings.HasPrefix(r.Domain, "*") {
+			return fmt.Errorf("%w: request domain %q", ErrInvalidCapability, r.Domain)
+		}
+	}
+	return nil
+}
+
+// keyLens says which prefix lengths of the request's address and port the
+// policies can ever compare against: the lengths named by the base policies'
+// literals and by the session's grants. Request keys at other lengths can
+// match nothing, so they are not built (nil keyLens: build all).
+type keyLens struct {
+	v4   uint64
+	v6   [3]uint64
+	port uint32
+}
+
+func (k *keyLens) addPrefix(p netip.Prefix) {
+	if p.Addr().Is4() {
+		k.v4 |= 1 << p.Bits()
+	} else {
+		k.v6[p.Bits()/64] |= 1 << (p.Bits() % 64)
+	}
+}
+
+func (k *keyLens) addPortBlock(s string) {
+	_, l, ok := strings.Cut(s, "/")
+	if n, err := strconv.Atoi(l); ok && err == nil && n >= 0 && n <= 16 {
+		k.port |= 1 << n
+	}
+}
+
+func (k keyLens) union(o keyLens) keyLens {
+	k.v4 |= o.v4
+	for i := range k.v6 {
+		k.v6[i] |= o.v6[i]
+	}
+	k.port |= o.port
+	return k
+}
+
+func (k *keyLens) has(a netip.Addr, bits int) bool {
+	if k == nil {
+		return true
+	}
+	if a.Is4() {
+		return k.v4&(1<<bits) != 0
+	}
+	return k.v6[bits/64]&(1<<(bits%64)) != 0
+}
+
+func (r UseRequest) context(now time.Time) types.Record { return r.contextLens(now, nil) }
+
+func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
+	// Empty key sets are the one boxed empty set: boxing a Set allocates.
+	pathKeys, domainKeys, cidrKeys, portKeys := emptySetValue, emptySetValue, emptySetValue, emptySetValue
+	if r.Path != "" {
+		pathKeys = stringSet(pathAncestors(r.Path))
+	}
+	if r.Domain != "" {
+		domainKeys = stringSet(domainKeysOf(strings.ToLower(r.Domain)))
+	}
+	if r.IP.IsValid() {
+		cidrKeys = stringSet(cidrKeysOf(r.IP.Unmap(), lens))
+	}
+	if r.Class == ClassNetEgress {
+		portKeys = stringSet(portKeysOf(r.Port, lens))
+	}
+	return types.NewRecord(types.RecordMap{
+		"now": types.NewDatetime(now),
+		"request": types.NewRecord(types.RecordMap{
+			"op":          opValue(r.Op),
+			"path_keys":   pathKeys,
+			"domain_keys": domainKeys,
+			"cidr_keys":   cidrKeys,
+			"port_keys":   portKeys,
+			"item":        types.String(r.Item),
+			"mode":        types.String(r.Mode),
+		}),
+	})
+}
+
+// opValues are the request ops as Cedar values, boxed once (a decision
+// would otherwise allocate one).
+var opValues = func() map[string]types.Value {
+	m := map[string]types.Value{}
+	for _, op := range []string{"connect", "read", "write", "paste_in", "copy_out", "use", "pkg", "any", "persist", "broker", "camera", "mic", "usb", "input_inject"} {
+		m[op] = types.String(op)
+	}
+	return m
+}()
+
+func opValue(op string) types.Value {
+	if v, ok := opValues[op]; ok {
+		return v
+	}
+	return types.String(op)
+}
+
+// The request keys below are substrings of one buffer per kind: one string
+// allocation instead of one per key.
+
+// pathAncestors returns p and every ancestor up to "/".
+func pathAncestors(p string) []string {
+	out := make([]string, 1, strings.Count(p, "/")+1)
+	out[0] = p
+	for p != "/" {
+		p = filepath.Dir(p)
+		out = append(out, p)
+	}
+	return out
+}
+
+// domainKeysOf returns the keys a grant's domain patterns are matched with:
+// d, "**."+d, and "*."+s and "**."+s for every proper suffix s of d.
+func domainKeysOf(d string) []string {
+	n := strings.Count(d, ".")
+	// buf holds "**."+s for s = d and each proper suffix; "*."+s is its tail.
+	b := make([]byte, 0, (n+1)*3+len(d)*(n+1))
+	for s := d; ; {
+		b = append(b, "**."...)
+		b = append(b, s...)
+		_, rest, ok := strings.Cut(s, ".")
+		if !ok {
+			break
+		}
+		s = rest
+	}
+	buf := string(b)
+	out := make([]string, 0, 2+2*n)
+	off := 0
+	for i, s := 0, d; ; i++ {
+		key := buf[off : off+3+len(s)] // "**."+s
+		off += len(key)
+		if i == 0 {
+			out = append(out, key[3:], key)
+		} else {
+			out = append(out, key[1:], key)
+		}
+		_, rest, ok := strings.Cut(s, ".")
+		if !ok {
+			break
+		}
+		s = rest
+	}
+	return out
+}
+
+func cidrKeysOf(a netip.Addr, lens *keyLens) []string {
+	var b []byte
+	var ends [129]int
+	n := 0
+	for bits := a.BitLen(); bits >= 0; bits-- {
+		if !lens.has(a, bits) {
+			continue
+		}
+		p, _ := a.Prefix(bits)
+		b = p.AppendTo(b)
+		ends[n] = len(b)
+		n++
+	}
+	return splitAt(b, ends[:n])
+}
+
+// splitAt cuts b at the given end offsets into strings that share one
+// allocation.
+func splitAt(b []byte, ends []int) []string {
+	buf := string(b)
+	out := make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		out[i] = buf[start:end]
+		start = end
+	}
+	return out
+}
+
+// portKeysOf returns the aligned blocks "base/len" covering port p (all 17,
+// or those at the lengths lens names).
+func portKeysOf(p uint16, lens *keyLens) []string {
+	var arr [17 * 8]byte
+	b := arr[:0]
+	var ends [17]int
+	n := 0
+	for l := 16; l >= 0; l-- {
+		if lens != nil && lens.port&(1<<l) == 0 {
+			continue
+		}
+		base := uint32(p) >> (16 - l) << (16 - l)
+		b = strconv.AppendUint(b, uint64(base), 10)
+		b = append(b, '/')
+		b = strconv.AppendUint(b, uint64(l), 10)
+		ends[n] = len(b)
+		n++
+	}
+	return splitAt(b, ends[:n])
+}
+
+// portBlocks decomposes port ranges into aligned blocks (as a range becomes
+// CIDRs); no ranges means every port ("0/0").
+func portBlocks(rs []PortRange) []string {
+	if len(rs) == 0 {
+		return []string{"0/0"}
+	}
+	var out []string
+	for _, r := range rs {
+		lo, hi := uint32(r.Lo), uint32(r.Hi)
+		for lo <= hi {
+			size := uint32(1) << bits.TrailingZeros32(lo|1<<16)
+			for lo+size-1 > hi {
+				size >>= 1
+			}
+			out = append(out, strconv.Itoa(int(lo))+"/"+strconv.Itoa(16-bits.TrailingZeros32(size)))
+			lo += size
+		}
+	}
+	return sortedUnique(out)
+}
+
+// grantScope summarizes a capability for the grant-time base policies.
+func grantScope(c Capability) types.Record {
+	c = c.Normalized()
+	var writes []string
+	var flags []string
+	mode := ""
+	tls := false
+	switch c.Class {
+	case ClassFSScope:
+		for _, p := range c.FS.Write {
+			writes = append(writes, pathAncestors(p)...)
+		}
+	case ClassPersistence:
+		for _, p := range c.Persistence.Paths {
+			writes = append(writes, pathAncestors(p)...)
+		}
+	case ClassNetEgress:
+		tls = c.Egress.TLSInspect
+	case ClassGPU:
+		mode = c.GPU.Mode
+	case ClassInstall:
+		mode = c.Install.Scope
+	}
+	return types.NewRecord(types.RecordMap{
+		"write_keys":  stringSet(sortedUnique(writes)),
+		"tls_inspect": types.Boolean(tls),
+		"mode":        types.String(mode),
+		"flags":       stringSet(flags),
+	})
+}
+
+// CedarRequest is the Cedar request Decide evaluates for a use-time request.
+func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
+	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now)}
+}
