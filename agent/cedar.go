@@ -363,15 +363,6 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 	return decision(d, diag), nil
 }
 
-// Lifecycle says how long a grant lives (seeds/permissions.md §6.3).
-type Lifecycle string
-
-const (
-	LifecycleOnce     Lifecycle = "once"     // one action; dies after its first use (or its short TTL)
-	LifecycleSession  Lifecycle = "session"  // until the session ends (or the TTL)
-	LifecycleStanding Lifecycle = "standing" // admin policy only; never issued in-session
-)
-
 // AuthorizeGrant is step 1 of GRANT: may this session be granted c at this
 // tier? Only the base set decides (a session's own grants never permit a new
 // grant).

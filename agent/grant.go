@@ -1,0 +1,372 @@
+package agent
+
+// The GRANT protocol (seeds/permissions.md §2): the pre-grant gate (manifest,
+// attenuation bound, tier, enforceability, approval), then Cedar's grant
+// decision, the permissiveness check of the compiled policy, and the
+// crash-safe sequence intent → handle → rules → live → event, rolled back
+// at any failure. The steps are named for crash injection.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// Errors of the grant protocol.
+var (
+	ErrInvalidRequest    = errors.New("agent: invalid request")
+	ErrSessionExists     = errors.New("agent: session already exists")
+	ErrSessionInactive   = errors.New("agent: session is not active")
+	ErrBlockTier         = errors.New("agent: Block tier is never grantable in-session")
+	ErrStandingInSession = errors.New("agent: standing grants are set in admin policy only")
+	ErrApprovalRequired  = errors.New("agent: human approval required")
+	ErrUnknownApproval   = errors.New("agent: unknown approval")
+	ErrApprovalExpired   = errors.New("agent: approval timed out")
+	ErrBreakerTripped    = errors.New("agent: denial circuit breaker tripped")
+	ErrKernel            = errors.New("agent: kernel step failed")
+)
+
+// ApprovalRequiredError carries the pending approval an Ask-tier request
+// created; it wraps ErrApprovalRequired.
+type ApprovalRequiredError struct {
+	ID   string
+	Tier Tier
+}
+
+func (e *ApprovalRequiredError) Error() string {
+	return fmt.Sprintf("%v: pending approval %s (tier %s)", ErrApprovalRequired, e.ID, e.Tier)
+}
+func (e *ApprovalRequiredError) Unwrap() error { return ErrApprovalRequired }
+
+// GrantRequest asks for one capability for one session.
+type GrantRequest struct {
+	Session    string        `json:"session"`
+	Capability Capability    `json:"capability"`
+	Provenance Provenance    `json:"provenance"`
+	Lifecycle  Lifecycle     `json:"lifecycle"`        // once | session (standing is refused)
+	TTL        time.Duration `json:"ttl,omitempty"`    // 0: once → DefaultOnceTTL; session → until session end
+	Parent     string        `json:"parent,omitempty"` // a handle token: attenuate that grant
+	Requester  string        `json:"requester,omitempty"`
+}
+
+// Grant is what a caller gets back for an issued grant.
+type Grant struct {
+	Handle    string    `json:"handle"` // the unforgeable token
+	ID        string    `json:"id"`
+	Session   string    `json:"session"`
+	Tier      Tier      `json:"tier"`
+	Lifecycle Lifecycle `json:"lifecycle"`
+	Expires   time.Time `json:"expires,omitzero"`
+	Parent    string    `json:"parent,omitempty"`
+}
+
+// Step names one step of GRANT or REVOKE, for crash injection.
+type Step string
+
+// The steps a crash can be injected after.
+const (
+	StepGrantAuthorized   Step = "grant.authorized"    // Cedar said yes
+	StepGrantProved       Step = "grant.proved"        // permissiveness check passed
+	StepGrantIntent       Step = "grant.intent"        // pending record persisted
+	StepGrantHandleIssued Step = "grant.handle-issued" // kernel handle exists, not yet recorded
+	StepGrantHandleSaved  Step = "grant.handle-saved"  // kernel ref recorded
+	StepGrantRuleApplied  Step = "grant.rule-applied"  // after each kernel rule
+	StepGrantDeltaApplied Step = "grant.delta-applied" // all rules in, not yet live
+	StepGrantLive         Step = "grant.live"          // live record persisted
+	StepGrantEmitted      Step = "grant.emitted"       // event emitted
+	StepRevokeFlipped     Step = "revoke.flipped"      // kernel bit flipped, nothing recorded
+	StepRevokeIntent      Step = "revoke.intent"       // revoking recorded
+	StepRevokePolicy      Step = "revoke.policy"       // Cedar policy removed
+	StepRevokeRuleRemoved Step = "revoke.rule-removed" // after each kernel rule
+	StepRevokeFreed       Step = "revoke.freed"        // kernel handle freed
+	StepRevokeDone        Step = "revoke.done"         // revoked record persisted
+	StepRevokeEmitted     Step = "revoke.emitted"      // event emitted
+	StepSessionIntent     Step = "session.intent"      // creating record persisted
+	StepSessionKernel     Step = "session.kernel"      // kernel cgroup exists, not yet active
+)
+
+// GrantSteps and RevokeSteps list the steps in order.
+var (
+	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantRuleApplied, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
+	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeRuleRemoved, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
+	SessionSteps = []Step{StepSessionIntent, StepSessionKernel}
+)
+
+// Grant runs the pre-grant gate and, for Auto and Notify tiers, the GRANT
+// sequence. An Ask-tier request creates a pending approval and returns an
+// *ApprovalRequiredError; Block is refused. Every refusal counts towards the
+// session's denial circuit breaker. A failure at any step rolls the whole
+// grant back.
+func (a *Agent) Grant(ctx context.Context, req GrantRequest) (*Grant, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g, err := a.grantLocked(ctx, req, "", false)
+	if err != nil && !errors.Is(err, ErrApprovalRequired) && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		a.denied(req.Session, err)
+	}
+	return g, err
+}
+
+// Attenuate derives a narrower grant from the live grant behind parent
+// (for the same session or a sub-agent's session). Widening is refused.
+func (a *Agent) Attenuate(ctx context.Context, parent string, req GrantRequest) (*Grant, error) {
+	req.Parent = parent
+	return a.Grant(ctx, req)
+}
+
+// check runs the pre-grant gate and returns the record to issue.
+func (a *Agent) check(req GrantRequest, approved bool) (*GrantRecord, error) {
+	now := a.cfg.Now()
+	if err := req.Capability.Validate(); err != nil {
+		return nil, err
+	}
+	c := req.Capability.Normalized()
+	prov, err := ParseProvenance(string(req.Provenance))
+	if err != nil {
+		return nil, err
+	}
+	switch req.Lifecycle {
+	case LifecycleOnce, LifecycleSession:
+	case LifecycleStanding:
+		return nil, ErrStandingInSession
+	default:
+		return nil, fmt.Errorf("%w: lifecycle %q (want once or session)", ErrInvalidRequest, req.Lifecycle)
+	}
+	if req.TTL < 0 {
+		return nil, fmt.Errorf("%w: negative TTL", ErrInvalidRequest)
+	}
+	if c.IsEmpty() {
+		return nil, fmt.Errorf("%w: empty capability grants nothing", ErrInvalidRequest)
+	}
+	sess, ok := a.st.Sessions[req.Session]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownSession, req.Session)
+	}
+	if sess.Phase != SessionActive {
+		return nil, fmt.Errorf("%w: %q is %s", ErrSessionInactive, req.Session, sess.Phase)
+	}
+	// Inside the manifest.
+	entry, err := a.manifests[sess.Spec.Image].Match(c)
+	if err != nil {
+		return nil, err
+	}
+	rec := &GrantRecord{Session: req.Session, Capability: c, Provenance: prov, Lifecycle: req.Lifecycle, Created: now}
+	// Expiry: TTL, then session end, then the parent's.
+	ttl := req.TTL
+	if ttl == 0 && req.Lifecycle == LifecycleOnce {
+		ttl = DefaultOnceTTL
+	}
+	if ttl > 0 {
+		rec.Expires = now.Add(ttl)
+	}
+	if e := sess.Spec.Expires; !e.IsZero() && (rec.Expires.IsZero() || e.Before(rec.Expires)) {
+		rec.Expires = e
+	}
+	var parent *GrantRecord
+	if req.Parent != "" {
+		if parent, err = a.resolveHandle(req.Parent); err != nil {
+			return nil, err
+		}
+		if err := a.grantLive(parent, now); err != nil {
+			return nil, err
+		}
+		if err := c.Within(parent.Capability); err != nil {
+			return nil, fmt.Errorf("attenuation of %s: %w", parent.ID[:8], err)
+		}
+		if lifecycleRank[req.Lifecycle] > lifecycleRank[parent.Lifecycle] {
+			return nil, fmt.Errorf("%w: lifecycle %s outlives the parent's %s", ErrWidens, req.Lifecycle, parent.Lifecycle)
+		}
+		if !parent.Expires.IsZero() && (rec.Expires.IsZero() || parent.Expires.Before(rec.Expires)) {
+			rec.Expires = parent.Expires
+		}
+		rec.Parent = parent.ID
+	}
+	if !rec.Expires.IsZero() && !now.Before(rec.Expires) {
+		return nil, fmt.Errorf("%w: the grant would already be expired", ErrInvalidRequest)
+	}
+	// Tier.
+	var mt *Tier
+	if entry != nil {
+		mt = entry.Tier
+	}
+	rec.Tier = EffectiveTier(c, TierContext{Workspace: sess.Spec.Workspace}, mt, prov, sess.Ingredients)
+	if parent != nil && rec.Tier < TierBlock && req.Session == parent.Session {
+		// Narrowing one's own live grant conveys no new authority: it needs
+		// no new approval.
+		rec.Tier = min(rec.Tier, parent.Tier)
+	}
+	if rec.Tier == TierBlock {
+		return nil, fmt.Errorf("%w: %s", ErrBlockTier, c)
+	}
+	if err := a.enforceable(c.Class); err != nil {
+		return nil, err
+	}
+	a.bmu.Lock()
+	tripped := a.breakerFor(req.Session).Tripped
+	a.bmu.Unlock()
+	if tripped && rec.Tier < TierAsk {
+		rec.Tier = TierAsk // an escalated session asks a human for everything
+	}
+	if rec.Tier == TierAsk && !approved && !(parent != nil && req.Session == parent.Session) {
+		return rec, ErrApprovalRequired
+	}
+	return rec, nil
+}
+
+func (a *Agent) grantLocked(ctx context.Context, req GrantRequest, approver string, approved bool) (*Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rec, err := a.check(req, approved)
+	if errors.Is(err, ErrApprovalRequired) {
+		id, _, merr := a.minter.mint()
+		if merr != nil {
+			return nil, merr
+		}
+		id = "apr_" + id[:16]
+		now := a.cfg.Now()
+		// The parent token is a capability: never store or show it; keep the
+		// parent's grant id and re-derive the token at approval.
+		stored := req
+		stored.Parent = ""
+		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: stored, ParentGrant: rec.Parent, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
+		if perr := a.persist(); perr != nil {
+			delete(a.st.Approvals, id)
+			return nil, perr
+		}
+		a.emit(Event{Kind: "approval.request", Session: req.Session, Class: rec.Capability.Class, Tier: rec.Tier.String(), Provenance: string(rec.Provenance), ParamsSHA256: paramsHash(rec.Capability), Actor: req.Requester, Outcome: id})
+		return nil, &ApprovalRequiredError{ID: id, Tier: rec.Tier}
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec.Approver = approver
+	return a.issue(rec)
+}
+
+// issue runs the GRANT sequence of seeds/permissions.md §2 on a record that
+// passed the gate.
+func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
+	now := a.cfg.Now()
+	c := rec.Capability
+	// 1. Cedar IsAuthorized (cap + scope).
+	d, err := a.engine.AuthorizeGrant(rec.Session, c, rec.Tier, rec.Provenance, rec.Lifecycle, now)
+	if err != nil {
+		return nil, err
+	}
+	if !d.Allowed {
+		return nil, fmt.Errorf("%w: grant of %s (policies: %v)", ErrDenied, c, d.Reasons)
+	}
+	a.crash(StepGrantAuthorized)
+	// 2. Permissiveness check of the grant's compiled policy.
+	id, token, err := a.minter.mint()
+	if err != nil {
+		return nil, err
+	}
+	rec.ID = id
+	gd := GrantData{ID: id, Session: rec.Session, Capability: c, Expires: rec.Expires}
+	if err := ProveGrant(gd, now); err != nil {
+		return nil, err
+	}
+	a.crash(StepGrantProved)
+	// 3. Issue the handle: intent first, then the kernel, then the record.
+	rec.Phase = PhasePending
+	a.st.Grants[id] = rec
+	if err := a.persist(); err != nil {
+		delete(a.st.Grants, id)
+		return nil, err
+	}
+	a.crash(StepGrantIntent)
+	var parentRef backend.HandleRef
+	if rec.Parent != "" {
+		parentRef = a.st.Grants[rec.Parent].Kernel
+	}
+	ref, err := a.kernel.NewHandle(parentRef, rec.Expires)
+	if err != nil {
+		return nil, a.rollback(rec, fmt.Errorf("%w: new handle: %w", ErrKernel, err))
+	}
+	rec.Kernel = ref
+	a.crash(StepGrantHandleIssued)
+	rec.Phase = PhaseHandle
+	if err := a.persist(); err != nil {
+		return nil, a.rollback(rec, err)
+	}
+	a.crash(StepGrantHandleSaved)
+	// 4. Push the OS delta: record what may land in the kernel, then push.
+	rules := egressRules(c, ref)
+	rec.Rules = rules
+	rec.Phase = PhaseApplying
+	if err := a.persist(); err != nil {
+		return nil, a.rollback(rec, err)
+	}
+	// One rule per Apply: a crash between two leaves a prefix of the
+	// recorded rules in the kernel, which reconcile removes.
+	for _, r := range rules {
+		if err := a.kernel.Apply(rec.Session, backend.Delta{AddEgress: []backend.EgressRule{r}}); err != nil {
+			return nil, a.rollback(rec, fmt.Errorf("%w: allow egress %s: %w", ErrKernel, r, err))
+		}
+		a.crash(StepGrantRuleApplied)
+	}
+	a.crash(StepGrantDeltaApplied)
+	if err := a.engine.PutGrant(gd); err != nil {
+		return nil, a.rollback(rec, err)
+	}
+	rec.Phase = PhaseLive
+	sess := a.st.Sessions[rec.Session]
+	oldIng := sess.Ingredients
+	sess.Ingredients = sess.Ingredients.With(c, rec.Provenance)
+	if err := a.persist(); err != nil {
+		sess.Ingredients = oldIng
+		return nil, a.rollback(rec, err)
+	}
+	a.crash(StepGrantLive)
+	// 5. Emit the event; failing to record it fails the grant.
+	if err := a.emit(Event{Kind: "grant.issue", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String(), Provenance: string(rec.Provenance),
+		ParamsSHA256: paramsHash(c), Actor: rec.Approver, Outcome: "live"}); err != nil {
+		sess.Ingredients = oldIng
+		return nil, a.rollback(rec, fmt.Errorf("emit: %w", err))
+	}
+	a.crash(StepGrantEmitted)
+	if rec.Tier == TierNotify {
+		a.emit(Event{Kind: "grant.notify", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String()})
+	}
+	return &Grant{Handle: token, ID: id, Session: rec.Session, Tier: rec.Tier, Lifecycle: rec.Lifecycle, Expires: rec.Expires, Parent: rec.Parent}, nil
+}
+
+// rollback undoes a grant that did not go live: handle bit first, then
+// rules, policy and handle slot; the record becomes a rolledback tombstone.
+func (a *Agent) rollback(rec *GrantRecord, cause error) error {
+	var errs []error
+	if !rec.Kernel.IsZero() {
+		if err := a.kernel.Revoke(rec.Kernel); err != nil && !handleGone(err) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := a.kernel.Release(rec.Session, rec.Kernel, rec.Rules); err != nil && !handleGone(err) {
+			errs = append(errs, err)
+		}
+	}
+	a.engine.RemoveGrant(rec.Session, rec.ID)
+	if len(errs) == 0 {
+		rec.Phase = PhaseRolledBack
+	} else {
+		rec.Phase = PhaseRevoking // reconcile finishes the teardown
+	}
+	rec.Ended = a.cfg.Now()
+	rec.EndReason = "rollback: " + cause.Error()
+	errs = append(errs, a.persist())
+	a.emit(Event{Kind: "grant.rollback", Session: rec.Session, Grant: rec.ID, Class: rec.Capability.Class, Outcome: cause.Error()})
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w (rollback incomplete: %v)", cause, err)
+	}
+	return cause
+}
+
+func handleGone(err error) bool {
+	return errors.Is(err, backend.ErrInvalidHandle) || errors.Is(err, backend.ErrHandleNotLive)
+}

@@ -1,0 +1,111 @@
+package agent
+
+// Caretaker layer: handle lifecycles. A token resolves to its grant; a grant
+// is live until it is revoked, expires or (once) is used; Sweep tears down
+// what expired, ends expired sessions, prunes old tombstones and times
+// out approvals.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lifecycle says how long a grant lives (seeds/permissions.md §6.3).
+type Lifecycle string
+
+const (
+	LifecycleOnce     Lifecycle = "once"     // one action; dies after its first use (or its short TTL)
+	LifecycleSession  Lifecycle = "session"  // until the session ends (or the TTL)
+	LifecycleStanding Lifecycle = "standing" // admin policy only; never issued in-session
+)
+
+// DefaultOnceTTL bounds a once grant whose use is never reported.
+const DefaultOnceTTL = 5 * time.Minute
+
+// resolveHandle verifies a token and returns its grant.
+func (a *Agent) resolveHandle(token string) (*GrantRecord, error) {
+	id, err := a.minter.verify(token)
+	if err != nil {
+		return nil, err
+	}
+	g, ok := a.st.Grants[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s…", ErrUnknownHandle, id[:8])
+	}
+	return g, nil
+}
+
+func (a *Agent) grantLive(g *GrantRecord, now time.Time) error {
+	if g.Phase != PhaseLive {
+		return fmt.Errorf("%w: grant %s is %s", ErrHandleRevoked, g.ID[:8], g.Phase)
+	}
+	if !g.Expires.IsZero() && !now.Before(g.Expires) {
+		return fmt.Errorf("%w: grant %s expired at %s", ErrHandleRevoked, g.ID[:8], g.Expires.Format(time.RFC3339))
+	}
+	return nil
+}
+
+var lifecycleRank = map[Lifecycle]int{LifecycleOnce: 0, LifecycleSession: 1, LifecycleStanding: 2}
+
+// Consume reports the one use of a once grant, which revokes it; for other
+// lifecycles it only checks the handle is live.
+func (a *Agent) Consume(ctx context.Context, token string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g, err := a.resolveHandle(token)
+	if err != nil {
+		return err
+	}
+	if err := a.grantLive(g, a.cfg.Now()); err != nil {
+		return err
+	}
+	if g.Lifecycle == LifecycleOnce {
+		return a.revokeLocked(g, "used once")
+	}
+	return nil
+}
+
+// Sweep revokes grants whose expiry has passed (the kernel already denies
+// them; this tears their state down), retries revocations whose teardown
+// failed, ends expired sessions and times out stale approvals. The daemon
+// calls it periodically.
+func (a *Agent) Sweep(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.cfg.Now()
+	var errs []error
+	for _, g := range a.sortedGrants() {
+		switch {
+		case g.Phase == PhaseLive && !g.Expires.IsZero() && !now.Before(g.Expires):
+			errs = append(errs, a.revokeLocked(g, "expired"))
+		case g.Phase == PhaseRevoking: // a teardown that failed earlier: retry
+			errs = append(errs, a.revokeLocked(g, g.EndReason))
+		}
+	}
+	for _, id := range sortedKeys(a.st.Sessions) {
+		rec := a.st.Sessions[id]
+		if rec.Phase == SessionActive && !rec.Spec.Expires.IsZero() && !now.Before(rec.Spec.Expires) {
+			errs = append(errs, a.endSessionLocked(id, "session expired"))
+		}
+	}
+	changed := false
+	for id, g := range a.st.Grants {
+		if g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention {
+			delete(a.st.Grants, id)
+			changed = true
+		}
+	}
+	for id, ap := range a.st.Approvals {
+		if !now.Before(ap.Expires) {
+			delete(a.st.Approvals, id)
+			changed = true
+			a.emit(Event{Kind: "approval.timeout", Session: ap.Request.Session, Class: ap.Request.Capability.Class, Outcome: "timed_out"})
+		}
+	}
+	if changed {
+		errs = append(errs, a.persist())
+	}
+	return errors.Join(errs...)
+}

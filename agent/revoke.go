@@ -1,0 +1,144 @@
+package agent
+
+// The REVOKE protocol and the membrane: one backend write on the root's
+// handle kills the whole subtree (the kernel walks the parent chain), then the
+// subtree is recorded revoking, its Cedar policies removed, its rules and
+// slots reclaimed deepest-first with no further write or sweep, and recorded
+// revoked.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// Revoke runs the REVOKE sequence on the grant behind a handle token and on
+// every grant attenuated from it (the membrane). The kernel handle's state
+// word is flipped first: from that write on, the kernel denies the grant and
+// all its descendants. Revoking a revoked handle succeeds (idempotent); a
+// forged token is refused.
+func (a *Agent) Revoke(ctx context.Context, token string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g, err := a.resolveHandle(token)
+	if errors.Is(err, ErrUnknownHandle) {
+		// The MAC is ours, so the agent issued it; a grant that is not in
+		// the state was pruned long after its revocation (or never went
+		// live): nothing is live under it (reconcile guarantees the kernel
+		// holds no handle the state does not account for).
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return a.revokeLocked(g, "revoked")
+}
+
+// RevokeGrant revokes by grant id (operator path).
+func (a *Agent) RevokeGrant(ctx context.Context, id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g, ok := a.st.Grants[id]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownHandle, id)
+	}
+	return a.revokeLocked(g, "revoked")
+}
+
+// descendants returns every grant attenuated (transitively) from g, deepest
+// last.
+func (a *Agent) descendants(g *GrantRecord) []*GrantRecord {
+	var out []*GrantRecord
+	frontier := []string{g.ID}
+	for len(frontier) > 0 {
+		var next []string
+		for _, c := range a.sortedGrants() {
+			if slices.Contains(frontier, c.Parent) {
+				out = append(out, c)
+				next = append(next, c.ID)
+			}
+		}
+		frontier = next
+	}
+	return out
+}
+
+func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
+	if g.Phase.Terminal() {
+		return nil
+	}
+	subtree := append([]*GrantRecord{g}, a.descendants(g)...)
+	var errs []error
+	// 1. Flip the caretaker bit: one kernel write kills g and, through the
+	// parent chain the kernel walks, every descendant; the backend cuts the
+	// open flows no live grant covers any more (one sweep) before it returns.
+	if !g.Kernel.IsZero() {
+		if err := a.kernel.Revoke(g.Kernel); err != nil && !handleGone(err) {
+			errs = append(errs, fmt.Errorf("%w: revoke %s: %w", ErrKernel, g.Kernel, err))
+		}
+	}
+	a.crash(StepRevokeFlipped)
+	for _, x := range subtree {
+		if !x.Phase.Terminal() {
+			x.Phase = PhaseRevoking
+			x.EndReason = reason
+		}
+	}
+	if err := a.persist(); err != nil {
+		errs = append(errs, err)
+	}
+	a.crash(StepRevokeIntent)
+	// 2. Remove the grants' Cedar policies.
+	for _, x := range subtree {
+		a.engine.RemoveGrant(x.Session, x.ID)
+	}
+	a.crash(StepRevokePolicy)
+	// 3. Reclaim the OS delta, deepest first: no further revoke write and no
+	// further sweep (the descendants died with g's bit; a freed slot, or one
+	// recycled under a new generation, fails the kernel's chain walk too).
+	for i := len(subtree) - 1; i >= 0; i-- {
+		x := subtree[i]
+		if x.Phase != PhaseRevoking {
+			continue
+		}
+		if err := a.teardown(x); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		x.Phase = PhaseRevoked
+		x.Ended = a.cfg.Now()
+	}
+	a.crash(StepRevokeFreed)
+	if err := a.persist(); err != nil {
+		errs = append(errs, err)
+	}
+	a.crash(StepRevokeDone)
+	// 4. Emit the event.
+	for _, x := range subtree {
+		if err := a.emit(Event{Kind: "grant.revoke", Session: x.Session, Grant: x.ID, Class: x.Capability.Class, Outcome: string(x.Phase), Rule: reason}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.crash(StepRevokeEmitted)
+	return errors.Join(errs...)
+}
+
+// teardown reclaims a dead grant's kernel state: its rules, one at a time
+// (a crash between two leaves the rest for reconcile), then its slot. The
+// grant's handle, or an ancestor's, must already be revoked. Every step
+// tolerates "already gone".
+func (a *Agent) teardown(x *GrantRecord) error {
+	for _, r := range x.Rules {
+		if err := a.kernel.Release(x.Session, backend.HandleRef{}, []backend.EgressRule{r}); err != nil {
+			return fmt.Errorf("%w: remove egress %s: %w", ErrKernel, r, err)
+		}
+		a.crash(StepRevokeRuleRemoved)
+	}
+	if err := a.kernel.Release(x.Session, x.Kernel, nil); err != nil && !handleGone(err) {
+		return fmt.Errorf("%w: free %s: %w", ErrKernel, x.Kernel, err)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package agent
+
+// Sessions: the unit a grant is made for. Create (intent recorded, then the
+// backend session), end (every grant revoked, membrane included, then the
+// backend session destroyed) and list.
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// SessionSpec describes a session at creation.
+type SessionSpec struct {
+	ID            string    `json:"id"` // also the kernel session (cgroup) name
+	Image         string    `json:"image"`
+	TrustTier     string    `json:"trust_tier"` // low | normal | high; default normal
+	Risk          string    `json:"risk"`       // normal | high; default normal
+	Headless      bool      `json:"headless"`
+	TLSInspection bool      `json:"tls_inspection"`
+	Home          string    `json:"home,omitempty"`      // for the protected-path forbids
+	Workspace     string    `json:"workspace,omitempty"` // for the tier table
+	Expires       time.Time `json:"expires,omitzero"`    // session end; zero: none
+}
+
+func (s *SessionSpec) normalize() error {
+	if err := backend.ValidSessionName(s.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if err := validateToken("image", s.Image); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if s.TrustTier == "" {
+		s.TrustTier = "normal"
+	}
+	if s.Risk == "" {
+		s.Risk = "normal"
+	}
+	if !slices.Contains([]string{"low", "normal", "high"}, s.TrustTier) {
+		return fmt.Errorf("%w: trust tier %q", ErrInvalidRequest, s.TrustTier)
+	}
+	if !slices.Contains([]string{"normal", "high"}, s.Risk) {
+		return fmt.Errorf("%w: risk %q", ErrInvalidRequest, s.Risk)
+	}
+	for _, p := range []string{s.Home, s.Workspace} {
+		if p != "" {
+			if err := validatePath(p); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
+	// The policy store: agent state, admin policies and image manifests.
+	store := []string{filepath.Clean(a.cfg.StateDir)}
+	for _, d := range []string{a.cfg.PolicyDir, a.cfg.ManifestDir} {
+		if d != "" {
+			if abs, err := filepath.Abs(d); err == nil {
+				store = append(store, abs)
+			}
+		}
+	}
+	return SessionAttrs{ID: s.ID, Image: s.Image, TrustTier: s.TrustTier, Risk: s.Risk, Headless: s.Headless, TLSInspection: s.TLSInspection,
+		Protected: DefaultProtected(s.Home), PolicyStore: store}
+}
+
+// CreateSession creates the session's kernel cgroup and records it.
+func (a *Agent) CreateSession(spec SessionSpec) error {
+	if err := spec.normalize(); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.st.Sessions[spec.ID]; ok {
+		return fmt.Errorf("%w: %q", ErrSessionExists, spec.ID)
+	}
+	rec := &SessionRecord{Spec: spec, Phase: SessionCreating, Created: a.cfg.Now()}
+	a.st.Sessions[spec.ID] = rec
+	// Only this session's record changes here: persist just that.
+	key := "s/" + spec.ID
+	if err := a.store.saveKeys(a.st, key); err != nil {
+		delete(a.st.Sessions, spec.ID)
+		return err
+	}
+	a.crash(StepSessionIntent)
+	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
+		delete(a.st.Sessions, spec.ID)
+		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.saveKeys(a.st, key))
+	}
+	a.crash(StepSessionKernel)
+	rec.Phase = SessionActive
+	if err := a.store.saveKeys(a.st, key); err != nil {
+		delete(a.st.Sessions, spec.ID)
+		return errors.Join(err, a.kernel.DestroySession(spec.ID))
+	}
+	a.bmu.Lock()
+	a.breaker[spec.ID] = &BreakerState{}
+	a.bmu.Unlock()
+	a.engine.PutSession(a.sessionAttrs(spec))
+	return a.emit(Event{Kind: "session.create", Session: spec.ID, Outcome: "ok"})
+}
+
+// EndSession revokes every grant of the session, destroys its cgroup and
+// forgets it (pending approvals included). Ending an unknown session is an
+// error; ending it twice is not possible.
+func (a *Agent) EndSession(id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.endSessionLocked(id, "session ended")
+}
+
+func (a *Agent) endSessionLocked(id, reason string) error {
+	rec, ok := a.st.Sessions[id]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownSession, id)
+	}
+	rec.Phase = SessionEnding
+	if err := a.persist(); err != nil {
+		return err
+	}
+	var errs []error
+	// Oldest first: a root is revoked before its descendants, and revoking
+	// it takes its whole subtree (descendants in other sessions included).
+	for _, g := range a.sortedGrants() {
+		if g.Session == id && !g.Phase.Terminal() {
+			errs = append(errs, a.revokeLocked(g, reason))
+		}
+	}
+	for k, ap := range a.st.Approvals {
+		if ap.Request.Session == id {
+			delete(a.st.Approvals, k)
+		}
+	}
+	if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {
+		errs = append(errs, fmt.Errorf("%w: destroy session %s: %w", ErrKernel, id, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return errors.Join(err, a.persist())
+	}
+	delete(a.st.Sessions, id)
+	a.engine.DropSession(id)
+	a.bmu.Lock()
+	delete(a.breaker, id)
+	a.bmu.Unlock()
+	if err := a.persist(); err != nil {
+		return err
+	}
+	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
+}
+
+// Sessions lists the active sessions' specs.
+func (a *Agent) Sessions() []SessionSpec {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []SessionSpec
+	for _, s := range a.st.Sessions {
+		if s.Phase == SessionActive {
+			out = append(out, s.Spec)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
