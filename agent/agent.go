@@ -21,7 +21,7 @@ import (
 // secret: scopes are hashed (ParamsSHA256) and summarized by class.
 type Event struct {
 	Time         time.Time `json:"time"`
-	Kind         string    `json:"kind"` // session.create, grant.request, grant.issue, grant.rollback, grant.revoke, approval.*, breaker.trip, deny, reconcile.*
+	Kind         string    `json:"kind"` // session.create, grant.request, grant.issue, grant.rollback, grant.revoke, approval.*, card.*, breaker.trip, deny, reconcile.*
 	Session      string    `json:"session,omitempty"`
 	Grant        string    `json:"grant,omitempty"`
 	Class        Class     `json:"class,omitempty"`
@@ -31,6 +31,7 @@ type Event struct {
 	Outcome      string    `json:"outcome,omitempty"`
 	Rule         string    `json:"rule,omitempty"`
 	Actor        string    `json:"actor,omitempty"`
+	Card         *Card     `json:"card,omitempty"` // card.* events: the card as it stands
 }
 
 // EventSink receives lifecycle events; an error fails the step that emitted
@@ -116,6 +117,9 @@ type Agent struct {
 	mu sync.Mutex // serializes every state change
 	st *state
 
+	dns      DNSTarget           // under mu; nil: no resolver attached
+	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
+
 	bmu     sync.Mutex // breaker counters (hot path of Decide)
 	breaker map[string]*BreakerState
 }
@@ -143,11 +147,15 @@ func Open(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{}}
+	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{},
+		dnsDirty: map[string]struct{}{}}
 	if a.st, err = a.store.load(); err != nil {
 		return nil, err
 	}
 	if _, err := a.Reconcile(); err != nil {
+		return nil, err
+	}
+	if err := a.openCards(); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -168,6 +176,7 @@ func (a *Agent) emit(e Event) error {
 	if e.Time.IsZero() {
 		e.Time = a.cfg.Now()
 	}
+	a.markDNS(e)
 	return a.cfg.Events.Emit(e)
 }
 
@@ -212,7 +221,7 @@ func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
 // only accumulate for the session's life.
 func (a *Agent) NoteIngredients(session string, in Ingredients) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	rec, ok := a.st.Sessions[session]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownSession, session)
@@ -242,7 +251,7 @@ func (a *Agent) ReloadManifests() error {
 	}
 	a.mu.Lock()
 	a.manifests = ms
-	a.mu.Unlock()
+	a.unlock()
 	a.emit(Event{Kind: "manifest.reload", Outcome: fmt.Sprintf("%d images", len(ms))})
 	return nil
 }
@@ -250,6 +259,6 @@ func (a *Agent) ReloadManifests() error {
 // Close releases the state journal. The agent must not be used afterwards.
 func (a *Agent) Close() error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	return a.store.close()
 }

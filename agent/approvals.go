@@ -18,7 +18,7 @@ const DefaultApprovalTimeout = 10 * time.Minute
 // PendingApprovals lists the Asks waiting for a human.
 func (a *Agent) PendingApprovals() []ApprovalRecord {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	var out []ApprovalRecord
 	for _, ap := range a.st.Approvals {
 		out = append(out, *ap)
@@ -31,7 +31,12 @@ func (a *Agent) PendingApprovals() []ApprovalRecord {
 // approver. The gate runs again (policies or the session may have changed).
 func (a *Agent) Approve(ctx context.Context, id, approver string) (*Grant, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
+	return a.approveLocked(ctx, id, approver)
+}
+
+// approveLocked is Approve; a.mu held.
+func (a *Agent) approveLocked(ctx context.Context, id, approver string) (*Grant, error) {
 	ap, ok := a.st.Approvals[id]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownApproval, id)
@@ -64,7 +69,12 @@ func (a *Agent) Approve(ctx context.Context, id, approver string) (*Grant, error
 // DenyApproval records a human's explicit deny (a denial for the breaker).
 func (a *Agent) DenyApproval(ctx context.Context, id, approver string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
+	return a.denyApprovalLocked(id, approver)
+}
+
+// denyApprovalLocked is DenyApproval; a.mu held.
+func (a *Agent) denyApprovalLocked(id, approver string) error {
 	ap, err := a.takeApproval(id)
 	if err != nil {
 		return err
@@ -78,25 +88,28 @@ func (a *Agent) DenyApproval(ctx context.Context, id, approver string) error {
 // human chose on the card (once or session) instead of the requested one.
 // Standing grants stay admin-policy only.
 func (a *Agent) ApproveAs(ctx context.Context, id, approver string, lc Lifecycle) (*Grant, error) {
+	a.mu.Lock()
+	defer a.unlock()
+	return a.approveAsLocked(ctx, id, approver, lc)
+}
+
+// approveAsLocked is ApproveAs; a.mu held.
+func (a *Agent) approveAsLocked(ctx context.Context, id, approver string, lc Lifecycle) (*Grant, error) {
 	if lc != LifecycleOnce && lc != LifecycleSession {
 		return nil, fmt.Errorf("%w: approve as %q: want once or session", ErrInvalidRequest, lc)
 	}
 	if approver == "" { // checked before the card is changed: bad input changes nothing
 		return nil, fmt.Errorf("%w: approval without an approver", ErrInvalidRequest)
 	}
-	a.mu.Lock()
 	ap, ok := a.st.Approvals[id]
-	if ok {
-		ap.Request.Lifecycle = lc
-		if lc == LifecycleSession {
-			ap.Request.TTL = 0
-		}
-	}
-	a.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownApproval, id)
 	}
-	return a.Approve(ctx, id, approver)
+	ap.Request.Lifecycle = lc
+	if lc == LifecycleSession {
+		ap.Request.TTL = 0
+	}
+	return a.approveLocked(ctx, id, approver)
 }
 
 // CancelApproval dismisses a pending approval without deciding it: the
@@ -104,7 +117,12 @@ func (a *Agent) ApproveAs(ctx context.Context, id, approver string, lc Lifecycle
 // denial (the circuit breaker does not count it).
 func (a *Agent) CancelApproval(id, actor string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
+	return a.cancelApprovalLocked(id, actor)
+}
+
+// cancelApprovalLocked is CancelApproval; a.mu held.
+func (a *Agent) cancelApprovalLocked(id, actor string) error {
 	ap, err := a.takeApproval(id)
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 		a.emit(Event{Kind: "deny", Session: session, Class: r.Class, Outcome: "denied", Rule: fmt.Sprint(d.Reasons)})
 		a.mu.Lock()
 		a.denied(session, ErrDenied)
-		a.mu.Unlock()
+		a.unlock()
 	}
 	return d, nil
 }
@@ -81,7 +81,7 @@ func (a *Agent) denied(session string, cause error) {
 // Breaker returns a session's breaker state.
 func (a *Agent) Breaker(session string) (BreakerState, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	if _, ok := a.st.Sessions[session]; !ok {
 		return BreakerState{}, fmt.Errorf("%w: %q", ErrUnknownSession, session)
 	}
@@ -93,7 +93,7 @@ func (a *Agent) Breaker(session string) (BreakerState, error) {
 // ResetBreaker clears a tripped breaker (a human looked at the session).
 func (a *Agent) ResetBreaker(session, actor string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	rec, ok := a.st.Sessions[session]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownSession, session)

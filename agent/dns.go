@@ -1,10 +1,12 @@
 package agent
 
 // Grants → the allowlisting DNS resolver: the policy each session's live
-// net.egress domain grants give the resolver.
+// net.egress domain grants give the resolver, and keeping an attached
+// resolver in step with the grants (AttachDNS).
 
 import (
 	"net/netip"
+	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dnsresolver"
@@ -18,7 +20,12 @@ import (
 // false when the session does not exist (the resolver should drop it).
 func (a *Agent) DNSPolicy(session string) (p dnsresolver.Policy, ok bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
+	return a.dnsPolicyLocked(session)
+}
+
+// dnsPolicyLocked is DNSPolicy; a.mu held.
+func (a *Agent) dnsPolicyLocked(session string) (p dnsresolver.Policy, ok bool) {
 	if s, found := a.st.Sessions[session]; !found || s.Phase != SessionActive {
 		return p, false
 	}
@@ -46,7 +53,7 @@ func (a *Agent) DNSPolicy(session string) (p dnsresolver.Policy, ok bool) {
 // grants with their kernel handles, for the DNS resolver to open.
 func (a *Agent) EgressDomains(session string) map[string][]backend.HandleRef {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	out := map[string][]backend.HandleRef{}
 	for _, g := range a.st.Grants {
 		if g.Session == session && g.Phase == PhaseLive && g.Capability.Class == ClassNetEgress {
@@ -56,4 +63,53 @@ func (a *Agent) EgressDomains(session string) map[string][]backend.HandleRef {
 		}
 	}
 	return out
+}
+
+// DNSTarget is what the agent keeps in step with the grants: the allowlisting
+// resolver (*dnsresolver.Resolver implements it).
+type DNSTarget interface {
+	SetPolicy(session string, p dnsresolver.Policy) error
+	RemovePolicy(session string)
+}
+
+// AttachDNS gives t every active session's policy now, and from then on the
+// policy of each session whose grants or state change, before the call that
+// changed them returns (grants, revokes, approvals, expiries, session ends,
+// breaker trips, reconcile).
+func (a *Agent) AttachDNS(t DNSTarget) {
+	a.mu.Lock()
+	defer a.unlock()
+	a.dns = t
+	for id, s := range a.st.Sessions {
+		if s.Phase == SessionActive {
+			a.dnsDirty[id] = struct{}{}
+		}
+	}
+}
+
+// markDNS notes that session's resolver policy may have changed (a grant or
+// session event); a.mu held.
+func (a *Agent) markDNS(e Event) {
+	// The kinds first: only grant and session events, always emitted under
+	// a.mu, read a.dns.
+	if (strings.HasPrefix(e.Kind, "grant.") || strings.HasPrefix(e.Kind, "session.")) && e.Session != "" && a.dns != nil {
+		a.dnsDirty[e.Session] = struct{}{}
+	}
+}
+
+// unlock pushes the resolver policies marked since the lock was taken, then
+// releases a.mu: the work follows what changed, not the number of sessions.
+func (a *Agent) unlock() {
+	for s := range a.dnsDirty {
+		delete(a.dnsDirty, s)
+		p, ok := a.dnsPolicyLocked(s)
+		if !ok {
+			a.dns.RemovePolicy(s) // ended: nothing to resolve
+			continue
+		}
+		if err := a.dns.SetPolicy(s, p); err != nil {
+			a.cfg.Logger.Error("dns policy", "session", s, "err", err)
+		}
+	}
+	a.mu.Unlock()
 }

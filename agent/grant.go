@@ -102,7 +102,12 @@ var (
 // grant back.
 func (a *Agent) Grant(ctx context.Context, req GrantRequest) (*Grant, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
+	return a.grantCounted(ctx, req)
+}
+
+// grantCounted is Grant; a.mu held.
+func (a *Agent) grantCounted(ctx context.Context, req GrantRequest) (*Grant, error) {
 	g, err := a.grantLocked(ctx, req, "", false)
 	if err != nil && !errors.Is(err, ErrApprovalRequired) && !errors.Is(err, ErrKernel) && !errors.Is(err, ErrState) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {

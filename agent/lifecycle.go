@@ -53,7 +53,7 @@ var lifecycleRank = map[Lifecycle]int{LifecycleOnce: 0, LifecycleSession: 1, Lif
 // lifecycles it only checks the handle is live.
 func (a *Agent) Consume(ctx context.Context, token string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	g, err := a.resolveHandle(token)
 	if err != nil {
 		return err
@@ -73,7 +73,7 @@ func (a *Agent) Consume(ctx context.Context, token string) error {
 // calls it periodically.
 func (a *Agent) Sweep(ctx context.Context) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	now := a.cfg.Now()
 	var errs []error
 	for _, g := range a.sortedGrants() {
@@ -107,5 +107,6 @@ func (a *Agent) Sweep(ctx context.Context) error {
 	if changed {
 		errs = append(errs, a.persist())
 	}
+	a.syncCards() // cards whose approvals timed out or whose session ended
 	return errors.Join(errs...)
 }

@@ -27,7 +27,7 @@ type ReconcileReport struct {
 // is harmless.
 func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	rep := &ReconcileReport{}
 	var errs []error
 	ks, err := a.kernel.Sessions()

@@ -22,7 +22,7 @@ import (
 // forged token is refused.
 func (a *Agent) Revoke(ctx context.Context, token string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	g, err := a.resolveHandle(token)
 	if errors.Is(err, ErrUnknownHandle) {
 		// The MAC is ours, so the agent issued it; a grant that is not in
@@ -40,7 +40,7 @@ func (a *Agent) Revoke(ctx context.Context, token string) error {
 // RevokeGrant revokes by grant id (operator path).
 func (a *Agent) RevokeGrant(ctx context.Context, id string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	g, ok := a.st.Grants[id]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownHandle, id)

@@ -77,7 +77,7 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 		return err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	if _, ok := a.st.Sessions[spec.ID]; ok {
 		return fmt.Errorf("%w: %q", ErrSessionExists, spec.ID)
 	}
@@ -112,8 +112,10 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 // error; ending it twice is not possible.
 func (a *Agent) EndSession(id string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.endSessionLocked(id, "session ended")
+	defer a.unlock()
+	err := a.endSessionLocked(id, "session ended")
+	a.syncCards() // its pending cards time out
+	return err
 }
 
 func (a *Agent) endSessionLocked(id, reason string) error {
@@ -158,7 +160,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 // Sessions lists the active sessions' specs.
 func (a *Agent) Sessions() []SessionSpec {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	var out []SessionSpec
 	for _, s := range a.st.Sessions {
 		if s.Phase == SessionActive {

@@ -98,12 +98,15 @@ type state struct {
 	Sessions  map[string]*SessionRecord  `json:"sessions"`
 	Grants    map[string]*GrantRecord    `json:"grants"`
 	Approvals map[string]*ApprovalRecord `json:"approvals"`
+	Cards     map[string]*Card           `json:"cards,omitempty"`    // approval cards (cards.go)
+	Patterns  map[string]*Pattern        `json:"patterns,omitempty"` // approved patterns, by "card/item"
 }
 
 const stateVersion = 1
 
 func newState() *state {
-	return &state{Version: stateVersion, Sessions: map[string]*SessionRecord{}, Grants: map[string]*GrantRecord{}, Approvals: map[string]*ApprovalRecord{}}
+	return &state{Version: stateVersion, Sessions: map[string]*SessionRecord{}, Grants: map[string]*GrantRecord{}, Approvals: map[string]*ApprovalRecord{},
+		Cards: map[string]*Card{}, Patterns: map[string]*Pattern{}}
 }
 
 // store persists the state as a snapshot (state.json, replaced atomically:
@@ -126,7 +129,7 @@ type store struct {
 
 // journalLine is one journal entry: a whole record, or a deletion.
 type journalLine struct {
-	Kind string          `json:"k"` // s(ession) | g(rant) | a(pproval)
+	Kind string          `json:"k"` // s(ession) | g(rant) | a(pproval) | c(ard) | p(attern)
 	ID   string          `json:"id"`
 	Rec  json.RawMessage `json:"v,omitempty"`
 	Del  bool            `json:"del,omitempty"`
@@ -352,6 +355,12 @@ func (st *state) lookup(key string) (any, bool) {
 	case 'a':
 		r, ok := st.Approvals[id]
 		return r, ok
+	case 'c':
+		r, ok := st.Cards[id]
+		return r, ok
+	case 'p':
+		r, ok := st.Patterns[id]
+		return r, ok
 	}
 	return nil, false
 }
@@ -395,6 +404,12 @@ func (st *state) records() []keyedRecord {
 	for id, r := range st.Approvals {
 		out = append(out, keyedRecord{"a/" + id, r})
 	}
+	for id, r := range st.Cards {
+		out = append(out, keyedRecord{"c/" + id, r})
+	}
+	for id, r := range st.Patterns {
+		out = append(out, keyedRecord{"p/" + id, r})
+	}
 	return out
 }
 
@@ -407,6 +422,12 @@ func (st *state) fillMaps() {
 	}
 	if st.Approvals == nil {
 		st.Approvals = map[string]*ApprovalRecord{}
+	}
+	if st.Cards == nil {
+		st.Cards = map[string]*Card{}
+	}
+	if st.Patterns == nil {
+		st.Patterns = map[string]*Pattern{}
 	}
 }
 
@@ -442,6 +463,26 @@ func (st *state) apply(jl journalLine) error {
 			return err
 		}
 		st.Approvals[jl.ID] = &r
+	case "c":
+		if jl.Del {
+			delete(st.Cards, jl.ID)
+			return nil
+		}
+		var r Card
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Cards[jl.ID] = &r
+	case "p":
+		if jl.Del {
+			delete(st.Patterns, jl.ID)
+			return nil
+		}
+		var r Pattern
+		if err := json.Unmarshal(jl.Rec, &r); err != nil {
+			return err
+		}
+		st.Patterns[jl.ID] = &r
 	default:
 		return fmt.Errorf("unknown record kind %q", jl.Kind)
 	}

@@ -25,7 +25,7 @@ type GrantInfo struct {
 // Grants lists the session's grants ("" for all), tombstones included.
 func (a *Agent) Grants(session string) []GrantInfo {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	var out []GrantInfo
 	for _, g := range a.sortedGrants() {
 		if session == "" || g.Session == session {

@@ -108,8 +108,6 @@ type daemon struct {
 	resolver *dnsresolver.Resolver
 	srv      *api.Server
 	sink     *eventSink
-	dnsMu    sync.Mutex
-	dnsDirty map[string]struct{} // sessions whose domain grants may have changed
 	events   backend.EventReader
 	audit    *auditState
 	metrics  *metricsState
@@ -119,19 +117,22 @@ type daemon struct {
 // eventSink receives the agent's lifecycle events: the event stream, and the
 // audit log when one is attached.
 type eventSink struct {
-	hub     *api.Hub
-	audit   func(agent.Event) error
-	changed func(session string) // a grant or session step happened
+	hub   *api.Hub
+	audit func(agent.Event) error
 }
 
 func (s *eventSink) Emit(e agent.Event) error {
+	if e.Card != nil {
+		// Card notices: the stream carries the card, under the source it
+		// has always had; the API audits who decided a card, the agent's
+		// approval events audit the rest.
+		s.hub.Publish("api", e.Kind, e.Card)
+		return nil
+	}
 	if s.audit != nil {
 		if err := s.audit(e); err != nil {
 			return err
 		}
-	}
-	if s.changed != nil && e.Session != "" && (strings.HasPrefix(e.Kind, "grant.") || strings.HasPrefix(e.Kind, "session.")) {
-		s.changed(e.Session)
 	}
 	s.hub.Publish("agent", e.Kind, e)
 	return nil
@@ -144,8 +145,7 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.dnsDirty = map[string]struct{}{}
-	d.sink = &eventSink{hub: d.hub, changed: d.markDNS}
+	d.sink = &eventSink{hub: d.hub}
 	if err := d.openAudit(); err != nil {
 		d.close()
 		return nil, err
@@ -218,50 +218,13 @@ func (d *daemon) startResolver() error {
 		return err
 	}
 	d.resolver = r
-	for _, s := range d.ag.Sessions() {
-		d.syncDNS(s.ID)
-	}
+	d.ag.AttachDNS(r) // the agent keeps the resolver's policies in step with the grants
 	return d.dp.SetDNSRedirect(r.Port())
-}
-
-// markDNS notes that session's domain grants may have changed. It runs
-// inside the agent's event emission (agent lock held), so it only records.
-func (d *daemon) markDNS(session string) {
-	d.dnsMu.Lock()
-	d.dnsDirty[session] = struct{}{}
-	d.dnsMu.Unlock()
-}
-
-// syncDirtyDNS gives the resolver the policies of the sessions marked since
-// the last call: work follows what changed, not the number of sessions.
-func (d *daemon) syncDirtyDNS() {
-	d.dnsMu.Lock()
-	dirty := d.dnsDirty
-	d.dnsDirty = map[string]struct{}{}
-	d.dnsMu.Unlock()
-	for s := range dirty {
-		d.syncDNS(s)
-	}
-}
-
-// syncDNS gives the resolver the session's live domain grants.
-func (d *daemon) syncDNS(session string) {
-	if d.resolver == nil {
-		return
-	}
-	p, ok := d.ag.DNSPolicy(session)
-	if !ok {
-		d.resolver.RemovePolicy(session) // ended: nothing to resolve
-		return
-	}
-	if err := d.resolver.SetPolicy(session, p); err != nil {
-		d.log.Error("dns policy", "session", session, "err", err)
-	}
 }
 
 func (d *daemon) serve(ctx context.Context, opGID int) error {
 	srv, err := api.NewServer(api.Config{
-		Agent: d.ag, Backend: d.dp, Hub: d.hub, StateDir: d.cfg.StateDir, Logger: d.log,
+		Agent: d.ag, Backend: d.dp, Hub: d.hub, Logger: d.log,
 		Auth:   api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
 		Verify: d.verifyAudit,
 		Status: func() map[string]any {
@@ -274,13 +237,6 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 			}
 			return st
 		},
-		OnSessionEnd: func(s string) {
-			if d.resolver != nil {
-				d.resolver.RemovePolicy(s)
-			}
-			d.sessionEnded(s)
-		},
-		OnGrantsChanged: d.syncDirtyDNS,
 		Audit:           d.auditAPI,
 		ObserveRevoke:   d.observeRevoke,
 		ObserveDecision: d.observeDecision,
@@ -319,12 +275,10 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := d.ag.Sweep(ctx); err != nil {
+				if err := d.ag.Sweep(ctx); err != nil { // expiries, timeouts, cards
 					d.log.Warn("sweep", "err", err)
 				}
-				d.srv.SyncCards()
 				d.flushDenials()
-				d.syncDirtyDNS() // grants the sweep expired or revoked
 			}
 		}
 	}()

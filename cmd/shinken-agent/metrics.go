@@ -97,7 +97,3 @@ func (d *daemon) observeDecision(dt time.Duration) {
 		d.metrics.m.ObserveDecision(dt)
 	}
 }
-
-// sessionEnded needs nothing: the kernel collector reads the live sessions
-// at every scrape, so an ended session's series are gone at the next one.
-func (d *daemon) sessionEnded(string) {}

@@ -1,0 +1,237 @@
+package api
+
+// Sessions over HTTP: create (quotas the host cannot enforce are refused
+// first), list, show, delete, and run a command inside a session.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent"
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// MaxRunOutput caps what /run returns of a command's stdout and stderr each.
+const MaxRunOutput = 1 << 20
+
+// ---- sessions ----
+
+// SessionView is a session as the API shows it.
+type SessionView struct {
+	agent.SessionSpec
+	Index    uint32                         `json:"index"`
+	CgroupID uint64                         `json:"cgroup_id"`
+	Path     string                         `json:"cgroup"`
+	Denials  map[string]uint64              `json:"denials,omitempty"`
+	Grants   []agent.GrantInfo              `json:"grants,omitempty"`
+	Breaker  *agent.BreakerState            `json:"breaker,omitempty"`
+	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
+}
+
+func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
+	v := SessionView{SessionSpec: spec}
+	if ks, err := s.cfg.Backend.Session(spec.ID); err == nil {
+		v.Index, v.CgroupID, v.Path = ks.Index, ks.CgroupID, ks.Path
+		if detail {
+			if c, err := s.cfg.Backend.Counters(ks.Index); err == nil {
+				v.Denials = map[string]uint64{}
+				for i, n := range c {
+					if n > 0 {
+						v.Denials[backend.Reason(i).String()] = n
+					}
+				}
+			}
+		}
+	}
+	if detail {
+		v.Grants = s.cfg.Agent.Grants(spec.ID)
+		if b, err := s.cfg.Agent.Breaker(spec.ID); err == nil {
+			v.Breaker = &b
+		}
+		v.Domains = s.cfg.Agent.EgressDomains(spec.ID)
+	}
+	return v
+}
+
+// CreateSessionBody is a session spec plus its cgroup quotas.
+type CreateSessionBody struct {
+	agent.SessionSpec
+	Quotas backend.Limits `json:"quotas,omitzero"`
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	var body CreateSessionBody
+	if err := decode(r, &body); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	spec := body.SessionSpec
+	// Quotas the host cannot enforce are refused before anything exists.
+	if err := s.cfg.Backend.CheckLimits(body.Quotas); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	if err := s.cfg.Agent.CreateSession(spec); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	if err := s.cfg.Backend.SetLimits(spec.ID, body.Quotas); err != nil {
+		// Fail closed: no session without the quotas it was asked with.
+		err = errors.Join(err, s.cfg.Agent.EndSession(spec.ID))
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	for _, sp := range s.cfg.Agent.Sessions() {
+		if sp.ID == spec.ID {
+			writeJSON(w, http.StatusCreated, s.view(sp, false))
+			return
+		}
+	}
+	writeErr(w, http.StatusInternalServerError, errors.New("session vanished after create"))
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	specs := s.cfg.Agent.Sessions()
+	out := make([]SessionView, 0, len(specs))
+	for _, sp := range specs {
+		out = append(out, s.view(sp, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) find(id string) (agent.SessionSpec, error) {
+	for _, sp := range s.cfg.Agent.Sessions() {
+		if sp.ID == id {
+			return sp, nil
+		}
+	}
+	return agent.SessionSpec{}, fmt.Errorf("%w: %q", agent.ErrUnknownSession, id)
+}
+
+func (s *Server) showSession(w http.ResponseWriter, r *http.Request) {
+	sp, err := s.find(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(sp, true))
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.find(id); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	if err := s.cfg.Agent.EndSession(id); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+}
+
+// RunRequest runs a command inside a session.
+type RunRequest struct {
+	Argv     []string `json:"argv"`
+	Stdin    string   `json:"stdin,omitempty"`
+	TimeoutS float64  `json:"timeout_s,omitempty"` // default 60, at most 3600
+	UID      uint32   `json:"uid,omitempty"`       // default nobody; never 0
+	GID      uint32   `json:"gid,omitempty"`
+}
+
+// RunResult is what the command did.
+type RunResult struct {
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated,omitempty"`
+	TimedOut  bool   `json:"timed_out,omitempty"`
+	PID       int    `json:"pid"`
+}
+
+type capped struct {
+	buf       bytes.Buffer
+	truncated bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := MaxRunOutput - c.buf.Len(); room < len(p) {
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		c.truncated = true
+		return len(p), nil
+	}
+	return c.buf.Write(p)
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req RunRequest
+	if err := decode(r, &req); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: argv is empty", agent.ErrInvalidRequest))
+		return
+	}
+	if req.UID == 0 && req.GID != 0 {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: gid without uid", agent.ErrInvalidRequest))
+		return
+	}
+	timeout := 60 * time.Second
+	if req.TimeoutS > 0 {
+		timeout = time.Duration(min(req.TimeoutS, 3600) * float64(time.Second))
+	}
+	if _, err := s.find(id); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	ks, err := s.cfg.Backend.Session(id)
+	if err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	if err := s.cfg.Audit("run", map[string]any{"actor": actor(r), "session": id, "tool": req.Argv[0], "params": req.Argv, "outcome": "started"}); err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "SHINKEN_SESSION=" + id}
+	cmd.Dir = "/"
+	var stdout, stderr capped
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin = strings.NewReader(req.Stdin)
+	if err := s.cfg.Backend.Launch(ks.Name, cmd, backend.LaunchOptions{UID: req.UID, GID: req.GID}); err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	s.cfg.Hub.Publish("api", "session.run", map[string]any{"session": id, "argv0": req.Argv[0], "pid": cmd.Process.Pid, "actor": actor(r)})
+	err = cmd.Wait()
+	res := RunResult{Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), Truncated: stdout.truncated || stderr.truncated, PID: cmd.Process.Pid}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitCode()
+	default:
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	if ctx.Err() != nil {
+		res.TimedOut = true
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+var _ io.Writer = (*capped)(nil)

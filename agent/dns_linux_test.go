@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/shinken-agent/shinken/dnsresolver"
+)
+
+// fakeDNS records what the agent gives the resolver.
+type fakeDNS struct {
+	mu  sync.Mutex
+	pol map[string][]string // session → domain patterns
+	log []string
+}
+
+func (f *fakeDNS) SetPolicy(s string, p dnsresolver.Policy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var doms []string
+	for _, g := range p.Grants {
+		doms = append(doms, g.Pattern)
+	}
+	f.pol[s] = doms
+	f.log = append(f.log, "set "+s)
+	return nil
+}
+
+func (f *fakeDNS) RemovePolicy(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pol, s)
+	f.log = append(f.log, "remove "+s)
+}
+
+func (f *fakeDNS) domains(s string) ([]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.pol[s]
+	return d, ok
+}
+
+// TestDNSFollowsGrants: an attached resolver gets every session's policy at
+// once, and the policy of a session whose grants change before the call that
+// changed them returns; an ended session's policy is removed.
+func TestDNSFollowsGrants(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	f := &fakeDNS{pol: map[string][]string{}}
+	a.AttachDNS(f)
+	if doms, ok := f.domains("s1"); !ok || len(doms) != 0 {
+		t.Fatalf("at attach: %v %v", doms, ok)
+	}
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"api.example.com"}, Ports: []PortRange{{443, 443}}}}
+	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
+	var are *ApprovalRequiredError
+	if !errors.As(err, &are) {
+		t.Fatalf("want an approval, got %v", err)
+	}
+	g, err := a.Approve(ctx, are.ID, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doms, _ := f.domains("s1"); !slices.Equal(doms, []string{"api.example.com"}) {
+		t.Fatalf("after the grant: %v (log %v)", doms, f.log)
+	}
+	if err := a.Revoke(ctx, g.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if doms, _ := f.domains("s1"); len(doms) != 0 {
+		t.Fatalf("after the revoke: %v", doms)
+	}
+	if err := a.EndSession("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.domains("s1"); ok || !slices.Contains(f.log, "remove s1") {
+		t.Fatalf("after the session ended: log %v", f.log)
+	}
+}
