@@ -8,9 +8,11 @@
 // the usage of each.
 package main
 
+// The command line: usage, flags, dispatch of the verbs, and the status,
+// cards and events views.
+
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,17 +21,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
-	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
@@ -49,11 +47,6 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
   events [-f]
   audit verify
 `
-
-type client struct {
-	hc     *http.Client
-	output string
-}
 
 func main() {
 	fs := flag.NewFlagSet("shinkenctl", flag.ExitOnError)
@@ -83,82 +76,6 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "shinkenctl:", err)
 	os.Exit(1)
-}
-
-// apiError is a non-2xx answer.
-type apiError struct {
-	Status int
-	Msg    string
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status) }
-
-func (c *client) call(method, path string, body, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, "http://shinken"+path, rd)
-	if err != nil {
-		return 0, err
-	}
-	if u := os.Getenv("SUDO_USER"); u != "" {
-		req.Header.Set("X-Shinken-Actor", u)
-	} else if u := os.Getenv("USER"); u != "" {
-		req.Header.Set("X-Shinken-Actor", u)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		var ne *net.OpError
-		if errors.As(err, &ne) {
-			return 0, fmt.Errorf("cannot reach the agent: %w (is shinken-agent running, and are you root or in the operator group?)", ne.Err)
-		}
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusForbidden && path == "/v1/requests") {
-		var e api.Error
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}
-		}
-		return resp.StatusCode, &apiError{resp.StatusCode, strings.TrimSpace(string(data))}
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode answer: %w", err)
-		}
-	}
-	return resp.StatusCode, nil
-}
-
-func (c *client) printJSON(v any) {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
-}
-
-func table(header string, rows [][]string) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	tw.Flush()
-}
-
-func need(args []string, n int, what string) error {
-	if len(args) < n {
-		return fmt.Errorf("usage: %s", what)
-	}
-	return nil
 }
 
 func (c *client) dispatch(args []string) error {
@@ -363,228 +280,6 @@ func scopeString(c agent.Capability) string {
 	}
 	b, _ := json.Marshal(c)
 	return string(b)
-}
-
-func (c *client) session(args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: session create|ls|show|rm ...")
-	}
-	switch args[0] {
-	case "create":
-		fs := flag.NewFlagSet("session create", flag.ContinueOnError)
-		image := fs.String("image", "default", "image (its manifest bounds what the session may ask)")
-		trust := fs.String("trust", "normal", "trust tier: low, normal or high")
-		risk := fs.String("risk", "normal", "risk: normal or high")
-		headless := fs.Bool("headless", false, "no human watches this session")
-		tls := fs.Bool("tls-inspection", false, "its egress goes through TLS inspection")
-		ws := fs.String("workspace", "", "workspace directory")
-		home := fs.String("home", "", "home directory")
-		exp := fs.Duration("expires", 0, "session lifetime (0: none)")
-		mem := fs.Uint64("memory", 0, "memory quota, bytes (cgroup2 memory.max)")
-		pids := fs.Uint64("pids", 0, "process quota (cgroup2 pids.max)")
-		cpu := fs.Uint("cpu-percent", 0, "CPU quota, percent of one CPU (cgroup2 cpu.max)")
-		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
-			return errors.New("usage: session create ID [flags]")
-		}
-		if err := fs.Parse(args[2:]); err != nil {
-			return err
-		}
-		spec := agent.SessionSpec{ID: args[1], Image: *image, TrustTier: *trust, Risk: *risk, Headless: *headless, TLSInspection: *tls, Workspace: *ws, Home: *home}
-		if *exp > 0 {
-			spec.Expires = time.Now().Add(*exp)
-		}
-		body := api.CreateSessionBody{SessionSpec: spec, Quotas: backend.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}}
-		var v api.SessionView
-		if _, err := c.call("POST", "/v1/sessions", body, &v); err != nil {
-			return err
-		}
-		if c.output == "json" {
-			c.printJSON(v)
-			return nil
-		}
-		fmt.Printf("session %s created (index %d, cgroup %s)\n", v.ID, v.Index, v.Path)
-		return nil
-	case "ls", "list":
-		var vs []api.SessionView
-		if _, err := c.call("GET", "/v1/sessions", nil, &vs); err != nil {
-			return err
-		}
-		if c.output == "json" {
-			c.printJSON(vs)
-			return nil
-		}
-		var rows [][]string
-		for _, v := range vs {
-			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), v.Path})
-		}
-		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tCGROUP", rows)
-		return nil
-	case "show":
-		if len(args) != 2 {
-			return errors.New("usage: session show ID")
-		}
-		var v api.SessionView
-		if _, err := c.call("GET", "/v1/sessions/"+args[1], nil, &v); err != nil {
-			return err
-		}
-		c.printJSON(v)
-		return nil
-	case "rm", "delete":
-		if len(args) != 2 {
-			return errors.New("usage: session rm ID")
-		}
-		if _, err := c.call("DELETE", "/v1/sessions/"+args[1], nil, nil); err != nil {
-			return err
-		}
-		fmt.Printf("session %s removed\n", args[1])
-		return nil
-	}
-	return fmt.Errorf("unknown session verb %q", args[0])
-}
-
-func (c *client) run(args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	timeout := fs.Float64("timeout", 60, "seconds")
-	uid := fs.Uint("uid", 0, "uid (default nobody)")
-	gid := fs.Uint("gid", 0, "gid")
-	if len(args) < 1 {
-		return errors.New("usage: run SESSION [-timeout S] -- CMD [ARG...]")
-	}
-	session := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	argv := fs.Args()
-	if len(argv) == 0 {
-		return errors.New("usage: run SESSION [-timeout S] -- CMD [ARG...]")
-	}
-	var res api.RunResult
-	if _, err := c.call("POST", "/v1/sessions/"+session+"/run", api.RunRequest{Argv: argv, TimeoutS: *timeout, UID: uint32(*uid), GID: uint32(*gid)}, &res); err != nil {
-		return err
-	}
-	if c.output == "json" {
-		c.printJSON(res)
-		return nil
-	}
-	os.Stdout.WriteString(res.Stdout)
-	os.Stderr.WriteString(res.Stderr)
-	if res.TimedOut {
-		fmt.Fprintln(os.Stderr, "shinkenctl: command timed out")
-	}
-	if res.ExitCode != 0 {
-		os.Exit(res.ExitCode)
-	}
-	return nil
-}
-
-type multi []string
-
-func (m *multi) String() string     { return strings.Join(*m, ",") }
-func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
-
-func (c *client) request(args []string, parent string) error {
-	if len(args) < 2 {
-		return errors.New("usage: request SESSION CLASS [scope flags]")
-	}
-	session, class := args[0], args[1]
-	fs := flag.NewFlagSet("request", flag.ContinueOnError)
-	var cidrs, domains, ports multi
-	fs.Var(&cidrs, "cidr", "net.egress prefix (repeatable)")
-	fs.Var(&domains, "domain", "net.egress domain: host, *.host or **.host (repeatable)")
-	fs.Var(&ports, "port", "net.egress port or LO-HI range (repeatable; none: any)")
-	lc := fs.String("lifecycle", "session", "once or session")
-	ttl := fs.Duration("ttl", 0, "time box (0: the lifecycle's default)")
-	external := fs.Bool("external", false, "parameters come from external content (promotes the tier)")
-	scopeJSON := fs.String("json", "", "the whole capability as JSON (instead of the scope flags)")
-	if err := fs.Parse(args[2:]); err != nil {
-		return err
-	}
-	capab := agent.Capability{Class: agent.Class(class)}
-	if *scopeJSON != "" {
-		dec := json.NewDecoder(strings.NewReader(*scopeJSON))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&capab); err != nil {
-			return fmt.Errorf("-json: %w", err)
-		}
-	} else if class == string(agent.ClassNetEgress) {
-		e := &agent.EgressScope{Domains: domains}
-		for _, s := range cidrs {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return fmt.Errorf("-cidr %q: %w", s, err)
-			}
-			e.CIDRs = append(e.CIDRs, p)
-		}
-		for _, s := range ports {
-			lo, hi, _ := strings.Cut(s, "-")
-			if hi == "" {
-				hi = lo
-			}
-			l, err1 := strconv.ParseUint(lo, 10, 16)
-			h, err2 := strconv.ParseUint(hi, 10, 16)
-			if err1 != nil || err2 != nil {
-				return fmt.Errorf("-port %q: want N or LO-HI", s)
-			}
-			e.Ports = append(e.Ports, agent.PortRange{Lo: uint16(l), Hi: uint16(h)})
-		}
-		capab.Egress = e
-	}
-	req := agent.GrantRequest{Session: session, Capability: capab, Lifecycle: agent.Lifecycle(*lc), TTL: *ttl}
-	if *external {
-		req.Provenance = "external"
-	}
-	if parent != "" {
-		var g agent.Grant
-		if _, err := c.call("POST", "/v1/grants/attenuate", api.AttenuateBody{Parent: parent, Request: req}, &g); err != nil {
-			return err
-		}
-		if c.output == "json" {
-			c.printJSON(g)
-			return nil
-		}
-		fmt.Printf("granted %s handle=%s tier=%s expires=%s\n", g.ID, g.Handle, g.Tier, expires(g.Expires))
-		return nil
-	}
-	var res []api.RequestResult
-	if _, err := c.call("POST", "/v1/requests", api.RequestBody{Requests: []agent.GrantRequest{req}}, &res); err != nil {
-		return err
-	}
-	if c.output == "json" {
-		c.printJSON(res)
-	} else {
-		for _, r := range res {
-			printResult(r)
-		}
-	}
-	for _, r := range res {
-		if r.Outcome == "denied" || r.Outcome == "invalid" {
-			os.Exit(3)
-		}
-	}
-	return nil
-}
-
-func printResult(r api.RequestResult) {
-	switch r.Outcome {
-	case "granted":
-		fmt.Printf("granted %s handle=%s tier=%s expires=%s\n", r.Grant.ID, r.Grant.Handle, r.Grant.Tier, expires(r.Grant.Expires))
-	case "pending":
-		fmt.Printf("pending: card %s (%s) — approve with: shinkenctl approve %s --once|--session|--pattern\n", r.Card, r.Reason, r.Card)
-	default:
-		fmt.Printf("%s: %s\n", r.Outcome, r.Reason)
-	}
-}
-
-func printResults(v any) error {
-	b, _ := json.Marshal(v)
-	var rs []api.RequestResult
-	if err := json.Unmarshal(b, &rs); err != nil {
-		return err
-	}
-	for _, r := range rs {
-		printResult(r)
-	}
-	return nil
 }
 
 func (c *client) events(follow bool) error {

@@ -1,0 +1,100 @@
+package main
+
+// The API client: one HTTP call over the Unix socket (errors decoded from the
+// API's error body), and the JSON and table printers every verb uses.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/shinken-agent/shinken/agent/api"
+)
+
+type client struct {
+	hc     *http.Client
+	output string
+}
+
+// apiError is a non-2xx answer.
+type apiError struct {
+	Status int
+	Msg    string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status) }
+
+func (c *client) call(method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://shinken"+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if u := os.Getenv("SUDO_USER"); u != "" {
+		req.Header.Set("X-Shinken-Actor", u)
+	} else if u := os.Getenv("USER"); u != "" {
+		req.Header.Set("X-Shinken-Actor", u)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var ne *net.OpError
+		if errors.As(err, &ne) {
+			return 0, fmt.Errorf("cannot reach the agent: %w (is shinken-agent running, and are you root or in the operator group?)", ne.Err)
+		}
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusForbidden && path == "/v1/requests") {
+		var e api.Error
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}
+		}
+		return resp.StatusCode, &apiError{resp.StatusCode, strings.TrimSpace(string(data))}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode answer: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func (c *client) printJSON(v any) {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func table(header string, rows [][]string) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+func need(args []string, n int, what string) error {
+	if len(args) < n {
+		return fmt.Errorf("usage: %s", what)
+	}
+	return nil
+}
