@@ -1,0 +1,131 @@
+package agent
+
+// Tier-3 tests of handle lifecycles: once grants, expiry, session end and
+// tombstone pruning (moved from agent_linux_test.go).
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestOnceAndExpiry: a once grant dies at its use; an expired grant is
+// denied by the kernel and swept.
+func TestOnceAndExpiry(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	y := listenTCP(t, "127.0.0.3:0")
+	once, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if once.Expires.IsZero() || once.Expires.After(time.Now().Add(DefaultOnceTTL+time.Second)) {
+		t.Fatalf("once grant expiry %v", once.Expires)
+	}
+	short, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(y), Lifecycle: LifecycleSession, TTL: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProbe(t, d, "s1")
+	if got := p.DoAsync("tcp " + x); got != "ok" {
+		t.Fatalf("once before use: %s", got)
+	}
+	if err := a.Consume(ctx, once.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("once after use: %s", got)
+	}
+	if got := p.DoAsync("tcp " + y); got != "ok" {
+		t.Fatalf("ttl grant before expiry: %s", got)
+	}
+	time.Sleep(1600 * time.Millisecond)
+	if got := p.DoAsync("tcp " + y); got != "err EPERM" {
+		t.Fatalf("ttl grant after expiry (kernel): %s", got)
+	}
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Consume(ctx, short.Handle); !errors.Is(err, ErrHandleRevoked) {
+		t.Fatalf("expired handle: %v", err)
+	}
+	if n := len(liveHandles(t, d)); n != 0 {
+		t.Fatalf("live handles after sweep: %d", n)
+	}
+}
+
+// TestEndSession: ending a session revokes its grants, including grants
+// attenuated from them in other sessions, and removes its cgroup.
+func TestEndSession(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	mustSession(t, a, SessionSpec{ID: "sub"})
+	x := listenTCP(t, "127.0.0.2:0")
+	g, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "sub", Capability: loopEgress(x), Lifecycle: LifecycleSession}); err != nil {
+		t.Fatal(err)
+	}
+	p := startProbe(t, d, "sub")
+	if got := p.DoAsync("tcp " + x); got != "ok" {
+		t.Fatalf("sub before: %s", got)
+	}
+	if err := a.EndSession("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("sub after the parent session ended: %s", got)
+	}
+	if err := a.EndSession("s1"); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("end twice: %v", err)
+	}
+	if err := a.CreateSession(SessionSpec{ID: "../x", Image: "py"}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("bad session id: %v", err)
+	}
+	if err := a.CreateSession(SessionSpec{ID: "sub", Image: "py"}); !errors.Is(err, ErrSessionExists) {
+		t.Fatalf("duplicate session: %v", err)
+	}
+}
+
+// TestTombstonePruning: revoked records are pruned after the retention; the
+// pruned grant's token still revokes idempotently and cannot be used.
+func TestTombstonePruning(t *testing.T) {
+	d, _ := newKernel(t)
+	now := time.Now()
+	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Now = func() time.Time { return now } })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	g, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Revoke(ctx, g.Handle); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(23 * time.Hour)
+	a.Sweep(ctx)
+	if n := len(a.Grants("")); n != 1 {
+		t.Fatalf("pruned too early: %d records", n)
+	}
+	now = now.Add(2 * time.Hour)
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.Grants("")); n != 0 {
+		t.Fatalf("not pruned: %d records", n)
+	}
+	if err := a.Revoke(ctx, g.Handle); err != nil {
+		t.Fatalf("revoke a pruned grant: %v", err)
+	}
+	if err := a.Consume(ctx, g.Handle); !errors.Is(err, ErrUnknownHandle) {
+		t.Fatalf("use a pruned grant: %v", err)
+	}
+	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrUnknownHandle) {
+		t.Fatalf("attenuate a pruned grant: %v", err)
+	}
+}
