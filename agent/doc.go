@@ -9,16 +9,17 @@
 // data), the pre-grant gate with its permissiveness-shift check, caretaker
 // handles (unforgeable tokens mapped to kernel HandleRefs, attenuation,
 // membrane revoke), the GRANT and REVOKE sequences of seeds/permissions.md
-// §2, the denial circuit breaker, and durable state that survives a kill -9
+// §2, the denial circuit breaker, approval cards (Asks batched for a human,
+// approved patterns), and durable state that survives a kill -9
 // at any step and is reconciled with the kernel on start, always in the
 // fail-closed direction.
 //
 // The entry point is Open, which returns an *Agent driving a backend.Backend
 // (on Linux the BPF dataplane; see agent/backend). See README.md in this directory for the
-// grammar, the manifest format, the tiers, the policy directory, what the
+// file layout by layer, the grammar, the manifest format, the tiers, the policy directory, what the
 // permissiveness check proves and the state and crash model.
 //
-// Only cmd/ (the daemon and the operator CLI), dnsresolver/ and bench/ import
-// this package. Secrets never enter its events or logs: scopes are hashed
+// Only agent/api (the operator API's transport), cmd/ (the daemon and the
+// operator CLI) and bench/ import this package. Secrets never enter its events or logs: scopes are hashed
 // and credentials are broker scope names, never values.
 package agent
