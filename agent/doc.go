@@ -14,12 +14,14 @@
 // at any step and is reconciled with the kernel on start, always in the
 // fail-closed direction.
 //
-// The entry point is Open, which returns an *Agent driving a backend.Backend
-// (on Linux the BPF dataplane; see agent/backend). See README.md in this directory for the
-// file layout by layer, the grammar, the manifest format, the tiers, the policy directory, what the
-// permissiveness check proves and the state and crash model.
+// The entry point is Open, which returns an *Agent driving a
+// backend.Backend (on Linux the BPF dataplane; see agent/backend). See
+// README.md in this directory for the file layout by layer, the grammar, the
+// manifest format, the tiers, the policy directory, what the permissiveness
+// check proves and the state and crash model.
 //
 // Only agent/api (the operator API's transport), cmd/ (the daemon and the
-// operator CLI) and bench/ import this package. Secrets never enter its events or logs: scopes are hashed
-// and credentials are broker scope names, never values.
+// operator CLI) and bench/ import this package. Secrets never enter its
+// events or logs: scopes are hashed and credentials are broker scope names,
+// never values.
 package agent
