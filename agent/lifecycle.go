@@ -69,8 +69,8 @@ func (a *Agent) Consume(ctx context.Context, token string) error {
 
 // Sweep revokes grants whose expiry has passed (the kernel already denies
 // them; this tears their state down), retries revocations whose teardown
-// failed, ends expired sessions and times out stale approvals. The daemon
-// calls it periodically.
+// failed, ends expired sessions, times out stale approvals and the cards
+// that waited on them. The daemon calls it periodically.
 func (a *Agent) Sweep(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.unlock()
