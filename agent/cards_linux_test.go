@@ -89,6 +89,18 @@ func TestCardsInAgentState(t *testing.T) {
 	if _, err := a.DenyCard(ctx, res[0].Card, "alice"); !errors.Is(err, ErrCardDecided) {
 		t.Fatalf("denying a timed-out card: %v", err)
 	}
+
+	// The pattern dies with its session: a new session reusing the name
+	// asks again, also after a restart.
+	if err := a.EndSession("s1"); err != nil {
+		t.Fatal(err)
+	}
+	a = open()
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	res, err = a.Request(ctx, []GrantRequest{{Session: "s1", Capability: loopEgress("127.0.1.7:80"), Lifecycle: LifecycleSession}})
+	if err != nil || res[0].Outcome != "pending" || res[0].Pattern != "" {
+		t.Fatalf("a new session named like an ended one inherited its pattern: %+v %v", res, err)
+	}
 }
 
 // TestLegacyCardsFileImported: a cards.json left by a daemon that kept cards

@@ -140,6 +140,13 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 			delete(a.st.Approvals, k)
 		}
 	}
+	// Approved patterns answer for this session only: a later session that
+	// reuses the name must ask again.
+	for k, p := range a.st.Patterns {
+		if p.Session == id {
+			delete(a.st.Patterns, k)
+		}
+	}
 	if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {
 		errs = append(errs, fmt.Errorf("%w: destroy session %s: %w", ErrKernel, id, err))
 	}
