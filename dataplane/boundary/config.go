@@ -1,0 +1,121 @@
+package boundary
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Default identity range: above systemd's dynamic users (61184-65519) and
+// its container range (524288-1878982655), below the 0x7FFE0000 "foreign"
+// range systemd reserves. 1<<20 uids: more than the dataplane's default
+// MaxSessions (65536) and the 100,000 live sessions the product targets.
+const (
+	DefaultUIDBase  = 0x70000000 // 1879048192
+	DefaultUIDCount = 1 << 20
+	// DefaultCatatonit is the pid-1 reaper each session's PID namespace
+	// runs (Debian package catatonit).
+	DefaultCatatonit = "/usr/bin/catatonit"
+)
+
+// Mechanism names: one per row of the boundary report, and the names an
+// operator lists in Config.Accept to accept a weaker level.
+const (
+	MechUIDRange  = "uid range"
+	MechSeccomp   = "seccomp"
+	MechUserNS    = "user namespaces"
+	MechPIDNS     = "pid namespace"
+	MechMountNS   = "mount namespace"
+	MechCatatonit = "session init (catatonit)"
+	MechLandlock  = "landlock scoping"
+	MechCaps      = "capabilities and no_new_privs"
+)
+
+// Config is the session boundary's configuration. The zero value is the
+// product's defaults.
+type Config struct {
+	// UIDBase and UIDCount reserve the uids (and equal gids) of sessions:
+	// the session with kernel index i runs as UIDBase+i. Index 0 is never
+	// a session, so UIDBase itself is never used.
+	UIDBase  uint32
+	UIDCount uint32
+	// AllowUserNS lets session processes create user namespaces (refused
+	// by the seccomp filter otherwise).
+	AllowUserNS bool
+	// Accept names mechanisms (the Mech* constants) whose weaker level on
+	// this host the operator accepts; any other mechanism that cannot be
+	// applied makes session creation fail with the reason.
+	Accept []string
+	// Catatonit is the path of the catatonit binary (default
+	// /usr/bin/catatonit).
+	Catatonit string
+}
+
+// SetDefaults fills unset fields.
+func (c *Config) SetDefaults() {
+	if c.UIDBase == 0 && c.UIDCount == 0 {
+		c.UIDBase, c.UIDCount = DefaultUIDBase, DefaultUIDCount
+	}
+	if c.UIDCount == 0 {
+		c.UIDCount = DefaultUIDCount
+	}
+	if c.Catatonit == "" {
+		c.Catatonit = DefaultCatatonit
+	}
+}
+
+// ErrUIDRange is wrapped by every identity range error.
+var ErrUIDRange = errors.New("boundary: session uid range")
+
+// Validate checks the range against the largest session index the
+// dataplane can hand out (indices are 1..maxSessions-1): it must hold every
+// index and never contain 0 (root), 65534 (nobody) or 2^32-1 (the invalid
+// uid -1).
+func (c Config) Validate(maxSessions uint32) error {
+	if c.UIDCount < maxSessions {
+		return fmt.Errorf("%w: %d uids for up to %d sessions", ErrUIDRange, c.UIDCount, maxSessions)
+	}
+	last := uint64(c.UIDBase) + uint64(c.UIDCount) - 1
+	if last >= 1<<32-1 {
+		return fmt.Errorf("%w: %d+%d runs past uid 4294967294", ErrUIDRange, c.UIDBase, c.UIDCount)
+	}
+	for _, bad := range []uint64{0, 65534} {
+		if uint64(c.UIDBase) <= bad && bad <= last {
+			return fmt.Errorf("%w: [%d, %d] contains uid %d", ErrUIDRange, c.UIDBase, last, bad)
+		}
+	}
+	for _, m := range c.Accept {
+		if !knownMech(m) {
+			return fmt.Errorf("boundary: accept: unknown mechanism %q", m)
+		}
+	}
+	return nil
+}
+
+// UID is the uid (and gid) of the session with kernel index index. It is a
+// pure function of the index, which the dataplane persists in pinned maps
+// and restores at adoption, so a session keeps its uid across agent
+// restarts; an index, and so its uid, is handed out again only after the
+// session was destroyed (its cgroup killed: nothing of it still runs).
+func (c Config) UID(index uint32) (uint32, error) {
+	if index == 0 || index >= c.UIDCount {
+		return 0, fmt.Errorf("%w: session index %d outside [1, %d)", ErrUIDRange, index, c.UIDCount)
+	}
+	return c.UIDBase + index, nil
+}
+
+func (c Config) accepts(mech string) bool {
+	for _, m := range c.Accept {
+		if m == mech {
+			return true
+		}
+	}
+	return false
+}
+
+func knownMech(m string) bool {
+	switch m {
+	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechCaps:
+		return true
+	}
+	return false
+}

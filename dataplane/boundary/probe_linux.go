@@ -1,0 +1,217 @@
+package boundary
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"github.com/shinken-agent/shinken/agent/backend"
+	"golang.org/x/sys/unix"
+)
+
+// probe measures every mechanism on this host; nothing is a constant.
+func (b *Boundary) probe() {
+	var rows []backend.Strength
+	add := func(mech string, ok error, mechanism string) bool {
+		s := backend.Strength{Class: mech, Level: backend.FixedAtExec, Mechanism: mechanism}
+		if ok != nil {
+			s.Level, s.Reason = backend.Unavailable, ok.Error()
+		}
+		rows = append(rows, s)
+		return ok == nil
+	}
+	c := b.cfg
+	last := uint64(c.UIDBase) + uint64(c.UIDCount) - 1
+	add(MechUIDRange, uidRangeFree(c.UIDBase, c.UIDCount),
+		fmt.Sprintf("uid and gid %d + session index (range %d-%d)", c.UIDBase, c.UIDBase, last))
+
+	add(MechCaps, capsProbe(), "securebits locked, bounding/inheritable/ambient sets emptied, no_new_privs")
+
+	n, ferr := FilterLen(c.AllowUserNS)
+	serr := seccompAvailable()
+	if serr == nil {
+		serr = ferr
+	}
+	b.useSeccomp = add(MechSeccomp, serr, fmt.Sprintf("seccomp filter, TSYNC, %d BPF instructions: %s refused", n, strings.Join(refusedSyscalls, ", ")))
+
+	userns := usernsAllowed()
+	switch {
+	case c.AllowUserNS:
+		add(MechUserNS, errors.New("allowed in sessions by the operator's configuration"), "none")
+	case b.useSeccomp:
+		add(MechUserNS, nil, "refused by the seccomp filter (unshare/clone CLONE_NEWUSER: EPERM; clone3: ENOSYS)"+userns)
+	default:
+		add(MechUserNS, errors.New("seccomp is unavailable, so new user namespaces cannot be refused"+userns), "none")
+	}
+
+	catErr := runProbe(exec.Command(c.Catatonit, "-V"), 0)
+	okCat := add(MechCatatonit, catErr, c.Catatonit+" -P as pid 1 of each session's PID namespace")
+	pidErr := errors.New("needs " + MechCatatonit)
+	mntErr := pidErr
+	if okCat {
+		pidErr = runProbe(exec.Command(c.Catatonit, "-V"), unix.CLONE_NEWPID)
+		mntErr = b.probeInit()
+	}
+	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; a run gets its own below it")
+	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev")
+	b.useNS = okCat && okPID && okMnt
+
+	abi, lerr := ll.LandlockGetABIVersion()
+	switch {
+	case lerr != nil:
+		lerr = fmt.Errorf("Landlock is not enabled: %w", lerr)
+	case abi < 6:
+		lerr = fmt.Errorf("Landlock ABI %d has no IPC scopes (needs 6): abstract UNIX sockets and signals not scoped", abi)
+	}
+	b.landlockABI = abi
+	b.useLandlock = add(MechLandlock, lerr, fmt.Sprintf("Landlock ABI %d: abstract UNIX sockets and signals scoped to the process tree of each launch", abi))
+
+	b.report = rows
+	var missing []string
+	for _, r := range rows {
+		if r.Level == backend.Unavailable && !c.accepts(r.Class) {
+			missing = append(missing, r.Class+": "+r.Reason)
+		}
+	}
+	if len(missing) > 0 {
+		b.ready = fmt.Errorf("boundary: session boundary incomplete on this host (accept the weaker level in the config to run anyway): %s", strings.Join(missing, "; "))
+	}
+}
+
+// uidRangeFree: no user or group of the host has an id in the range.
+func uidRangeFree(base, count uint32) error {
+	var clash []string
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		fh, err := os.Open(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fields := strings.Split(sc.Text(), ":")
+			if len(fields) < 3 {
+				continue
+			}
+			id, err := strconv.ParseUint(fields[2], 10, 32)
+			if err == nil && id >= uint64(base) && id < uint64(base)+uint64(count) {
+				clash = append(clash, fmt.Sprintf("%s %s (%d)", f, fields[0], id))
+			}
+		}
+		fh.Close()
+	}
+	if len(clash) > 0 {
+		return fmt.Errorf("ids in the session range belong to: %s", strings.Join(clash, ", "))
+	}
+	return nil
+}
+
+func capsProbe() error {
+	if _, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_GET_NO_NEW_PRIVS): %w", err)
+	}
+	if _, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, 0, 0, 0); err != nil {
+		return fmt.Errorf("no ambient capabilities: %w", err)
+	}
+	if _, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, unix.CAP_SYS_ADMIN, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_CAPBSET_READ): %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("the agent is not root: it cannot switch session processes to their uid")
+	}
+	return nil
+}
+
+// usernsAllowed describes whether the host itself lets unprivileged users
+// make user namespaces (what the seccomp rule has to stop).
+func usernsAllowed() string {
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return "; the host also disables them (kernel.unprivileged_userns_clone=0)"
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return "; the host also disables them (user.max_user_namespaces=0)"
+	}
+	return "; the host itself allows unprivileged user namespaces"
+}
+
+func runProbe(cmd *exec.Cmd, clone uintptr) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: clone}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// probeInit runs the real session init once (all namespaces, all mounts,
+// catatonit) outside any session, then kills it.
+func (b *Boundary) probeInit() error {
+	spec, _ := json.Marshal(initSpec{Status: 3, Catatonit: b.cfg.Catatonit})
+	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: []string{initArg0, string(spec)}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags}
+	if err := startReporting(cmd, b.exe); err != nil {
+		return err
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return nil
+}
+
+// findHolder returns the holder of the session whose cgroup is cgroup (pid
+// and a pidfd), or pidfd -1 if it has none: the process of the cgroup that
+// is pid 1 of a PID namespace exactly one level below ours.
+func findHolder(cgroup string) (int, int, error) {
+	self, err := nsPIDs("self")
+	if err != nil {
+		return 0, -1, err
+	}
+	data, err := os.ReadFile(cgroup + "/cgroup.procs")
+	if err != nil {
+		return 0, -1, err
+	}
+	isHolder := func(pid int) bool {
+		ns, err := nsPIDs(strconv.Itoa(pid))
+		return err == nil && len(ns) == len(self)+1 && ns[len(ns)-1] == "1"
+	}
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || !isHolder(pid) {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		// The pidfd names one process for good: check that it is still
+		// the one we looked at, in this cgroup.
+		again, _ := os.ReadFile(cgroup + "/cgroup.procs")
+		if isHolder(pid) && slices.Contains(strings.Fields(string(again)), f) && unix.PidfdSendSignal(fd, 0, nil, 0) == nil {
+			return pid, fd, nil
+		}
+		unix.Close(fd)
+	}
+	return 0, -1, nil
+}
+
+func nsPIDs(pid string) ([]string, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			return strings.Fields(v), nil
+		}
+	}
+	return nil, errors.New("no NSpid in /proc/" + pid + "/status")
+}
