@@ -8,6 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -240,11 +243,15 @@ type LaunchOptions = backend.LaunchOptions
 // Launch starts cmd inside session name: the one path by which a process
 // enters a session. The child is created directly in the session cgroup,
 // in the session's mount, IPC and PID namespaces, and confined before it
-// executes cmd.Path (resolved inside the session). When ownPIDNS is set the
-// process gets a PID namespace of its own below the session's, with
-// catatonit as its pid 1: killing that pid 1 (exec.CommandContext's
-// cancel, Process.Kill) kills every process the run started, however it
-// forked, and the run's last process ends them all.
+// executes cmd.Path (resolved inside the session).
+//
+// With ownPIDNS (what `run` uses), cmd.Process is a catatonit in the
+// session's PID namespace whose one child, the target, is pid 1 of a PID
+// namespace of its own: KillRun kills that pid 1 and with it, by the
+// kernel, every process the run started, however it forked (setsid,
+// double fork: no process leaves a PID namespace). The cmd's context
+// cancel (exec.CommandContext) is set to KillRun. The run's processes also
+// end when its first process exits.
 func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPIDNS bool) error {
 	if b.ready != nil {
 		return b.ready
@@ -289,8 +296,9 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPID
 	sys := cmd.SysProcAttr
 	sys.UseCgroupFD, sys.CgroupFD = true, cg
 	sys.Credential, sys.AmbientCaps = nil, nil
-	if spec.Reaper != "" {
-		sys.Cloneflags |= unix.CLONE_NEWPID
+	if spec.Reaper != "" && cmd.Cancel != nil {
+		// exec.CommandContext: a timeout kills the run's whole tree.
+		cmd.Cancel = func() error { return KillRun(cmd.Process) }
 	}
 	if !b.useNS {
 		// Without namespaces (accepted by the operator) the launcher
@@ -320,4 +328,31 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPID
 		return fmt.Errorf("boundary: launch in %s: %w", name, err)
 	}
 	return nil
+}
+
+// KillRun kills a run started with ownPIDNS: first the pid 1 of its PID
+// namespace (the kernel then kills everything in it), then the reaper p.
+func KillRun(p *os.Process) error {
+	if p == nil {
+		return nil
+	}
+	path := fmt.Sprintf("/proc/%d/task/%d/children", p.Pid, p.Pid)
+	if data, err := os.ReadFile(path); err == nil {
+		for _, f := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				continue
+			}
+			// Still p's child after the pidfd was taken: the pidfd names it.
+			if again, _ := os.ReadFile(path); slices.Contains(strings.Fields(string(again)), f) {
+				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
+	}
+	return p.Kill()
 }

@@ -32,7 +32,7 @@ type launchSpec struct {
 	NoSeccomp   bool   `json:"no_seccomp,omitempty"`
 	NoLandlock  bool   `json:"no_landlock,omitempty"`
 	AllowUserNS bool   `json:"allow_userns,omitempty"`
-	Reaper      string `json:"reaper,omitempty"` // run the target under this pid-1 reaper (own PID namespace)
+	Reaper      string `json:"reaper,omitempty"` // run the target as pid 1 of its own PID namespace, under this reaper
 }
 
 // initSpec is what the agent tells the session-init child.
@@ -87,6 +87,16 @@ func fail(status int, err error) {
 func launchChild(spec launchSpec, argv []string) error {
 	unix.CloseOnExec(spec.Status)
 	unix.CloseOnExec(spec.ExeFD)
+	if spec.Reaper != "" {
+		// The run's own PID namespace: the reaper stays in the session's,
+		// its child (the target) is pid 1 of the new one. (The agent cannot
+		// clone into a new PID namespace itself after setns: the kernel
+		// refuses CLONE_NEWPID while pid_ns_for_children is not the
+		// caller's own.)
+		if err := unix.Unshare(unix.CLONE_NEWPID); err != nil {
+			return fmt.Errorf("unshare(CLONE_NEWPID): %w", err)
+		}
+	}
 	if !spec.Privileged {
 		if err := dropPrivileges(spec.UID, spec.GID); err != nil {
 			return err

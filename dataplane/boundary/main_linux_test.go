@@ -1,0 +1,211 @@
+package boundary
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const helperEnv = "SHINKEN_BT_HELPER"
+
+// TestMain: the test binary is also the launcher (Main) and the programs the
+// tests run inside sessions (helpers, chosen by SHINKEN_BT_HELPER).
+func TestMain(m *testing.M) {
+	Main()
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode, os.Args[1:]))
+	}
+	code := m.Run()
+	if helperDir != "" {
+		os.RemoveAll(helperDir)
+	}
+	if cgParent != "" {
+		removeCgroupTree(cgParent)
+	}
+	os.Exit(code)
+}
+
+var (
+	setupOnce sync.Once
+	setupErr  error
+	helperDir string // under /var/tmp: visible (read-only) inside sessions, unlike /tmp
+	helperBin string // copy of this test binary
+	cgParent  string // our own test parent under the cgroup2 mount
+)
+
+func setup(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	setupOnce.Do(func() {
+		root, err := cgroup2Mount()
+		if err != nil {
+			setupErr = err
+			return
+		}
+		cgParent = filepath.Join(root, fmt.Sprintf("shinken-boundary-test-%d", os.Getpid()))
+		if setupErr = os.Mkdir(cgParent, 0o755); setupErr != nil {
+			cgParent = ""
+			return
+		}
+		helperDir, setupErr = os.MkdirTemp("/var/tmp", "shinken-boundary-test-")
+		if setupErr != nil {
+			return
+		}
+		if setupErr = os.Chmod(helperDir, 0o777); setupErr != nil {
+			return
+		}
+		self, err := os.Executable()
+		if err != nil {
+			setupErr = err
+			return
+		}
+		helperBin = filepath.Join(helperDir, "helper")
+		setupErr = copyFile(self, helperBin, 0o755)
+	})
+	if setupErr != nil {
+		t.Fatalf("setup: %v", setupErr)
+	}
+}
+
+// cgroup2Mount reads the cgroup2 mount point from /proc/self/mountinfo.
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, x := range fields {
+			if x == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no cgroup2 mount")
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(dst, mode)
+}
+
+// removeCgroupTree kills and removes a cgroup directory this test made and
+// everything below it.
+func removeCgroupTree(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			removeCgroupTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	for i := 0; i < 200; i++ {
+		if err := unix.Rmdir(dir); err == nil || err == unix.ENOENT {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newBoundary opens a boundary with the product defaults, then lets the
+// test remove protections (to show what each one stops).
+func newBoundary(t *testing.T, cfg Config, edit func(*Boundary)) *Boundary {
+	t.Helper()
+	setup(t)
+	b, err := New(cfg, 65536)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(b)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// session makes a session cgroup under the test parent and its boundary.
+func session(t *testing.T, b *Boundary, name string, index uint32) string {
+	t.Helper()
+	dir := filepath.Join(cgParent, fmt.Sprintf("%s-%d", name, index))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		b.Release(name)
+		removeCgroupTree(dir)
+	})
+	if err := b.Create(name, dir, index); err != nil {
+		t.Fatalf("create session %s: %v", name, err)
+	}
+	return dir
+}
+
+// helper returns a command running this test binary's helper mode inside a
+// session (not yet started).
+func helper(mode string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(helperBin, args...)
+	cmd.Env = append([]string{helperEnv + "=" + mode, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
+	cmd.Dir = "/"
+	return cmd
+}
+
+// runIn launches cmd in session name and returns its combined output.
+func runIn(t *testing.T, b *Boundary, name string, cmd *exec.Cmd, ownPIDNS bool) string {
+	t.Helper()
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := b.Launch(name, cmd, LaunchOptions{}, ownPIDNS); err != nil {
+		t.Fatalf("launch in %s: %v", name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s: timed out; output:\n%s", cmd.Path, out.String())
+	}
+	return out.String()
+}
+
+// results parses "RESULT op=X ok=true|false err=..." lines.
+func results(out string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, "RESULT "); ok {
+			op, res, _ := strings.Cut(rest, " ")
+			m[strings.TrimPrefix(op, "op=")] = res
+		}
+	}
+	return m
+}

@@ -1,0 +1,300 @@
+package boundary
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// TestInsideSession: what a session's own processes can still do among
+// themselves, and what its namespaces look like from inside.
+func TestInsideSession(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	session(t, b, "in", 21)
+	marker, err := os.CreateTemp("/tmp", "shinken-bt-host-marker-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker.Close()
+	defer os.Remove(marker.Name())
+	out := runIn(t, b, "in", helper("inside", []string{"B_SECRET_ENV=mine", "HOST_MARKER=" + marker.Name(), "HOST_RW_DIR=" + helperDir}), true)
+	t.Logf("inside session:\n%s", out)
+	res := results(out)
+	want := map[string]bool{
+		"shell_kills_child": true, "kill_own_child": true, "own_environ": true, "own_fd": true,
+		"own_abstract_unix": true, "write_tmp": true, "write_dev_shm": true, "fork_exec": true,
+		"host_tmp_visible": false, "write_host_dir": false, "unshare_newuser": false, "clone3": false,
+	}
+	for op, ok := range want {
+		if !strings.HasPrefix(res[op], fmt.Sprintf("ok=%v", ok)) {
+			t.Errorf("%s: %q, want ok=%v", op, res[op], ok)
+		} else {
+			t.Logf("verified: %s ok=%v", op, ok)
+		}
+	}
+	uid, _ := b.UID(21)
+	if !strings.Contains(out, fmt.Sprintf("UID %d %d\n", uid, uid)) {
+		t.Errorf("want uid and gid %d", uid)
+	}
+	if !strings.Contains(out, "PID1 catatonit") {
+		t.Errorf("pid 1 of the session's /proc should be catatonit")
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if pids, ok := strings.CutPrefix(l, "PIDS "); ok {
+			// catatonit holder, the run's catatonit, this helper, maybe a
+			// leftover child: nothing of the host.
+			if n := len(strings.Split(strings.Fields(pids)[0], ",")); n > 5 {
+				t.Errorf("the session's /proc shows %d processes: %s", n, pids)
+			}
+		}
+	}
+}
+
+// TestNoPrivilegeGain: setuid-root and file-capability binaries copied
+// into a session gain nothing.
+func TestNoPrivilegeGain(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	session(t, b, "priv", 31)
+	uid, _ := b.UID(31)
+	dir, err := os.MkdirTemp(helperDir, "priv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	suidID, suidHelper, capHelper := filepath.Join(dir, "id"), filepath.Join(dir, "suid-helper"), filepath.Join(dir, "cap-helper")
+	capEff := filepath.Join(dir, "cap-eff-helper")
+	for _, c := range [][2]string{{"/usr/bin/id", suidID}, {helperBin, suidHelper}, {helperBin, capHelper}, {helperBin, capEff}} {
+		if err := copyFile(c[0], c[1], 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{suidID, suidHelper} {
+		if err := os.Chmod(f, 0o4755|os.ModeSetuid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// cap_net_raw permitted (the program would raise it itself), and
+	// permitted+effective (a capability-dumb binary).
+	for f, c := range map[string]string{capHelper: "cap_net_raw+p", capEff: "cap_net_raw+ep"} {
+		if out, err := exec.Command("setcap", c, f).CombinedOutput(); err != nil {
+			t.Fatalf("setcap: %v %s", err, out)
+		}
+	}
+	// The kernel refuses to execute a +ep binary whose capabilities it
+	// would not grant in full: it gains nothing by not running at all.
+	cmd := helper("caps", nil)
+	cmd.Path = capEff
+	if out := runIn(t, b, "priv", cmd, true); strings.Contains(out, "RESULT") && !strings.Contains(out, "op=raw_socket ok=false") {
+		t.Errorf("cap_net_raw+ep binary: %s", out)
+	} else {
+		t.Logf("verified: cap_net_raw+ep copy gains nothing: %s", strings.TrimSpace(out))
+	}
+	idOut := runIn(t, b, "priv", &exec.Cmd{Path: suidID, Args: []string{"id", "-u"}, Dir: "/"}, true)
+	if strings.TrimSpace(idOut) != fmt.Sprint(uid) {
+		t.Errorf("setuid-root id -u printed %q, want %d", idOut, uid)
+	} else {
+		t.Logf("verified: setuid-root copy of id -u prints %s", strings.TrimSpace(idOut))
+	}
+	for _, bin := range []string{suidHelper, capHelper} {
+		cmd := helper("caps", nil)
+		cmd.Path = bin
+		out := runIn(t, b, "priv", cmd, true)
+		t.Logf("%s:\n%s", filepath.Base(bin), out)
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(l)
+			switch {
+			case len(f) >= 3 && (f[1] == "Uid:" || f[1] == "Gid:"):
+				for _, id := range f[2:] {
+					if id != fmt.Sprint(uid) {
+						t.Errorf("%s: %s", filepath.Base(bin), l)
+					}
+				}
+			case len(f) == 3 && strings.HasPrefix(f[1], "Cap"):
+				if strings.Trim(f[2], "0") != "" {
+					t.Errorf("%s: %s, want no capability", filepath.Base(bin), l)
+				}
+			case len(f) == 3 && f[1] == "NoNewPrivs:" && f[2] != "1":
+				t.Errorf("%s: %s", filepath.Base(bin), l)
+			}
+		}
+		if r := results(out)["raw_socket"]; !strings.HasPrefix(r, "ok=false") {
+			t.Errorf("%s: raw socket %q, want refused", filepath.Base(bin), r)
+		} else {
+			t.Logf("verified: %s keeps uid %d, all capability sets zero, raw socket refused (%s)", filepath.Base(bin), uid, r)
+		}
+	}
+}
+
+// TestRunTreeKilled: a run in its own PID namespace is killed whole by
+// killing its first process, whatever it forked (setsid, double fork).
+func TestRunTreeKilled(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	dir := session(t, b, "tree", 41)
+	for _, own := range []bool{true, false} {
+		cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c",
+			"setsid sh -c 'sleep 1000 & sleep 1000' & (sleep 1000 &) ; sleep 1000"}, Dir: "/"}
+		if err := b.Launch("tree", cmd, LaunchOptions{}, own); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		before := procs(t, dir)
+		KillRun(cmd.Process)
+		cmd.Wait()
+		var after []string
+		for i := 0; i < 100; i++ {
+			if after = procs(t, dir); len(after) == 1 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("own PID namespace %v: %d processes in the session, %d left after killing the run's first process", own, len(before), len(after))
+		if own {
+			if len(before) < 6 || len(after) != 1 {
+				t.Errorf("run tree: %d processes before, %d after (want >= 6, then only the holder)", len(before), len(after))
+			} else {
+				t.Logf("verified: killing the run killed all %d of its processes, setsid and double-forked ones included", len(before)-1)
+			}
+		} else if len(after) == 1 {
+			t.Errorf("without its own PID namespace the run's orphans should survive (else this test cannot see an escape)")
+		}
+		b.Release("tree") // kills the holder, so the session's namespaces and processes: recreate
+		for len(procs(t, dir)) > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := b.Create("tree", dir, 41); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func procs(t *testing.T, dir string) []string {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(data))
+}
+
+// TestUIDs: distinct sessions get distinct uids, derived from the index
+// alone, and an agent restart (a new Boundary adopting the session) finds
+// the same holder, namespaces and uid.
+func TestUIDs(t *testing.T) {
+	var c Config
+	c.SetDefaults()
+	seen := map[uint32]uint32{}
+	for i := uint32(1); i < 65536; i++ {
+		u, err := c.UID(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, dup := seen[u]; dup {
+			t.Fatalf("indices %d and %d share uid %d", i, j, u)
+		}
+		seen[u] = i
+		if u == 0 || u == 65534 || u < DefaultUIDBase {
+			t.Fatalf("uid %d", u)
+		}
+	}
+	t.Logf("verified: 65535 session indices get 65535 distinct uids in [%d, %d)", DefaultUIDBase, DefaultUIDBase+65536)
+	if _, err := c.UID(0); err == nil {
+		t.Error("index 0 must have no uid")
+	}
+	for _, bad := range []Config{{UIDBase: 1, UIDCount: 70000}, {UIDBase: 65000, UIDCount: 1000}, {UIDBase: DefaultUIDBase, UIDCount: 1000},
+		{UIDBase: 0xFFFFFF00, UIDCount: 65536}} {
+		if err := bad.Validate(65536); !errors.Is(err, ErrUIDRange) {
+			t.Errorf("Validate(%+v) = %v, want ErrUIDRange", bad, err)
+		}
+	}
+
+	b := newBoundary(t, Config{}, nil)
+	dir := session(t, b, "adopt", 51)
+	first := runIn(t, b, "adopt", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "id -u; readlink /proc/self/ns/pid; touch /tmp/left-by-first"}, Dir: "/"}, false)
+	b.mu.Lock()
+	oldPID := b.holders["adopt"].pid
+	b.mu.Unlock()
+
+	b2 := newBoundary(t, Config{}, nil) // the restarted agent
+	if err := b2.Adopt("adopt", dir, 51); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b2.Release("adopt") })
+	if got := b2.holders["adopt"].pid; got != oldPID {
+		t.Fatalf("adopted holder %d, want %d", got, oldPID)
+	}
+	second := runIn(t, b2, "adopt", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "id -u; readlink /proc/self/ns/pid; ls /tmp"}, Dir: "/"}, false)
+	f1, f2 := strings.Fields(first), strings.Fields(second)
+	if len(f1) < 2 || len(f2) < 3 || f1[0] != f2[0] || f1[1] != f2[1] || f2[2] != "left-by-first" {
+		t.Fatalf("before restart %q, after %q: want the same uid, PID namespace and /tmp", first, second)
+	}
+	t.Logf("verified: after adoption the session keeps uid %s, PID namespace %s and its /tmp (holder pid %d)", f2[0], f2[1], oldPID)
+}
+
+// TestProbe: the report is measured, and a clash in the uid range blocks
+// session creation unless the operator accepts it.
+func TestProbe(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	for _, s := range b.Report() {
+		t.Logf("%-26s %-14s %s %s", s.Class, s.Level, s.Mechanism, s.Reason)
+		if s.Level != backend.FixedAtExec {
+			t.Errorf("%s: %s on this host (%s)", s.Class, s.Level, s.Reason)
+		}
+	}
+	if err := b.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	clash, err := New(Config{UIDBase: 1, UIDCount: 65533}, 1000) // holds daemon (1), bin (2)...
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clash.Close()
+	if err := clash.Ready(); err == nil || !strings.Contains(err.Error(), MechUIDRange) {
+		t.Errorf("a range holding host users: Ready() = %v", err)
+	} else {
+		t.Logf("verified: %v", err)
+	}
+	if err := clash.Create("x", "/nonexistent", 1); err == nil {
+		t.Error("Create must refuse while the boundary is incomplete")
+	}
+	ok, err := New(Config{UIDBase: 1, UIDCount: 65533, Accept: []string{MechUIDRange}}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	if err := ok.Ready(); err != nil {
+		t.Errorf("accepted: %v", err)
+	}
+	if err := (Config{Accept: []string{"nonsense"}, UIDCount: 1 << 20}).Validate(10); err == nil {
+		t.Error("unknown accepted mechanism must be refused")
+	}
+}
+
+// TestFilter: the filter assembles for this architecture, its size, and
+// every syscall it names exists on each architecture the agent builds for.
+func TestFilter(t *testing.T) {
+	for _, userns := range []bool{false, true} {
+		n, err := FilterLen(userns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seccomp filter (user namespaces allowed: %v): %d BPF instructions", userns, n)
+	}
+	for _, a := range []string{"amd64", "arm64"} {
+		info, err := arch.GetInfo(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range append(append([]string(nil), refusedSyscalls...), "unshare", "clone", "clone3") {
+			if _, ok := info.SyscallNames[name]; !ok {
+				t.Errorf("%s has no syscall %s", a, name)
+			}
+		}
+	}
+}
