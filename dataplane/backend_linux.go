@@ -26,13 +26,15 @@ func (d *Dataplane) Ops() backend.Ops {
 // Probe returns what Open found on this host.
 func (d *Dataplane) Probe() backend.Report { return d.report }
 
-// Launch starts cmd inside the named session (see StartIn).
+// Launch starts cmd inside the named session: through the session
+// boundary's launcher when Config.Boundary is set (see boundary.Launch),
+// else as StartIn does.
 func (d *Dataplane) Launch(session string, cmd *exec.Cmd, opts backend.LaunchOptions) error {
 	s, err := d.Session(session)
 	if err != nil {
 		return err
 	}
-	return StartIn(s, cmd, opts)
+	return d.launch(s, cmd, opts)
 }
 
 // Apply pushes a grant's egress delta: the removals, then the additions. It

@@ -5,6 +5,8 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 	"path/filepath"
 	"regexp"
+
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 )
 
 // Config says where the dataplane lives and how large its maps are. The zero
@@ -29,6 +31,10 @@ type Config struct {
 	// FlowMode is how flows already open are cut when their authority dies
 	// (default FlowAuto: sweep where the kernel can, else packet).
 	FlowMode FlowMode
+	// Boundary, when set, gives every session its own uid, PID, mount and
+	// IPC namespaces, and starts every session process through the
+	// boundary's launcher (package boundary). The daemon always sets it.
+	Boundary *boundary.Config
 	noAttach bool // tests of load and map logic only
 }
 
@@ -111,6 +117,11 @@ func (c *Config) setDefaults() {
 	if c.EventRingBytes == 0 {
 		c.EventRingBytes = 1 << 20
 	}
+	if c.Boundary != nil {
+		b := *c.Boundary
+		b.SetDefaults()
+		c.Boundary = &b
+	}
 }
 
 func (c *Config) validate() error {
@@ -125,6 +136,11 @@ func (c *Config) validate() error {
 	}
 	if c.MaxHandles < 2 {
 		return fmt.Errorf("dataplane config: max handles %d < 2", c.MaxHandles)
+	}
+	if c.Boundary != nil {
+		if err := c.Boundary.Validate(c.MaxSessions); err != nil {
+			return fmt.Errorf("dataplane config: %w", err)
+		}
 	}
 	if c.FlowMode > FlowPacket {
 		return fmt.Errorf("dataplane config: unknown flow mode %d", c.FlowMode)

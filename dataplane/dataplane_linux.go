@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +38,9 @@ type Dataplane struct {
 	sweep   *sweeper // sweep mode's socket iterators; nil in packet mode
 	report  backend.Report
 	ops     opCounters
+	bnd     *boundary.Boundary // the session boundary; nil without Config.Boundary
+
+	bndAdoptErr string // sessions whose boundary could not be adopted at Open
 
 	mu        sync.Mutex
 	sessions  map[string]*Session
@@ -119,6 +123,10 @@ func Open(cfg Config) (*Dataplane, error) {
 		if errors.Is(parentErr, fs.ErrNotExist) {
 			unix.Rmdir(d.parent)
 		}
+		return nil, err
+	}
+	if err := d.openBoundary(); err != nil {
+		d.Close()
 		return nil, err
 	}
 	d.report = d.probe()
@@ -284,6 +292,7 @@ func (d *Dataplane) Config() Config { return d.cfg }
 // Close releases this process's references. Pinned programs, links and maps
 // stay in the kernel and keep enforcing.
 func (d *Dataplane) Close() error {
+	d.closeBoundary()
 	var errs []error
 	if d.sweep != nil {
 		d.sweep.close()

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 func TestMain(m *testing.M) {
+	boundary.Main() // the session launcher re-executes the test binary
 	if os.Getenv(probe.EnvVar) != "" {
 		probe.Main()
 	}

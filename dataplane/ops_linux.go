@@ -57,6 +57,9 @@ func (d *Dataplane) CreateSession(name string) (Session, error) {
 	s := &Session{Name: name, Index: idx, CgroupID: id, Path: path}
 	d.sessions[name] = s
 	d.byIndex[idx] = s
+	if err := d.createBoundary(s); err != nil {
+		return Session{}, err
+	}
 	return *s, nil
 }
 
@@ -101,8 +104,14 @@ func (d *Dataplane) DestroySession(name string) error {
 		// process (reconcile purges them on the next start).
 		return fmt.Errorf("purge egress entries of %s: %w", name, err)
 	}
-	d.indices.put(s.Index)
-	return killCgroup(s.Path)
+	err := killCgroup(s.Path)
+	d.releaseBoundary(name)
+	if err == nil {
+		// The index, and so the session's uid, is handed out again only
+		// once nothing of the session runs.
+		d.indices.put(s.Index)
+	}
+	return err
 }
 
 // Session returns the session called name.

@@ -42,6 +42,7 @@ import (
 var defaultManifest []byte
 
 func main() {
+	host.Main() // the session launcher re-executes this binary
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(log); err != nil {
 		log.Error("shinken-agent", "err", err)

@@ -3,6 +3,7 @@ package host
 import (
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 )
 
 func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
@@ -10,7 +11,9 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 	if err != nil {
 		return dataplane.Config{}, err
 	}
-	return dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode}, nil
+	// Every session gets the session boundary (own uid, namespaces, the
+	// launcher), with the default uid range.
+	return dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: &boundary.Config{}}, nil
 }
 
 // Open loads (or adopts) the Linux dataplane.
@@ -41,3 +44,8 @@ func CheckConfig(cfg backend.Config) error {
 	_, err := dataplaneConfig(cfg)
 	return err
 }
+
+// Main runs the session launcher's re-executed modes (package
+// dataplane/boundary) and returns in any other process. The daemon calls it
+// first thing.
+func Main() { boundary.Main() }

@@ -1,0 +1,108 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
+)
+
+// The session boundary (package boundary): per-session uid, namespaces and
+// the launcher. On when Config.Boundary is set (the daemon always sets it);
+// without it sessions are only cgroups and StartIn starts processes as
+// nobody, which tests of the egress hooks alone still use.
+
+// openBoundary opens the boundary and finds the holder of every session
+// Open adopted (their uids follow from their indices, read back from the
+// pinned maps). A session whose holder cannot be found or made keeps no
+// boundary: Launch refuses it.
+func (d *Dataplane) openBoundary() error {
+	if d.cfg.Boundary == nil {
+		return nil
+	}
+	b, err := boundary.New(*d.cfg.Boundary, d.cfg.MaxSessions)
+	if err != nil {
+		return err
+	}
+	d.bnd = b
+	var errs []string
+	for name, s := range d.sessions {
+		if err := b.Adopt(name, s.Path, s.Index); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	sort.Strings(errs)
+	d.bndAdoptErr = strings.Join(errs, "; ")
+	return nil
+}
+
+// boundaryReport replaces the report's boundary rows with what the
+// boundary probed, and adds its facts. Without a boundary it returns false
+// (the report keeps the row saying every session shares one uid).
+func (d *Dataplane) boundaryReport(r *backend.Report) bool {
+	if d.bnd == nil {
+		return false
+	}
+	r.Boundary = d.bnd.Report()
+	if err := d.bnd.Ready(); err != nil {
+		r.Facts["session_boundary"] = err.Error()
+	} else {
+		r.Facts["session_boundary"] = "complete"
+	}
+	if n, err := boundary.FilterLen(d.cfg.Boundary.AllowUserNS); err == nil {
+		r.Facts["seccomp_filter_instructions"] = fmt.Sprint(n)
+	}
+	if d.bndAdoptErr != "" {
+		r.Facts["session_boundary_adopt_errors"] = d.bndAdoptErr
+	}
+	return true
+}
+
+// createBoundary gives a new session (registered, lock held) its
+// namespaces; on failure it undoes the whole session.
+func (d *Dataplane) createBoundary(s *Session) error {
+	if d.bnd == nil {
+		return nil
+	}
+	err := d.bnd.Create(s.Name, s.Path, s.Index)
+	if err == nil {
+		return nil
+	}
+	_ = d.objs.ShkSessions.Delete(s.CgroupID)
+	delete(d.sessions, s.Name)
+	delete(d.byIndex, s.Index)
+	kerr := killCgroup(s.Path)
+	d.bnd.Release(s.Name)
+	if kerr == nil {
+		d.indices.put(s.Index)
+	}
+	return errors.Join(fmt.Errorf("create session %s: %w", s.Name, err), kerr)
+}
+
+// releaseBoundary forgets a session whose cgroup was killed.
+func (d *Dataplane) releaseBoundary(name string) {
+	if d.bnd != nil {
+		d.bnd.Release(name)
+	}
+}
+
+// launch is Launch through the boundary: every launch gets its own PID
+// namespace below the session's, so killing it (a run's timeout) kills its
+// whole tree.
+func (d *Dataplane) launch(s Session, cmd *exec.Cmd, opts ProcOptions) error {
+	if d.bnd == nil {
+		return StartIn(s, cmd, opts)
+	}
+	return d.bnd.Launch(s.Name, cmd, opts, true)
+}
+
+func (d *Dataplane) closeBoundary() {
+	if d.bnd != nil {
+		d.bnd.Close()
+		d.bnd = nil
+	}
+}

@@ -1,0 +1,125 @@
+package dataplane
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shinken-agent/shinken/dataplane/boundary"
+)
+
+// TestBoundaryThroughDataplane: with the session boundary on, processes
+// launched through the dataplane run as the session's own uid, in its
+// namespaces, and egress enforcement works exactly as without it (denied,
+// granted, revoked); the uid and namespaces survive an agent restart
+// (adoption), and an index (so a uid) is handed out again only after its
+// session was destroyed.
+func TestBoundaryThroughDataplane(t *testing.T) {
+	requireRoot(t)
+	cfg := testConfig(t)
+	cfg.Boundary = &boundary.Config{}
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range d.Probe().Boundary {
+		t.Logf("boundary: %-26s %s: %s %s", s.Class, s.Level, s.Mechanism, s.Reason)
+		if !s.Level.Enforceable() {
+			t.Errorf("%s unavailable on this host: %s", s.Class, s.Reason)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	run := func(d *Dataplane, name string) string {
+		t.Helper()
+		cmd := exec.Command("/bin/bash", "-c", fmt.Sprintf("id -u; readlink /proc/self/ns/mnt; exec 3<>/dev/tcp/127.0.0.1/%d && echo connected", port))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr, cmd.Dir = &out, &out, "/"
+		if err := d.Launch(name, cmd, ProcOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		return out.String()
+	}
+	a, err := d.CreateSession("bnd-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.CreateSession("bnd-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidA := fmt.Sprint(boundary.DefaultUIDBase + a.Index)
+	out := run(d, "bnd-a")
+	if !strings.HasPrefix(out, uidA+"\n") || strings.Contains(out, "connected") {
+		t.Fatalf("no grant: %q (want uid %s, connect refused)", out, uidA)
+	}
+	mntA := strings.Fields(out)[1]
+	if outB := run(d, "bnd-b"); strings.HasPrefix(outB, uidA+"\n") || strings.Fields(outB)[1] == mntA {
+		t.Fatalf("sessions a and b share a uid or mount namespace: %q %q", out, outB)
+	}
+	h, err := d.NewHandle(HandleRef{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := EgressRule{Prefix: netip.MustParsePrefix("127.0.0.1/32"), Proto: ProtoTCP, Ports: Port(uint16(port)), Handle: h}
+	if err := d.AllowEgress("bnd-a", rule); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(d, "bnd-a"); !strings.Contains(out, "connected") {
+		t.Fatalf("granted: %q", out)
+	}
+	if out := run(d, "bnd-b"); strings.Contains(out, "connected") {
+		t.Fatalf("a's grant reached b: %q", out)
+	}
+	if err := d.Revoke(h); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(d, "bnd-a"); strings.Contains(out, "connected") {
+		t.Fatalf("revoked: %q", out)
+	}
+	t.Logf("verified: through the launcher (uid %s, own namespaces) connect is refused, then allowed by a grant, then refused after its revoke; b never gets a's grant", uidA)
+
+	// Restart: a new dataplane adopts the pinned one and the sessions'
+	// holders.
+	d.Close()
+	d2 := newDataplane(t, cfg)
+	out = run(d2, "bnd-a")
+	if f := strings.Fields(out); len(f) < 2 || f[0] != uidA || f[1] != mntA {
+		t.Fatalf("after adoption: %q, want uid %s in %s", out, uidA, mntA)
+	}
+	t.Logf("verified: after adoption session a keeps uid %s and mount namespace %s", uidA, mntA)
+
+	// Release: the index (so the uid) comes back only after destroy.
+	if err := d2.DestroySession("bnd-a"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := d2.CreateSession("bnd-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Index != a.Index {
+		t.Logf("note: index %d not reused (got %d)", a.Index, c.Index)
+	}
+	if out := run(d2, "bnd-c"); strings.Fields(out)[1] == mntA {
+		t.Fatalf("a new session got the destroyed one's mount namespace")
+	}
+	t.Logf("verified: index %d (uid %s) handed out again only after its session was destroyed, with fresh namespaces", c.Index, fmt.Sprint(boundary.DefaultUIDBase+c.Index))
+}
