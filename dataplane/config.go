@@ -151,5 +151,11 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// Check validates c (with its defaults filled in) without opening anything.
+func (c Config) Check() error {
+	c.setDefaults()
+	return c.validate()
+}
+
 // ValidSessionName reports whether name can name a session cgroup.
 func ValidSessionName(name string) error { return backend.ValidSessionName(name) }

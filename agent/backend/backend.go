@@ -157,4 +157,13 @@ type Config struct {
 	// FlowMode selects how open flows are cut on revoke ("auto", "sweep",
 	// "packet").
 	FlowMode string
+	// SessionUIDBase and SessionUIDCount reserve the uids (and gids) of
+	// sessions; zero means the backend's default range.
+	SessionUIDBase, SessionUIDCount uint32
+	// SessionAllowUserNS lets session processes make user namespaces.
+	SessionAllowUserNS bool
+	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
+	// classes) whose weaker level on this host the operator accepts; any
+	// other mechanism the host lacks makes session creation fail.
+	AcceptWeaker []string
 }

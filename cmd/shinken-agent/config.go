@@ -29,6 +29,13 @@ type Config struct {
 	ApprovalTimeout duration `json:"approval_timeout"`
 	BreakerConsec   int      `json:"breaker_consecutive"`
 	BreakerTotal    int      `json:"breaker_total"`
+	// The session boundary: the sessions' uid range (0: the default,
+	// 1879048192 + 2^20), whether sessions may make user namespaces, and
+	// the boundary mechanisms whose absence the operator accepts.
+	SessionUIDBase     uint32   `json:"session_uid_base"`
+	SessionUIDCount    uint32   `json:"session_uid_count"`
+	SessionAllowUserNS bool     `json:"session_allow_userns"`
+	BoundaryAccept     []string `json:"boundary_accept"`
 }
 
 type duration struct{ time.Duration }
@@ -136,5 +143,7 @@ func load(args []string) (Config, bool, error) {
 
 // backendConfig is the part of the configuration the OS backend opens with.
 func (c Config) backendConfig() backend.Config {
-	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode}
+	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
+		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
+		SessionAllowUserNS: c.SessionAllowUserNS, AcceptWeaker: c.BoundaryAccept}
 }

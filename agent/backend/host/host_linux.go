@@ -12,8 +12,11 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 		return dataplane.Config{}, err
 	}
 	// Every session gets the session boundary (own uid, namespaces, the
-	// launcher), with the default uid range.
-	return dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: &boundary.Config{}}, nil
+	// launcher).
+	bc := &boundary.Config{UIDBase: cfg.SessionUIDBase, UIDCount: cfg.SessionUIDCount,
+		AllowUserNS: cfg.SessionAllowUserNS, Accept: cfg.AcceptWeaker}
+	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc}
+	return dc, dc.Check()
 }
 
 // Open loads (or adopts) the Linux dataplane.
