@@ -65,6 +65,7 @@ type Metrics struct {
 	mapEntries  *prometheus.GaugeVec
 	mapLimit    *prometheus.GaugeVec
 	dnsQueries  *prometheus.CounterVec
+	enforcement *prometheus.GaugeVec
 }
 
 // New builds the registry with the kernel collector over cfg.Source.
@@ -101,10 +102,13 @@ func New(cfg Config) (*Metrics, error) {
 		dnsQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shinken_dns_queries_total", Help: "DNS queries from sessions, by result.",
 		}, []string{"result"}),
+		enforcement: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shinken_enforcement_info", Help: "How each capability class and each session-boundary mechanism is enforced on this host, as probed at start (value 1).",
+		}, []string{"class", "mechanism", "level"}),
 	}
 	cs := []prometheus.Collector{
 		newKernelCollector(cfg.Source, cfg.Logger),
-		m.grantsLive, m.handlesLive, m.revokes, m.revokeDur, m.decisionDur, m.mapEntries, m.mapLimit, m.dnsQueries,
+		m.grantsLive, m.handlesLive, m.revokes, m.revokeDur, m.decisionDur, m.mapEntries, m.mapLimit, m.dnsQueries, m.enforcement,
 	}
 	if !cfg.NoProcessMetrics {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -139,6 +143,19 @@ func (p slogPrinter) Println(v ...any) { p.l.Warn("metrics: scrape", "error", fm
 // (net.egress, fs.scope, gpu, ...).
 func (m *Metrics) SetGrantsLive(class string, n int) {
 	m.grantsLive.WithLabelValues(class).Set(float64(n))
+}
+
+// SetEnforcement publishes a backend's probe as shinken_enforcement_info:
+// one series per capability class (mechanism: the class's mechanism), and
+// one per session-boundary mechanism (class "session.boundary").
+func (m *Metrics) SetEnforcement(r backend.Report) {
+	m.enforcement.Reset()
+	for _, s := range r.Classes {
+		m.enforcement.WithLabelValues(s.Class, s.Mechanism, string(s.Level)).Set(1)
+	}
+	for _, s := range r.Boundary {
+		m.enforcement.WithLabelValues("session.boundary", s.Class, string(s.Level)).Set(1)
+	}
 }
 
 // SetHandlesLive sets the number of live caretaker handles.

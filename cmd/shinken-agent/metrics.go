@@ -34,6 +34,7 @@ func (d *daemon) serveMetrics() (*http.Server, error) {
 		return nil, err
 	}
 	d.metrics = &metricsState{m: m}
+	m.SetEnforcement(d.dp.Probe())
 	ln, err := net.Listen("tcp", ap.String())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
