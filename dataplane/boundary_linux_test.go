@@ -115,7 +115,15 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 	}
 	t.Logf("verified: after adoption session a keeps uid %s and mount namespace %s", uidA, mntA)
 
-	// Release: the index (so the uid) comes back only after destroy.
+	// Release: the index (so the uid) comes back only after destroy, with
+	// nothing of the old session (namespace inode numbers are reused, so
+	// compare contents: a's /tmp).
+	mark := exec.Command("/bin/sh", "-c", "touch /tmp/left-by-a")
+	mark.Dir = "/"
+	if err := d2.Launch("bnd-a", mark, ProcOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mark.Wait()
 	if err := d2.DestroySession("bnd-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +134,15 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 	if c.Index != a.Index {
 		t.Logf("note: index %d not reused (got %d)", a.Index, c.Index)
 	}
-	if out := run(d2, "bnd-c"); strings.Fields(out)[1] == mntA {
-		t.Fatalf("a new session got the destroyed one's mount namespace")
+	look := exec.Command("/bin/ls", "-A", "/tmp")
+	var lookOut strings.Builder
+	look.Stdout, look.Dir = &lookOut, "/"
+	if err := d2.Launch("bnd-c", look, ProcOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	look.Wait()
+	if lookOut.String() != "" {
+		t.Fatalf("a new session sees %q in /tmp", lookOut.String())
 	}
 	t.Logf("verified: index %d (uid %s) handed out again only after its session was destroyed, with fresh namespaces", c.Index, fmt.Sprint(boundary.DefaultUIDBase+c.Index))
 }
