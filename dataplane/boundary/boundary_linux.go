@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -145,6 +146,16 @@ func (b *Boundary) startHolder(h *holder) error {
 		_ = unix.Kill(h.pid, unix.SIGKILL)
 		reap(h)
 		return fmt.Errorf("pidfd_open holder: %w", err)
+	}
+	// The status pipe also closes when the child dies before its exec
+	// (the kernel sets the new comm before it closes close-on-exec fds):
+	// make sure it is catatonit that holds the namespaces.
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", h.pid))
+	if want := filepath.Base(b.cfg.Catatonit); strings.TrimSpace(string(comm)) != want[:min(len(want), 15)] {
+		_ = unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
+		reap(h)
+		unix.Close(h.pidfd)
+		return fmt.Errorf("session init died before it executed %s (comm %q)", b.cfg.Catatonit, strings.TrimSpace(string(comm)))
 	}
 	return nil
 }
