@@ -62,25 +62,39 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 	return true
 }
 
-// createBoundary gives a new session (registered, lock held) its
-// namespaces; on failure it undoes the whole session.
-func (d *Dataplane) createBoundary(s *Session) error {
-	if d.bnd == nil {
-		return nil
+// CreateSession makes the session cgroup, registers it with the kernel (one
+// mkdir and one map insert, whatever the number of sessions) and, with the
+// boundary on, gives it its namespaces. The holder starts without the
+// dataplane's lock held (it takes milliseconds; a revoke must not wait for
+// it); until it runs, Launch refuses the session. If it cannot start, the
+// session is destroyed again.
+func (d *Dataplane) CreateSession(name string) (Session, error) {
+	if d.bnd != nil {
+		if err := d.bnd.Ready(); err != nil {
+			return Session{}, err
+		}
 	}
-	err := d.bnd.Create(s.Name, s.Path, s.Index)
-	if err == nil {
-		return nil
+	s, err := d.registerSession(name)
+	if err != nil || d.bnd == nil {
+		return s, err
 	}
-	_ = d.objs.ShkSessions.Delete(s.CgroupID)
-	delete(d.sessions, s.Name)
-	delete(d.byIndex, s.Index)
-	kerr := killCgroup(s.Path)
-	d.bnd.Release(s.Name)
-	if kerr == nil {
-		d.indices.put(s.Index)
+	if err := d.bnd.Create(s.Name, s.Path, s.Index); err != nil {
+		return Session{}, errors.Join(fmt.Errorf("create session %s: %w", name, err), d.DestroySession(name))
 	}
-	return errors.Join(fmt.Errorf("create session %s: %w", s.Name, err), kerr)
+	d.mu.Lock()
+	cur, ok := d.sessions[name]
+	d.mu.Unlock()
+	if !ok || cur.CgroupID != s.CgroupID {
+		// Destroyed meanwhile: this holder died with its cgroup. (The
+		// agent serializes creating and destroying one session, so
+		// this is defensive; a same-name session made meanwhile keeps
+		// its own holder.)
+		if !ok {
+			d.bnd.Release(name)
+		}
+		return Session{}, fmt.Errorf("%w: %s was destroyed while it was being created", ErrSessionNotFound, name)
+	}
+	return s, nil
 }
 
 // releaseBoundary forgets a session whose cgroup was killed.

@@ -16,9 +16,10 @@ import (
 
 // ---- sessions ----
 
-// CreateSession makes the session cgroup and registers it with the kernel:
+// registerSession makes the session cgroup and registers it with the kernel:
 // one mkdir and one map insert, whatever the number of sessions.
-func (d *Dataplane) CreateSession(name string) (Session, error) {
+// CreateSession then gives it its boundary.
+func (d *Dataplane) registerSession(name string) (Session, error) {
 	if err := ValidSessionName(name); err != nil {
 		return Session{}, err
 	}
@@ -57,9 +58,6 @@ func (d *Dataplane) CreateSession(name string) (Session, error) {
 	s := &Session{Name: name, Index: idx, CgroupID: id, Path: path}
 	d.sessions[name] = s
 	d.byIndex[idx] = s
-	if err := d.createBoundary(s); err != nil {
-		return Session{}, err
-	}
 	return *s, nil
 }
 
