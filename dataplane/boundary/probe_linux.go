@@ -77,7 +77,9 @@ func (b *Boundary) probe() {
 	b.report = rows
 	var missing []string
 	for _, r := range rows {
-		if r.Level == backend.Unavailable && !c.accepts(r.Class) {
+		// AllowUserNS is the operator's explicit acceptance of that row.
+		accepted := c.accepts(r.Class) || (r.Class == MechUserNS && c.AllowUserNS)
+		if r.Level == backend.Unavailable && !accepted {
 			missing = append(missing, r.Class+": "+r.Reason)
 		}
 	}

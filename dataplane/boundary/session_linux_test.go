@@ -271,6 +271,15 @@ func TestProbe(t *testing.T) {
 	if err := ok.Ready(); err != nil {
 		t.Errorf("accepted: %v", err)
 	}
+	userns := newBoundary(t, Config{AllowUserNS: true}, nil)
+	if err := userns.Ready(); err != nil {
+		t.Errorf("user namespaces allowed by the config: %v", err)
+	}
+	for _, r := range userns.Report() {
+		if r.Class == MechUserNS && r.Level != backend.Unavailable {
+			t.Errorf("user namespaces allowed: reported %s", r.Level)
+		}
+	}
 	if err := (Config{Accept: []string{"nonsense"}, UIDCount: 1 << 20}).Validate(10); err == nil {
 		t.Error("unknown accepted mechanism must be refused")
 	}
