@@ -142,7 +142,7 @@ type RunRequest struct {
 	Argv     []string `json:"argv"`
 	Stdin    string   `json:"stdin,omitempty"`
 	TimeoutS float64  `json:"timeout_s,omitempty"` // default 60, at most 3600
-	UID      uint32   `json:"uid,omitempty"`       // default nobody; never 0
+	UID      uint32   `json:"uid,omitempty"`       // default: the session's own uid; never 0
 	GID      uint32   `json:"gid,omitempty"`
 }
 
