@@ -1,6 +1,7 @@
 package boundary
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -173,6 +174,34 @@ func TestRunTreeKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestRunTimeout: a command started with exec.CommandContext (as the run
+// API does) is killed whole when its context ends: Launch sets its Cancel
+// to KillRun.
+func TestRunTimeout(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	dir := session(t, b, "timeout", 42)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "setsid sh -c 'sleep 1000 & sleep 1000' & (sleep 1000 &) ; sleep 1000")
+	cmd.Dir = "/"
+	if err := b.Launch("timeout", cmd, LaunchOptions{}, true); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	err := cmd.Wait()
+	var left []string
+	for i := 0; i < 100; i++ {
+		if left = procs(t, dir); len(left) == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) != 1 {
+		t.Fatalf("after the timeout %d processes are left in the session (want only the holder)", len(left))
+	}
+	t.Logf("verified: the context's timeout ended the run after %v (%v) and left only the session's holder", time.Since(t0).Round(time.Millisecond), err)
 }
 
 func procs(t *testing.T, dir string) []string {
