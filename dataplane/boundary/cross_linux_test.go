@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +131,24 @@ func TestCrossSessionLayers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoSharedPlaces: what one session writes in its writable places
+// (/tmp, /dev/shm, a SysV shared memory segment) another session never sees.
+func TestNoSharedPlaces(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	session(t, b, "wa", 81)
+	session(t, b, "wb", 82)
+	sh := func(name, script string) string {
+		return runIn(t, b, name, &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: "/"}, false)
+	}
+	out := sh("wa", "touch /tmp/from-a /dev/shm/from-a && ipcmk -M 4096 -p 0666 >/dev/null && ipcs -m | grep -c 0x || true")
+	if strings.TrimSpace(out) != "1" {
+		t.Fatalf("session a could not make its files and segment: %q", out)
+	}
+	out = sh("wb", "ls -A /tmp /dev/shm; ipcs -m | grep -c 0x || true")
+	if strings.Contains(out, "from-a") || !strings.HasSuffix(strings.TrimSpace(out), "0") {
+		t.Fatalf("session b sees session a's files or segment: %q", out)
+	}
+	t.Logf("verified: session b sees none of a's /tmp, /dev/shm files or SysV segment:\n%s", out)
 }
