@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
 )
 
 // ErrState wraps failures to read or write the durable state.
@@ -491,42 +492,10 @@ func (st *state) apply(jl journalLine) error {
 
 func hashBytes(b []byte) [32]byte { return sha256.Sum256(b) }
 
+// writeFileAtomic replaces path atomically (atomicfile.Write), errors
+// wrapped in ErrState.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := atomicfile.Write(path, data, mode); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	return nil

@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
 )
 
 // checkpoint is the signed head of the log: the seq and hash of its last
@@ -24,8 +25,8 @@ func (c checkpoint) canonical() ([]byte, error) {
 	return json.Marshal(c)
 }
 
-// writeCheckpoint replaces the checkpoint atomically (temp file, fsync,
-// rename, fsync of the directory).
+// writeCheckpoint replaces the checkpoint atomically (atomicfile.Write:
+// temp file, fsync, rename, fsync of the directory).
 func writeCheckpoint(path string, priv ed25519.PrivateKey, seq uint64, hash string, now time.Time) error {
 	c := checkpoint{Seq: seq, Hash: hash, Time: now.UTC().Format(timeFormat)}
 	canon, err := c.canonical()
@@ -37,14 +38,7 @@ func writeCheckpoint(path string, priv ed25519.PrivateKey, seq uint64, hash stri
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := writeFileSync(tmp, append(data, '\n'), 0o600, os.O_TRUNC); err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := atomicfile.Write(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	return nil

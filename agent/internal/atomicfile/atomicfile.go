@@ -1,0 +1,60 @@
+// Package atomicfile replaces a file's contents so that a crash at any
+// instant leaves either the old file or the new one, whole, never a mix.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Write replaces path with data, which ends up with exactly mode (the umask
+// neither widens nor narrows it). It writes a fresh temporary file in the same
+// directory (created exclusively, 0600 until the chmod, so no other writer
+// shares it and nobody reads a partial file), fsyncs it, renames it over path
+// and fsyncs the directory, so the rename itself is durable when Write
+// returns nil. On any error before the rename the temporary file is removed
+// and path is untouched; an error from the directory fsync comes after the
+// rename, so path may then hold either version.
+func Write(path string, data []byte, mode os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	renamed := false
+	defer func() {
+		if !renamed {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	renamed = true
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a directory, making the creations, renames and removals of
+// its entries durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
