@@ -11,13 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mmsghdr is struct mmsghdr on 64-bit Linux.
-type mmsghdr struct {
-	hdr unix.Msghdr
-	len uint32
-	_   [4]byte
-}
-
 // yieldEvery is how often a busy worker yields its P (runtime.Gosched). A
 // goroutine that only ever leaves and re-enters syscalls never passes through
 // the scheduler, so after 10ms sysmon takes it for a hog: it preempts it,
@@ -50,10 +43,10 @@ func (u *udpSocket) serve(r *Resolver) {
 		oobs  [udpBatch][128]byte
 		names [udpBatch]unix.RawSockaddrInet4
 		iovs  [udpBatch]unix.Iovec
-		hdrs  [udpBatch]mmsghdr
+		hdrs  [udpBatch]unix.Mmsghdr
 
 		outIov   [udpBatch]unix.Iovec
-		outHdrs  [udpBatch]mmsghdr
+		outHdrs  [udpBatch]unix.Mmsghdr
 		outOOB   [udpBatch][pktinfoSpace]byte
 		outNames [udpBatch]unix.RawSockaddrInet4
 		outBufs  [udpBatch][]byte
@@ -68,13 +61,13 @@ func (u *udpSocket) serve(r *Resolver) {
 		for i := range hdrs {
 			iovs[i].Base = &bufs[i][0]
 			iovs[i].SetLen(len(bufs[i]))
-			hdrs[i] = mmsghdr{}
-			hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&names[i]))
-			hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet4
-			hdrs[i].hdr.Iov = &iovs[i]
-			hdrs[i].hdr.Iovlen = 1
-			hdrs[i].hdr.Control = &oobs[i][0]
-			hdrs[i].hdr.SetControllen(len(oobs[i]))
+			hdrs[i] = unix.Mmsghdr{}
+			hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&names[i]))
+			hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
+			hdrs[i].Hdr.Iov = &iovs[i]
+			hdrs[i].Hdr.Iovlen = 1
+			hdrs[i].Hdr.Control = &oobs[i][0]
+			hdrs[i].Hdr.SetControllen(len(oobs[i]))
 		}
 		var (
 			n     uintptr
@@ -123,8 +116,8 @@ func (u *udpSocket) serve(r *Resolver) {
 		}
 		k := 0
 		for i := range int(n) {
-			h := &hdrs[i].hdr
-			ln := int(hdrs[i].len)
+			h := &hdrs[i].Hdr
+			ln := int(hdrs[i].Len)
 			if ln > udpBufSize || h.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || h.Namelen != unix.SizeofSockaddrInet4 || names[i].Family != unix.AF_INET {
 				continue
 			}
@@ -150,13 +143,13 @@ func (u *udpSocket) serve(r *Resolver) {
 		for i := range k {
 			outIov[i].Base = &outBufs[i][0]
 			outIov[i].SetLen(len(outBufs[i]))
-			outHdrs[i] = mmsghdr{}
-			outHdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&outNames[i]))
-			outHdrs[i].hdr.Namelen = unix.SizeofSockaddrInet4
-			outHdrs[i].hdr.Iov = &outIov[i]
-			outHdrs[i].hdr.Iovlen = 1
-			outHdrs[i].hdr.Control = &outOOB[i][0]
-			outHdrs[i].hdr.SetControllen(len(outOOB[i]))
+			outHdrs[i] = unix.Mmsghdr{}
+			outHdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&outNames[i]))
+			outHdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
+			outHdrs[i].Hdr.Iov = &outIov[i]
+			outHdrs[i].Hdr.Iovlen = 1
+			outHdrs[i].Hdr.Control = &outOOB[i][0]
+			outHdrs[i].Hdr.SetControllen(len(outOOB[i]))
 		}
 		for sent := 0; sent < k; {
 			m, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(u.fd), uintptr(unsafe.Pointer(&outHdrs[sent])), uintptr(k-sent), 0, 0, 0)

@@ -2,6 +2,7 @@
 
 package dnsresolver
 
-// serve is one UDP worker; without a known struct mmsghdr layout it reads one
+// serve is one UDP worker; the batched recvmmsg(2) worker (udp_mmsg_linux.go)
+// is built for 64-bit Linux only (its iovec/msghdr lengths are 64-bit), so here it reads one
 // datagram per recvmsg(2).
 func (u *udpSocket) serve(r *Resolver) { u.serveOne(r) }

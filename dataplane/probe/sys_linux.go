@@ -19,17 +19,12 @@ func sendmmsg(fd int, sa unix.Sockaddr) error {
 	payload := []byte("xy")
 	iov := unix.Iovec{Base: &payload[0]}
 	iov.SetLen(len(payload))
-	type mmsghdr struct {
-		hdr unix.Msghdr
-		len uint32
-		_   [4]byte
-	}
-	var msgs [2]mmsghdr
+	var msgs [2]unix.Mmsghdr
 	for i := range msgs {
-		msgs[i].hdr.Name = (*byte)(unsafe.Pointer(&rsa))
-		msgs[i].hdr.Namelen = unix.SizeofSockaddrInet4
-		msgs[i].hdr.Iov = &iov
-		msgs[i].hdr.SetIovlen(1)
+		msgs[i].Hdr.Name = (*byte)(unsafe.Pointer(&rsa))
+		msgs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
+		msgs[i].Hdr.Iov = &iov
+		msgs[i].Hdr.SetIovlen(1)
 	}
 	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
 	if e != 0 {
