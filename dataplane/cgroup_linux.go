@@ -1,72 +1,64 @@
 package dataplane
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
 // FindCgroup2Mount returns the mount point of the cgroup2 hierarchy, read from
-// /proc/self/mountinfo (unified hosts mount it at /sys/fs/cgroup, hybrid hosts
-// somewhere below, such as /sys/fs/cgroup/unified).
+// the mount table (/proc/thread-self/mountinfo) with moby/sys/mountinfo:
+// unified hosts mount it at /sys/fs/cgroup, hybrid hosts somewhere below,
+// such as /sys/fs/cgroup/unified. The first cgroup2 mount listed wins.
 func FindCgroup2Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(firstCgroup2)
+	return cgroup2MountOf(mounts, err)
+}
+
+// cgroup2MountFrom is FindCgroup2Mount on a mountinfo text (tests).
+func cgroup2MountFrom(r io.Reader) (string, error) {
+	mounts, err := mountinfo.GetMountsFromReader(r, firstCgroup2)
+	return cgroup2MountOf(mounts, err)
+}
+
+// firstCgroup2 keeps the first cgroup2 mount and stops there.
+func firstCgroup2(m *mountinfo.Info) (skip, stop bool) {
+	if m.FSType != "cgroup2" {
+		return true, false
+	}
+	return false, true
+}
+
+func cgroup2MountOf(mounts []*mountinfo.Info, err error) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find cgroup2 mount: %w", err)
 	}
-	defer f.Close()
-	return parseCgroup2Mount(f)
+	if len(mounts) == 0 {
+		return "", fmt.Errorf("find cgroup2 mount: %w: no cgroup2 hierarchy is mounted", ErrNotSupported)
+	}
+	return mounts[0].Mountpoint, nil
 }
 
-func parseCgroup2Mount(f interface{ Read([]byte) (int, error) }) (string, error) {
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 5 || sep+1 >= len(fields) {
-			continue
-		}
-		if fields[sep+1] == "cgroup2" {
-			return unescapeMountPath(fields[4]), nil
-		}
+// loadCgroup returns the containerd cgroup2 manager of the cgroup2 directory
+// path below the mount point root. It creates nothing.
+func loadCgroup(root, path string) (*cgroup2.Manager, error) {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, fmt.Errorf("%s is not below the cgroup2 root %s", path, root)
 	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("find cgroup2 mount: %w", err)
+	m, err := cgroup2.Load(filepath.Join("/", rel), cgroup2.WithMountpoint(root))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
 	}
-	return "", fmt.Errorf("find cgroup2 mount: %w: no cgroup2 hierarchy is mounted", ErrNotSupported)
+	return m, nil
 }
-
-// unescapeMountPath undoes the octal escapes (\040 for space, ...) of mountinfo.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // cgroupID returns the id the kernel uses for the cgroup2 directory at path
 // (what bpf_get_current_cgroup_id() and friends return): its kernfs node id,
@@ -91,15 +83,26 @@ func cgroupLevel(root, path string) (int, error) {
 	return len(strings.Split(rel, string(filepath.Separator))), nil
 }
 
-// killCgroup kills every process of the cgroup (cgroup.kill, Linux 5.14+) and
-// waits until it is empty, then removes the directory. Only ever called on
-// cgroups this package created.
-func killCgroup(path string) error {
+// killCgroup kills every process of the cgroup at path, below the cgroup2
+// mount point root (cgroup.kill, Linux 5.14+, through the containerd cgroup2
+// manager), waits until it is empty, then removes the directory. Only ever
+// called on cgroups this package created.
+func killCgroup(root, path string) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err := os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("kill processes of %s: %w", path, err)
+	// Manager.Kill falls back to freezing and signalling each process when
+	// it cannot write cgroup.kill; a kernel without cgroup.kill (before 5.14)
+	// gets no kill here, as before, and the removal below fails while
+	// processes remain.
+	if _, err := os.Stat(filepath.Join(path, "cgroup.kill")); err == nil {
+		m, err := loadCgroup(root, path)
+		if err != nil {
+			return err
+		}
+		if err := m.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kill processes of %s: %w", path, err)
+		}
 	}
 	var err error
 	for i := 0; i < 2000; i++ { // up to ~10 s

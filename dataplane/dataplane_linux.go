@@ -335,7 +335,7 @@ func Remove(cfg Config) error {
 	if ents, err := os.ReadDir(parent); err == nil {
 		for _, e := range ents {
 			if e.IsDir() {
-				errs = append(errs, killCgroup(filepath.Join(parent, e.Name())))
+				errs = append(errs, killCgroup(cfg.CgroupRoot, filepath.Join(parent, e.Name())))
 			}
 		}
 	}
@@ -361,7 +361,7 @@ func Remove(cfg Config) error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, killCgroup(parent))
+	errs = append(errs, killCgroup(cfg.CgroupRoot, parent))
 	return errors.Join(errs...)
 }
 

@@ -102,7 +102,7 @@ func (d *Dataplane) DestroySession(name string) error {
 		// process (reconcile purges them on the next start).
 		return fmt.Errorf("purge egress entries of %s: %w", name, err)
 	}
-	err := killCgroup(s.Path)
+	err := killCgroup(d.cfg.CgroupRoot, s.Path)
 	d.releaseBoundary(name)
 	if err == nil {
 		// The index, and so the session's uid, is handed out again only
