@@ -2,13 +2,12 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"unsafe"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,18 +57,15 @@ func peerCreds(c *net.UnixConn) (Creds, error) {
 	return Creds{PID: cr.Pid, UID: cr.Uid, GID: cr.Gid, Groups: groups}, nil
 }
 
-// inCgroup reports whether pid's cgroup2 path is at or below dir. A process
-// whose cgroup cannot be read is treated as inside (fail closed).
+// inCgroup reports whether pid's cgroup2 path (its "0::" line of
+// /proc/PID/cgroup, read by containerd's cgroup2.PidGroupPath) is at or below
+// dir. A process whose cgroup2 path cannot be read is treated as inside (fail
+// closed).
 func inCgroup(pid int32, dir string) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	p, err := cgroup2.PidGroupPath(int(pid))
 	if err != nil {
 		return true
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			rest = filepath.Clean(rest)
-			return rest == dir || strings.HasPrefix(rest, dir+"/")
-		}
-	}
-	return false
+	p = filepath.Clean(p)
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }
