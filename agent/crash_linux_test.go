@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // The crash test re-executes the test binary as an agent process, kills it
@@ -137,7 +138,7 @@ func runCrashChild(t *testing.T, cfg dataplane.Config, dir string, step string, 
 }
 
 func TestCrashGrant(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	var steps []string
 	for _, s := range GrantSteps {
 		steps = append(steps, string(s))
@@ -190,7 +191,7 @@ func TestCrashGrant(t *testing.T) {
 }
 
 func TestCrashRevoke(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	var steps []string
 	for _, s := range RevokeSteps {
 		steps = append(steps, string(s))
@@ -255,7 +256,7 @@ func TestCrashRevoke(t *testing.T) {
 }
 
 func TestCrashCreateSession(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	for _, step := range SessionSteps {
 		t.Run(string(step), func(t *testing.T) {
 			d, cfg := newKernel(t)

@@ -2,62 +2,37 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"sync"
 	"testing"
 
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 // Tier-3 tests: the agent against the real dataplane, as root. Each test makes
 // its own dataplane (unique parent cgroup and pin path) and uninstalls it.
 
-func TestMain(m *testing.M) {
-	if os.Getenv(probe.EnvVar) != "" {
-		probe.Main()
-	}
-	if os.Getenv(crashChildEnv) != "" {
-		crashChildMain()
-	}
-	code := m.Run()
-	probe.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kerneltest.Main(m, map[string]func(){crashChildEnv: crashChildMain}) }
 
 var ctx = context.Background()
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (it loads BPF programs and makes cgroups); run the suite as root, as CI does")
-	}
-}
-
-func randName(prefix string) string {
-	b := make([]byte, 4)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
 func kernelConfig() dataplane.Config {
-	n := randName("shinken-agent-test-")
-	return dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 256, MaxHandles: 1024, MaxEgress4: 1 << 12, MaxEgress6: 1 << 12}
+	parent, pin := kerneltest.Private("shinken-agent-test-")
+	return dataplane.Config{Parent: parent, PinPath: pin, MaxSessions: 256, MaxHandles: 1024, MaxEgress4: 1 << 12, MaxEgress6: 1 << 12}
 }
 
 // newKernel opens a private dataplane and uninstalls it when the test ends.
 func newKernel(t testing.TB) (*dataplane.Dataplane, dataplane.Config) {
 	t.Helper()
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	cfg := kernelConfig()
 	d, err := dataplane.Open(cfg)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
@@ -16,7 +17,7 @@ import (
 // exits, and a new loader adopts them (atomic program replacement on the
 // pinned links) with no window where a denied destination is reachable.
 func TestAdoption(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	cfg := testConfig(t)
 	allowed := listenTCP(t, "127.0.0.2:0")
 	denied := listenTCP(t, "127.0.0.3:0")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // TestBoundaryThroughDataplane: with the session boundary on, processes
@@ -20,7 +21,7 @@ import (
 // (adoption), and an index (so a uid) is handed out again only after its
 // session was destroyed.
 func TestBoundaryThroughDataplane(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	for _, f := range []string{boundary.DefaultCatatonit, "/bin/bash"} {
 		if _, err := os.Stat(f); err != nil {
 			// The test VM's initrd holds the test binary alone; on a host

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 	"golang.org/x/sys/unix"
 )
@@ -164,12 +165,12 @@ func TestSetLimitsWritesQuotas(t *testing.T) {
 // removes it; a cgroup that is already gone is no error. The cgroup is this
 // test's own, below the cgroup2 root.
 func TestKillCgroup(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	root, err := FindCgroup2Mount()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := filepath.Join(root, randName("shinken-test-kill-"))
+	cg := filepath.Join(root, kerneltest.Name("shinken-test-kill-"))
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		t.Fatal(err)
 	}

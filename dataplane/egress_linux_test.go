@@ -2,8 +2,10 @@ package dataplane
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +81,7 @@ func TestEgressAllowDeny(t *testing.T) {
 
 	// Processes outside the sessions' parent are never affected: this test
 	// process is one.
-	conn, err := netDial("tcp", b.addr())
+	conn, err := net.Dial("tcp", b.addr())
 	if err != nil {
 		t.Fatalf("outside the parent, %s must be reachable: %v", b.addr(), err)
 	}
@@ -483,7 +485,7 @@ func snapshot(t testing.TB, d *Dataplane, sess string) string {
 	for _, r := range rules {
 		lines = append(lines, r.String())
 	}
-	sortStrings(lines)
+	sort.Strings(lines)
 	b.WriteString(strings.Join(lines, "\n"))
 	fmt.Fprintf(&b, "\nhandles=%v", hs)
 	return b.String()

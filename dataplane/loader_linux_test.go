@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 const loaderEnv = "SHINKEN_TEST_LOADER"
@@ -49,7 +51,7 @@ func loaderMain() {
 // pinned (here an LRU map too large to allocate) removes the pin directory
 // and the parent cgroup it created.
 func TestOpenFailureLeavesNothing(t *testing.T) {
-	requireRoot(t)
+	kerneltest.RequireRoot(t)
 	cfg := testConfig(t)
 	cfg.MaxFlows = 1 << 30
 	d, err := Open(cfg)

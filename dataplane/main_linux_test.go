@@ -1,51 +1,28 @@
 package dataplane
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 func TestMain(m *testing.M) {
 	boundary.Main() // the session launcher re-executes the test binary
-	if os.Getenv(probe.EnvVar) != "" {
-		probe.Main()
-	}
-	if os.Getenv(loaderEnv) != "" {
-		loaderMain()
-	}
-	code := m.Run()
-	probe.Cleanup()
-	os.Exit(code)
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (it loads BPF programs and makes cgroups); run the suite as root, as CI does")
-	}
-}
-
-func randName(prefix string) string {
-	b := make([]byte, 4)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
+	kerneltest.Main(m, map[string]func(){loaderEnv: loaderMain})
 }
 
 // testConfig returns a config private to one test: its own parent cgroup and
 // pin directory, so tests never touch a running agent's.
 func testConfig(t testing.TB) Config {
-	n := randName("shinken-test-")
-	return Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 1024, MaxHandles: 4096, MaxEgress4: 1 << 16, MaxEgress6: 1 << 16}
+	parent, pin := kerneltest.Private("shinken-test-")
+	return Config{Parent: parent, PinPath: pin, MaxSessions: 1024, MaxHandles: 4096, MaxEgress4: 1 << 16, MaxEgress6: 1 << 16}
 }
 
 // flowModes are the flow modes this kernel runs: both where it has
@@ -86,19 +63,10 @@ func hooksIn(m FlowMode) int {
 	return n
 }
 
+// newDataplane opens a dataplane as root and uninstalls it when the test ends.
 func newDataplane(t testing.TB, cfg Config) *Dataplane {
 	t.Helper()
-	requireRoot(t)
-	d, err := Open(cfg)
-	if err != nil {
-		t.Fatalf("open dataplane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Uninstall(); err != nil {
-			t.Errorf("uninstall: %v", err)
-		}
-	})
-	return d
+	return kerneltest.Open(t, func() (*Dataplane, error) { return Open(cfg) })
 }
 
 // startProbe starts a probe process inside session s.

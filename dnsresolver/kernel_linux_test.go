@@ -3,8 +3,6 @@ package dnsresolver
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 	"golang.org/x/sys/unix"
 )
@@ -31,14 +30,7 @@ import (
 
 const sessionProcEnv = "SHINKEN_DNS_SESSION_PROC"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(sessionProcEnv) != "" {
-		sessionProcMain()
-	}
-	code := m.Run()
-	probe.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kerneltest.Main(m, map[string]func(){sessionProcEnv: sessionProcMain}) }
 
 // sessionProcMain is the process run inside the session. It reads commands
 // on stdin and answers one line each:
@@ -188,13 +180,6 @@ func startSessionProc(t testing.TB, s dataplane.Session) *probe.Proc {
 	return probe.StartEnv(t, []string{sessionProcEnv + "=1"}, func(c *exec.Cmd) error { return dataplane.StartIn(s, c, dataplane.ProcOptions{}) })
 }
 
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (it loads BPF programs and makes cgroups); run the suite as root, as CI does")
-	}
-}
-
 // kernelEnv is a real dataplane with one session, a handle, a fake upstream
 // and a resolver writing into the dataplane.
 type kernelEnv struct {
@@ -220,18 +205,9 @@ var kernelZone = []string{
 
 func newKernelEnv(t *testing.T) *kernelEnv {
 	t.Helper()
-	requireRoot(t)
-	b := make([]byte, 4)
-	rand.Read(b)
-	n := "shinken-dnstest-" + hex.EncodeToString(b)
-	dp, err := dataplane.Open(dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 64, MaxHandles: 256, MaxEgress4: 1024, MaxEgress6: 1024})
-	if err != nil {
-		t.Fatalf("open dataplane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dp.Uninstall(); err != nil {
-			t.Errorf("uninstall dataplane: %v", err)
-		}
+	parent, pin := kerneltest.Private("shinken-dnstest-")
+	dp := kerneltest.Open(t, func() (*dataplane.Dataplane, error) {
+		return dataplane.Open(dataplane.Config{Parent: parent, PinPath: pin, MaxSessions: 64, MaxHandles: 256, MaxEgress4: 1024, MaxEgress6: 1024})
 	})
 	sess, err := dp.CreateSession("dns1")
 	if err != nil {

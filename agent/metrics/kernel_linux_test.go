@@ -1,13 +1,10 @@
 package metrics
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -17,50 +14,26 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 // The tests in this file load the real dataplane into the kernel, as root,
 // under a parent cgroup and pin path of their own, and remove it after.
 
-func TestMain(m *testing.M) {
-	if os.Getenv(probe.EnvVar) != "" {
-		probe.Main()
-	}
-	code := m.Run()
-	probe.Cleanup()
-	os.Exit(code)
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (it loads the dataplane and makes cgroups); run it as root, as CI does")
-	}
-}
+func TestMain(m *testing.M) { kerneltest.Main(m, nil) }
 
 // testConfig is private to one test: its own parent cgroup and pin
 // directory, so it never touches a running agent's.
 func testConfig() dataplane.Config {
-	b := make([]byte, 4)
-	rand.Read(b)
-	n := "shinken-mtest-" + hex.EncodeToString(b)
-	return dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 1024, MaxHandles: 1024, MaxEgress4: 4096, MaxEgress6: 4096, MaxFlows: 4096}
+	parent, pin := kerneltest.Private("shinken-mtest-")
+	return dataplane.Config{Parent: parent, PinPath: pin, MaxSessions: 1024, MaxHandles: 1024, MaxEgress4: 4096, MaxEgress6: 4096, MaxFlows: 4096}
 }
 
+// newDataplane opens a dataplane as root and uninstalls it when the test ends.
 func newDataplane(t testing.TB, cfg dataplane.Config) *dataplane.Dataplane {
 	t.Helper()
-	requireRoot(t)
-	d, err := dataplane.Open(cfg)
-	if err != nil {
-		t.Fatalf("open dataplane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Uninstall(); err != nil {
-			t.Errorf("uninstall: %v", err)
-		}
-	})
-	return d
+	return kerneltest.Open(t, func() (*dataplane.Dataplane, error) { return dataplane.Open(cfg) })
 }
 
 // startProbe starts a probe process inside session s.

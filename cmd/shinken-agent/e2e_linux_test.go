@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,17 +21,14 @@ import (
 	"github.com/miekg/dns"
 	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/dataplane"
-	"github.com/shinken-agent/shinken/dataplane/probe"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // The end-to-end test drives the real daemon binary only through shinkenctl
 // (and observes the kernel with probe processes in the session).
 
 func TestMain(m *testing.M) {
-	if os.Getenv(probe.EnvVar) != "" {
-		probe.Main()
-	}
-	code := m.Run()
+	code := kerneltest.Run(m, nil)
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
@@ -86,13 +81,9 @@ func build(t *testing.T) string {
 }
 
 func newEnv(t *testing.T) *env {
-	if os.Geteuid() != 0 {
-		t.Fatal("the end-to-end test needs root; run it as CI does")
-	}
-	b := make([]byte, 3)
-	rand.Read(b)
-	tag := hex.EncodeToString(b)
-	e := &env{t: t, bin: build(t), dir: t.TempDir(), parent: "shinken-e2e-" + tag, pin: "/sys/fs/bpf/shinken-e2e-" + tag}
+	kerneltest.RequireRoot(t)
+	parent, pin := kerneltest.Private("shinken-e2e-")
+	e := &env{t: t, bin: build(t), dir: t.TempDir(), parent: parent, pin: pin}
 	e.socket = filepath.Join(e.dir, "run", "agent.sock")
 	e.upstream = fakeUpstream(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,0 +1,79 @@
+package kerneltest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+
+	"github.com/shinken-agent/shinken/dataplane/probe"
+)
+
+// RequireRoot fails the test unless it runs as root: the kernel tests load
+// BPF programs and make cgroups, and are never skipped.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (it loads BPF programs and makes cgroups); run the suite as root, as CI does")
+	}
+}
+
+// Name is prefix followed by 8 random hex digits.
+func Name(prefix string) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// Private returns a parent cgroup name (relative to the cgroup2 root) and a
+// pin path (/sys/fs/bpf/NAME) made from one Name(prefix): a dataplane
+// configured with them touches no running agent's cgroups or pins, nor
+// another test's.
+func Private(prefix string) (parent, pinPath string) {
+	n := Name(prefix)
+	return n, "/sys/fs/bpf/" + n
+}
+
+// Dataplane is what Open needs of what it opens (a *dataplane.Dataplane).
+type Dataplane interface{ Uninstall() error }
+
+// Open checks for root, opens a dataplane with open (the test fails if that
+// fails) and uninstalls it when the test ends: its programs, pins and session
+// cgroups go, and an uninstall error fails the test.
+func Open[D Dataplane](t testing.TB, open func() (D, error)) D {
+	t.Helper()
+	RequireRoot(t)
+	d, err := open()
+	if err != nil {
+		t.Fatalf("open dataplane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Uninstall(); err != nil {
+			t.Errorf("uninstall dataplane: %v", err)
+		}
+	})
+	return d
+}
+
+// Run is the body of a TestMain for tests that re-execute their own binary:
+// a process started with probe.EnvVar set serves the probe protocol, one
+// started with a variable of modes set runs that mode's function (which
+// must exit), and otherwise the tests run and the probe binary copy is
+// removed. It returns the exit code for os.Exit.
+func Run(m *testing.M, modes map[string]func()) int {
+	if os.Getenv(probe.EnvVar) != "" {
+		probe.Main()
+	}
+	for env, main := range modes {
+		if os.Getenv(env) != "" {
+			main()
+			os.Exit(0)
+		}
+	}
+	code := m.Run()
+	probe.Cleanup()
+	return code
+}
+
+// Main is Run followed by os.Exit.
+func Main(m *testing.M, modes map[string]func()) { os.Exit(Run(m, modes)) }
