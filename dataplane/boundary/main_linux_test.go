@@ -1,7 +1,6 @@
 package boundary
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,23 +78,17 @@ func setup(t *testing.T) {
 	}
 }
 
-// cgroup2Mount reads the cgroup2 mount point from /proc/self/mountinfo.
+// cgroup2Mount is the first cgroup2 mount point of the mount table, read
+// with moby/sys/mountinfo (as dataplane.FindCgroup2Mount does).
 func cgroup2Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, x := range fields {
-			if x == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
-				return fields[4], nil
-			}
-		}
+	if len(ms) == 0 {
+		return "", fmt.Errorf("no cgroup2 mount")
 	}
-	return "", fmt.Errorf("no cgroup2 mount")
+	return ms[0].Mountpoint, nil
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {
