@@ -28,6 +28,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/cmd/shinkenctl/panel"
 )
 
 const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
@@ -46,6 +47,7 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
   cancel CARD
   events [-f]
   audit verify
+  panel [-port N]                          the permission panel in your browser (127.0.0.1, one-time token)
 `
 
 func main() {
@@ -191,6 +193,8 @@ func (c *client) dispatch(args []string) error {
 		}
 		fmt.Printf("card %s %s\n", cd.ID, cd.Status)
 		return nil
+	case "panel":
+		return panel.Main(c.hc, args[1:], os.Stdout)
 	case "events":
 		return c.events(len(args) > 1 && (args[1] == "-f" || args[1] == "--follow"))
 	case "audit":
