@@ -35,6 +35,9 @@ func (d *daemon) serveMetrics() (*http.Server, error) {
 	}
 	d.metrics = &metricsState{m: m}
 	m.SetEnforcement(d.dp.Probe())
+	if err := m.Registry().Register(auditErrors); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", ap.String())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)

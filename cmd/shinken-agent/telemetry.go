@@ -32,6 +32,7 @@ func (d *daemon) openAudit() error {
 	}
 	d.audit = &auditState{log: l, pending: map[denialKey]uint64{}}
 	if rec := l.Recovered(); rec != nil {
+		auditErrors.WithLabelValues("recover").Inc()
 		d.log.Warn("audit log: a torn tail was repaired at start", "recovery", fmt.Sprintf("%+v", *rec))
 	}
 	d.sink.audit = d.auditAgentEvent
@@ -54,9 +55,10 @@ func (d *daemon) verifyAudit() (any, error) {
 	}
 	rep, err := audit.Verify(d.audit.log.Path(), d.audit.log.PublicKey())
 	if err != nil {
-		return nil, err
+		return nil, auditErr("verify", err)
 	}
 	if !rep.OK() {
+		auditErrors.WithLabelValues("verify").Inc()
 		var probs []string
 		for _, p := range rep.Problems {
 			probs = append(probs, p.String())
@@ -96,7 +98,7 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		ev.Type = audit.EventDecision
 	}
 	_, err := d.audit.log.Append(ev)
-	return err
+	return auditErr("append", err)
 }
 
 // auditAPI records what the API layer sees: requests, attenuations, runs and
@@ -125,7 +127,7 @@ func (d *daemon) auditAPI(kind string, fields map[string]any) error {
 		ev.Action = kind
 	}
 	_, err := d.audit.log.Append(ev)
-	return err
+	return auditErr("append", err)
 }
 
 func str(v any) string {
@@ -159,7 +161,7 @@ func (d *daemon) flushDenials() {
 	d.audit.mu.Unlock()
 	for k, n := range pending {
 		if _, err := d.audit.log.Append(audit.Event{Type: audit.EventKernelDenial, Time: time.Now(), Session: k.session,
-			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n}); err != nil {
+			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n}); auditErr("append", err) != nil {
 			d.log.Error("audit kernel denial", "err", err)
 		}
 	}
