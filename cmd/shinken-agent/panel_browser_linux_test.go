@@ -111,6 +111,11 @@ func TestPanelBrowser(t *testing.T) {
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()
+	// Start the browser on bctx itself: a first action under a step's
+	// timeout would tie the browser's life to that step.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", chrome, err)
+	}
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
@@ -120,9 +125,19 @@ func TestPanelBrowser(t *testing.T) {
 			t.Fatalf("%s: %v\npage:\n%s", what, err, html)
 		}
 	}
+	// SHINKEN_PANEL_SHOTS=DIR keeps a screenshot of each page, for a look.
+	shot := func(name string) {
+		if dir := os.Getenv("SHINKEN_PANEL_SHOTS"); dir != "" {
+			if b, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
+				os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
+			}
+		}
+	}
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
@@ -134,6 +149,7 @@ func TestPanelBrowser(t *testing.T) {
 	if row := text(`tr[data-session="web"]`); !strings.Contains(row, filepath.Join(e.cgroupDir, "web")) || !strings.Contains(row, "net.egress: revocable in-kernel") {
 		t.Errorf("session row: %q", row)
 	}
+	shot("sessions")
 	if u, _ := chromedp.Run(bctx, chromedp.Location()); strings.Contains(u, "token") {
 		t.Errorf("the token stayed in the address bar: %s", u)
 	}
@@ -144,9 +160,11 @@ func TestPanelBrowser(t *testing.T) {
 	// Grants: the attenuated child under its parent.
 	do("grants page", chromedp.Navigate(base+"/grants"),
 		chromedp.WaitVisible(chromedp.CSS(`li[data-grant="`+parent.ID+`"] li[data-grant="`+child.ID+`"]`)))
+	shot("grants")
 
 	// Cards: approve for the session; the kernel lets the connection through.
 	do("approve the card", chromedp.Navigate(base+"/cards"), chromedp.WaitVisible(chromedp.CSS(`article[data-card="`+card+`"]`)))
+	shot("cards")
 	if c := text(`article[data-card="` + card + `"]`); !strings.Contains(c, "127.0.0.3/32") || !strings.Contains(c, "UseCapability") || !strings.Contains(c, "tier:ask") || !strings.Contains(c, "first-party") {
 		t.Errorf("card shows: %q", c)
 	}
@@ -188,9 +206,20 @@ func TestPanelBrowser(t *testing.T) {
 		t.Fatal("revoked grant connects")
 	}
 	do("a denial arrives live", chromedp.WaitVisible(chromedp.CSS(`#denials tr.fresh`)))
+	shot("denials")
 	if row := text(`#denials tr.fresh`); !strings.Contains(row, "127.0.0.2:"+strconv.Itoa(pA)) {
 		t.Errorf("live denial row: %q", row)
 	}
+	do("enforcement page", chromedp.Navigate(base+"/enforcement"), chromedp.WaitVisible(chromedp.CSS(`tr[data-class="net.egress"]`)))
+	if lv := text(`tr[data-class="net.egress"] td.level`); lv != "revocable in-kernel" {
+		t.Errorf("net.egress level in the panel: %q", lv)
+	}
+	shot("enforcement")
+	do("audit page", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(chromedp.CSS(`#audit-result`)))
+	if a := text(`#audit-result`); !strings.Contains(a, "verified") {
+		t.Errorf("audit verify in the panel: %q", a)
+	}
+	shot("audit")
 
 	// Without the token (or its cookie): 403. With the cookie but from
 	// another origin: 403, and nothing is revoked.
