@@ -207,7 +207,7 @@ func TestPanelBrowser(t *testing.T) {
 	}
 	do("a denial arrives live", chromedp.WaitVisible(chromedp.CSS(`#denials tr.fresh`)))
 	shot("denials")
-	if row := text(`#denials tr.fresh`); !strings.Contains(row, "127.0.0.2:"+strconv.Itoa(pA)) {
+	if row := text(`#denials tr.fresh`); !strings.Contains(row, "dst=127.0.0.2:"+strconv.Itoa(pA)) || !strings.Contains(row, "web") || !strings.Contains(row, "kernel.deny") {
 		t.Errorf("live denial row: %q", row)
 	}
 	do("enforcement page", chromedp.Navigate(base+"/enforcement"), chromedp.WaitVisible(chromedp.CSS(`tr[data-class="net.egress"]`)))

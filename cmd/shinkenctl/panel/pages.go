@@ -160,12 +160,52 @@ func (s *Server) cardsPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, "cards", "Pending cards", cs, err)
 }
 
+// denialRow is one denial as the page shows it: who, why, and the rest.
+type denialRow struct {
+	api.Record
+	Session, Reason, Detail string
+}
+
+// summarize picks the session and the reason out of a record's data (kernel,
+// DNS and agent records name them differently) and lists the other fields.
+// panel.js does the same for the live rows.
+func summarize(rec api.Record) denialRow {
+	row := denialRow{Record: rec}
+	var m map[string]any
+	if json.Unmarshal(rec.Data, &m) != nil {
+		row.Detail = string(rec.Data)
+		return row
+	}
+	var rest []string
+	for k, v := range m {
+		val, ok := v.(string)
+		if !ok {
+			b, _ := json.Marshal(v)
+			val = string(b)
+		}
+		switch strings.ToLower(k) {
+		case "session":
+			row.Session = val
+		case "reason":
+			row.Reason = val
+		case "time":
+		default:
+			if val != "" && val != "0" {
+				rest = append(rest, strings.ToLower(k)+"="+val)
+			}
+		}
+	}
+	sort.Strings(rest)
+	row.Detail = strings.Join(rest, " ")
+	return row
+}
+
 func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 	rs, err := s.agent.recent(r.Context())
-	var den []api.Record
+	var den []denialRow
 	for _, rec := range rs {
 		if isDenial(rec) {
-			den = append(den, rec)
+			den = append(den, summarize(rec))
 		}
 	}
 	// Newest first, as the live stream prepends.

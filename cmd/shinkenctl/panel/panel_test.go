@@ -52,7 +52,7 @@ func (f *fakeAgent) handler() http.Handler {
 	})
 	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("follow") == "" {
-			io.WriteString(w, `{"time":"2026-01-01T00:00:00Z","source":"kernel","kind":"kernel.deny","data":{"session":"s1","dst":"192.0.2.1:80"}}`+"\n")
+			io.WriteString(w, `{"time":"2026-01-01T00:00:00Z","source":"kernel","kind":"kernel.deny","data":{"session":"s1","dst":"192.0.2.1:80","reason":"no_rule","pid":1234567}}`+"\n")
 			io.WriteString(w, `{"time":"2026-01-01T00:00:01Z","source":"agent","kind":"grant.issue","data":{}}`+"\n")
 			return
 		}
@@ -228,7 +228,7 @@ func TestPanelPages(t *testing.T) {
 	if _, body, _ = get(t, c, base+"/audit"); !strings.Contains(body, "FAILED") || !strings.Contains(body, "seq 4: hash mismatch") {
 		t.Errorf("audit page:\n%s", body)
 	}
-	if _, body, _ = get(t, c, base+"/events"); !strings.Contains(body, "192.0.2.1:80") || strings.Contains(body, "grant.issue") {
+	if _, body, _ = get(t, c, base+"/events"); !strings.Contains(body, "<td>s1</td><td>no_rule</td><td><code>dst=192.0.2.1:80 pid=1234567</code>") || strings.Contains(body, "grant.issue") {
 		t.Errorf("events page (denials only):\n%s", body)
 	}
 

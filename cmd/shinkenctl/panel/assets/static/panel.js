@@ -73,6 +73,26 @@ function cell(tr, text, code) {
   tr.appendChild(td);
 }
 
+// summarize picks session and reason out of a record's data, as the
+// server does for the rows it renders (pages.go).
+function summarize(data) {
+  const out = { session: "", reason: "", detail: "" };
+  if (typeof data !== "object" || data === null) {
+    out.detail = JSON.stringify(data);
+    return out;
+  }
+  const rest = [];
+  for (const [k, v] of Object.entries(data)) {
+    const key = k.toLowerCase();
+    const val = typeof v === "object" ? JSON.stringify(v) : String(v);
+    if (key === "session") out.session = val;
+    else if (key === "reason") out.reason = val;
+    else if (key !== "time" && val !== "" && val !== "0") rest.push(key + "=" + val);
+  }
+  out.detail = rest.sort().join(" ");
+  return out;
+}
+
 function streamDenials() {
   const body = document.querySelector("#denials tbody");
   const state = document.getElementById("stream-state");
@@ -87,7 +107,10 @@ function streamDenials() {
     cell(tr, new Date(r.time).toISOString().substring(11, 23));
     cell(tr, r.source);
     cell(tr, r.kind);
-    cell(tr, JSON.stringify(r.data), true);
+    const d = summarize(r.data);
+    cell(tr, d.session);
+    cell(tr, d.reason);
+    cell(tr, d.detail, true);
     body.insertBefore(tr, body.firstChild);
     while (body.rows.length > 500) body.deleteRow(body.rows.length - 1);
   });
