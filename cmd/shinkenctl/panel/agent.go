@@ -11,11 +11,15 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
 	"github.com/shinken-agent/shinken/agent/backend"
 )
+
+// callTimeout bounds one API call (a run may take long; the panel makes none).
+const callTimeout = 30 * time.Second
 
 // agentClient is the panel's side of the agent's Unix-socket API, using the
 // API's own request and response types.
@@ -35,6 +39,8 @@ func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.
 // call sends body (JSON) and decodes a 2xx answer into out. A non-2xx
 // answer is an *apiError; its body is still decoded into out when possible.
 func (c *agentClient) call(ctx context.Context, method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)

@@ -116,13 +116,17 @@ function streamDenials() {
   });
 }
 
-// Pages that show state which events change reload when a card opens or is
-// decided elsewhere (the CLI, another panel).
-function reloadOnCards() {
+// The cards and grants pages reload when a card opens or is decided, or a
+// grant is issued or revoked, elsewhere (the CLI, another panel, a deadline).
+function reloadOnChange() {
   const es = new EventSource("/events/stream?all=1");
+  let pending = false;
   es.addEventListener("record", (ev) => {
     const r = JSON.parse(ev.data);
-    if (r.kind.startsWith("card.") || r.kind.startsWith("grant.")) location.reload();
+    if (!pending && (r.kind.startsWith("card.") || r.kind.startsWith("grant."))) {
+      pending = true; // one reload for a burst
+      setTimeout(() => location.reload(), 300);
+    }
   });
 }
 
@@ -130,4 +134,4 @@ const pageName = document.body.dataset.page;
 wireRevokes();
 wireCards();
 if (pageName === "events") streamDenials();
-if (pageName === "cards") reloadOnCards();
+if (pageName === "cards" || pageName === "grants") reloadOnChange();
