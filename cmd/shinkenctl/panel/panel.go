@@ -130,7 +130,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if tok := r.URL.Query().Get("token"); tok != "" {
-		s.redeem(w, r, tok)
+		s.redeem(w, r, tok, s.hasCookie(r))
 		return
 	}
 	if !s.hasCookie(r) {
@@ -155,8 +155,9 @@ func forbid(w http.ResponseWriter, msg string) {
 	http.Error(w, "403 forbidden: "+msg, http.StatusForbidden)
 }
 
-// redeem trades the one-time token for a session cookie.
-func (s *Server) redeem(w http.ResponseWriter, r *http.Request, tok string) {
+// redeem trades the one-time token for a session cookie. A browser that
+// holds the cookie already (the URL opened again) is only sent on.
+func (s *Server) redeem(w http.ResponseWriter, r *http.Request, tok string, hasCookie bool) {
 	s.mu.Lock()
 	ok := !s.spent && subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) == 1
 	var c string
@@ -166,11 +167,13 @@ func (s *Server) redeem(w http.ResponseWriter, r *http.Request, tok string) {
 		s.cookies[c] = true
 	}
 	s.mu.Unlock()
-	if !ok {
+	if !ok && !hasCookie {
 		forbid(w, "this token is wrong or was used already: restart `shinkenctl panel` for a new one")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: c, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	if ok {
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: c, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	}
 	q := r.URL.Query()
 	q.Del("token")
 	u := *r.URL

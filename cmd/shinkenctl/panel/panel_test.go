@@ -149,9 +149,13 @@ func TestPanelAuth(t *testing.T) {
 		}
 	}
 	c := login(t, s)
-	// The token is one-time.
+	// The token is one-time: another browser cannot use it again; the one
+	// holding the cookie is only sent on.
 	if code, _, _ := get(t, plain, s.URL()); code != http.StatusForbidden {
 		t.Errorf("second use of the token: %d", code)
+	}
+	if code, _, resp := get(t, c, s.URL()); code != http.StatusSeeOther || len(resp.Cookies()) != 0 {
+		t.Errorf("the token again, with the cookie: %d %v", code, resp.Cookies())
 	}
 	if code, body, _ := get(t, c, base+"/"); code != http.StatusOK || !strings.Contains(body, "s1") || !strings.Contains(body, "/sys/fs/cgroup/unified/shinken/s1") || !strings.Contains(body, "net.egress: revocable in-kernel") {
 		t.Errorf("sessions page: %d\n%s", code, body)
