@@ -29,16 +29,28 @@ type SessionView struct {
 	Index    uint32                         `json:"index"`
 	CgroupID uint64                         `json:"cgroup_id"`
 	Path     string                         `json:"cgroup"`
+	UID      *uint32                        `json:"uid,omitempty"` // its processes' default uid
 	Denials  map[string]uint64              `json:"denials,omitempty"`
 	Grants   []agent.GrantInfo              `json:"grants,omitempty"`
 	Breaker  *agent.BreakerState            `json:"breaker,omitempty"`
 	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
 }
 
+// sessionUIDer is a backend that knows the uid a session's processes run
+// as (the Linux dataplane: the session boundary's uid).
+type sessionUIDer interface {
+	SessionUID(session string) (uint32, error)
+}
+
 func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	v := SessionView{SessionSpec: spec}
 	if ks, err := s.cfg.Backend.Session(spec.ID); err == nil {
 		v.Index, v.CgroupID, v.Path = ks.Index, ks.CgroupID, ks.Path
+		if b, ok := s.cfg.Backend.(sessionUIDer); ok {
+			if uid, err := b.SessionUID(spec.ID); err == nil {
+				v.UID = &uid
+			}
+		}
 		if detail {
 			if c, err := s.cfg.Backend.Counters(ks.Index); err == nil {
 				v.Denials = map[string]uint64{}

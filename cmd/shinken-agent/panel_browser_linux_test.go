@@ -146,8 +146,14 @@ func TestPanelBrowser(t *testing.T) {
 
 	// Sessions: the token buys a cookie, then the page.
 	do("open the panel URL", chromedp.Navigate(panelURL), chromedp.WaitVisible(chromedp.CSS(`tr[data-session="web"]`)))
-	if row := text(`tr[data-session="web"]`); !strings.Contains(row, filepath.Join(e.cgroupDir, "web")) || !strings.Contains(row, "net.egress: revocable in-kernel") {
-		t.Errorf("session row: %q", row)
+	var sv struct{ UID *uint32 }
+	e.ctlJSON(&sv, "session", "show", "web")
+	if sv.UID == nil || *sv.UID == 0 {
+		t.Fatalf("the API shows no uid for the session: %+v", sv)
+	}
+	if row := text(`tr[data-session="web"]`); !strings.Contains(row, filepath.Join(e.cgroupDir, "web")) || !strings.Contains(row, "net.egress: revocable in-kernel") ||
+		!strings.Contains(row, strconv.Itoa(int(*sv.UID))) {
+		t.Errorf("session row (uid %d): %q", *sv.UID, row)
 	}
 	shot("sessions")
 	if u, _ := chromedp.Run(bctx, chromedp.Location()); strings.Contains(u, "token") {

@@ -66,9 +66,13 @@ func (c *client) session(args []string) error {
 		}
 		var rows [][]string
 		for _, v := range vs {
-			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), v.Path})
+			uid := "-"
+			if v.UID != nil {
+				uid = strconv.FormatUint(uint64(*v.UID), 10)
+			}
+			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), uid, v.Path})
 		}
-		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tCGROUP", rows)
+		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tUID\tCGROUP", rows)
 		return nil
 	case "show":
 		if len(args) != 2 {

@@ -119,11 +119,10 @@ func (c *agentClient) status() (status, error) {
 	return st, nil
 }
 
-// session is a session as the API lists it; UID is shown when the agent
-// reports one (a session's own uid), nil otherwise.
+// session is a session as the API lists it (UID: nil when the backend
+// does not say).
 type session struct {
 	api.SessionView
-	UID *uint32 `json:"uid,omitempty"`
 }
 
 func (c *agentClient) sessions(ctx context.Context) ([]session, error) {

@@ -86,7 +86,7 @@ func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	var rows []sessionRow
 	for _, sv := range ss {
-		row := sessionRow{session: sv, UIDText: "nobody (per-run default)"}
+		row := sessionRow{session: sv, UIDText: "?"}
 		if sv.UID != nil {
 			row.UIDText = fmt.Sprint(*sv.UID)
 		}

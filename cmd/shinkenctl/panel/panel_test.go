@@ -35,7 +35,7 @@ func (f *fakeAgent) handler() http.Handler {
 			"backend":{"os":"linux","backend":"bpf","classes":[],"facts":{"flow_mode":"sweep"}}}`)
 	})
 	m.HandleFunc("GET /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
-		js(w, `[{"id":"s1","image":"default","trust_tier":"normal","risk":"normal","headless":false,"tls_inspection":false,"index":3,"cgroup_id":7,"cgroup":"/sys/fs/cgroup/unified/shinken/s1"}]`)
+		js(w, `[{"id":"s1","image":"default","trust_tier":"normal","risk":"normal","headless":false,"tls_inspection":false,"index":3,"cgroup_id":7,"cgroup":"/sys/fs/cgroup/unified/shinken/s1","uid":1879048195}]`)
 	})
 	m.HandleFunc("GET /v1/grants", func(w http.ResponseWriter, r *http.Request) {
 		js(w, `[{"id":"g-parent","session":"s1","capability":{"class":"net.egress","net_egress":{"cidrs":["10.0.0.0/8"]}},"tier":"auto","provenance":"","lifecycle":"session","phase":"live","kernel":{"slot":1,"generation":1}},
@@ -157,7 +157,7 @@ func TestPanelAuth(t *testing.T) {
 	if code, _, resp := get(t, c, s.URL()); code != http.StatusSeeOther || len(resp.Cookies()) != 0 {
 		t.Errorf("the token again, with the cookie: %d %v", code, resp.Cookies())
 	}
-	if code, body, _ := get(t, c, base+"/"); code != http.StatusOK || !strings.Contains(body, "s1") || !strings.Contains(body, "/sys/fs/cgroup/unified/shinken/s1") || !strings.Contains(body, "net.egress: revocable in-kernel") {
+	if code, body, _ := get(t, c, base+"/"); code != http.StatusOK || !strings.Contains(body, "s1") || !strings.Contains(body, "/sys/fs/cgroup/unified/shinken/s1") || !strings.Contains(body, "net.egress: revocable in-kernel") || !strings.Contains(body, "<td>1879048195</td>") {
 		t.Errorf("sessions page: %d\n%s", code, body)
 	}
 	// DNS rebinding: another Host name for the same socket is refused.
