@@ -139,9 +139,14 @@ func TestKubernetesManifest(t *testing.T) {
 		add = append(add, string(c))
 	}
 	sort.Strings(add)
-	want := []string{"BPF", "CHOWN", "KILL", "NET_ADMIN", "PERFMON", "SETGID", "SETUID"}
+	want := []string{"BPF", "CHOWN", "KILL", "MKNOD", "NET_ADMIN", "PERFMON", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN", "SYS_CHROOT"}
 	if !slices.Equal(add, want) || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("capabilities: drop %v add %v, want drop [ALL] add %v", sc.Capabilities.Drop, add, want)
+	}
+	// The API server's own rule (ValidateSecurityContext): no SYS_ADMIN (or
+	// privileged) with allowPrivilegeEscalation false.
+	if ape := sc.AllowPrivilegeEscalation; ape != nil && !*ape && slices.Contains(add, "SYS_ADMIN") {
+		t.Error("allowPrivilegeEscalation false with SYS_ADMIN: the API server refuses it")
 	}
 	// Each capability says why, in a comment on its line.
 	for _, c := range want {
