@@ -146,7 +146,9 @@ func statusFor(err error) int {
 	switch {
 	case errors.Is(err, agent.ErrInvalidRequest), errors.Is(err, backend.ErrInvalidPrefix),
 		errors.Is(err, backend.ErrInvalidPorts), errors.Is(err, backend.ErrInvalidSession),
-		errors.Is(err, agent.ErrForgedHandle):
+		errors.Is(err, agent.ErrForgedHandle), errors.Is(err, agent.ErrInvalidCapability),
+		errors.Is(err, backend.ErrInvalidProto), errors.Is(err, backend.ErrInvalidHandle),
+		errors.Is(err, backend.ErrChainTooDeep), errors.Is(err, backend.ErrCoverTooDeep):
 		return http.StatusBadRequest
 	case errors.Is(err, agent.ErrUnknownSession), errors.Is(err, backend.ErrSessionNotFound),
 		errors.Is(err, agent.ErrUnknownApproval), errors.Is(err, agent.ErrUnknownHandle), errors.Is(err, agent.ErrUnknownCard):
@@ -155,7 +157,8 @@ func statusFor(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, agent.ErrDenied), errors.Is(err, agent.ErrBlockTier), errors.Is(err, agent.ErrStandingInSession),
 		errors.Is(err, agent.ErrOutsideManifest), errors.Is(err, agent.ErrBreakerTripped), errors.Is(err, agent.ErrNotEnforceable),
-		errors.Is(err, agent.ErrSessionInactive), errors.Is(err, agent.ErrApprovalExpired):
+		errors.Is(err, agent.ErrSessionInactive), errors.Is(err, agent.ErrApprovalExpired),
+		errors.Is(err, agent.ErrWidens), errors.Is(err, agent.ErrHandleRevoked):
 		return http.StatusForbidden
 	case errors.Is(err, backend.ErrLimitsUnsupported):
 		return http.StatusUnprocessableEntity

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -32,10 +34,18 @@ var (
 
 var sessionNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
 
+// cgroupFilePrefixes are the prefixes of cgroup v2 interface files (the
+// core's and each controller's), which sit in the same directory as the
+// session cgroups: a session may not be named like one.
+var cgroupFilePrefixes = []string{"cgroup", "cpu", "cpuset", "io", "memory", "pids", "rdma", "hugetlb", "misc", "irq"}
+
 // ValidSessionName reports whether name can name a session.
 func ValidSessionName(name string) error {
 	if !sessionNameRE.MatchString(name) {
-		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidSession, name)
+		return fmt.Errorf("%w: %q: invalid name: want 1-64 of [A-Za-z0-9_.-], not starting with . or -", ErrInvalidSession, name)
+	}
+	if head, _, dotted := strings.Cut(name, "."); dotted && slices.Contains(cgroupFilePrefixes, head) {
+		return fmt.Errorf("%w: %q: invalid name: cgroup interface files (%s.*) share the sessions' directory", ErrInvalidSession, name, head)
 	}
 	return nil
 }
