@@ -62,7 +62,11 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 	if err != nil {
 		return resp.StatusCode, err
 	}
-	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusForbidden && path == "/v1/requests") {
+	// /v1/requests answers each request in the body, whatever the status.
+	if path == "/v1/requests" && out != nil && json.Unmarshal(data, out) == nil {
+		return resp.StatusCode, nil
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted {
 		var e api.Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}

@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +30,7 @@ import (
 	"github.com/shinken-agent/shinken/cmd/shinkenctl/panel"
 )
 
-const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
+const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ... (global flags before or after the verb)
 
   status                                   what the agent enforces, and how
   session create ID [-image I] [-trust low|normal|high] [-risk normal|high] [-headless] [-tls-inspection] [-workspace DIR] [-home DIR] [-expires DUR] [-memory BYTES] [-pids N] [-cpu-percent P]
@@ -51,11 +50,16 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ...
 `
 
 func main() {
-	fs := flag.NewFlagSet("shinkenctl", flag.ExitOnError)
+	fs := newFlags("shinkenctl")
 	socket := fs.String("socket", "/run/shinken/agent.sock", "agent API socket")
 	out := fs.String("o", "table", "output: table or json")
-	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
-	fs.Parse(os.Args[1:])
+	globals, args, err := splitGlobals(os.Args[1:])
+	if err == nil {
+		err = fs.Parse(globals)
+	}
+	if err != nil {
+		fail(err)
+	}
 	if *out != "table" && *out != "json" {
 		fail(fmt.Errorf("-o %q: want table or json", *out))
 	}
@@ -65,19 +69,13 @@ func main() {
 			return d.DialContext(ctx, "unix", *socket)
 		},
 	}}}
-	args := fs.Args()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Print(usage)
 		return
 	}
 	if err := c.dispatch(args); err != nil {
 		fail(err)
 	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "shinkenctl:", err)
-	os.Exit(1)
 }
 
 func (c *client) dispatch(args []string) error {
@@ -123,7 +121,7 @@ func (c *client) dispatch(args []string) error {
 		table("GRANT\tSESSION\tCLASS\tSCOPE\tTIER\tLIFECYCLE\tPHASE\tEXPIRES", rows)
 		return nil
 	case "revoke":
-		fs := flag.NewFlagSet("revoke", flag.ContinueOnError)
+		fs := newFlags("revoke")
 		id := fs.String("id", "", "grant id instead of a handle")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -138,6 +136,10 @@ func (c *client) dispatch(args []string) error {
 		var res map[string]string
 		if _, err := c.call("POST", "/v1/grants/revoke", body, &res); err != nil {
 			return err
+		}
+		if c.output == "json" {
+			c.printJSON(res)
+			return nil
 		}
 		fmt.Println("revoked")
 		return nil
@@ -191,10 +193,14 @@ func (c *client) dispatch(args []string) error {
 		if _, err := c.call("POST", "/v1/cards/"+args[1]+"/"+args[0], nil, &cd); err != nil {
 			return err
 		}
+		if c.output == "json" {
+			c.printJSON(cd)
+			return nil
+		}
 		fmt.Printf("card %s %s\n", cd.ID, cd.Status)
 		return nil
 	case "panel":
-		return panel.Main(c.hc, args[1:], os.Stdout)
+		return panel.Main(c.hc, args[1:], os.Stdout, c.output == "json")
 	case "events":
 		return c.events(len(args) > 1 && (args[1] == "-f" || args[1] == "--follow"))
 	case "audit":
@@ -214,7 +220,13 @@ func (c *client) dispatch(args []string) error {
 			c.printJSON(res)
 			return nil
 		}
-		fmt.Printf("audit log OK: %v\n", res["result"])
+		r, _ := res["result"].(map[string]any)
+		fmt.Printf("audit log OK: %v records, last seq %v\n", r["records"], r["head"])
+		if notes, ok := r["notes"].([]any); ok {
+			for _, n := range notes {
+				fmt.Printf("note: %v\n", n)
+			}
+		}
 		return nil
 	}
 	return fmt.Errorf("unknown verb %q (shinkenctl help)", args[0])

@@ -6,7 +6,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -27,7 +26,7 @@ func (c *client) request(args []string, parent string) error {
 		return errors.New("usage: request SESSION CLASS [scope flags]")
 	}
 	session, class := args[0], args[1]
-	fs := flag.NewFlagSet("request", flag.ContinueOnError)
+	fs := newFlags("request")
 	var cidrs, domains, ports multi
 	fs.Var(&cidrs, "cidr", "net.egress prefix (repeatable)")
 	fs.Var(&domains, "domain", "net.egress domain: host, *.host or **.host (repeatable)")
@@ -89,17 +88,25 @@ func (c *client) request(args []string, parent string) error {
 	if _, err := c.call("POST", "/v1/requests", api.RequestBody{Requests: []agent.GrantRequest{req}}, &res); err != nil {
 		return err
 	}
-	if c.output == "json" {
-		c.printJSON(res)
-	} else {
-		for _, r := range res {
-			printResult(r)
+	refused := false
+	for _, r := range res {
+		switch {
+		case r.Outcome != "denied" && r.Outcome != "invalid":
+			if c.output != "json" {
+				printResult(r)
+			}
+		case c.output != "json":
+			fmt.Fprintf(os.Stderr, "shinkenctl: %s: %s (HTTP %d)\n", r.Outcome, oneLine(r.Reason), r.Status)
+			refused = true
+		default:
+			refused = true
 		}
 	}
-	for _, r := range res {
-		if r.Outcome == "denied" || r.Outcome == "invalid" {
-			os.Exit(3)
-		}
+	if c.output == "json" {
+		c.printJSON(res)
+	}
+	if refused {
+		os.Exit(3)
 	}
 	return nil
 }

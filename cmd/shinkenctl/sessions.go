@@ -4,7 +4,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,7 +21,7 @@ func (c *client) session(args []string) error {
 	}
 	switch args[0] {
 	case "create":
-		fs := flag.NewFlagSet("session create", flag.ContinueOnError)
+		fs := newFlags("session create")
 		image := fs.String("image", "default", "image (its manifest bounds what the session may ask)")
 		trust := fs.String("trust", "normal", "trust tier: low, normal or high")
 		risk := fs.String("risk", "normal", "risk: normal or high")
@@ -88,8 +87,13 @@ func (c *client) session(args []string) error {
 		if len(args) != 2 {
 			return errors.New("usage: session rm ID")
 		}
-		if _, err := c.call("DELETE", "/v1/sessions/"+args[1], nil, nil); err != nil {
+		var res map[string]string
+		if _, err := c.call("DELETE", "/v1/sessions/"+args[1], nil, &res); err != nil {
 			return err
+		}
+		if c.output == "json" {
+			c.printJSON(res)
+			return nil
 		}
 		fmt.Printf("session %s removed\n", args[1])
 		return nil
@@ -98,7 +102,7 @@ func (c *client) session(args []string) error {
 }
 
 func (c *client) run(args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs := newFlags("run")
 	timeout := fs.Float64("timeout", 60, "seconds")
 	uid := fs.Uint("uid", 0, "uid (default nobody)")
 	gid := fs.Uint("gid", 0, "gid")

@@ -24,6 +24,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -196,10 +197,11 @@ func (s *Server) hasCookie(r *http.Request) bool {
 	return false
 }
 
-// Main is `shinkenctl panel [-port N]`: it prints the URL and serves until
-// SIGINT or SIGTERM.
-func Main(agent *http.Client, args []string, stdout io.Writer) error {
+// Main is `shinkenctl panel [-port N]`: it prints the URL (as {"url": ...}
+// with jsonOut) and serves until SIGINT or SIGTERM.
+func Main(agent *http.Client, args []string, stdout io.Writer, jsonOut bool) error {
 	fs := flag.NewFlagSet("panel", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	port := fs.Int("port", 0, "loopback port (0: a random one)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -219,7 +221,11 @@ func Main(agent *http.Client, args []string, stdout io.Writer) error {
 		s.ln.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "Shinken panel (Ctrl-C stops it); open this URL, once, in your browser:\n%s\n", s.URL())
+	if jsonOut {
+		json.NewEncoder(stdout).Encode(map[string]string{"url": s.URL(), "addr": s.addr})
+	} else {
+		fmt.Fprintf(stdout, "Shinken panel (Ctrl-C stops it); open this URL, once, in your browser:\n%s\n", s.URL())
+	}
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
 	}
