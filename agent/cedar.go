@@ -231,7 +231,7 @@ func (e *Engine) Reload(opts ReloadOptions) (*ShiftReport, error) {
 	old := e.base.Load()
 	rep := e.CheckShift(old.policies, nb.policies)
 	if rep.Widens() && !opts.AllowWiden {
-		return rep, fmt.Errorf("%w: %s", ErrPolicyWidens, rep.Counterexample)
+		return rep, rep.widenErr()
 	}
 	e.base.Store(nb)
 	return rep, nil

@@ -68,6 +68,7 @@ const (
 // enc holds one query's declarations (one environment: action use or grant).
 type enc struct {
 	action string
+	strict bool // assert the path and name grammars (see declareRequest)
 	dom    Domain
 	slots  map[string]int
 	decls  []string
@@ -146,7 +147,9 @@ func (e *enc) scope(s any, varType types.EntityType, v string) string {
 	return ""
 }
 
-func (e *enc) principalScope(s xast.IsPrincipalScopeNode) string { return e.scope(s, typeSession, "p_id") }
+func (e *enc) principalScope(s xast.IsPrincipalScopeNode) string {
+	return e.scope(s, typeSession, "p_id")
+}
 func (e *enc) resourceScope(s xast.IsResourceScopeNode) string {
 	return e.scope(s, typeCapability, "r_class")
 }
@@ -670,4 +673,3 @@ func slotNeed(p *xast.Policy, need map[string]int) {
 		})
 	}
 }
-

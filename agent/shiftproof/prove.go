@@ -150,16 +150,22 @@ func Prove(ctx context.Context, old, neu cedar.PolicyMap, opts Options) (*Result
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e := &enc{action: action, dom: dom, slots: need}
-			script, abst, err := e.build(addedP, commonP, oldP, newF, removedF, oldKeys, newKeys)
-			if err != nil {
-				answers[i] = answer{err: err}
-				return
-			}
-			v, vals, err := runZ3(ctx, script, e.vars, opts.Timeout)
-			a := answer{v: v, err: err, abst: abst}
-			if err == nil && v == Sat {
-				a.req, a.err = e.readRequest(vals)
+			var a answer
+			for _, strict := range []bool{false, true} {
+				e := &enc{action: action, strict: strict, dom: dom, slots: need}
+				script, abst, err := e.build(addedP, commonP, oldP, newF, removedF, oldKeys, newKeys)
+				if err != nil {
+					answers[i] = answer{err: err}
+					return
+				}
+				v, vals, err := runZ3(ctx, script, e.vars, opts.Timeout)
+				a = answer{v: v, err: err, abst: abst}
+				if err == nil && v == Sat {
+					a.req, a.err = e.readRequest(vals)
+				}
+				if a.err != nil || v == Unsat || v == Sat && a.req.valid() {
+					break // relaxed unsat is a proof; a valid model is a model
+				}
 			}
 			answers[i] = a
 		}()

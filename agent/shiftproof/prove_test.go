@@ -90,11 +90,15 @@ func TestProveKnownPairs(t *testing.T) {
 		{"domain * to **", egress(`context.request.domain_keys.contains("*.example.com")`), egress(`context.request.domain_keys.contains("**.example.com")`), Sat,
 			func(r *Request) bool { return r.Domain == "example.com" }},
 		{"like widened", egress(`principal.image like "py*"`), egress(`principal.image like "p*"`), Sat,
-			func(r *Request) bool { return strings.HasPrefix(r.Session.Image, "p") && !strings.HasPrefix(r.Session.Image, "py") }},
+			func(r *Request) bool {
+				return strings.HasPrefix(r.Session.Image, "p") && !strings.HasPrefix(r.Session.Image, "py")
+			}},
 		{"like narrowed", egress(`principal.image like "p*"`), egress(`principal.image like "py*3"`), Unsat, nil},
 		{"has and if", egress(`if context has request then context.request.op == "connect" else false`), egress(`context.request.op == "connect" && context.request.item == ""`), Unsat, nil},
 		{"risk high made grantable", ``, egress(`true`), Sat,
-			func(r *Request) bool { return r.Class == "net.egress" && r.Session.ID == "s1" && !(r.Session.Risk == "high" && !r.Session.TLSInspection) }},
+			func(r *Request) bool {
+				return r.Class == "net.egress" && r.Session.ID == "s1" && !(r.Session.Risk == "high" && !r.Session.TLSInspection)
+			}},
 		{"fs permit under protected forbid", ``,
 			`@id("admin.fs") permit (principal, action == Shinken::Action::"use", resource == Shinken::Capability::"fs.scope") when { context.request.op == "write" && context.request.path_keys.contains("/home") };`,
 			Sat, func(r *Request) bool { return strings.HasPrefix(r.Path, "/home") && r.Op == "write" }},

@@ -160,7 +160,12 @@ func oneOf(v string, vals []string) string {
 	return or(xs...)
 }
 
-// declare adds the request's variables and their constraints to e.
+// declareRequest adds the request's variables and their constraints to e.
+// The path and name grammars (regular expressions) are asserted only in
+// strict mode: they are hard for the string solver in unsat proofs, and
+// leaving them out only widens the space searched (an unsat answer stays a
+// proof). A relaxed model whose path or name is not valid is re-solved in
+// strict mode.
 func (e *enc) declareRequest() {
 	d := e.dom
 	e.decl("p_id", "String")
@@ -184,10 +189,13 @@ func (e *enc) declareRequest() {
 		e.decl("u_ip6", "(_ BitVec 128)")
 		e.decl("u_port", "(_ BitVec 16)")
 		e.assert(`(not (= u_op ""))`,
-			"(=> u_has_path (str.in_re u_path "+rePath+"))",
-			"(=> u_has_dom (and (<= (str.len u_dom) 253) (str.in_re u_dom "+reDomain+")))",
-			// an address is never IPv4-mapped IPv6: the agent unmaps it
+			// a path is absolute; an address is never IPv4-mapped IPv6 (the agent unmaps it)
+			`(=> u_has_path (str.prefixof "/" u_path))`,
 			"(not (= ((_ extract 127 32) u_ip6) #x00000000000000000000ffff))")
+		if e.strict {
+			e.assert("(=> u_has_path (str.in_re u_path "+rePath+"))",
+				"(=> u_has_dom (and (<= (str.len u_dom) 253) (str.in_re u_dom "+reDomain+")))")
+		}
 	} else {
 		for _, v := range []string{"g_tier", "g_prov", "g_life", "g_mode"} {
 			e.decl(v, "String")
@@ -285,6 +293,29 @@ func memberTerm(name, t string) (string, bool) {
 			and(`(str.prefixof "*." `+t+`)`, `(str.suffixof (str.++ "." `+rest2+`) u_dom)`))), true
 	}
 	return "", false
+}
+
+// validDomain is the request-name grammar of reDomain.
+func validDomain(d string) bool {
+	if d == "" || len(d) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(d, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// valid says whether a model's path and name are ones the agent accepts.
+func (r *Request) valid() bool {
+	return (r.Path == "" || validPath(r.Path)) && (r.Domain == "" || validDomain(r.Domain))
 }
 
 func validPath(p string) bool {
