@@ -231,9 +231,10 @@ func TestShiftProofAgreesWithSearch(t *testing.T) {
 	needZ3(t)
 	e := newTestEngine(t, "")
 	defer func(n int) { MaxShiftChecks = n }(MaxShiftChecks)
-	MaxShiftChecks = 20_000
+	MaxShiftChecks = 10_000
 	g := policyGen{rand.New(rand.NewPCG(13, 2026))}
 	var both, solverOnly, neither, unsat int
+	var searchTime, proofTime time.Duration
 	for n := 0; n < 240; n++ {
 		var ps []genPolicy
 		for k := 1 + g.r.IntN(3); k > 0; k-- {
@@ -241,8 +242,11 @@ func TestShiftProofAgreesWithSearch(t *testing.T) {
 		}
 		oldSrc, newSrc := texts(ps), texts(g.edit(ps))
 		old, neu := withPolicies(t, e, oldSrc), withPolicies(t, e, newSrc)
+		t0 := time.Now()
 		search := e.SearchShift(old, neu)
+		searchTime += time.Since(t0)
 		proof := e.CheckShift(old, neu)
+		proofTime += proof.Elapsed
 		if proof.Unproved != "" {
 			t.Fatalf("pair %d: not decided: %s\nold:\n%s\nnew:\n%s", n, proof.Unproved, oldSrc, newSrc)
 		}
@@ -260,8 +264,41 @@ func TestShiftProofAgreesWithSearch(t *testing.T) {
 			unsat++
 		}
 	}
-	t.Logf("240 pairs: both found a widening %d, only the solver %d, neither %d (proven non-widening: %d)", both, solverOnly, neither, unsat)
+	t.Logf("240 pairs: both found a widening %d, only the solver %d, neither %d (proven non-widening: %d); search %s, proof %s",
+		both, solverOnly, neither, unsat, searchTime.Round(time.Millisecond), proofTime.Round(time.Millisecond))
 	if both < 15 || neither < 40 {
 		t.Fatalf("the corpus is lopsided (both %d, neither %d): it does not exercise both answers", both, neither)
 	}
+}
+
+// TestShiftProofManyPolicies: a one-policy edit among 1,000 per-session
+// admin policies is proven (narrowing) or refuted with a confirmed
+// counterexample (widening), as bench/decision times it.
+func TestShiftProofManyPolicies(t *testing.T) {
+	needZ3(t)
+	e := newTestEngine(t, "")
+	gen := func(target int, cond string) string {
+		var b strings.Builder
+		for i := 0; i < 1000; i++ {
+			c := fmt.Sprintf(`context.request.cidr_keys.contains("10.%d.%d.0/24") && context.request.port_keys.contains("443/16")`, i>>8, i&255)
+			if i == target {
+				c = cond
+			}
+			fmt.Fprintf(&b, "@id(\"site.%d\") permit (principal == Shinken::Session::\"s%05d\", action == Shinken::Action::\"use\", resource == Shinken::Capability::\"net.egress\") when { %s };\n", i, i, c)
+		}
+		return b.String()
+	}
+	old := withPolicies(t, e, gen(-1, ""))
+	narrow := withPolicies(t, e, gen(500, `context.request.cidr_keys.contains("10.1.244.0/25") && context.request.port_keys.contains("443/16")`))
+	wide := withPolicies(t, e, gen(500, `context.request.cidr_keys.contains("10.1.0.0/16") && context.request.port_keys.contains("443/16")`))
+	if rep := e.CheckShift(old, narrow); !rep.Proved || rep.Solver != "unsat" {
+		t.Fatalf("narrowing among 1,000: %+v", rep)
+	} else {
+		t.Logf("narrowing proven in %s", rep.Elapsed)
+	}
+	rep := e.CheckShift(old, wide)
+	if rep.Counterexample == nil || rep.Counterexample.Principal.ID != "s00500" {
+		t.Fatalf("widening among 1,000: %+v", rep)
+	}
+	t.Logf("widening found in %s: %s", rep.Elapsed, rep.Counterexample)
 }

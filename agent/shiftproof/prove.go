@@ -158,6 +158,10 @@ func Prove(ctx context.Context, old, neu cedar.PolicyMap, opts Options) (*Result
 					answers[i] = answer{err: err}
 					return
 				}
+				if script == "" {
+					a = answer{v: Unsat, abst: abst}
+					break
+				}
 				v, vals, err := runZ3(ctx, script, e.vars, opts.Timeout)
 				a = answer{v: v, err: err, abst: abst}
 				if err == nil && v == Sat {
@@ -205,13 +209,36 @@ func (e *enc) build(addedP, commonP, oldP, newF, removedF []entry, oldKeys, newK
 	var defs []string
 	names := map[string]string{} // policy key -> defined name
 	var refused []string
+	// Principal slicing: a widening needs an added permit or a removed
+	// forbid to hold, so when each of those names one session, the request's
+	// principal is one of them, and a policy scoped to another session is
+	// false for every request that matters (1,000 per-session policies cost
+	// nothing when one of them changes).
+	only := principalIDs(append(slices.Clone(addedP), removedF...))
+	if only != nil {
+		var ids []string
+		for id := range only {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		e.assert(oneOf("p_id", ids))
+	}
 	def := func(p entry) string {
 		if n, ok := names[p.key]; ok {
 			return n
 		}
+		if only != nil {
+			if id, ok := principalID(p.ast); ok && !only[id] {
+				return "false"
+			}
+		}
 		n := fmt.Sprintf("pol_%d", len(names))
-		names[p.key] = n
 		body, why := e.safePolicy(p.ast)
+		if why == "" && (body == "false" || body == "true") {
+			names[p.key] = body
+			return body
+		}
+		names[p.key] = n
 		if why != "" {
 			if oldKeys[p.key] && newKeys[p.key] {
 				// the same policy in both sets: an unknown Boolean of the request
@@ -237,6 +264,9 @@ func (e *enc) build(addedP, commonP, oldP, newF, removedF []entry, oldKeys, newK
 		return "", nil, fmt.Errorf("%w: %s", ErrUnsupported, strings.Join(refused, "; "))
 	}
 	w := or(and(added, not(newForbid), or(not(oldAny), removed)), and(common, not(newForbid), removed))
+	if w == "false" {
+		return "", abstracted, nil // folded away (e.g. no added permit applies to this action): unsat
+	}
 	var b strings.Builder
 	for _, d := range e.decls {
 		b.WriteString(d + "\n")
@@ -249,6 +279,34 @@ func (e *enc) build(addedP, commonP, oldP, newF, removedF []entry, oldKeys, newK
 	}
 	b.WriteString("(assert " + w + ")\n")
 	return b.String(), abstracted, nil
+}
+
+// principalID is the session a policy's principal scope names, if any.
+func principalID(p *xast.Policy) (string, bool) {
+	switch x := p.Principal.(type) {
+	case xast.ScopeTypeEq:
+		return string(x.Entity.ID), x.Entity.Type == typeSession
+	case xast.ScopeTypeIn:
+		return string(x.Entity.ID), x.Entity.Type == typeSession
+	}
+	return "", false
+}
+
+// principalIDs: the sessions named by the policies' scopes, or nil when
+// one of them does not name exactly one session.
+func principalIDs(ps []entry) map[string]bool {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, p := range ps {
+		id, ok := principalID(p.ast)
+		if !ok {
+			return nil
+		}
+		out[id] = true
+	}
+	return out
 }
 
 func where(p *xast.Policy) string {

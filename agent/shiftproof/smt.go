@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -218,6 +219,13 @@ func runZ3(ctx context.Context, script string, vars []string, timeout time.Durat
 	in.WriteString("(check-sat)\n")
 	if len(vars) > 0 {
 		in.WriteString("(get-value (" + strings.Join(vars, " ") + "))\n")
+	}
+	if dir := os.Getenv("SHINKEN_SMT_DUMP"); dir != "" { // debugging: keep every query
+		f, _ := os.CreateTemp(dir, "query-*.smt2")
+		if f != nil {
+			f.Write(in.Bytes())
+			f.Close()
+		}
 	}
 	cmd := exec.CommandContext(ctx, Z3Path, "-in", "-smt2", fmt.Sprintf("-T:%d", int(timeout.Seconds())+1))
 	cmd.Stdin = &in
