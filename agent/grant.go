@@ -290,7 +290,13 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	if rec.Parent != "" {
 		parentRef = a.st.Grants[rec.Parent].Kernel
 	}
-	ref, err := a.kernel.NewHandle(parentRef, rec.Expires)
+	// Once means once: an approve-once grant gets a handle the kernel
+	// consumes at its first allowed use (connect, send), atomically.
+	newHandle := a.kernel.NewHandle
+	if rec.Lifecycle == LifecycleOnce {
+		newHandle = a.kernel.NewOnceHandle
+	}
+	ref, err := newHandle(parentRef, rec.Expires)
 	if err != nil {
 		return nil, a.rollback(rec, fmt.Errorf("%w: new handle: %w", ErrKernel, err))
 	}

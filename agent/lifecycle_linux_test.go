@@ -56,6 +56,34 @@ func TestOnceAndExpiry(t *testing.T) {
 	}
 }
 
+// TestOnceInKernel: an approve-once grant is consumed by its first connect
+// in the kernel, with no Consume call and no agent round trip: the second
+// connect gets EPERM, from a second process too.
+func TestOnceInKernel(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	once, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, q := startProbe(t, d, "s1"), startProbe(t, d, "s1")
+	if got := p.DoAsync("tcp " + x); got != "ok" {
+		t.Fatalf("first use: %s", got)
+	}
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("second connect, same process: %s", got)
+	}
+	if got := q.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("second connect, another process: %s", got)
+	}
+	// reporting the use afterwards is still accepted (it revokes the grant)
+	if err := a.Consume(ctx, once.Handle); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestEndSession: ending a session revokes its grants, including grants
 // attenuated from them in other sessions, and removes its cgroup.
 func TestEndSession(t *testing.T) {

@@ -55,7 +55,7 @@ struct {
  * allowed; otherwise the most telling reason seen so far.
  */
 static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
-				       int rule_expiry, __u32 best, struct shk_flow *ref)
+				       int rule_expiry, __u32 use, __u32 best, struct shk_flow *ref)
 {
 	for (int i = 0; i < SHK_MAX_RULES; i++) {
 		const struct shk_rule *r;
@@ -73,7 +73,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 				best = SHK_REASON_RULE_EXPIRED;
 			continue;
 		}
-		why = shk_handle_check(r->handle, r->generation);
+		why = shk_handle_check(r->handle, r->generation, use);
 		if (why == SHK_REASON_NONE) {
 			ref->handle = r->handle;
 			ref->generation = r->generation;
@@ -85,7 +85,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 }
 
 static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, int rule_expiry,
-				     struct shk_flow *ref)
+				     __u32 use, struct shk_flow *ref)
 {
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -95,7 +95,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 	__builtin_memcpy(key.addr, &daddr, 4);
 	x = bpf_map_lookup_elem(&shk_exact4, &key);
 	if (x) {
-		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		best = try_rules(x, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 	}
@@ -104,7 +104,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, rule_expiry, best, ref);
+		best = try_rules(v, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 32)
@@ -115,7 +115,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 }
 
 static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, int rule_expiry,
-				     struct shk_flow *ref)
+				     __u32 use, struct shk_flow *ref)
 {
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -125,7 +125,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	__builtin_memcpy(key.addr, daddr, 16);
 	x = bpf_map_lookup_elem(&shk_exact6, &key);
 	if (x) {
-		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		best = try_rules(x, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 	}
@@ -134,7 +134,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, rule_expiry, best, ref);
+		best = try_rules(v, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 128)
@@ -144,13 +144,14 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	return best;
 }
 
-/* lookup4 or lookup6, by family (IPv4 in addr[0]). */
+/* lookup4 or lookup6, by family (IPv4 in addr[0]); use is what the handle
+ * check is for (enum shk_use). */
 static __always_inline __u32 lookup(__u32 session, __u16 family, const __u32 *addr, __u8 proto, __u16 dport,
-				    int rule_expiry, struct shk_flow *ref)
+				    int rule_expiry, __u32 use, struct shk_flow *ref)
 {
 	if (family == AF_INET)
-		return lookup4(session, addr[0], proto, dport, rule_expiry, ref);
-	return lookup6(session, addr, proto, dport, rule_expiry, ref);
+		return lookup4(session, addr[0], proto, dport, rule_expiry, use, ref);
+	return lookup6(session, addr, proto, dport, rule_expiry, use, ref);
 }
 
 /* Whether an IPv6 address (four words) is v4-mapped, ::ffff:a.b.c.d. */

@@ -47,6 +47,19 @@ enum shk_handle_state {
 	SHK_HANDLE_FREE = 0,
 	SHK_HANDLE_LIVE = 1,
 	SHK_HANDLE_REVOKED = 2,
+	/* Approve-once: live for exactly one new use. The first allowed connect
+	 * or unconnected send under it moves it to USED with one atomic
+	 * compare-and-swap in the kernel (two racing connects: exactly one
+	 * wins); the flow it opened lives on, no new use is allowed. */
+	SHK_HANDLE_ONCE = 3,
+	SHK_HANDLE_USED = 4,
+};
+
+/* What a handle check is for (shk_handle_check's use argument). */
+enum shk_use {
+	SHK_USE_FLOW = 0,    /* a flow already allowed: LIVE, ONCE and USED pass */
+	SHK_USE_NEW = 1,     /* a new flow, without consuming: LIVE and ONCE pass */
+	SHK_USE_CONSUME = 2, /* a new flow that consumes an ONCE handle (connect, send) */
 };
 
 /* One caretaker handle: value of the shk_handles array, indexed by slot.

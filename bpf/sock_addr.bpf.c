@@ -77,7 +77,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 			return r;
 	}
 
-	why = lookup(s->index, family, daddr, proto, dport, 1, &ref);
+	why = lookup(s->index, family, daddr, proto, dport, 1, SHK_USE_CONSUME, &ref);
 	if (why != SHK_REASON_NONE) {
 		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);

@@ -45,6 +45,8 @@ const (
 	HandleFree    = backend.HandleFree
 	HandleLive    = backend.HandleLive
 	HandleRevoked = backend.HandleRevoked
+	HandleOnce    = backend.HandleOnce
+	HandleUsed    = backend.HandleUsed
 
 	ProtoAny = backend.ProtoAny
 	ProtoTCP = backend.ProtoTCP

@@ -229,7 +229,7 @@ func (d *Dataplane) watchDeadlines() error {
 		return err
 	}
 	for _, h := range hs {
-		if h.State == HandleLive && !h.Expires.IsZero() {
+		if h.State.Alive() && !h.Expires.IsZero() {
 			d.watchDeadline(h.Expires)
 		}
 	}

@@ -70,7 +70,18 @@ const (
 	HandleFree    HandleState = 0
 	HandleLive    HandleState = 1
 	HandleRevoked HandleState = 2
+	// HandleOnce is an approve-once handle not used yet: the first allowed
+	// connect or send under it moves it to HandleUsed, in the kernel, with
+	// one compare-and-swap (two racing connects: exactly one wins).
+	HandleOnce HandleState = 3
+	// HandleUsed is a once handle whose one use is spent: the flow it opened
+	// lives on (until revoke or expiry), no new use passes.
+	HandleUsed HandleState = 4
 )
+
+// Alive reports whether a handle in this state still holds authority (for
+// new uses, or only for the flow its one use opened).
+func (s HandleState) Alive() bool { return s == HandleLive || s == HandleOnce || s == HandleUsed }
 
 func (s HandleState) String() string {
 	switch s {
@@ -80,6 +91,10 @@ func (s HandleState) String() string {
 		return "live"
 	case HandleRevoked:
 		return "revoked"
+	case HandleOnce:
+		return "once"
+	case HandleUsed:
+		return "used"
 	}
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
