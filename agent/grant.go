@@ -207,7 +207,7 @@ func (a *Agent) check(req GrantRequest, approved bool) (*GrantRecord, error) {
 	if rec.Tier == TierBlock {
 		return nil, fmt.Errorf("%w: %s", ErrBlockTier, c)
 	}
-	if err := a.enforceable(c.Class); err != nil {
+	if err := a.enforceable(c); err != nil {
 		return nil, err
 	}
 	a.bmu.Lock()

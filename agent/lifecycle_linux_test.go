@@ -5,6 +5,7 @@ package agent
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,6 +82,22 @@ func TestOnceInKernel(t *testing.T) {
 	// reporting the use afterwards is still accepted (it revokes the grant)
 	if err := a.Consume(ctx, once.Handle); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTLSInspectionRefused: nothing inspects TLS on this host, so neither a
+// session nor a grant may ask for it (not enforceable, never a silent flag).
+func TestTLSInspectionRefused(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	if err := a.CreateSession(SessionSpec{ID: "tls1", TLSInspection: true}); !errors.Is(err, ErrNotEnforceable) || !strings.Contains(err.Error(), "not enforceable on this host") {
+		t.Fatalf("session with tls_inspection: %v", err)
+	}
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	c := loopEgress("127.0.0.2:443")
+	c.Egress.TLSInspect = true
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession}); !errors.Is(err, ErrNotEnforceable) {
+		t.Fatalf("grant with tls_inspect: %v", err)
 	}
 }
 
