@@ -49,15 +49,20 @@ func (s slogSink) Emit(e Event) error {
 
 // Config configures an Agent.
 type Config struct {
-	StateDir    string               // required; created 0700
-	PolicyDir   string               // optional admin policy directory (*.cedar)
-	ManifestDir string               // *.manifest files; or Manifests
-	Manifests   map[string]*Manifest // image → manifest (used when ManifestDir is empty)
-	Kernel      Kernel               // required
-	Breaker     BreakerConfig
-	Events      EventSink
-	Logger      *slog.Logger
-	Now         func() time.Time
+	StateDir  string // required; created 0700
+	PolicyDir string // optional admin policy directory (*.cedar)
+	// AcceptPolicyWidening starts the agent even when the policy on disk is
+	// wider than the last applied set (an operator's edit made while it was
+	// down); the acceptance is an audited event. Without it such a start
+	// fails with ErrPolicyWidens.
+	AcceptPolicyWidening bool
+	ManifestDir          string               // *.manifest files; or Manifests
+	Manifests            map[string]*Manifest // image → manifest (used when ManifestDir is empty)
+	Kernel               Kernel               // required
+	Breaker              BreakerConfig
+	Events               EventSink
+	Logger               *slog.Logger
+	Now                  func() time.Time
 	// ApprovalTimeout: an Ask not answered in time does not run (default 10m).
 	ApprovalTimeout time.Duration
 	// TombstoneRetention is how long revoked and rolled-back grant records
@@ -120,8 +125,10 @@ type Agent struct {
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
 
-	bmu     sync.Mutex // breaker counters (hot path of Decide)
-	breaker map[string]*BreakerState
+	bmu sync.Mutex // breaker counters (hot path of Decide)
+	// policyMu serializes policy changes (apply, reload).
+	policyMu sync.Mutex
+	breaker  map[string]*BreakerState
 }
 
 // Open loads the policies, manifests and persisted state, and reconciles the
@@ -150,6 +157,9 @@ func Open(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{},
 		dnsDirty: map[string]struct{}{}}
 	if a.st, err = a.store.load(); err != nil {
+		return nil, err
+	}
+	if err := a.checkRestartPolicy(); err != nil {
 		return nil, err
 	}
 	if _, err := a.Reconcile(); err != nil {
@@ -204,12 +214,17 @@ func (a *Agent) sortedGrants() []*GrantRecord {
 // directory with errors, or an edit that widens authority without
 // opts.AllowWiden, leaves the previous set in force.
 func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
+	a.policyMu.Lock()
+	defer a.policyMu.Unlock()
 	rep, err := a.engine.Reload(opts)
-	out := "ok"
+	out := rep.Summary()
 	if err != nil {
 		out = err.Error()
 	} else if rep.Widens() {
-		out = "accepted widening: " + rep.Counterexample.String()
+		out = "accepted " + out
+	}
+	if err == nil {
+		err = a.recordApplied()
 	}
 	a.emit(Event{Kind: "policy.reload", Outcome: out})
 	return rep, err

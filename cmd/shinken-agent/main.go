@@ -97,6 +97,21 @@ func run(log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP re-reads the policy directory through the permissiveness gate:
+	// a widening (or unproven) edit is refused and the previous set stays.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			rep, err := d.ag.ReloadPolicies(agent.ReloadOptions{})
+			if err != nil {
+				log.Error("policy reload refused; the previous set stays in force", "err", err)
+				continue
+			}
+			log.Info("policy reloaded", "check", rep.Summary())
+		}
+	}()
 	return d.serve(ctx, opGID)
 }
 
@@ -158,6 +173,8 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 		Logger:          log,
 		ApprovalTimeout: cfg.ApprovalTimeout.Duration,
 		Breaker:         agent.BreakerConfig{Consecutive: cfg.BreakerConsec, Total: cfg.BreakerTotal},
+
+		AcceptPolicyWidening: cfg.AcceptPolicyWidening,
 	}
 	if st, err := os.Stat(cfg.PolicyDir); err == nil && st.IsDir() {
 		acfg.PolicyDir = cfg.PolicyDir

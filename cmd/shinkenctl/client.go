@@ -62,7 +62,8 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 	if err != nil {
 		return resp.StatusCode, err
 	}
-	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusForbidden && path == "/v1/requests") {
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusForbidden && path == "/v1/requests") &&
+		!(resp.StatusCode == http.StatusConflict && path == "/v1/policies") {
 		var e api.Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}
