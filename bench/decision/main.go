@@ -11,6 +11,7 @@
 //	decision_speedup_vs_flat=<flat p50 / agent p50>
 //	decision_speedup_vs_rego=<rego p50 / agent p50>
 //	shift_proof_p99_ms=<permissiveness-shift proof of a policy change, ms; shift.go>
+//	decide_api_p99_us=<POST /v1/decide through the API socket, µs; decideapi.go>
 package main
 
 import (
@@ -142,6 +143,7 @@ func main() {
 	fmt.Printf("load: %d sessions × %d grants = %d grants\n", *nSessions, *nGrants, *nSessions**nGrants)
 
 	shiftBench() // first: before the 10,000 sessions' heap is built
+	decideAPIBench()
 	sessions := build(*nSessions, *nGrants, exp)
 	eng, err := agent.NewEngine("")
 	check(err)
@@ -304,6 +306,9 @@ func main() {
 	fmt.Printf("decision_speedup_vs_rego=%.2f\n", rg.p50/ag.p50)
 	if *shiftRounds > 0 {
 		fmt.Printf("shift_proof_p99_ms=%.1f\n", shiftP99)
+	}
+	if *decideN > 0 {
+		fmt.Printf("decide_api_p99_us=%.1f\n", decideP99)
 	}
 }
 
