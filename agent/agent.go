@@ -128,6 +128,7 @@ type Agent struct {
 	bmu sync.Mutex // breaker counters (hot path of Decide)
 	// policyMu serializes policy changes (apply, reload).
 	policyMu sync.Mutex
+	esc      escalations // kernel denials turned into cards
 	breaker  map[string]*BreakerState
 }
 

@@ -50,6 +50,10 @@ type GrantRequest struct {
 	TTL        time.Duration `json:"ttl,omitempty"`    // 0: once → DefaultOnceTTL; session → until session end
 	Parent     string        `json:"parent,omitempty"` // a handle token: attenuate that grant
 	Requester  string        `json:"requester,omitempty"`
+	// Escalation marks a request the agent made from a kernel denial
+	// (EscalateDenial): it always goes to a human (at least Ask), never
+	// auto-granted, whatever the tier table says.
+	Escalation bool `json:"-"`
 }
 
 // Grant is what a caller gets back for an issued grant.
@@ -203,6 +207,9 @@ func (a *Agent) check(req GrantRequest, approved bool) (*GrantRecord, error) {
 		// Narrowing one's own live grant conveys no new authority: it needs
 		// no new approval.
 		rec.Tier = min(rec.Tier, parent.Tier)
+	}
+	if req.Escalation && rec.Tier < TierAsk {
+		rec.Tier = TierAsk
 	}
 	if rec.Tier == TierBlock {
 		return nil, fmt.Errorf("%w: %s", ErrBlockTier, c)

@@ -345,6 +345,14 @@ func (d *daemon) readKernelEvents() {
 				"proto": ev.Proto.String(), "dst": ev.Dst.String(), "time": ev.Time}
 			d.hub.Publish("kernel", "kernel.deny", rec)
 			d.auditKernelDenial(sess, ev)
+			// Escalation on denial: where the session's manifest asks for
+			// it, a destination no rule covers becomes one Ask card (one per
+			// burst: the agent rate-limits per session and destination).
+			if ev.Reason == backend.ReasonNoRule && sess != "" {
+				if _, _, err := d.ag.EscalateDenial(context.Background(), sess, ev.Dst); err != nil {
+					d.log.Warn("escalation", "session", sess, "dst", ev.Dst, "err", err)
+				}
+			}
 		}
 	}()
 }
