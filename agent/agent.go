@@ -15,6 +15,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Event is one lifecycle step for the audit trail. It never carries a
@@ -56,13 +58,17 @@ type Config struct {
 	// down); the acceptance is an audited event. Without it such a start
 	// fails with ErrPolicyWidens.
 	AcceptPolicyWidening bool
-	ManifestDir          string               // *.manifest files; or Manifests
-	Manifests            map[string]*Manifest // image → manifest (used when ManifestDir is empty)
-	Kernel               Kernel               // required
-	Breaker              BreakerConfig
-	Events               EventSink
-	Logger               *slog.Logger
-	Now                  func() time.Time
+	// NeverList is what the backend refuses besides
+	// backend.DefaultNeverList (the daemon's own listeners); the agent marks
+	// a grant's rule NeverOK only for a destination an admin policy names.
+	NeverList   []backend.NeverEntry
+	ManifestDir string               // *.manifest files; or Manifests
+	Manifests   map[string]*Manifest // image → manifest (used when ManifestDir is empty)
+	Kernel      Kernel               // required
+	Breaker     BreakerConfig
+	Events      EventSink
+	Logger      *slog.Logger
+	Now         func() time.Time
 	// ApprovalTimeout: an Ask not answered in time does not run (default 10m).
 	ApprovalTimeout time.Duration
 	// TombstoneRetention is how long revoked and rolled-back grant records

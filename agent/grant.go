@@ -315,7 +315,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	}
 	a.crash(StepGrantHandleSaved)
 	// 4. Push the OS delta: record what may land in the kernel, then push.
-	rules := egressRules(c, ref)
+	rules := a.neverExceptions(rec.Session, egressRules(c, ref))
 	rec.Rules = rules
 	rec.Phase = PhaseApplying
 	if err := a.persist(); err != nil {

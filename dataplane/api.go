@@ -38,6 +38,7 @@ type (
 	Session     = backend.Session
 	SweepStats  = backend.SweepStats
 	Limits      = backend.Limits
+	NeverEntry  = backend.NeverEntry
 	Occupancy   = backend.Occupancy
 )
 

@@ -18,6 +18,7 @@ func (*Dataplane) Sessions() ([]Session, error)          { return nil, ErrNotSup
 func (*Dataplane) NewHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, ErrNotSupported
 }
+func (*Dataplane) SetNeverList([]NeverEntry) error { return ErrNotSupported }
 func (*Dataplane) NewOnceHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, ErrNotSupported
 }

@@ -125,6 +125,9 @@ type Backend interface {
 	Apply(session string, d Delta) error
 	Revoke(ref HandleRef) error
 	Release(session string, ref HandleRef, rules []EgressRule) error
+	// SetNeverList replaces the never-list (DefaultNeverList is in force
+	// from the start): destinations refused before any grant is consulted.
+	SetNeverList(entries []NeverEntry) error
 	// AllowEgress adds one rule (the DNS resolver's path: answers become
 	// rules under the grant's handle, with the record's TTL).
 	AllowEgress(session string, r EgressRule) error

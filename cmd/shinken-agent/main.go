@@ -175,6 +175,7 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 		Breaker:         agent.BreakerConfig{Consecutive: cfg.BreakerConsec, Total: cfg.BreakerTotal},
 
 		AcceptPolicyWidening: cfg.AcceptPolicyWidening,
+		NeverList:            listenerNever(cfg.MetricsAddr),
 	}
 	if st, err := os.Stat(cfg.PolicyDir); err == nil && st.IsDir() {
 		acfg.PolicyDir = cfg.PolicyDir
@@ -237,7 +238,33 @@ func (d *daemon) startResolver() error {
 	}
 	d.resolver = r
 	d.ag.AttachDNS(r) // the agent keeps the resolver's policies in step with the grants
-	return d.dp.SetDNSRedirect(r.Port())
+	if err := d.dp.SetDNSRedirect(r.Port()); err != nil {
+		return err
+	}
+	// The never-list: metadata and link-local addresses, and the agent's own
+	// listeners (the resolver is reached only through the redirect, which
+	// comes first in the kernel).
+	never := append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), listenerNever(d.cfg.MetricsAddr)...)
+	never = append(never, portEverywhere(r.Port())...)
+	return d.dp.SetNeverList(never)
+}
+
+// listenerNever is the never-list entry of a TCP listener: its address, or
+// the port on every address when it listens on all of them (sessions share
+// the host's network namespace, so any host address reaches it).
+func listenerNever(addr string) []backend.NeverEntry {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || addr == "off" {
+		return nil
+	}
+	if ap.Addr().IsUnspecified() {
+		return portEverywhere(ap.Port())
+	}
+	return []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr().Unmap(), ap.Addr().Unmap().BitLen()), Port: ap.Port()}}
+}
+
+func portEverywhere(port uint16) []backend.NeverEntry {
+	return []backend.NeverEntry{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Port: port}, {Prefix: netip.MustParsePrefix("::/0"), Port: port}}
 }
 
 func (d *daemon) serve(ctx context.Context, opGID int) error {
