@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	cedar "github.com/cedar-policy/cedar-go"
+
+	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
 )
 
 // PolicyChange proposes policy files: base name (*.cedar) -> content. A
@@ -98,7 +100,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if err := writeAtomic(filepath.Join(a.cfg.PolicyDir, name), []byte(c.Files[name]), 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(a.cfg.PolicyDir, name), []byte(c.Files[name]), 0o644); err != nil {
 			return rep, fmt.Errorf("%w: write %s: %w", ErrPolicy, name, err)
 		}
 	}
@@ -110,30 +112,6 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 	}
 	a.emit(Event{Kind: "policy.apply", Actor: c.Actor, Outcome: out, Rule: strings.Join(names, ",")})
 	return rep, a.recordApplied()
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // appliedFile holds the last applied policy set (id -> Cedar text) in the
@@ -149,7 +127,7 @@ func (a *Agent) recordApplied() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(a.cfg.StateDir, appliedFile), data, 0o600)
+	return atomicfile.Write(filepath.Join(a.cfg.StateDir, appliedFile), data, 0o600)
 }
 
 func (a *Agent) lastApplied() (cedar.PolicyMap, bool, error) {
