@@ -15,6 +15,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Event is one lifecycle step for the audit trail. It never carries a
@@ -49,8 +51,17 @@ func (s slogSink) Emit(e Event) error {
 
 // Config configures an Agent.
 type Config struct {
-	StateDir    string               // required; created 0700
-	PolicyDir   string               // optional admin policy directory (*.cedar)
+	StateDir  string // required; created 0700
+	PolicyDir string // optional admin policy directory (*.cedar)
+	// AcceptPolicyWidening starts the agent even when the policy on disk is
+	// wider than the last applied set (an operator's edit made while it was
+	// down); the acceptance is an audited event. Without it such a start
+	// fails with ErrPolicyWidens.
+	AcceptPolicyWidening bool
+	// NeverList is what the backend refuses besides
+	// backend.DefaultNeverList (the daemon's own listeners); the agent marks
+	// a grant's rule NeverOK only for a destination an admin policy names.
+	NeverList   []backend.NeverEntry
 	ManifestDir string               // *.manifest files; or Manifests
 	Manifests   map[string]*Manifest // image → manifest (used when ManifestDir is empty)
 	Kernel      Kernel               // required
@@ -120,8 +131,11 @@ type Agent struct {
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
 
-	bmu     sync.Mutex // breaker counters (hot path of Decide)
-	breaker map[string]*BreakerState
+	bmu sync.Mutex // breaker counters (hot path of Decide)
+	// policyMu serializes policy changes (apply, reload).
+	policyMu sync.Mutex
+	esc      escalations // kernel denials turned into cards
+	breaker  map[string]*BreakerState
 }
 
 // Open loads the policies, manifests and persisted state, and reconciles the
@@ -150,6 +164,9 @@ func Open(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{},
 		dnsDirty: map[string]struct{}{}}
 	if a.st, err = a.store.load(); err != nil {
+		return nil, err
+	}
+	if err := a.checkRestartPolicy(); err != nil {
 		return nil, err
 	}
 	if _, err := a.Reconcile(); err != nil {
@@ -204,12 +221,17 @@ func (a *Agent) sortedGrants() []*GrantRecord {
 // directory with errors, or an edit that widens authority without
 // opts.AllowWiden, leaves the previous set in force.
 func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
+	a.policyMu.Lock()
+	defer a.policyMu.Unlock()
 	rep, err := a.engine.Reload(opts)
-	out := "ok"
+	out := rep.Summary()
 	if err != nil {
 		out = err.Error()
 	} else if rep.Widens() {
-		out = "accepted widening: " + rep.Counterexample.String()
+		out = "accepted " + out
+	}
+	if err == nil {
+		err = a.recordApplied()
 	}
 	a.emit(Event{Kind: "policy.reload", Outcome: out})
 	return rep, err

@@ -167,7 +167,11 @@ func (e *Engine) parseFile(name string, data []byte, b *policyBase, errs *Policy
 }
 
 // load builds the base set: shipped policies, then the directory's.
-func (e *Engine) load(dir string) (*policyBase, error) {
+func (e *Engine) load(dir string) (*policyBase, error) { return e.loadWith(dir, nil) }
+
+// loadWith is load with some files of the directory replaced (or added) by
+// overlay (base name -> content), as a policy change proposes them.
+func (e *Engine) loadWith(dir string, overlay map[string][]byte) (*policyBase, error) {
 	b := &policyBase{policies: cedar.PolicyMap{}, where: map[cedar.PolicyID]string{}}
 	var errs PolicyErrors
 	shipped, _ := fs.Glob(shippedPolicy, "policy/*.cedar")
@@ -184,8 +188,17 @@ func (e *Engine) load(dir string) (*policyBase, error) {
 		if _, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("%w: policy directory: %w", ErrPolicy, err)
 		}
+		for name := range overlay {
+			if f := filepath.Join(dir, name); !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
 		slices.Sort(files)
 		for _, f := range files {
+			if data, ok := overlay[filepath.Base(f)]; ok {
+				e.parseFile(f, data, b, &errs)
+				continue
+			}
 			data, err := os.ReadFile(f)
 			if err != nil {
 				errs = append(errs, &PolicyError{File: f, Line: 0, Msg: err.Error()})
@@ -231,7 +244,7 @@ func (e *Engine) Reload(opts ReloadOptions) (*ShiftReport, error) {
 	old := e.base.Load()
 	rep := e.CheckShift(old.policies, nb.policies)
 	if rep.Widens() && !opts.AllowWiden {
-		return rep, fmt.Errorf("%w: %s", ErrPolicyWidens, rep.Counterexample)
+		return rep, rep.widenErr()
 	}
 	e.base.Store(nb)
 	return rep, nil

@@ -284,7 +284,7 @@ when { principal.image == "trainer" && context.request.mode == "compute" };
 		{"remove permit", "", "", false, true},
 		{"narrow permit", `@id("admin.gpu.trainer")
 permit (principal, action == Shinken::Action::"use", resource == Shinken::Capability::"gpu")
-when { principal.image == "trainer" && context.request.mode == "compute" && context.request.item == "0" };`, "", false, false},
+when { principal.image == "trainer" && context.request.mode == "compute" && context.request.item == "0" };`, "", false, true}, // proven by the solver
 		{"widen to render", `@id("admin.gpu.trainer")
 permit (principal, action == Shinken::Action::"use", resource == Shinken::Capability::"gpu")
 when { principal.image == "trainer" };`, "", true, false},

@@ -50,6 +50,10 @@ type GrantRequest struct {
 	TTL        time.Duration `json:"ttl,omitempty"`    // 0: once → DefaultOnceTTL; session → until session end
 	Parent     string        `json:"parent,omitempty"` // a handle token: attenuate that grant
 	Requester  string        `json:"requester,omitempty"`
+	// Escalation marks a request the agent made from a kernel denial
+	// (EscalateDenial): it always goes to a human (at least Ask), never
+	// auto-granted, whatever the tier table says.
+	Escalation bool `json:"-"`
 }
 
 // Grant is what a caller gets back for an issued grant.
@@ -204,10 +208,13 @@ func (a *Agent) check(req GrantRequest, approved bool) (*GrantRecord, error) {
 		// no new approval.
 		rec.Tier = min(rec.Tier, parent.Tier)
 	}
+	if req.Escalation && rec.Tier < TierAsk {
+		rec.Tier = TierAsk
+	}
 	if rec.Tier == TierBlock {
 		return nil, fmt.Errorf("%w: %s", ErrBlockTier, c)
 	}
-	if err := a.enforceable(c.Class); err != nil {
+	if err := a.enforceable(c); err != nil {
 		return nil, err
 	}
 	a.bmu.Lock()
@@ -290,7 +297,13 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	if rec.Parent != "" {
 		parentRef = a.st.Grants[rec.Parent].Kernel
 	}
-	ref, err := a.kernel.NewHandle(parentRef, rec.Expires)
+	// Once means once: an approve-once grant gets a handle the kernel
+	// consumes at its first allowed use (connect, send), atomically.
+	newHandle := a.kernel.NewHandle
+	if rec.Lifecycle == LifecycleOnce {
+		newHandle = a.kernel.NewOnceHandle
+	}
+	ref, err := newHandle(parentRef, rec.Expires)
 	if err != nil {
 		return nil, a.rollback(rec, fmt.Errorf("%w: new handle: %w", ErrKernel, err))
 	}
@@ -302,7 +315,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	}
 	a.crash(StepGrantHandleSaved)
 	// 4. Push the OS delta: record what may land in the kernel, then push.
-	rules := egressRules(c, ref)
+	rules := a.neverExceptions(rec.Session, egressRules(c, ref))
 	rec.Rules = rules
 	rec.Phase = PhaseApplying
 	if err := a.persist(); err != nil {

@@ -41,10 +41,18 @@ func (a *Agent) Enforcement() []Enforcement {
 	return out
 }
 
-func (a *Agent) enforceable(c Class) error {
-	s := a.kernel.Probe().Class(string(c))
+// ErrTLSInspection: TLS inspection is asked for (a session's
+// tls_inspection, an egress grant's tls_inspect) but no proxy on this host
+// inspects anything; accepting the flag would promise what nothing keeps.
+var ErrTLSInspection = fmt.Errorf("%w: tls inspection: not enforceable on this host (no TLS-inspecting proxy runs here)", ErrNotEnforceable)
+
+func (a *Agent) enforceable(c Capability) error {
+	if c.Class == ClassNetEgress && c.Egress != nil && c.Egress.TLSInspect {
+		return ErrTLSInspection
+	}
+	s := a.kernel.Probe().Class(string(c.Class))
 	if !s.Level.Enforceable() {
-		return fmt.Errorf("%w: %s is %s here: %s", ErrNotEnforceable, c, s.Level, s.Reason)
+		return fmt.Errorf("%w: %s is %s here: %s", ErrNotEnforceable, c.Class, s.Level, s.Reason)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,6 +54,50 @@ func TestOnceAndExpiry(t *testing.T) {
 	}
 	if n := len(liveHandles(t, d)); n != 0 {
 		t.Fatalf("live handles after sweep: %d", n)
+	}
+}
+
+// TestOnceInKernel: an approve-once grant is consumed by its first connect
+// in the kernel, with no Consume call and no agent round trip: the second
+// connect gets EPERM, from a second process too.
+func TestOnceInKernel(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	once, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, q := startProbe(t, d, "s1"), startProbe(t, d, "s1")
+	if got := p.DoAsync("tcp " + x); got != "ok" {
+		t.Fatalf("first use: %s", got)
+	}
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("second connect, same process: %s", got)
+	}
+	if got := q.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("second connect, another process: %s", got)
+	}
+	// reporting the use afterwards is still accepted (it revokes the grant)
+	if err := a.Consume(ctx, once.Handle); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTLSInspectionRefused: nothing inspects TLS on this host, so neither a
+// session nor a grant may ask for it (not enforceable, never a silent flag).
+func TestTLSInspectionRefused(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	if err := a.CreateSession(SessionSpec{ID: "tls1", TLSInspection: true}); !errors.Is(err, ErrNotEnforceable) || !strings.Contains(err.Error(), "not enforceable on this host") {
+		t.Fatalf("session with tls_inspection: %v", err)
+	}
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	c := loopEgress("127.0.0.2:443")
+	c.Egress.TLSInspect = true
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession}); !errors.Is(err, ErrNotEnforceable) {
+		t.Fatalf("grant with tls_inspect: %v", err)
 	}
 }
 

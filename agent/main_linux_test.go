@@ -162,7 +162,7 @@ func liveHandles(t testing.TB, k Kernel) []dataplane.Handle {
 	}
 	var out []dataplane.Handle
 	for _, h := range hs {
-		if h.State == dataplane.HandleLive {
+		if h.State.Alive() {
 			out = append(out, h)
 		}
 	}

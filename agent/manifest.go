@@ -42,6 +42,9 @@ type Manifest struct {
 	Image   string
 	File    string
 	Entries []ManifestEntry
+	// Escalate lists the classes whose kernel denials open an Ask card
+	// ("escalate net.egress"); none by default.
+	Escalate []Class
 }
 
 // Match returns the first entry c lies within, or an error wrapping
@@ -139,8 +142,16 @@ func ParseManifests(file string, data []byte) ([]*Manifest, error) {
 			}
 			e.Line = line
 			cur.Entries = append(cur.Entries, e)
+		case "escalate":
+			if cur == nil {
+				return nil, fail("escalate before any image line")
+			}
+			if len(fields) != 2 || fields[1] != string(ClassNetEgress) {
+				return nil, fail("want \"escalate net.egress\" (kernel denials exist for net.egress only)")
+			}
+			cur.Escalate = append(cur.Escalate, ClassNetEgress)
 		default:
-			return nil, fail("unknown directive %q (want image or allow)", fields[0])
+			return nil, fail("unknown directive %q (want image, allow or escalate)", fields[0])
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -90,7 +90,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	}
 	kernelLive := func(ref backend.HandleRef) bool {
 		h, ok := bySlot[ref.Slot]
-		return ok && h.Ref == ref && h.State == backend.HandleLive
+		return ok && h.Ref == ref && h.State.Alive()
 	}
 	rulesOf := map[string][]backend.EgressRule{}
 	for id, s := range a.st.Sessions {
@@ -166,7 +166,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		if h.State == backend.HandleFree || live[h.Ref] {
 			continue
 		}
-		if h.State == backend.HandleLive {
+		if h.State.Alive() {
 			if err := a.kernel.Revoke(h.Ref); err != nil && !handleGone(err) {
 				errs = append(errs, err)
 				continue

@@ -32,6 +32,9 @@ func (s *SessionSpec) normalize() error {
 	if err := backend.ValidSessionName(s.ID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
+	if s.TLSInspection {
+		return ErrTLSInspection
+	}
 	if err := validateToken("image", s.Image); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}

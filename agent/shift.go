@@ -75,12 +75,26 @@ type ShiftReport struct {
 	// Truncated is true when the request space hit MaxShiftChecks.
 	Truncated bool
 	// Counterexample is set when the new set allows a request the old one
-	// denied.
+	// denied (for the solver's, after the real authorizer confirmed it).
 	Counterexample *Counterexample
+	// Solver is the SMT proof's verdict ("unsat", "sat", "unknown"), or ""
+	// when no solver ran (Proved by construction, or the bounded search).
+	Solver string
+	// Unproved says why the edit could not be proven non-widening without
+	// a counterexample (a construct outside the provable subset, a solver
+	// timeout or failure, an unconfirmed model); such an edit is treated
+	// as widening.
+	Unproved string
+	// Abstracted lists unchanged policies outside the provable subset that
+	// the proof treated as unknown Booleans (sound, but they may hide why).
+	Abstracted []string
+	// Elapsed is the time the check took.
+	Elapsed time.Duration
 }
 
-// Widens reports whether a counterexample was found.
-func (r *ShiftReport) Widens() bool { return r != nil && r.Counterexample != nil }
+// Widens reports whether the edit must be treated as widening: a
+// counterexample was found, or non-widening could not be proven.
+func (r *ShiftReport) Widens() bool { return r != nil && (r.Counterexample != nil || r.Unproved != "") }
 
 // MaxShiftChecks bounds the bounded search of CheckShift.
 var MaxShiftChecks = 300_000
@@ -154,9 +168,11 @@ func (l *literals) collect(p *cedar.Policy) {
 	}
 }
 
-// CheckShift answers "does the new set permit any request the old one
-// denied?". See ShiftReport and agent/README.md for exactly what it proves.
-func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *ShiftReport {
+// SearchShift is the bounded search for a request the new set permits and
+// the old one denied: no proof, but every counterexample it reports is
+// real. CheckShift decides with the solver; the tests keep this search as a
+// cross-check of the solver (agent/README.md §5).
+func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *ShiftReport {
 	oldKeys := map[string]cedar.Effect{}
 	for _, p := range old {
 		oldKeys[policyKey(p)] = p.Effect()

@@ -50,12 +50,88 @@ struct {
 	__uint(max_entries, 1048576);
 } shk_exact6 SEC(".maps");
 
+/* The never-list: link-local and cloud metadata addresses, the agent's own
+ * listeners (set by user space). Tiny; an LPM trie per family. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct shk_never4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 256);
+} shk_never4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct shk_never6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 256);
+} shk_never6 SEC(".maps");
+
+/* Admin-named exceptions to the never-list: (session, family, port, address)
+ * -> the handle of the grant that names it. Port 0: every port. Sized like
+ * the never-list per session; user space writes one with each NeverOK rule. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct shk_never_ok_key);
+	__type(value, struct shk_never_ok);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+} shk_never_oks SEC(".maps");
+
+/* The exception for a never-listed destination: SHK_REASON_NONE when an
+ * admin-named grant of the session covers (addr, port) under a live handle
+ * (an approve-once one is consumed), else why not. IPv4 in addr[0]. */
+static __always_inline __u32 never_exception(__u32 session, __u16 family, const __u32 *addr, __u16 dport)
+{
+	struct shk_never_ok_key k = { .session = session, .port = bpf_htons(dport), .family = family };
+	struct shk_never_ok *v;
+
+	k.addr[0] = addr[0];
+	if (family == AF_INET6) {
+		k.addr[1] = addr[1];
+		k.addr[2] = addr[2];
+		k.addr[3] = addr[3];
+	}
+	v = bpf_map_lookup_elem(&shk_never_oks, &k);
+	if (!v) {
+		k.port = 0;
+		v = bpf_map_lookup_elem(&shk_never_oks, &k);
+	}
+	if (!v)
+		return SHK_REASON_NO_RULE;
+	return shk_handle_check(v->handle, v->generation, SHK_USE_CONSUME);
+}
+
+/* Whether (addr, port) is never-listed: an entry for that port or for every
+ * port (port 0) covers it. IPv4 in addr[0]. */
+static __always_inline int never_listed(__u16 family, const __u32 *addr, __u16 dport)
+{
+	if (family == AF_INET) {
+		struct shk_never4_key k = { .prefixlen = 16 + 32, .port = bpf_htons(dport) };
+
+		__builtin_memcpy(k.addr, addr, 4);
+		if (bpf_map_lookup_elem(&shk_never4, &k))
+			return 1;
+		k.port = 0;
+		return bpf_map_lookup_elem(&shk_never4, &k) != 0;
+	} else {
+		struct shk_never6_key k = { .prefixlen = 16 + 128, .port = bpf_htons(dport) };
+
+		__builtin_memcpy(k.addr, addr, 16);
+		if (bpf_map_lookup_elem(&shk_never6, &k))
+			return 1;
+		k.port = 0;
+		return bpf_map_lookup_elem(&shk_never6, &k) != 0;
+	}
+}
+
 /*
  * Try the rules of one entry. Returns NONE and fills *ref on a match that is
  * allowed; otherwise the most telling reason seen so far.
  */
 static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
-				       int rule_expiry, __u32 best, struct shk_flow *ref)
+				       int rule_expiry, __u32 use, __u32 best, struct shk_flow *ref)
 {
 	for (int i = 0; i < SHK_MAX_RULES; i++) {
 		const struct shk_rule *r;
@@ -73,7 +149,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 				best = SHK_REASON_RULE_EXPIRED;
 			continue;
 		}
-		why = shk_handle_check(r->handle, r->generation);
+		why = shk_handle_check(r->handle, r->generation, use);
 		if (why == SHK_REASON_NONE) {
 			ref->handle = r->handle;
 			ref->generation = r->generation;
@@ -85,7 +161,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 }
 
 static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, int rule_expiry,
-				     struct shk_flow *ref)
+				     __u32 use, struct shk_flow *ref)
 {
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -95,7 +171,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 	__builtin_memcpy(key.addr, &daddr, 4);
 	x = bpf_map_lookup_elem(&shk_exact4, &key);
 	if (x) {
-		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		best = try_rules(x, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 	}
@@ -104,7 +180,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, rule_expiry, best, ref);
+		best = try_rules(v, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 32)
@@ -115,7 +191,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 }
 
 static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, int rule_expiry,
-				     struct shk_flow *ref)
+				     __u32 use, struct shk_flow *ref)
 {
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -125,7 +201,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	__builtin_memcpy(key.addr, daddr, 16);
 	x = bpf_map_lookup_elem(&shk_exact6, &key);
 	if (x) {
-		best = try_rules(x, proto, dport, rule_expiry, best, ref);
+		best = try_rules(x, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 	}
@@ -134,7 +210,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, rule_expiry, best, ref);
+		best = try_rules(v, proto, dport, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 128)
@@ -144,13 +220,14 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	return best;
 }
 
-/* lookup4 or lookup6, by family (IPv4 in addr[0]). */
+/* lookup4 or lookup6, by family (IPv4 in addr[0]); use is what the handle
+ * check is for (enum shk_use). */
 static __always_inline __u32 lookup(__u32 session, __u16 family, const __u32 *addr, __u8 proto, __u16 dport,
-				    int rule_expiry, struct shk_flow *ref)
+				    int rule_expiry, __u32 use, struct shk_flow *ref)
 {
 	if (family == AF_INET)
-		return lookup4(session, addr[0], proto, dport, rule_expiry, ref);
-	return lookup6(session, addr, proto, dport, rule_expiry, ref);
+		return lookup4(session, addr[0], proto, dport, rule_expiry, use, ref);
+	return lookup6(session, addr, proto, dport, rule_expiry, use, ref);
 }
 
 /* Whether an IPv6 address (four words) is v4-mapped, ::ffff:a.b.c.d. */

@@ -47,6 +47,19 @@ enum shk_handle_state {
 	SHK_HANDLE_FREE = 0,
 	SHK_HANDLE_LIVE = 1,
 	SHK_HANDLE_REVOKED = 2,
+	/* Approve-once: live for exactly one new use. The first allowed connect
+	 * or unconnected send under it moves it to USED with one atomic
+	 * compare-and-swap in the kernel (two racing connects: exactly one
+	 * wins); the flow it opened lives on, no new use is allowed. */
+	SHK_HANDLE_ONCE = 3,
+	SHK_HANDLE_USED = 4,
+};
+
+/* What a handle check is for (shk_handle_check's use argument). */
+enum shk_use {
+	SHK_USE_FLOW = 0,    /* a flow already allowed: LIVE, ONCE and USED pass */
+	SHK_USE_NEW = 1,     /* a new flow, without consuming: LIVE and ONCE pass */
+	SHK_USE_CONSUME = 2, /* a new flow that consumes an ONCE handle (connect, send) */
 };
 
 /* One caretaker handle: value of the shk_handles array, indexed by slot.
@@ -74,7 +87,42 @@ struct shk_rule {
 	__u16 port_lo;     /* inclusive, host order; 0/0 = any port */
 	__u16 port_hi;
 	__u8 proto;        /* 0 any, 6 tcp, 17 udp */
-	__u8 pad[3];
+	__u8 flags;        /* SHK_RULE_* */
+	__u8 pad[2];
+};
+
+/* The rule is an admin-named exception to the never-list (user space also
+ * writes its shk_never_oks entry); kept on the rule for the snapshot. */
+#define SHK_RULE_NEVER_OK 1
+
+/* Key of shk_never_oks: an admin-named never-listed destination of one
+ * session. Value: the handle of the grant naming it. */
+struct shk_never_ok_key {
+	__u32 session;
+	__u16 port;   /* network order, 0 = every port */
+	__u16 family; /* AF_INET / AF_INET6 */
+	__u32 addr[4]; /* IPv4 in addr[0], network order */
+};
+
+struct shk_never_ok {
+	__u32 handle;
+	__u32 generation;
+};
+
+/* Never-list keys: (port, prefix). prefixlen counts the 16 port bits plus the
+ * address bits; port 0 stands for every port (a second lookup). Value: a
+ * reserved word. Checked at connect and send before any grant: a destination
+ * here is refused unless shk_never_oks holds an admin-named exception. */
+struct shk_never4_key {
+	__u32 prefixlen;
+	__u16 port; /* network order, 0 = any */
+	__u8 addr[4];
+};
+
+struct shk_never6_key {
+	__u32 prefixlen;
+	__u16 port; /* network order, 0 = any */
+	__u8 addr[16];
 };
 
 /* Value of shk_egress4/6. The kernel does a longest-prefix lookup, tries the

@@ -141,7 +141,7 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	}
 	/* A new inbound flow is bounded by rule deadlines like a connect; the
 	 * handshake of a connect already allowed checks handles only. */
-	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, p.syn, &ref);
+	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, p.syn, p.syn ? SHK_USE_NEW : SHK_USE_FLOW, &ref);
 	if (why == SHK_REASON_NONE)
 		return 1;
 	if (resolver_peer(p.family, p.peer, p.peer_port))
@@ -226,7 +226,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	 * died, the egress map decides afresh below: a flow lives while some
 	 * live grant covers it (a re-grant keeps a reconnected socket going). */
 	if (f && f->handle != SHK_HANDLE_NONE && same_peer(f, &p) &&
-	    shk_handle_check(f->handle, f->generation) == SHK_REASON_NONE)
+	    shk_handle_check(f->handle, f->generation, SHK_USE_FLOW) == SHK_REASON_NONE)
 		return 1;
 
 	cgid = skb_session_cgroup(skb);
@@ -238,7 +238,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	index = s->index;
 	/* Rule deadlines (DNS TTLs) bound new connections, not open flows:
 	 * only handles are checked here. */
-	why = lookup(index, p.family, p.peer, p.proto, p.peer_port, 0, &ref);
+	why = lookup(index, p.family, p.peer, p.proto, p.peer_port, 0, SHK_USE_FLOW, &ref);
 	if (why != SHK_REASON_NONE) {
 		why = p.syn ? SHK_REASON_UNCHECKED : SHK_REASON_FLOW_REVOKED;
 		goto deny;

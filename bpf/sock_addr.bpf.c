@@ -77,7 +77,13 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 			return r;
 	}
 
-	why = lookup(s->index, family, daddr, proto, dport, 1, &ref);
+	/* The never-list comes before any grant: a 0.0.0.0/0 grant does not
+	 * reach the metadata service or the agent's own listeners; only an
+	 * admin-named exception of this session does. */
+	if (never_listed(family, daddr, dport))
+		why = never_exception(s->index, family, daddr, dport);
+	else
+		why = lookup(s->index, family, daddr, proto, dport, 1, SHK_USE_CONSUME, &ref);
 	if (why != SHK_REASON_NONE) {
 		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, s->index, pid, why, family, proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);

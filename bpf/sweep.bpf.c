@@ -89,7 +89,7 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	} else {
 		return 0;
 	}
-	why = lookup(s->index, family, peer, proto, dport, 0, &ref);
+	why = lookup(s->index, family, peer, proto, dport, 0, SHK_USE_FLOW, &ref);
 	if (why == SHK_REASON_NONE || resolver_peer(family, peer, dport))
 		return 0; /* covered, or redirected DNS to the session's own resolver */
 	if (!bpf_sock_destroy)

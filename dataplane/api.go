@@ -38,6 +38,7 @@ type (
 	Session     = backend.Session
 	SweepStats  = backend.SweepStats
 	Limits      = backend.Limits
+	NeverEntry  = backend.NeverEntry
 	Occupancy   = backend.Occupancy
 )
 
@@ -45,6 +46,8 @@ const (
 	HandleFree    = backend.HandleFree
 	HandleLive    = backend.HandleLive
 	HandleRevoked = backend.HandleRevoked
+	HandleOnce    = backend.HandleOnce
+	HandleUsed    = backend.HandleUsed
 
 	ProtoAny = backend.ProtoAny
 	ProtoTCP = backend.ProtoTCP

@@ -116,7 +116,7 @@ func (d *Dataplane) ancestorRevoked(h shkShkHandle) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if p.State != uint32(HandleLive) {
+		if !HandleState(p.State).Alive() {
 			return true, nil
 		}
 		h = p

@@ -129,6 +129,12 @@ func Open(cfg Config) (*Dataplane, error) {
 		d.Close()
 		return nil, err
 	}
+	// The never-list holds from the start; the daemon adds its listeners.
+	// An adopted list is kept when it already holds the defaults.
+	if err := d.ensureNeverDefaults(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	d.report = d.probe()
 	return d, nil
 }
@@ -229,7 +235,7 @@ func (d *Dataplane) watchDeadlines() error {
 		return err
 	}
 	for _, h := range hs {
-		if h.State == HandleLive && !h.Expires.IsZero() {
+		if h.State.Alive() && !h.Expires.IsZero() {
 			d.watchDeadline(h.Expires)
 		}
 	}

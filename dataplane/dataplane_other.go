@@ -18,6 +18,10 @@ func (*Dataplane) Sessions() ([]Session, error)          { return nil, ErrNotSup
 func (*Dataplane) NewHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, ErrNotSupported
 }
+func (*Dataplane) SetNeverList([]NeverEntry) error { return ErrNotSupported }
+func (*Dataplane) NewOnceHandle(HandleRef, time.Time) (HandleRef, error) {
+	return HandleRef{}, ErrNotSupported
+}
 func (*Dataplane) Revoke(HandleRef) error                   { return ErrNotSupported }
 func (*Dataplane) RevokeThen(HandleRef, func()) error       { return ErrNotSupported }
 func (*Dataplane) Sweep() (int, error)                      { return 0, ErrNotSupported }

@@ -26,9 +26,41 @@ func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
 	}
+	if rule.NeverOK && (rule.Prefix.Bits() != rule.Prefix.Addr().BitLen() || rule.Ports.Lo != rule.Ports.Hi) {
+		return fmt.Errorf("%w: a never-list exception names one address and one port (or every port): %s", ErrInvalidPrefix, rule)
+	}
 	if _, err := d.chainDepth(rule.Handle); err != nil {
 		return err
 	}
+	if err := d.allowLocked(s, rule); err != nil {
+		return err
+	}
+	if rule.NeverOK {
+		if err := d.objs.ShkNeverOks.Update(neverOKKey(s.Index, rule), shkShkNeverOk{Handle: rule.Handle.Slot, Generation: rule.Handle.Generation}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("never-list exception %s: %w", rule, err)
+		}
+	}
+	return nil
+}
+
+// neverOKKey is the shk_never_oks key of an admin-named exception.
+func neverOKKey(session uint32, r EgressRule) shkShkNeverOkKey {
+	a := r.Prefix.Addr().Unmap()
+	k := shkShkNeverOkKey{Session: session, Port: r.Ports.Lo<<8 | r.Ports.Lo>>8}
+	b := a.AsSlice()
+	if a.Is4() {
+		k.Family = 2 // AF_INET
+	} else {
+		k.Family = 10 // AF_INET6
+	}
+	for i := 0; i < len(b)/4; i++ {
+		k.Addr[i] = uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24 // network order in memory
+	}
+	return k
+}
+
+// allowLocked is AllowEgress's map write; d.mu held.
+func (d *Dataplane) allowLocked(s *Session, rule EgressRule) error {
 	p := rule.Prefix
 	val, exists, err := d.lookupEntry(s.Index, p)
 	if err != nil {
@@ -49,7 +81,7 @@ func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
 			}
 		}
 		if val.Nrules >= MaxRules {
-			return fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, session)
+			return fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, s.Name)
 		}
 		val.Rules[val.Nrules] = r
 		val.Nrules++
@@ -88,6 +120,11 @@ func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
 			o := val.Rules[i]
 			if !sameRule(o, r) {
 				continue
+			}
+			if rule.NeverOK {
+				if err := d.objs.ShkNeverOks.Delete(neverOKKey(s.Index, rule)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("never-list exception %s: %w", rule, err)
+				}
 			}
 			if val.Nrules == 1 {
 				if err := d.deleteEntry(s.Index, rule.Prefix); err != nil {
@@ -130,6 +167,7 @@ func (d *Dataplane) EgressRules(session string) ([]EgressRule, error) {
 				Ports:   PortRange{Lo: r.PortLo, Hi: r.PortHi},
 				Handle:  HandleRef{Slot: r.Handle, Generation: r.Generation},
 				Expires: bootToTime(r.ExpiresNs),
+				NeverOK: r.Flags&ruleNeverOK != 0,
 			})
 		}
 	}
@@ -171,7 +209,7 @@ func (d *Dataplane) checkCover(session uint32, p netip.Prefix) error {
 // sameRule reports whether two rules are the same grant of the same
 // protocol and ports (their expiries may differ).
 func sameRule(a, b shkShkRule) bool {
-	return a.Handle == b.Handle && a.Generation == b.Generation && a.Proto == b.Proto && a.PortLo == b.PortLo && a.PortHi == b.PortHi
+	return a.Handle == b.Handle && a.Generation == b.Generation && a.Proto == b.Proto && a.PortLo == b.PortLo && a.PortHi == b.PortHi && a.Flags == b.Flags
 }
 
 func encodeRule(r EgressRule) shkShkRule {
@@ -182,7 +220,18 @@ func encodeRule(r EgressRule) shkShkRule {
 		PortLo:     r.Ports.Lo,
 		PortHi:     r.Ports.Hi,
 		Proto:      uint8(r.Proto),
+		Flags:      boolFlag(r.NeverOK, ruleNeverOK),
 	}
+}
+
+// ruleNeverOK is SHK_RULE_NEVER_OK (bpf/shinken_api.bpf.h).
+const ruleNeverOK = 1
+
+func boolFlag(on bool, f uint8) uint8 {
+	if on {
+		return f
+	}
+	return 0
 }
 
 // entryMap is the map that holds p: the exact-address hash for a /32 or

@@ -139,6 +139,18 @@ func (d *Dataplane) Sessions() ([]Session, error) {
 // NewHandle issues a live handle. A non-zero parent must be live; the child
 // can then never outlive it, because the kernel checks every ancestor.
 func (d *Dataplane) NewHandle(parent HandleRef, expires time.Time) (HandleRef, error) {
+	return d.newHandle(parent, expires, HandleLive)
+}
+
+// NewOnceHandle issues an approve-once handle: the first connect or
+// unconnected send the egress map allows under it moves it to HandleUsed
+// with a compare-and-swap in the kernel (bpf/handle.bpf.h); a second one
+// gets EPERM with no round trip to user space.
+func (d *Dataplane) NewOnceHandle(parent HandleRef, expires time.Time) (HandleRef, error) {
+	return d.newHandle(parent, expires, HandleOnce)
+}
+
+func (d *Dataplane) newHandle(parent HandleRef, expires time.Time, state HandleState) (HandleRef, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var v shkShkHandle
@@ -161,7 +173,7 @@ func (d *Dataplane) NewHandle(parent HandleRef, expires time.Time) (HandleRef, e
 	if gen == 0 {
 		gen = 1
 	}
-	v.State = uint32(HandleLive)
+	v.State = uint32(state)
 	v.Generation = gen
 	v.ExpiresNs = bootNs(expires)
 	if err := d.objs.ShkHandles.Update(slot, v, ebpf.UpdateAny); err != nil {
@@ -181,7 +193,7 @@ func (d *Dataplane) chainDepth(ref HandleRef) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if h.State != uint32(HandleLive) {
+		if !HandleState(h.State).Alive() {
 			return 0, fmt.Errorf("%w: %s is %s", ErrHandleNotLive, ref, HandleState(h.State))
 		}
 		if h.ExpiresNs != 0 && h.ExpiresNs <= bootNow() {

@@ -88,6 +88,36 @@ type shkShkLastconn struct {
 	Valid    uint32
 }
 
+type shkShkNever4Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Port      uint16
+	Addr      [4]uint8
+	_         [2]byte
+}
+
+type shkShkNever6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Port      uint16
+	Addr      [16]uint8
+	_         [2]byte
+}
+
+type shkShkNeverOk struct {
+	_          structs.HostLayout
+	Handle     uint32
+	Generation uint32
+}
+
+type shkShkNeverOkKey struct {
+	_       structs.HostLayout
+	Session uint32
+	Port    uint16
+	Family  uint16
+	Addr    [4]uint32
+}
+
 type shkShkRule struct {
 	_          structs.HostLayout
 	Handle     uint32
@@ -96,7 +126,8 @@ type shkShkRule struct {
 	PortLo     uint16
 	PortHi     uint16
 	Proto      uint8
-	Pad        [3]uint8
+	Flags      uint8
+	Pad        [2]uint8
 }
 
 type shkShkSession struct {
@@ -118,6 +149,9 @@ const (
 	shkMapShkFlows         = "shk_flows"
 	shkMapShkHandles       = "shk_handles"
 	shkMapShkLastconns     = "shk_lastconns"
+	shkMapShkNever4        = "shk_never4"
+	shkMapShkNever6        = "shk_never6"
+	shkMapShkNeverOks      = "shk_never_oks"
 	shkMapShkSessions      = "shk_sessions"
 	shkMapShkSettings      = "shk_settings"
 	shkMapShkStats         = "shk_stats"
@@ -210,6 +244,9 @@ type shkMapSpecs struct {
 	ShkFlows     *ebpf.MapSpec `ebpf:"shk_flows"`
 	ShkHandles   *ebpf.MapSpec `ebpf:"shk_handles"`
 	ShkLastconns *ebpf.MapSpec `ebpf:"shk_lastconns"`
+	ShkNever4    *ebpf.MapSpec `ebpf:"shk_never4"`
+	ShkNever6    *ebpf.MapSpec `ebpf:"shk_never6"`
+	ShkNeverOks  *ebpf.MapSpec `ebpf:"shk_never_oks"`
 	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.MapSpec `ebpf:"shk_settings"`
 	ShkStats     *ebpf.MapSpec `ebpf:"shk_stats"`
@@ -254,6 +291,9 @@ type shkMaps struct {
 	ShkFlows     *ebpf.Map `ebpf:"shk_flows"`
 	ShkHandles   *ebpf.Map `ebpf:"shk_handles"`
 	ShkLastconns *ebpf.Map `ebpf:"shk_lastconns"`
+	ShkNever4    *ebpf.Map `ebpf:"shk_never4"`
+	ShkNever6    *ebpf.Map `ebpf:"shk_never6"`
+	ShkNeverOks  *ebpf.Map `ebpf:"shk_never_oks"`
 	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.Map `ebpf:"shk_settings"`
 	ShkStats     *ebpf.Map `ebpf:"shk_stats"`
@@ -270,6 +310,9 @@ func (m *shkMaps) Close() error {
 		m.ShkFlows,
 		m.ShkHandles,
 		m.ShkLastconns,
+		m.ShkNever4,
+		m.ShkNever6,
+		m.ShkNeverOks,
 		m.ShkSessions,
 		m.ShkSettings,
 		m.ShkStats,

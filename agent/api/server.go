@@ -84,6 +84,8 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("POST /v1/cards/{id}/cancel", s.cancelCard)
 	m.HandleFunc("GET /v1/events", s.events)
 	m.HandleFunc("GET /v1/audit/verify", s.verifyAudit)
+	m.HandleFunc("POST /v1/decide", s.decide)
+	m.HandleFunc("POST /v1/policies", s.policies)
 	return s, nil
 }
 

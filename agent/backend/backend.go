@@ -117,9 +117,17 @@ type Backend interface {
 	// reclaims what a dead grant held (its rules, then its slot), with no
 	// further revoke write or sweep.
 	NewHandle(parent HandleRef, expires time.Time) (HandleRef, error)
+	// NewOnceHandle issues an approve-once handle (HandleOnce): the first
+	// allowed use in the kernel consumes it atomically; a backend that
+	// cannot consume at use time refuses it (ErrNotSupported), never
+	// issues a many-use handle instead.
+	NewOnceHandle(parent HandleRef, expires time.Time) (HandleRef, error)
 	Apply(session string, d Delta) error
 	Revoke(ref HandleRef) error
 	Release(session string, ref HandleRef, rules []EgressRule) error
+	// SetNeverList replaces the never-list (DefaultNeverList is in force
+	// from the start): destinations refused before any grant is consulted.
+	SetNeverList(entries []NeverEntry) error
 	// AllowEgress adds one rule (the DNS resolver's path: answers become
 	// rules under the grant's handle, with the record's TTL).
 	AllowEgress(session string, r EgressRule) error

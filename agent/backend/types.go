@@ -80,7 +80,18 @@ const (
 	HandleFree    HandleState = 0
 	HandleLive    HandleState = 1
 	HandleRevoked HandleState = 2
+	// HandleOnce is an approve-once handle not used yet: the first allowed
+	// connect or send under it moves it to HandleUsed, in the kernel, with
+	// one compare-and-swap (two racing connects: exactly one wins).
+	HandleOnce HandleState = 3
+	// HandleUsed is a once handle whose one use is spent: the flow it opened
+	// lives on (until revoke or expiry), no new use passes.
+	HandleUsed HandleState = 4
 )
+
+// Alive reports whether a handle in this state still holds authority (for
+// new uses, or only for the flow its one use opened).
+func (s HandleState) Alive() bool { return s == HandleLive || s == HandleOnce || s == HandleUsed }
 
 func (s HandleState) String() string {
 	switch s {
@@ -90,6 +101,10 @@ func (s HandleState) String() string {
 		return "live"
 	case HandleRevoked:
 		return "revoked"
+	case HandleOnce:
+		return "once"
+	case HandleUsed:
+		return "used"
 	}
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
@@ -184,16 +199,49 @@ type EgressRule struct {
 	Ports   PortRange
 	Handle  HandleRef
 	Expires time.Time // zero: the rule itself never expires
+	// NeverOK lets the rule reach never-listed destinations (NeverEntry)
+	// it covers; without it they stay refused whatever the rule covers.
+	NeverOK bool
 }
 
 func (r EgressRule) String() string {
-	return fmt.Sprintf("%s %s/%s handle=%s", r.Prefix, r.Proto, r.Ports, r.Handle)
+	s := fmt.Sprintf("%s %s/%s handle=%s", r.Prefix, r.Proto, r.Ports, r.Handle)
+	if r.NeverOK {
+		s += " never-ok"
+	}
+	return s
 }
 
 // SameRule reports whether a and b are the same kernel entry (the expiry
 // aside).
 func SameRule(a, b EgressRule) bool {
-	return a.Prefix == b.Prefix && a.Proto == b.Proto && a.Ports == b.Ports && a.Handle == b.Handle
+	return a.Prefix == b.Prefix && a.Proto == b.Proto && a.Ports == b.Ports && a.Handle == b.Handle && a.NeverOK == b.NeverOK
+}
+
+// NeverEntry is one destination of the never-list: refused in the kernel
+// before any grant is consulted (a 0.0.0.0/0 grant does not reach it), unless
+// the allowing rule is NeverOK. Port 0: every port.
+type NeverEntry struct {
+	Prefix netip.Prefix
+	Port   uint16
+}
+
+func (n NeverEntry) String() string {
+	if n.Port == 0 {
+		return n.Prefix.String()
+	}
+	return fmt.Sprintf("%s port %d", n.Prefix, n.Port)
+}
+
+// DefaultNeverList is what every backend refuses from the start: link-local
+// addresses (where the cloud metadata services live: 169.254.169.254,
+// 169.254.170.2, ...), AWS's IPv6 metadata address and IPv6 link-local. The
+// daemon adds its own listeners.
+var DefaultNeverList = []NeverEntry{
+	{Prefix: netip.MustParsePrefix("169.254.0.0/16")},
+	{Prefix: netip.MustParsePrefix("fd00:ec2::254/128")},
+	{Prefix: netip.MustParsePrefix("fe80::/10")},
+	{Prefix: netip.MustParsePrefix("100.100.100.200/32")}, // Alibaba Cloud metadata
 }
 
 // Validate checks the rule's shape (not whether its session or handle exist).

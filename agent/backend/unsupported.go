@@ -42,6 +42,12 @@ func (Unsupported) SetLimits(string, Limits) error { return unsupported("limits"
 func (Unsupported) Launch(string, *exec.Cmd, LaunchOptions) error {
 	return unsupported("launch")
 }
+func (Unsupported) SetNeverList([]NeverEntry) error { return ErrNotSupported }
+
+func (Unsupported) NewOnceHandle(HandleRef, time.Time) (HandleRef, error) {
+	return HandleRef{}, ErrNotSupported
+}
+
 func (Unsupported) NewHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, unsupported("new handle")
 }

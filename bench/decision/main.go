@@ -5,11 +5,13 @@
 //
 //	go run . [-sessions 10000] [-grants 5] [-n 200000]
 //
-// The last three lines of its output are the headline figures:
+// The last lines of its output are the headline figures:
 //
 //	decision_p99_us=<agent path p99, µs, wall clock>
 //	decision_speedup_vs_flat=<flat p50 / agent p50>
 //	decision_speedup_vs_rego=<rego p50 / agent p50>
+//	shift_proof_p99_ms=<permissiveness-shift proof of a policy change, ms; shift.go>
+//	decide_api_p99_us=<POST /v1/decide through the API socket, µs; decideapi.go>
 package main
 
 import (
@@ -140,6 +142,8 @@ func main() {
 	fmt.Printf("machine: %s/%s, %d CPUs (GOMAXPROCS %d), %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Printf("load: %d sessions × %d grants = %d grants\n", *nSessions, *nGrants, *nSessions**nGrants)
 
+	shiftBench() // first: before the 10,000 sessions' heap is built
+	decideAPIBench()
 	sessions := build(*nSessions, *nGrants, exp)
 	eng, err := agent.NewEngine("")
 	check(err)
@@ -300,6 +304,12 @@ func main() {
 	fmt.Printf("decision_p99_us=%.2f\n", ag.p99)
 	fmt.Printf("decision_speedup_vs_flat=%.2f\n", fl.p50/ag.p50)
 	fmt.Printf("decision_speedup_vs_rego=%.2f\n", rg.p50/ag.p50)
+	if *shiftRounds > 0 {
+		fmt.Printf("shift_proof_p99_ms=%.1f\n", shiftP99)
+	}
+	if *decideN > 0 {
+		fmt.Printf("decide_api_p99_us=%.1f\n", decideP99)
+	}
 }
 
 var sink uint64

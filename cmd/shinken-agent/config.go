@@ -36,6 +36,9 @@ type Config struct {
 	SessionUIDCount    uint32   `json:"session_uid_count"`
 	SessionAllowUserNS bool     `json:"session_allow_userns"`
 	BoundaryAccept     []string `json:"boundary_accept"`
+	// AcceptPolicyWidening (flag only, never in the file): start even if
+	// the policy directory is wider than the last applied set (audited).
+	AcceptPolicyWidening bool `json:"-"`
 }
 
 type duration struct{ time.Duration }
@@ -91,6 +94,7 @@ func load(args []string) (Config, bool, error) {
 	fs.StringVar(&over.PinPath, "pin-path", "", "bpffs directory for pins (default "+cfg.PinPath+")")
 	fs.StringVar(&over.FlowMode, "flow-mode", "", "how open flows are cut when their grant dies: auto, sweep (socket iterators, Linux 6.5+) or packet (per-packet cgroup_skb check) (default "+cfg.FlowMode+")")
 	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
+	acceptWiden := fs.Bool("accept-policy-widening", false, "start even if the policy directory widens the last applied policy set (the acceptance and the counterexample are audited)")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -132,6 +136,7 @@ func load(args []string) (Config, bool, error) {
 	set(&cfg.PinPath, over.PinPath)
 	set(&cfg.DNSListen, over.DNSListen)
 	set(&cfg.FlowMode, over.FlowMode)
+	cfg.AcceptPolicyWidening = *acceptWiden
 	if err := host.CheckConfig(cfg.backendConfig()); err != nil {
 		return cfg, false, err
 	}

@@ -45,7 +45,8 @@ type env struct {
 	metrics   string
 	upstream  string
 	agent     *exec.Cmd
-	config    string // config file to pass, "" for none
+	config    string   // config file to pass, "" for none
+	extra     []string // more flags for the next start
 	agentLog  *bytes.Buffer
 	logMu     sync.Mutex
 	cgroupDir string
@@ -139,11 +140,11 @@ func (e *env) startAgent() {
 	if e.agentLog == nil {
 		e.agentLog = &bytes.Buffer{}
 	}
-	cmd := exec.Command(filepath.Join(e.bin, "shinken-agent"),
-		"-config", e.config, // "": no config file, embedded defaults plus these flags
+	args := []string{"-config", e.config, // "": no config file, embedded defaults plus these flags
 		"-state-dir", filepath.Join(e.dir, "state"), "-socket", e.socket, "-metrics-addr", e.metrics,
 		"-policy-dir", filepath.Join(e.dir, "policy"), "-manifest-dir", filepath.Join(e.dir, "manifests"),
-		"-cgroup-parent", e.parent, "-pin-path", e.pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", e.upstream)
+		"-cgroup-parent", e.parent, "-pin-path", e.pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", e.upstream}
+	cmd := exec.Command(filepath.Join(e.bin, "shinken-agent"), append(args, e.extra...)...)
 	cmd.Stdout = lockedBuf{&e.logMu, e.agentLog}
 	cmd.Stderr = lockedBuf{&e.logMu, e.agentLog}
 	if err := cmd.Start(); err != nil {

@@ -97,6 +97,21 @@ func run(log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP re-reads the policy directory through the permissiveness gate:
+	// a widening (or unproven) edit is refused and the previous set stays.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			rep, err := d.ag.ReloadPolicies(agent.ReloadOptions{})
+			if err != nil {
+				log.Error("policy reload refused; the previous set stays in force", "err", err)
+				continue
+			}
+			log.Info("policy reloaded", "check", rep.Summary())
+		}
+	}()
 	return d.serve(ctx, opGID)
 }
 
@@ -158,6 +173,9 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 		Logger:          log,
 		ApprovalTimeout: cfg.ApprovalTimeout.Duration,
 		Breaker:         agent.BreakerConfig{Consecutive: cfg.BreakerConsec, Total: cfg.BreakerTotal},
+
+		AcceptPolicyWidening: cfg.AcceptPolicyWidening,
+		NeverList:            listenerNever(cfg.MetricsAddr),
 	}
 	if st, err := os.Stat(cfg.PolicyDir); err == nil && st.IsDir() {
 		acfg.PolicyDir = cfg.PolicyDir
@@ -220,7 +238,33 @@ func (d *daemon) startResolver() error {
 	}
 	d.resolver = r
 	d.ag.AttachDNS(r) // the agent keeps the resolver's policies in step with the grants
-	return d.dp.SetDNSRedirect(r.Port())
+	if err := d.dp.SetDNSRedirect(r.Port()); err != nil {
+		return err
+	}
+	// The never-list: metadata and link-local addresses, and the agent's own
+	// listeners (the resolver is reached only through the redirect, which
+	// comes first in the kernel).
+	never := append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), listenerNever(d.cfg.MetricsAddr)...)
+	never = append(never, portEverywhere(r.Port())...)
+	return d.dp.SetNeverList(never)
+}
+
+// listenerNever is the never-list entry of a TCP listener: its address, or
+// the port on every address when it listens on all of them (sessions share
+// the host's network namespace, so any host address reaches it).
+func listenerNever(addr string) []backend.NeverEntry {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || addr == "off" {
+		return nil
+	}
+	if ap.Addr().IsUnspecified() {
+		return portEverywhere(ap.Port())
+	}
+	return []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr().Unmap(), ap.Addr().Unmap().BitLen()), Port: ap.Port()}}
+}
+
+func portEverywhere(port uint16) []backend.NeverEntry {
+	return []backend.NeverEntry{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Port: port}, {Prefix: netip.MustParsePrefix("::/0"), Port: port}}
 }
 
 func (d *daemon) serve(ctx context.Context, opGID int) error {
@@ -328,6 +372,14 @@ func (d *daemon) readKernelEvents() {
 				"proto": ev.Proto.String(), "dst": ev.Dst.String(), "time": ev.Time}
 			d.hub.Publish("kernel", "kernel.deny", rec)
 			d.auditKernelDenial(sess, ev)
+			// Escalation on denial: where the session's manifest asks for
+			// it, a destination no rule covers becomes one Ask card (one per
+			// burst: the agent rate-limits per session and destination).
+			if ev.Reason == backend.ReasonNoRule && sess != "" {
+				if _, _, err := d.ag.EscalateDenial(context.Background(), sess, ev.Dst); err != nil {
+					d.log.Warn("escalation", "session", sess, "dst", ev.Dst, "err", err)
+				}
+			}
 		}
 	}()
 }

@@ -66,7 +66,8 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 	if path == "/v1/requests" && out != nil && json.Unmarshal(data, out) == nil {
 		return resp.StatusCode, nil
 	}
-	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted {
+	// A refused policy change (409) carries its report in the body.
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusConflict && path == "/v1/policies") {
 		var e api.Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}

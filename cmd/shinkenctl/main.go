@@ -3,6 +3,7 @@
 //	shinkenctl [-socket PATH] [-o table|json] VERB ...
 //
 // Verbs: status; session create|ls|show|rm; run SESSION -- CMD...; request;
+// decide; policy diff|apply;
 // grants; revoke; attenuate; cards; approve CARD --once|--session|--pattern;
 // deny CARD; cancel CARD; events [-f]; audit verify. `shinkenctl help` prints
 // the usage of each.
@@ -37,6 +38,10 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ... (global
   session ls | show ID | rm ID
   run SESSION [-timeout SECS] [-uid N -gid N] -- CMD [ARG...]
   request SESSION CLASS [-cidr P]... [-domain D]... [-port N|LO-HI]... [-lifecycle once|session] [-ttl DUR] [-external] [-parent HANDLE] [-json SCOPE]
+  decide SESSION CLASS OP [-domain D] [-ip A] [-port N] [-path P] [-item I] [-mode M]
+                                           use-time decision and the rule that decided (exit 3: deny)
+  policy diff|apply [--allow-widening] FILE.cedar...
+                                           a policy change through the permissiveness gate
   grants [SESSION]
   revoke HANDLE | revoke -id GRANT
   attenuate PARENT-HANDLE SESSION CLASS [scope flags as for request]
@@ -96,6 +101,10 @@ func (c *client) dispatch(args []string) error {
 		return c.run(args[1:])
 	case "request":
 		return c.request(args[1:], "")
+	case "decide":
+		return c.decide(args[1:])
+	case "policy":
+		return c.policy(args[1:])
 	case "attenuate":
 		if err := need(args, 2, "attenuate PARENT-HANDLE SESSION CLASS [scope flags]"); err != nil {
 			return err

@@ -26,7 +26,7 @@ func (c *client) session(args []string) error {
 		trust := fs.String("trust", "normal", "trust tier: low, normal or high")
 		risk := fs.String("risk", "normal", "risk: normal or high")
 		headless := fs.Bool("headless", false, "no human watches this session")
-		tls := fs.Bool("tls-inspection", false, "its egress goes through TLS inspection")
+		tls := fs.Bool("tls-inspection", false, "ask for TLS inspection of its egress (refused today: no proxy on this host enforces it)")
 		ws := fs.String("workspace", "", "workspace directory")
 		home := fs.String("home", "", "home directory")
 		exp := fs.Duration("expires", 0, "session lifetime (0: none)")

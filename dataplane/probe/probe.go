@@ -256,6 +256,9 @@ func (p *prober) do(f []string) string {
 	case "loopudp":
 		ns, err := loopUDP(arg(1))
 		return result(strconv.FormatInt(ns, 10), err)
+	case "race": // race N ADDR: N threads connect at once; "ok <allowed> <EPERM> <other>"
+		n, _ := strconv.Atoi(arg(1))
+		return raceConnect(p, n, arg(2))
 	case "tcpflood":
 		n, _ := strconv.Atoi(arg(1))
 		secs, _ := strconv.ParseFloat(arg(3), 64)
@@ -475,4 +478,47 @@ func cpuNs() int64 {
 		return 0
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// raceConnect has n OS threads connect to addr at the same instant (each
+// with its socket made beforehand, released by one barrier) and counts the
+// outcomes: "ok <allowed> <EPERM> <other>".
+func raceConnect(p *prober, n int, addr string) string {
+	type sock struct {
+		fd int
+		sa unix.Sockaddr
+	}
+	socks := make([]sock, 0, n)
+	for i := 0; i < n; i++ {
+		fd, sa, err := p.socket(addr, false, unix.SOCK_STREAM, 0)
+		if err != nil {
+			return result("", err)
+		}
+		defer unix.Close(fd)
+		socks = append(socks, sock{fd, sa})
+	}
+	start := make(chan struct{})
+	res := make(chan error, n)
+	for _, s := range socks {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			<-start
+			res <- unix.Connect(s.fd, s.sa)
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // every thread parked on the barrier
+	close(start)
+	var ok, eperm, other int
+	for range socks {
+		switch err := <-res; {
+		case err == nil:
+			ok++
+		case errors.Is(err, unix.EPERM):
+			eperm++
+		default:
+			other++
+		}
+	}
+	return result(fmt.Sprintf("%d %d %d", ok, eperm, other), nil)
 }

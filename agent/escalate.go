@@ -1,0 +1,100 @@
+package agent
+
+// Escalation on denial (seeds/permissions.md §6.2): a kernel denial in a
+// session can open an Ask card for exactly the missing scope, so a human
+// sees "session X tried 203.0.113.7:443" and can approve it. Approving does
+// not retry anything by itself. Off unless the session's image manifest says
+// "escalate net.egress"; rate-limited per session and destination, so a
+// burst of denials opens one card.
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// EscalationWindow is how long one (session, destination) escalation holds:
+// denials to it within the window open no further card (nor while its card
+// is still pending).
+var EscalationWindow = 10 * time.Minute
+
+type escalations struct {
+	mu   sync.Mutex
+	last map[string]escalation
+}
+
+type escalation struct {
+	at   time.Time
+	card string
+}
+
+// EscalateDenial is told of one kernel denial of session's egress to dst
+// (the daemon calls it for every no-rule denial event). It returns the card
+// that stands for that destination ("" when none: escalation off, rate
+// limited after a refusal, or the scope outside the manifest) and whether
+// this call opened it.
+func (a *Agent) EscalateDenial(ctx context.Context, session string, dst netip.AddrPort) (card string, opened bool, err error) {
+	now := a.cfg.Now()
+	key := session + "|" + dst.String()
+	a.esc.mu.Lock()
+	if a.esc.last == nil {
+		a.esc.last = map[string]escalation{}
+	}
+	if e, ok := a.esc.last[key]; ok && (now.Sub(e.at) < EscalationWindow || a.cardPending(e.card)) {
+		a.esc.mu.Unlock()
+		return e.card, false, nil
+	}
+	// Claim the key before the (slow) request, so a burst opens one card.
+	a.esc.last[key] = escalation{at: now}
+	if len(a.esc.last) > 65536 { // bounded: forget the oldest window
+		for k, e := range a.esc.last {
+			if now.Sub(e.at) >= EscalationWindow {
+				delete(a.esc.last, k)
+			}
+		}
+	}
+	a.esc.mu.Unlock()
+
+	if !a.escalates(session, ClassNetEgress) {
+		return "", false, nil
+	}
+	ip := dst.Addr().Unmap()
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}}}
+	if dst.Port() != 0 {
+		c.Egress.Ports = []PortRange{{Lo: dst.Port(), Hi: dst.Port()}}
+	}
+	res, err := a.Request(ctx, []GrantRequest{{Session: session, Capability: c, Lifecycle: LifecycleOnce, Requester: "kernel-denial", Escalation: true}})
+	if err != nil || len(res) == 0 {
+		return "", false, err
+	}
+	outcome := res[0].Outcome
+	a.emit(Event{Kind: "escalation", Session: session, Class: ClassNetEgress, ParamsSHA256: paramsHash(c), Outcome: outcome + " " + res[0].Card + " " + res[0].Reason})
+	if outcome != "pending" {
+		return "", false, nil // outside the manifest, breaker, ...: nothing to ask
+	}
+	a.esc.mu.Lock()
+	a.esc.last[key] = escalation{at: now, card: res[0].Card}
+	a.esc.mu.Unlock()
+	return res[0].Card, true, nil
+}
+
+func (a *Agent) escalates(session string, c Class) bool {
+	a.mu.Lock()
+	defer a.unlock()
+	s, ok := a.st.Sessions[session]
+	if !ok {
+		return false
+	}
+	m := a.manifests[s.Spec.Image]
+	return m != nil && slices.Contains(m.Escalate, c)
+}
+
+func (a *Agent) cardPending(id string) bool {
+	if id == "" {
+		return false
+	}
+	c, err := a.Card(id)
+	return err == nil && c.Status == CardPending
+}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// TestNeverListThroughTheAgent: a 0.0.0.0/0 grant does not reach
+// 169.254.169.254 nor the agent's own listener; a grant naming the listener
+// reaches it only once an admin policy names it (its rule is NeverOK).
+func TestNeverListThroughTheAgent(t *testing.T) {
+	needZ3(t)
+	d, _ := newKernel(t)
+	own := listenTCP(t, "127.0.0.6:0") // stands for the agent's metrics listener
+	other := listenTCP(t, "127.0.0.7:0")
+	ap := netip.MustParseAddrPort(own)
+	extra := []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr(), 32), Port: ap.Port()}}
+	if err := d.SetNeverList(append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), extra...)); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ParseManifests("never.manifest", []byte("image py\nallow net.egress cidrs=0.0.0.0/0 tier=auto\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := openAgent(t, d, t.TempDir(), func(c *Config) {
+		c.Manifests = map[string]*Manifest{"py": ms[0]}
+		c.NeverList = extra
+		c.PolicyDir = dir
+	})
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}}, Lifecycle: LifecycleSession}); err != nil {
+		t.Fatal(err)
+	}
+	p := startProbe(t, d, "s1")
+	for _, dst := range []string{"169.254.169.254:80", own} {
+		if got := p.DoAsync("tcp " + dst); got != "err EPERM" {
+			t.Errorf("%s after a 0.0.0.0/0 grant: %s, want err EPERM", dst, got)
+		}
+	}
+	if got := p.DoAsync("tcp " + other); got != "ok" {
+		t.Fatalf("an ordinary destination under 0.0.0.0/0: %s", got)
+	}
+	named := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), 32)}, Ports: []PortRange{{ap.Port(), ap.Port()}}}}
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: named, Lifecycle: LifecycleSession}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.DoAsync("tcp " + own); got != "err EPERM" {
+		t.Fatalf("a grant naming the listener, no admin policy: %s, want err EPERM", got)
+	}
+	admin := fmt.Sprintf(`@id("admin.metrics-for-s1") permit (principal == Shinken::Session::"s1", action == Shinken::Action::"use", resource == Shinken::Capability::"net.egress") when { context.request.cidr_keys.contains("%s/32") };`, ap.Addr())
+	if _, err := a.ApplyPolicies(PolicyChange{Files: map[string]string{"metrics.cedar": admin}, AllowWidening: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: named, Lifecycle: LifecycleSession}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.DoAsync("tcp " + own); got != "ok" {
+		t.Fatalf("a grant naming the listener that an admin policy names: %s", got)
+	}
+}

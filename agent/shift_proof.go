@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/shinken-agent/shinken/agent/shiftproof"
+)
+
+// ShiftProofTimeout bounds each solver query of CheckShift (two per check,
+// one per action, run in parallel). A query that runs out is "unknown" and
+// the edit is treated as widening.
+var ShiftProofTimeout = 10 * time.Second
+
+// CheckShift answers "does the new set permit any request the old one
+// denied?" with a proof: an edit that only adds forbids and removes permits
+// is non-widening by construction; any other edit goes to the SMT solver
+// (agent/shiftproof). Unsat is a proof over every request; sat yields a
+// model that becomes a concrete request, which the real authorizer must
+// permit under the new set and deny under the old before it is reported;
+// unknown, a timeout, a construct outside the provable subset or an
+// unconfirmed model leave Unproved set, and the edit is treated as widening.
+// See agent/README.md §5.
+func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *ShiftReport {
+	start := time.Now()
+	rep := &ShiftReport{}
+	defer func() { rep.Elapsed = time.Since(start) }()
+	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout})
+	if err != nil {
+		rep.Solver = shiftproof.Unknown.String()
+		rep.Unproved = err.Error()
+		return rep
+	}
+	rep.Abstracted = res.Abstracted
+	if res.Trivial {
+		rep.Proved = true
+		return rep
+	}
+	rep.Solver = res.Verdict.String()
+	switch res.Verdict {
+	case shiftproof.Unsat:
+		rep.Proved = true
+	case shiftproof.Unknown:
+		rep.Unproved = "the solver could not decide: " + res.Reason
+	case shiftproof.Sat:
+		ce, err := confirm(old, neu, res.Counterexample)
+		if err != nil {
+			rep.Unproved = err.Error()
+			return rep
+		}
+		rep.Counterexample = ce
+	}
+	return rep
+}
+
+// errUnconfirmed: the solver's model is not a request the real authorizer
+// permits under the new set and denies under the old one.
+var errUnconfirmed = errors.New("the solver's counterexample was not confirmed by the authorizer")
+
+// confirm turns the solver's request into the agent's Counterexample by the
+// agent's own request encoding (UseRequest.context) and checks it with
+// cedar-go: allowed by the new set, denied by the old.
+func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: no model", errUnconfirmed)
+	}
+	pr := SessionAttrs{ID: r.Session.ID, Image: r.Session.Image, TrustTier: r.Session.TrustTier, Risk: r.Session.Risk,
+		Headless: r.Session.Headless, TLSInspection: r.Session.TLSInspection, Protected: r.Session.Protected, PolicyStore: r.Session.PolicyStore}
+	ce := &Counterexample{Principal: pr, Action: r.Action, Class: Class(r.Class)}
+	req := cedar.Request{Principal: sessionUID(pr.ID), Resource: capabilityUID(Class(r.Class))}
+	if r.Action == "use" {
+		u := UseRequest{Class: Class(r.Class), Op: r.Op, Domain: r.Domain, IP: r.IP, Path: r.Path, Item: r.Item, Mode: r.Mode}
+		if u.Class == ClassNetEgress {
+			u.Port = r.Port
+		}
+		if err := u.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errUnconfirmed, r, err)
+		}
+		ce.Use = &u
+		req.Action, req.Context = actionUse, u.context(r.Now)
+	} else {
+		ce.Grant = fmt.Sprintf("tier=%s provenance=%s lifecycle=%s scope{write_keys=%q tls_inspect=%t mode=%q flags=%q}",
+			r.Tier, r.Provenance, r.Lifecycle, r.WriteKeys, r.TLSInspect, r.ScopeMode, r.Flags)
+		req.Action = actionGrant
+		req.Context = types.NewRecord(types.RecordMap{
+			"now": types.NewDatetime(r.Now), "tier": types.String(r.Tier), "provenance": types.String(r.Provenance),
+			"lifecycle": types.String(r.Lifecycle),
+			"scope": types.NewRecord(types.RecordMap{
+				"write_keys": stringSet(r.WriteKeys), "tls_inspect": types.Boolean(r.TLSInspect),
+				"mode": types.String(r.ScopeMode), "flags": stringSet(r.Flags),
+			}),
+		})
+	}
+	ents := types.EntityMap{sessionUID(pr.ID): pr.entity()}
+	nd, diag := cedar.Authorize(neu, ents, req)
+	od, _ := cedar.Authorize(old, ents, req)
+	if nd != cedar.Allow || od != cedar.Deny {
+		return nil, fmt.Errorf("%w: %s (new set: %v, old set: %v)", errUnconfirmed, r, nd, od)
+	}
+	for _, reason := range diag.Reasons {
+		ce.Policies = append(ce.Policies, string(reason.PolicyID))
+	}
+	return ce, nil
+}
+
+// widenErr is the refusal of a widening edit: the counterexample, or why
+// non-widening could not be proven.
+func (r *ShiftReport) widenErr() error {
+	if r.Counterexample != nil {
+		return fmt.Errorf("%w: %s", ErrPolicyWidens, r.Counterexample)
+	}
+	return fmt.Errorf("%w: not proven non-widening (treated as widening): %s", ErrPolicyWidens, r.Unproved)
+}
+
+// Summary is one line for the audit log.
+func (r *ShiftReport) Summary() string {
+	switch {
+	case r == nil:
+		return "no check"
+	case r.Counterexample != nil:
+		return "widening: " + r.Counterexample.String()
+	case r.Unproved != "":
+		return "not proven non-widening: " + r.Unproved
+	case r.Proved && r.Solver == "":
+		return "non-widening by construction (adds forbids / removes permits only)"
+	case r.Proved:
+		return "proven non-widening (solver: unsat" + abstractedNote(r.Abstracted) + ")"
+	}
+	return "no widening found"
+}
+
+func abstractedNote(a []string) string {
+	if len(a) == 0 {
+		return ""
+	}
+	return "; unchanged policies outside the provable subset treated as unknown: " + strings.Join(a, ", ")
+}
