@@ -1,67 +1,36 @@
-package boundary
+package child
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
-	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
-// argv[0] of the re-executed modes. Main recognises them only together
-// with a well-formed spec in argv[1] and the status pipe at the fd it names.
-const (
-	launchArg0 = "shinken-session-launch"
-	initArg0   = "shinken-session-init"
-)
-
-// launchSpec is what the agent tells the launch-mode child.
-type launchSpec struct {
-	Path        string `json:"path"` // the target, resolved inside the session
-	UID         uint32 `json:"uid"`
-	GID         uint32 `json:"gid"`
-	Privileged  bool   `json:"privileged,omitempty"`
-	Status      int    `json:"status"` // fd of the status pipe (write end)
-	ExeFD       int    `json:"exe_fd"` // fd of our own binary, closed before exec
-	NoSeccomp   bool   `json:"no_seccomp,omitempty"`
-	NoLandlock  bool   `json:"no_landlock,omitempty"`
-	AllowUserNS bool   `json:"allow_userns,omitempty"`
-	Reaper      string `json:"reaper,omitempty"` // run the target as pid 1 of its own PID namespace, under this reaper
-}
-
-// initSpec is what the agent tells the session-init child.
-type initSpec struct {
-	Status    int    `json:"status"`
-	Catatonit string `json:"catatonit"`
-	NoMounts  bool   `json:"no_mounts,omitempty"`
-}
-
-// Main runs the re-executed modes of the package and never returns from
-// them; in any other process it returns at once. Call it first thing in
-// main (and in TestMain of tests that launch into sessions).
+// Main runs the re-executed modes and never returns from them; in any other
+// process it returns at once. The launcher binary calls it first thing, and
+// so does every binary that may be re-executed itself (package boundary's
+// Main).
 func Main() {
-	mainCalled = true
 	if len(os.Args) < 2 {
 		return
 	}
 	switch os.Args[0] {
-	case launchArg0:
-		var spec launchSpec
-		if json.Unmarshal([]byte(os.Args[1]), &spec) != nil || spec.Status < 3 {
+	case LaunchArg0:
+		spec, argv, err := ParseLaunch(os.Args)
+		if err != nil {
 			return
 		}
 		runtime.LockOSThread()
-		err := launchChild(spec, os.Args[2:])
-		fail(spec.Status, err)
-	case initArg0:
-		var spec initSpec
-		if json.Unmarshal([]byte(os.Args[1]), &spec) != nil || spec.Status < 3 {
+		fail(spec.Status, launch(spec, argv))
+	case InitArg0:
+		spec, err := ParseInit(os.Args)
+		if err != nil {
 			return
 		}
 		runtime.LockOSThread()
@@ -80,46 +49,31 @@ func fail(status int, err error) {
 	os.Exit(127)
 }
 
-// launchChild turns this process (root, already in the session cgroup and
-// namespaces) into a confined session process and executes the target. Every
-// step runs on the one locked thread that calls execve; the credential
-// changes go to all threads anyway.
-func launchChild(spec launchSpec, argv []string) error {
+// launch turns this process (root, already in the session cgroup and
+// namespaces) into a confined session process and executes the target.
+// Every step runs on the one locked thread that calls execve; the
+// credential changes and the filter go to all threads anyway.
+func launch(spec Launch, argv []string) error {
 	unix.CloseOnExec(spec.Status)
-	unix.CloseOnExec(spec.ExeFD)
-	if spec.Reaper != "" {
-		// The run's own PID namespace: the reaper stays in the session's,
-		// its child (the target) is pid 1 of the new one. (The agent cannot
-		// clone into a new PID namespace itself after setns: the kernel
-		// refuses CLONE_NEWPID while pid_ns_for_children is not the
-		// caller's own.)
-		if err := unix.Unshare(unix.CLONE_NEWPID); err != nil {
-			return fmt.Errorf("unshare(CLONE_NEWPID): %w", err)
-		}
+	if spec.ExeFD >= 0 {
+		unix.CloseOnExec(spec.ExeFD)
 	}
 	if !spec.Privileged {
 		if err := dropPrivileges(spec.UID, spec.GID); err != nil {
 			return err
 		}
-		if !spec.NoLandlock {
-			if abi, _ := ll.LandlockGetABIVersion(); abi >= 6 {
-				if err := landlock.MustConfig(landlock.ScopedSet(3)).RestrictScoped(); err != nil {
-					return fmt.Errorf("landlock scope: %w", err)
-				}
+		if spec.Landlock != 0 {
+			if err := landlockScope(spec.Landlock); err != nil {
+				return err
 			}
 		}
-		if !spec.NoSeccomp {
-			if err := loadFilter(spec.AllowUserNS); err != nil {
+		if spec.Filter != nil {
+			if err := loadFilter(spec.Filter); err != nil {
 				return err
 			}
 		}
 	}
-	path := spec.Path
-	if spec.Reaper != "" {
-		argv = append([]string{spec.Reaper, "--", spec.Path}, argv[1:]...)
-		path = spec.Reaper
-	}
-	return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, argv, os.Environ()))
+	return fmt.Errorf("exec %s: %w", spec.Path, syscall.Exec(spec.Path, argv, os.Environ()))
 }
 
 // Securebits (linux/securebits.h): root gains nothing by being root or
@@ -194,4 +148,41 @@ func lastCap() (int, error) {
 		return 0, fmt.Errorf("cap_last_cap: %w", err)
 	}
 	return n, nil
+}
+
+// landlockScope makes a Landlock domain that handles no access right but
+// the given IPC scopes (ABI 6: abstract UNIX sockets, signals) and enters it
+// on this thread, the one that executes the target (a domain is per
+// thread; execve keeps this thread's).
+func landlockScope(scoped uint64) error {
+	attr := struct{ fs, net, scoped uint64 }{0, 0, scoped}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return fmt.Errorf("landlock scope: create ruleset: %w", errno)
+	}
+	defer unix.Close(int(fd))
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
+		return fmt.Errorf("landlock scope: restrict self: %w", errno)
+	}
+	return nil
+}
+
+// loadFilter installs the agent's seccomp filter on every thread of the
+// process (TSYNC). no_new_privs must already be set.
+func loadFilter(raw []byte) error {
+	filt := make([]unix.SockFilter, len(raw)/8)
+	for i := range filt {
+		b := raw[8*i:]
+		filt[i] = unix.SockFilter{Code: uint16(b[0]) | uint16(b[1])<<8, Jt: b[2], Jf: b[3],
+			K: uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filt)), Filter: &filt[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	if errno != 0 {
+		return fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC): %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("seccomp TSYNC: thread %d cannot be synchronised", r)
+	}
+	return nil
 }
