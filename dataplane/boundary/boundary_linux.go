@@ -383,7 +383,6 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	sys.UseCgroupFD, sys.CgroupFD = true, cg
 	sys.Credential, sys.AmbientCaps = nil, nil
 	if r != nil {
-		sys.PidFD = &r.pidfd
 		if cmd.Cancel != nil {
 			// exec.CommandContext: a timeout kills the run's whole tree.
 			cmd.Cancel = func() error { return b.KillRun(cmd.Process) }
@@ -413,14 +412,17 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 		err = <-errc
 	}
 	cmd.Path, cmd.Args = path, args
-	if r != nil {
-		sys.PidFD = nil
-	}
 	if err != nil {
 		b.removeRun(r)
 		return fmt.Errorf("boundary: launch in %s: %w", name, err)
 	}
 	if r != nil {
+		// A pidfd of our own (non-blocking, for the netpoller; the one
+		// os.Process holds must stay blocking for its Wait). The child
+		// cannot be reaped before Launch returns, so the pid names it.
+		if r.pidfd, err = unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK); err != nil {
+			r.pidfd = -1
+		}
 		b.mu.Lock()
 		b.runs[cmd.Process] = r
 		b.mu.Unlock()
@@ -449,7 +451,7 @@ func (b *Boundary) newRun(session string) (*run, error) {
 // endRun waits (in the netpoller, no thread held) until the run's first
 // process has exited, then kills and removes the run's cgroup.
 func (b *Boundary) endRun(p *os.Process, r *run) {
-	if r.pidfd >= 0 && unix.SetNonblock(r.pidfd, true) == nil {
+	if r.pidfd >= 0 {
 		f := os.NewFile(uintptr(r.pidfd), "pidfd")
 		if rc, err := f.SyscallConn(); err == nil {
 			_ = rc.Read(func(fd uintptr) bool {

@@ -51,8 +51,10 @@ func fail(status int, err error) {
 
 // launch turns this process (root, already in the session cgroup and
 // namespaces) into a confined session process and executes the target.
-// Every step runs on the one locked thread that calls execve; the
-// credential changes and the filter go to all threads anyway.
+// Every step runs on the one locked thread that calls execve, and applies
+// to that thread (the filter, with TSYNC, to all of them): execve keeps the
+// calling thread's credentials, Landlock domain and no_new_privs, and ends
+// every other thread.
 func launch(spec Launch, argv []string) error {
 	unix.CloseOnExec(spec.Status)
 	if spec.ExeFD >= 0 {
@@ -111,14 +113,18 @@ func dropPrivileges(uid, gid uint32) error {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}
-	if err := syscall.Setgroups(nil); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
+	// This thread's credentials only (raw syscalls: Go's syscall.Set*
+	// would signal every thread of the runtime to change them all, which
+	// costs more than the rest of the launch): this thread executes the
+	// target, and execve ends every other thread.
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
 	}
-	if err := syscall.Setresgid(int(gid), int(gid), int(gid)); err != nil {
-		return fmt.Errorf("setresgid %d: %w", gid, err)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", gid, e)
 	}
-	if err := syscall.Setresuid(int(uid), int(uid), int(uid)); err != nil {
-		return fmt.Errorf("setresuid %d: %w", uid, err)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", uid, e)
 	}
 	// SECBIT_NO_SETUID_FIXUP kept the capabilities through setresuid:
 	// clear them all now (effective, permitted, inheritable).
