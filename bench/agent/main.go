@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command agent is the daemon scale benchmark (make bench-agent): it starts
 // the real shinken-agent binary on private directories, creates N live
 // sessions through the API (each with its namespaces and holder), times the
