@@ -382,3 +382,32 @@ func TestFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestLauncherFallback: without a usable launcher binary the boundary
+// re-executes this binary (which called Main) and says why; a launcher
+// that someone other than root could write is refused as unusable.
+func TestLauncherFallback(t *testing.T) {
+	setup(t)
+	unsafe := filepath.Join(helperDir, "unsafe-launch")
+	if err := copyFile(launchBin, unsafe, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	for i, path := range []string{filepath.Join(helperDir, "missing"), unsafe} {
+		b := newBoundary(t, Config{Launcher: path}, nil)
+		name, index := fmt.Sprintf("fallback%d", i), uint32(71+i)
+		if !strings.Contains(b.Launcher(), "re-execution of the agent's own binary") || !strings.Contains(b.Launcher(), path) {
+			t.Errorf("launcher %s: report %q", path, b.Launcher())
+		}
+		session(t, b, name, index)
+		out := runIn(t, b, name, &exec.Cmd{Path: "/usr/bin/id", Args: []string{"id", "-u"}, Dir: "/"}, true)
+		uid, _ := b.UID(index)
+		if strings.TrimSpace(out) != fmt.Sprint(uid) {
+			t.Errorf("fallback launch: id -u = %q, want %d", out, uid)
+		}
+		t.Logf("verified: %s", b.Launcher())
+	}
+	b := newBoundary(t, Config{}, nil)
+	if !strings.Contains(b.Launcher(), "dedicated launcher binary") {
+		t.Errorf("built launcher not used: %q", b.Launcher())
+	}
+}
