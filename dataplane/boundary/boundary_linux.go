@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,7 +193,7 @@ func (b *Boundary) startHolder(h *holder) error {
 		return fmt.Errorf("open session cgroup: %w", err)
 	}
 	defer unix.Close(cg)
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args()}
+	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args(), Env: []string{child.StartEnv}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags, UseCgroupFD: true, CgroupFD: cg, Setsid: true}
 	if err := startReporting(cmd, b.exe); err != nil {
 		return fmt.Errorf("session init: %w", err)
@@ -374,6 +375,14 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if len(args) == 0 {
 		args = []string{path}
 	}
+	origEnv, env := cmd.Env, cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
+		spec.DropEnv = true
+		cmd.Env = append(env[:len(env):len(env)], child.StartEnv)
+	}
 	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", spec.ExeFD)
 	cmd.Args = spec.Args(args)
 	if cmd.SysProcAttr == nil {
@@ -412,6 +421,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 		err = <-errc
 	}
 	cmd.Path, cmd.Args = path, args
+	cmd.Env = origEnv
 	if err != nil {
 		b.removeRun(r)
 		return fmt.Errorf("boundary: launch in %s: %w", name, err)

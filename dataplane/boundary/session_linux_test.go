@@ -49,6 +49,13 @@ func TestInsideSession(t *testing.T) {
 	if !strings.Contains(out, "PID1 catatonit") {
 		t.Errorf("pid 1 of the session's /proc should be catatonit")
 	}
+	// The launcher's own environment entry does not reach the target; a
+	// caller's own GOMAXPROCS does.
+	env := runIn(t, b, "in", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "echo \"[$GOMAXPROCS]\""}, Env: []string{"A=1"}, Dir: "/"}, true)
+	own := runIn(t, b, "in", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "echo \"[$GOMAXPROCS]\""}, Env: []string{"GOMAXPROCS=7"}, Dir: "/"}, true)
+	if strings.TrimSpace(env) != "[]" || strings.TrimSpace(own) != "[7]" {
+		t.Errorf("GOMAXPROCS in the target: %q without, %q with the caller's own", env, own)
+	}
 	for _, l := range strings.Split(out, "\n") {
 		if pids, ok := strings.CutPrefix(l, "PIDS "); ok {
 			// catatonit holder, the run's catatonit, this helper, maybe a

@@ -75,7 +75,11 @@ func launch(spec Launch, argv []string) error {
 			}
 		}
 	}
-	return fmt.Errorf("exec %s: %w", spec.Path, syscall.Exec(spec.Path, argv, os.Environ()))
+	env := os.Environ()
+	if spec.DropEnv && len(env) > 0 && env[len(env)-1] == StartEnv {
+		env = env[:len(env)-1]
+	}
+	return fmt.Errorf("exec %s: %w", spec.Path, syscall.Exec(spec.Path, argv, env))
 }
 
 // Securebits (linux/securebits.h): root gains nothing by being root or
