@@ -251,6 +251,14 @@ func startReporting(cmd *exec.Cmd, exe *os.File) error {
 // below ours), or makes a new one if there is none (its namespaces died
 // with their holder, and so did every process in them).
 func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
+	// Runs of an earlier agent: empty run cgroups go now; the processes of
+	// a run still going keep their cgroup (they end with the session: no
+	// agent watches their first process any more).
+	if runs, _ := filepath.Glob(filepath.Join(cgroup, "run-*")); len(runs) > 0 {
+		for _, r := range runs {
+			_ = unix.Rmdir(r)
+		}
+	}
 	if !b.useNS {
 		return b.Create(name, cgroup, index)
 	}
