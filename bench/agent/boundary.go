@@ -156,14 +156,47 @@ func countProcs() int {
 	return n
 }
 
-func memAvailableMiB() float64 {
+func memAvailableMiB() float64 { return memInfoMiB("MemAvailable:") }
+
+// kernelMiB is the kernel's own memory that sessions grow: slab (mounts,
+// superblocks, namespaces, tasks), kernel stacks and page tables.
+func kernelMiB() float64 {
+	return memInfoMiB("Slab:") + memInfoMiB("KernelStack:") + memInfoMiB("PageTables:")
+}
+
+func memInfoMiB(field string) float64 {
 	for _, l := range strings.Split(readTrim("/proc/meminfo"), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}
 	}
 	return 0
+}
+
+// holdersPssMiB sums the proportional set size of the sessions' holders
+// (the processes of the session cgroups under parent that are pid 1 of
+// their namespace), and counts them.
+func holdersPssMiB(parent string) (float64, int) {
+	root, err := dataplane.FindCgroup2Mount()
+	if err != nil {
+		return 0, 0
+	}
+	files, _ := filepath.Glob(filepath.Join(root, parent, "*", "cgroup.procs"))
+	var kb float64
+	n := 0
+	for _, f := range files {
+		for _, pid := range strings.Fields(readTrim(f)) {
+			for _, l := range strings.Split(readTrim("/proc/"+pid+"/smaps_rollup"), "\n") {
+				if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == "Pss:" {
+					v, _ := strconv.ParseFloat(fs[1], 64)
+					kb += v
+					n++
+				}
+			}
+		}
+	}
+	return kb / 1024, n
 }
 
 func loadAvg() string {

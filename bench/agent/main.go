@@ -104,7 +104,7 @@ func run() error {
 	if err := preflight(*flagSessions); err != nil {
 		return err
 	}
-	memBefore := memAvailableMiB()
+	kernBefore := kernelMiB()
 	timed := min(*flagTimed, *flagSessions/2)
 	start := time.Now()
 	var (
@@ -149,10 +149,10 @@ func run() error {
 		time.Since(start).Round(time.Millisecond), *flagSessions-timed, fill.Round(time.Millisecond), timed)
 	fmt.Printf("session create (namespaces, holder), one at a time at %d-%d live sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
 		*flagSessions-timed, *flagSessions, median(creates), quantile(creates, 0.99), maxOf(creates), len(creates))
-	if avail := memAvailableMiB(); memBefore > 0 && avail > 0 {
-		fmt.Printf("host memory: MemAvailable fell by %.0f MiB for %d sessions (%.0f KiB per session, holders and kernel objects included); processes on the host %d (pid_max %s)\n",
-			memBefore-avail, *flagSessions, (memBefore-avail)*1024/float64(*flagSessions), countProcs(), readTrim("/proc/sys/kernel/pid_max"))
-	}
+	kern := kernelMiB() - kernBefore
+	pss, holders := holdersPssMiB(parent)
+	fmt.Printf("memory: %d holders, Pss %.1f MiB in all; kernel slab+stacks+page tables grew by %.0f MiB (%.0f KiB per session; the whole host's, so noisy beside other work); processes on the host %d (pid_max %s)\n",
+		holders, pss, kern, kern*1024/float64(*flagSessions), countProcs(), readTrim("/proc/sys/kernel/pid_max"))
 
 	var scrapes, lists []float64
 	var scrapeBytes, listed int
