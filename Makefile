@@ -57,6 +57,7 @@ bench: bench-egress bench-decision bench-dns bench-agent
 
 # 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
 bench-egress: deps
+	$(GO) build -o $(BIN)/ ./cmd/shinken-launch
 	$(GO) build -o $(BIN)/shinken-bench-egress ./bench/egress
 	$(BIN)/shinken-bench-egress
 

@@ -53,6 +53,7 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 	} else {
 		r.Facts["session_boundary"] = "complete"
 	}
+	r.Facts["session_launcher"] = d.bnd.Launcher()
 	if n, err := boundary.FilterLen(d.cfg.Boundary.AllowUserNS); err == nil {
 		r.Facts["seccomp_filter_instructions"] = fmt.Sprint(n)
 	}
@@ -104,9 +105,9 @@ func (d *Dataplane) releaseBoundary(name string) {
 	}
 }
 
-// launch is Launch through the boundary: every launch gets its own PID
-// namespace below the session's, so killing it (a run's timeout) kills its
-// whole tree.
+// launch is Launch through the boundary: every launch gets its own cgroup
+// below the session's, so killing it (a run's timeout) kills its whole
+// tree.
 func (d *Dataplane) launch(s Session, cmd *exec.Cmd, opts ProcOptions) error {
 	if d.bnd == nil {
 		return StartIn(s, cmd, opts)

@@ -106,6 +106,15 @@ func killCgroup(root, path string) error {
 	}
 	var err error
 	for i := 0; i < 2000; i++ { // up to ~10 s
+		// The cgroups of runs (package boundary) go first: a cgroup with
+		// children cannot be removed. The kill above reached them too.
+		if ents, _ := os.ReadDir(path); len(ents) > 0 {
+			for _, e := range ents {
+				if e.IsDir() {
+					_ = unix.Rmdir(filepath.Join(path, e.Name()))
+				}
+			}
+		}
 		if err = unix.Rmdir(path); err == nil || errors.Is(err, unix.ENOENT) {
 			return nil
 		}

@@ -1,8 +1,13 @@
+//go:build linux
+
 // Command agent is the daemon scale benchmark (make bench-agent): it starts
 // the real shinken-agent binary on private directories, creates N live
-// sessions through the API, then times /metrics scrapes and session listings
-// (`shinkenctl -o json session ls`) and reads the daemon's resident memory.
-// It removes everything it made.
+// sessions through the API (each with its namespaces and holder), times the
+// last creations one at a time (session_create_p99_ms), times /metrics
+// scrapes and session listings (`shinkenctl -o json session ls`), reads the
+// daemon's resident memory, and times a launch of /bin/true through the
+// session launcher against a plain spawn (run_spawn_overhead_ratio). It
+// removes everything it made.
 package main
 
 import (
@@ -31,6 +36,8 @@ var (
 	flagBin      = flag.String("bin", "bin", "directory holding shinken-agent and shinkenctl")
 	flagRounds   = flag.Int("rounds", 5, "timed scrapes and listings")
 	flagWorkers  = flag.Int("workers", 4, "concurrent session creations")
+	flagTimed    = flag.Int("timed", 500, "the last sessions are created one at a time and timed (at most half of -sessions)")
+	flagSpawns   = flag.Int("spawns", 200, "timed launches of /bin/true, and as many plain spawns, interleaved")
 )
 
 func main() {
@@ -93,7 +100,12 @@ func run() error {
 	}
 
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d CPUs, kernel %s\n", host, numCPU(), kernelRelease())
+	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), kernelRelease(), loadAvg())
+	if err := preflight(*flagSessions); err != nil {
+		return err
+	}
+	kernBefore := kernelMiB()
+	timed := min(*flagTimed, *flagSessions/2)
 	start := time.Now()
 	var (
 		wg    sync.WaitGroup
@@ -106,16 +118,7 @@ func run() error {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				body := fmt.Sprintf(`{"id":"s%d","image":"bench"}`, i)
-				resp, err := hc.Post("http://shinken/v1/sessions", "application/json", strings.NewReader(body))
-				if err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 201 {
-						err = fmt.Errorf("create s%d: HTTP %d", i, resp.StatusCode)
-					}
-				}
-				if err != nil {
+				if err := createSession(hc, i); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err
@@ -125,7 +128,7 @@ func run() error {
 			}
 		}()
 	}
-	for i := 0; i < *flagSessions; i++ {
+	for i := 0; i < *flagSessions-timed; i++ {
 		next <- i
 	}
 	close(next)
@@ -133,7 +136,23 @@ func run() error {
 	if first != nil {
 		return first
 	}
-	fmt.Printf("created %d sessions through the API in %v\n", *flagSessions, time.Since(start).Round(time.Millisecond))
+	fill := time.Since(start)
+	var creates []float64
+	for i := *flagSessions - timed; i < *flagSessions; i++ {
+		t0 := time.Now()
+		if err := createSession(hc, i); err != nil {
+			return err
+		}
+		creates = append(creates, float64(time.Since(t0).Microseconds())/1e3)
+	}
+	fmt.Printf("created %d sessions through the API in %v (%d with 4 clients in %v, then %d one at a time)\n", *flagSessions,
+		time.Since(start).Round(time.Millisecond), *flagSessions-timed, fill.Round(time.Millisecond), timed)
+	fmt.Printf("session create (namespaces, holder), one at a time at %d-%d live sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
+		*flagSessions-timed, *flagSessions, median(creates), quantile(creates, 0.99), maxOf(creates), len(creates))
+	kern := kernelMiB() - kernBefore
+	pss, holders := holdersPssMiB(parent)
+	fmt.Printf("memory: %d holders, Pss %.1f MiB in all; kernel slab+stacks+page tables grew by %.0f MiB (%.0f KiB per session; the whole host's, so noisy beside other work); processes on the host %d (pid_max %s)\n",
+		holders, pss, kern, kern*1024/float64(*flagSessions), countProcs(), readTrim("/proc/sys/kernel/pid_max"))
 
 	var scrapes, lists []float64
 	var scrapeBytes, listed int
@@ -164,11 +183,25 @@ func run() error {
 		return fmt.Errorf("session ls listed %d sessions, want %d", listed, *flagSessions)
 	}
 	rss := rssMiB(cmd.Process.Pid)
+	apiRun, err := timeAPIRun(hc)
+	if err != nil {
+		return err
+	}
+	launch, plain, launcher, err := timeLaunch(*flagBin, uint32(*flagSessions+1000), *flagSpawns)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("/metrics scrape (%d bytes): median %.1f ms, max %.1f ms over %d rounds\n", scrapeBytes, median(scrapes), maxOf(scrapes), len(scrapes))
 	fmt.Printf("session ls (%d sessions, shinkenctl -o json): median %.1f ms, max %.1f ms\n", listed, median(lists), maxOf(lists))
 	fmt.Printf("session_ls_ms_at_10k_sessions=%.1f\n", median(lists))
 	fmt.Printf("scrape_ms_at_10k_sessions=%.1f\n", median(scrapes))
 	fmt.Printf("agent_rss_mib_at_10k_sessions=%.1f\n", rss)
+	fmt.Printf("launcher: %s\n", launcher)
+	fmt.Printf("run /bin/true through the API (POST /v1/sessions/s0/run: HTTP, audit record with its fsync, launcher, wait): median %.2f ms over %d\n", median(apiRun), len(apiRun))
+	fmt.Printf("launch /bin/true in a session through the launcher (own run cgroup, wait): median %.3f ms, p99 %.3f ms; plain spawn (no session): median %.3f ms, p99 %.3f ms; %d each, interleaved\n",
+		median(launch), quantile(launch, 0.99), median(plain), quantile(plain, 0.99), len(launch))
+	fmt.Printf("session_create_p99_ms=%.2f\n", quantile(creates, 0.99))
+	fmt.Printf("run_spawn_overhead_ratio=%.2f\n", median(launch)/median(plain))
 	return nil
 }
 

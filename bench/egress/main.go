@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +64,10 @@ var (
 )
 
 func main() {
+	boundary.Main() // the launcher's fallback: this binary re-executed
+	if os.Getenv(spinEnv) != "" {
+		spinMain()
+	}
 	if os.Getenv(probe.EnvVar) != "" {
 		probe.Main()
 	}
@@ -181,11 +186,13 @@ func (b *bench) run() error {
 		Parent: "shinken-bench-" + b.tag, PinPath: "/sys/fs/bpf/shinken-bench-" + b.tag,
 		MaxSessions: uint32(*flagSessions + 64), MaxHandles: uint32(*flagRevokes + 64),
 		MaxEgress4: uint32(*flagSessions**flagEntries + 1024), FlowMode: mode,
+		Boundary: boundaryConfig(),
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("shinken flow mode: %s\n", b.dp.FlowMode())
+	fmt.Printf("session boundary: %s; launcher: %s\n", b.dp.Probe().Facts["session_boundary"], b.dp.Probe().Facts["session_launcher"])
 	load, err := b.dp.NewHandle(dataplane.HandleRef{}, time.Time{})
 	if err != nil {
 		return err
@@ -263,7 +270,6 @@ func (b *bench) run() error {
 	if err := os.Mkdir(b.baseCg, 0o755); err != nil {
 		return err
 	}
-	base := dataplane.Session{Name: "baseline", Path: b.baseCg}
 	if !*flagNoTwin {
 		b.twinCg = filepath.Join(b.root, "shinken-bench-twin-"+b.tag)
 		if err := os.Mkdir(b.twinCg, 0o755); err != nil {
@@ -310,7 +316,9 @@ func (b *bench) run() error {
 	// cgroup of the task that creates them). Separate processes per
 	// contender showed a bias of their own that held for a whole run (up to
 	// ±8 %, either way, with the same code).
-	wAll, err := b.worker(base)
+	// It starts through the launcher in the bench session (uid, seccomp
+	// filter, namespaces), and keeps all of that when it is moved.
+	wAll, err := b.worker(bs)
 	if err != nil {
 		return err
 	}
@@ -319,6 +327,7 @@ func (b *bench) run() error {
 	if _, err := fmt.Sscanf(wAll.do("tid"), "ok %d", &wTid); err != nil {
 		return fmt.Errorf("worker thread id: %w", err)
 	}
+	wTid = hostTID(wAll.cmd.Process.Pid, wTid)
 	var allCPUs unix.CPUSet
 	if err := unix.SchedGetaffinity(wTid, &allCPUs); err != nil {
 		return err
@@ -463,6 +472,18 @@ func (b *bench) run() error {
 	fmt.Printf("one TCP stream, MB/s, 5 rounds of %gs: median baseline %.0f  shinken %.0f; per-round ratio median %.3f, rounds %v\n",
 		*flagStream, median(sBase)/1e6, median(sShk)/1e6, median(sPair), fmts(sPair))
 
+	// The seccomp filter's cost per syscall.
+	filterLen, err := boundary.FilterLen(false)
+	if err != nil {
+		return err
+	}
+	scDiff, scIn, scOut, err := b.seccompCost(bs, max(6, *flagRounds/6))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("getppid, ns per call, %d interleaved rounds of 2,000,000: launched (filter of %d instructions, Landlock, session uid) %.1f, unconfined %.1f; median per-round difference %.1f\n",
+		max(6, *flagRounds/6), filterLen, scIn, scOut, scDiff)
+
 	// Revoke latency.
 	lat, whole, err := b.revokeLatency()
 	if err != nil {
@@ -480,6 +501,8 @@ func (b *bench) run() error {
 	ratioNft := median(pairNft)
 	fmt.Printf("session_create_us_at_10=%.1f\n", mean(at10))
 	fmt.Printf("session_create_us_at_10k=%.1f\n", mean(at10k))
+	fmt.Printf("seccomp_filter_instructions=%d\n", filterLen)
+	fmt.Printf("seccomp_ns_per_syscall=%.1f\n", scDiff)
 	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", median(pairBase))
 	fmt.Printf("egress_connect_ratio_vs_nftables=%.3f\n", ratioNft)
 	fmt.Printf("revoke_to_deny_p99_us=%.1f\n", pct(lat, 99))

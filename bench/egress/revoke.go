@@ -38,7 +38,7 @@ func (b *bench) revokeLatency() (lat, whole []float64, err error) {
 	}
 	var tid int
 	fmt.Sscanf(w.do("tid"), "ok %d", &tid)
-	fifo(tid)
+	fifo(hostTID(w.cmd.Process.Pid, tid))
 	if n := numCPU(); n > 1 {
 		w.do(fmt.Sprintf("cpu %d", n-1))
 		runtime.LockOSThread()

@@ -28,7 +28,8 @@ func (b *bench) copyProbe() error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "shinken-bench-")
+	// Under /var/tmp: a session's /tmp is its own.
+	dir, err := os.MkdirTemp("/var/tmp", "shinken-bench-")
 	if err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func (b *bench) worker(s dataplane.Session) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := dataplane.StartIn(s, cmd, dataplane.ProcOptions{}); err != nil {
+	if err := b.start(s, cmd); err != nil {
 		return nil, err
 	}
 	w := &worker{cmd: cmd, in: in, out: bufio.NewScanner(out)}

@@ -1,7 +1,6 @@
 package boundary
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,13 +9,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary/child"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,14 +28,30 @@ const nsFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
 // recognise its own re-executed modes (it would start a second agent).
 var mainCalled bool
 
+// Main runs the re-executed modes (package child) when this binary was
+// started as one of them, and never returns then; in any other process it
+// returns at once. Binaries that may be re-executed themselves (the agent,
+// test binaries: used when the dedicated launcher is missing) call it
+// first thing in main or TestMain.
+func Main() {
+	mainCalled = true
+	child.Main()
+}
+
+// landlockScopes are the Landlock IPC scopes each launch enters (ABI 6):
+// LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL.
+const landlockScopes = 1 | 2
+
 // Boundary makes and holds the session boundary of every session: the
 // per-session namespaces (through their holder process) and the launcher.
 // Safe for concurrent use.
 type Boundary struct {
-	cfg    Config
-	exe    *os.File // our own binary, re-executed in the session modes
-	report []backend.Strength
-	ready  error // why sessions cannot be created, nil when they can
+	cfg      Config
+	exe      *os.File // the launcher binary (or our own), re-executed in the session modes
+	launcher string   // what exe is, for the report
+	filter   []byte   // the seccomp filter, assembled once (struct sock_filter array)
+	report   []backend.Strength
+	ready    error // why sessions cannot be created, nil when they can
 
 	useNS, useSeccomp, useLandlock bool
 	landlockABI                    int
@@ -45,6 +61,8 @@ type Boundary struct {
 
 	mu      sync.Mutex
 	holders map[string]*holder
+	runs    map[*os.Process]*run // runs started with their own cgroup, until they are removed
+	runSeq  atomic.Uint64
 }
 
 type holder struct {
@@ -64,17 +82,59 @@ func New(cfg Config, maxSessions uint32) (*Boundary, error) {
 	if err := cfg.Validate(maxSessions); err != nil {
 		return nil, err
 	}
-	if !mainCalled {
-		return nil, errors.New("boundary: this binary never called boundary.Main, so it cannot be re-executed as a session launcher")
-	}
-	exe, err := os.Open("/proc/self/exe")
+	exe, what, err := openLauncher(cfg.Launcher)
 	if err != nil {
-		return nil, fmt.Errorf("boundary: open own binary: %w", err)
+		return nil, err
 	}
-	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}}
+	b := &Boundary{cfg: cfg, exe: exe, launcher: what, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
+	if b.filter, err = rawFilter(cfg.AllowUserNS); err != nil {
+		exe.Close()
+		return nil, err
+	}
 	b.probe()
 	return b, nil
 }
+
+// openLauncher opens the dedicated launcher binary (path, or shinken-launch
+// next to the running executable), or, when it is missing or unsafe, our
+// own binary, which must have called Main; what says which, and why.
+func openLauncher(path string) (*os.File, string, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, "", fmt.Errorf("boundary: own executable: %w", err)
+		}
+		path = filepath.Join(filepath.Dir(self), LauncherName)
+	}
+	f, err := os.Open(path)
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
+			switch {
+			case st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0:
+				err = errors.New("not an executable regular file")
+			case st.Uid != 0 || st.Mode&0o022 != 0:
+				err = fmt.Errorf("owned by uid %d, mode %o: only root may be able to write the launcher", st.Uid, st.Mode&0o7777)
+			}
+		}
+		if err == nil {
+			return f, path + " (dedicated launcher binary)", nil
+		}
+		f.Close()
+	}
+	reason := fmt.Sprintf("launcher %s unusable (%v)", path, err)
+	if !mainCalled {
+		return nil, "", fmt.Errorf("boundary: %s, and this binary never called boundary.Main, so it cannot be re-executed instead", reason)
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return nil, "", fmt.Errorf("boundary: %s; open own binary: %w", reason, err)
+	}
+	return self, "re-execution of the agent's own binary (slower: every launch runs its package initialisers): " + reason, nil
+}
+
+// Launcher says which binary is re-executed for session processes, and why.
+func (b *Boundary) Launcher() string { return b.launcher }
 
 // Close closes the descriptors the boundary holds; the sessions' holders
 // keep running (a new agent adopts them).
@@ -133,8 +193,7 @@ func (b *Boundary) startHolder(h *holder) error {
 		return fmt.Errorf("open session cgroup: %w", err)
 	}
 	defer unix.Close(cg)
-	spec, _ := json.Marshal(initSpec{Status: 3, Catatonit: b.cfg.Catatonit})
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: []string{initArg0, string(spec)}}
+	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args(), Env: []string{child.StartEnv}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags, UseCgroupFD: true, CgroupFD: cg, Setsid: true}
 	if err := startReporting(cmd, b.exe); err != nil {
 		return fmt.Errorf("session init: %w", err)
@@ -192,6 +251,14 @@ func startReporting(cmd *exec.Cmd, exe *os.File) error {
 // below ours), or makes a new one if there is none (its namespaces died
 // with their holder, and so did every process in them).
 func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
+	// Runs of an earlier agent: empty run cgroups go now; the processes of
+	// a run still going keep their cgroup (they end with the session: no
+	// agent watches their first process any more).
+	if runs, _ := filepath.Glob(filepath.Join(cgroup, "run-*")); len(runs) > 0 {
+		for _, r := range runs {
+			_ = unix.Rmdir(r)
+		}
+	}
 	if !b.useNS {
 		return b.Create(name, cgroup, index)
 	}
@@ -251,19 +318,25 @@ func reap(h *holder) {
 // LaunchOptions says who a session process runs as and how it is contained.
 type LaunchOptions = backend.LaunchOptions
 
+// run is a launch with its own cgroup below the session's.
+type run struct {
+	dir   string
+	pidfd int
+}
+
 // Launch starts cmd inside session name: the one path by which a process
-// enters a session. The child is created directly in the session cgroup,
-// in the session's mount, IPC and PID namespaces, and confined before it
-// executes cmd.Path (resolved inside the session).
+// enters a session. The child is created directly in the session cgroup
+// (with ownRun, in a new cgroup of its own below it), in the session's
+// mount, IPC and PID namespaces, and confined before it executes cmd.Path
+// (resolved inside the session).
 //
-// With ownPIDNS (what `run` uses), cmd.Process is a catatonit in the
-// session's PID namespace whose one child, the target, is pid 1 of a PID
-// namespace of its own: KillRun kills that pid 1 and with it, by the
-// kernel, every process the run started, however it forked (setsid,
-// double fork: no process leaves a PID namespace). The cmd's context
-// cancel (exec.CommandContext) is set to KillRun. The run's processes also
-// end when its first process exits.
-func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPIDNS bool) error {
+// With ownRun (what `run` uses), KillRun kills the run's cgroup
+// (cgroup.kill), so every process the run started, however it forked
+// (setsid, double fork: no unprivileged process leaves its cgroup), and
+// the cmd's context cancel (exec.CommandContext) is set to KillRun. The
+// run's processes also end when its first process exits: a goroutine waits
+// for that exit on a pidfd, kills the cgroup and removes it.
+func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun bool) error {
 	if b.ready != nil {
 		return b.ready
 	}
@@ -273,8 +346,13 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPID
 	if !ok {
 		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
 	}
-	spec := launchSpec{Path: cmd.Path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged,
-		NoSeccomp: !b.useSeccomp, NoLandlock: !b.useLandlock, AllowUserNS: b.cfg.AllowUserNS}
+	spec := child.Launch{Path: cmd.Path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged}
+	if b.useSeccomp {
+		spec.Filter = b.filter
+	}
+	if b.useLandlock {
+		spec.Landlock = landlockScopes
+	}
 	if opts.UID != 0 || opts.GID != 0 {
 		if opts.UID == 0 && !opts.Privileged {
 			return fmt.Errorf("boundary: launch in %s: uid 0 requires privileged", name)
@@ -284,32 +362,48 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPID
 			spec.GID = h.uid // never the root group by omission
 		}
 	}
-	if ownPIDNS && b.useNS {
-		spec.Reaper = b.cfg.Catatonit
+	dir := h.cgroup
+	var r *run
+	if ownRun {
+		var err error
+		if r, err = b.newRun(h.cgroup); err != nil {
+			return fmt.Errorf("boundary: launch in %s: %w", name, err)
+		}
+		dir = r.dir
 	}
-	cg, err := unix.Open(h.cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	cg, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("boundary: open session cgroup %s: %w", h.cgroup, err)
+		b.removeRun(r)
+		return fmt.Errorf("boundary: open session cgroup %s: %w", dir, err)
 	}
 	defer unix.Close(cg)
 	spec.Status = 3 + len(cmd.ExtraFiles)
 	spec.ExeFD = spec.Status + 1
-	js, _ := json.Marshal(spec)
 	path, args := cmd.Path, cmd.Args
 	if len(args) == 0 {
 		args = []string{path}
 	}
+	origEnv, env := cmd.Env, cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
+		spec.DropEnv = true
+		cmd.Env = append(env[:len(env):len(env)], child.StartEnv)
+	}
 	cmd.Path = fmt.Sprintf("/proc/self/fd/%d", spec.ExeFD)
-	cmd.Args = append([]string{launchArg0, string(js)}, args...)
+	cmd.Args = spec.Args(args)
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	sys := cmd.SysProcAttr
 	sys.UseCgroupFD, sys.CgroupFD = true, cg
 	sys.Credential, sys.AmbientCaps = nil, nil
-	if spec.Reaper != "" && cmd.Cancel != nil {
-		// exec.CommandContext: a timeout kills the run's whole tree.
-		cmd.Cancel = func() error { return KillRun(cmd.Process) }
+	if r != nil {
+		if cmd.Cancel != nil {
+			// exec.CommandContext: a timeout kills the run's whole tree.
+			cmd.Cancel = func() error { return b.KillRun(cmd.Process) }
+		}
 	}
 	if !b.useNS {
 		// Without namespaces (accepted by the operator) the launcher
@@ -335,35 +429,95 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownPID
 		err = <-errc
 	}
 	cmd.Path, cmd.Args = path, args
+	cmd.Env = origEnv
 	if err != nil {
+		b.removeRun(r)
 		return fmt.Errorf("boundary: launch in %s: %w", name, err)
+	}
+	if r != nil {
+		// A pidfd of our own (non-blocking, for the netpoller; the one
+		// os.Process holds must stay blocking for its Wait). The child
+		// cannot be reaped before Launch returns, so the pid names it.
+		if r.pidfd, err = unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK); err != nil {
+			r.pidfd = -1
+		}
+		b.mu.Lock()
+		b.runs[cmd.Process] = r
+		b.mu.Unlock()
+		go b.endRun(cmd.Process, r)
 	}
 	return nil
 }
 
-// KillRun kills a run started with ownPIDNS: first the pid 1 of its PID
-// namespace (the kernel then kills everything in it), then the reaper p.
-func KillRun(p *os.Process) error {
+// newRun makes a new cgroup for one run below the session's cgroup: owned
+// by root, so the run's processes can neither leave it (moving a process
+// needs write access to the cgroup.procs of the common ancestor, the
+// session's) nor make cgroups below it.
+func (b *Boundary) newRun(session string) (*run, error) {
+	for {
+		dir := filepath.Join(session, fmt.Sprintf("run-%d", b.runSeq.Add(1)))
+		err := unix.Mkdir(dir, 0o755)
+		if err == nil {
+			return &run{dir: dir, pidfd: -1}, nil
+		}
+		if !errors.Is(err, unix.EEXIST) { // else left by an earlier agent: next number
+			return nil, fmt.Errorf("make run cgroup: %w", err)
+		}
+	}
+}
+
+// endRun waits (in the netpoller, no thread held) until the run's first
+// process has exited, then kills and removes the run's cgroup.
+func (b *Boundary) endRun(p *os.Process, r *run) {
+	if r.pidfd >= 0 {
+		f := os.NewFile(uintptr(r.pidfd), "pidfd")
+		if rc, err := f.SyscallConn(); err == nil {
+			_ = rc.Read(func(fd uintptr) bool {
+				n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+				return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
+			})
+		}
+		f.Close()
+	}
+	r.pidfd = -1
+	b.mu.Lock()
+	delete(b.runs, p)
+	b.mu.Unlock()
+	b.removeRun(r)
+}
+
+// removeRun kills every process of the run's cgroup and removes it.
+func (b *Boundary) removeRun(r *run) {
+	if r == nil {
+		return
+	}
+	if r.pidfd >= 0 {
+		unix.Close(r.pidfd)
+	}
+	_ = os.WriteFile(filepath.Join(r.dir, "cgroup.kill"), []byte("1"), 0)
+	for i := 0; i < 2000; i++ {
+		if err := unix.Rmdir(r.dir); err == nil || !errors.Is(err, unix.EBUSY) {
+			return
+		}
+		time.Sleep(time.Duration(min(i+1, 50)) * 100 * time.Microsecond)
+	}
+}
+
+// KillRun kills every process of a run started with ownRun (its cgroup's
+// cgroup.kill: the kernel kills them all, and any process they fork
+// meanwhile), or p alone if p is not such a run.
+func (b *Boundary) KillRun(p *os.Process) error {
 	if p == nil {
 		return nil
 	}
-	path := fmt.Sprintf("/proc/%d/task/%d/children", p.Pid, p.Pid)
-	if data, err := os.ReadFile(path); err == nil {
-		for _, f := range strings.Fields(string(data)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			fd, err := unix.PidfdOpen(pid, 0)
-			if err != nil {
-				continue
-			}
-			// Still p's child after the pidfd was taken: the pidfd names it.
-			if again, _ := os.ReadFile(path); slices.Contains(strings.Fields(string(again)), f) {
-				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-			}
-			unix.Close(fd)
-		}
+	b.mu.Lock()
+	r := b.runs[p]
+	b.mu.Unlock()
+	if r == nil {
+		return p.Kill()
 	}
-	return p.Kill()
+	if err := os.WriteFile(filepath.Join(r.dir, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return errors.Join(fmt.Errorf("boundary: kill run: %w", err), p.Kill())
+	}
+	return nil
 }

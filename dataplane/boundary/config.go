@@ -15,6 +15,9 @@ const (
 	// DefaultCatatonit is the pid-1 reaper each session's PID namespace
 	// runs (Debian package catatonit).
 	DefaultCatatonit = "/usr/bin/catatonit"
+	// LauncherName is the dedicated launcher's file name, looked for next
+	// to the running executable.
+	LauncherName = "shinken-launch"
 )
 
 // Mechanism names: one per row of the boundary report, and the names an
@@ -48,6 +51,14 @@ type Config struct {
 	// Catatonit is the path of the catatonit binary (default
 	// /usr/bin/catatonit).
 	Catatonit string
+	// Launcher is the path of the dedicated launcher binary
+	// (cmd/shinken-launch), re-executed for every session process and
+	// every session's init (default: shinken-launch next to the running
+	// executable). If it is missing or unsafe (not a root-owned regular
+	// file that only root can write), the boundary re-executes the running
+	// binary instead, which is slower (its package initialisers run at
+	// every launch), and the report says why.
+	Launcher string
 }
 
 // SetDefaults fills unset fields.

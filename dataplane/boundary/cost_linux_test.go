@@ -54,6 +54,6 @@ func TestCost(t *testing.T) {
 	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
 	t.Logf("session create: median %v, max %v (%d sessions)", med(create), slices.Max(create), n)
 	t.Logf("holder (catatonit -P): %s", strings.Join(facts, ", "))
-	t.Logf("launch /bin/true through the boundary (own PID namespace): median %v; plain spawn median %v; ratio %.1f",
+	t.Logf("launch /bin/true through the boundary (own run cgroup): median %v; plain spawn median %v; ratio %.1f",
 		med(launch), med(plain), float64(med(launch))/float64(med(plain)))
 }

@@ -3,27 +3,30 @@
 //
 // Each session gets its own uid and gid (Config.UID: a pure function of the
 // dataplane's session index), and its own PID, mount and IPC namespaces,
-// created once when the session is made: the agent re-executes its own
-// binary in "session-init" mode with CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC
-// straight into the session cgroup; that process makes the host's root
-// read-only (recursively), mounts a fresh /proc, a private /tmp and
-// /dev/shm and a minimal /dev, then executes catatonit -P, a
-// single-threaded pid-1 reaper that holds the namespaces (one tiny process
-// per session: this host's pid_max is 32768 and the product runs 10,000
-// sessions). The agent keeps a pidfd of it; after a restart it finds it
-// again in the session cgroup (the process whose NSpid ends in 1).
+// created once when the session is made: the agent starts the launcher
+// binary (cmd/shinken-launch, package child; the agent's own binary if the
+// launcher is missing, as the report says) in "session-init" mode with
+// CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC straight into the session cgroup;
+// that process makes the host's root read-only (recursively), mounts a
+// fresh /proc, a private /tmp and /dev/shm and a minimal /dev, then
+// executes catatonit -P, a single-threaded pid-1 reaper that holds the
+// namespaces (one tiny process per session: this host's pid_max is 32768
+// and the product runs 10,000 sessions). The agent keeps a pidfd of it;
+// after a restart it finds it again in the session cgroup (the process
+// whose NSpid ends in 1).
 //
 // Launch is the one path by which a process enters a session: on a locked
 // OS thread the agent unshares CLONE_FS, joins the holder's namespaces with
-// setns(pidfd), and starts its own binary in "launch" mode from that
-// thread (the child inherits the mount and IPC namespaces and the PID
-// namespace for children), directly in the session cgroup. The child, still
-// root, locks securebits, drops the capability bounding set, switches to
-// the session uid, clears every capability set, sets no_new_privs, applies
-// Landlock IPC scoping (ABI 6) and a seccomp filter, and executes the
-// target. The tainted thread is never unlocked: Go ends it with the
-// goroutine.
+// setns(pidfd), and starts the launcher in "launch" mode from that thread
+// (the child inherits the mount and IPC namespaces and the PID namespace
+// for children), directly in the session cgroup or, for a run, in a new
+// cgroup of its own below it (killed whole with cgroup.kill). The child,
+// still root, locks securebits, drops the capability bounding set,
+// switches to the session uid, clears every capability set, sets
+// no_new_privs, applies Landlock IPC scoping (ABI 6) and the seccomp
+// filter the agent assembled, and executes the target. The tainted thread
+// is never unlocked: Go ends it with the goroutine.
 //
 // Binaries that use the package (the agent, test binaries) call Main first
-// thing in main or TestMain.
+// thing in main or TestMain, so that they can stand in for the launcher.
 package boundary

@@ -39,6 +39,7 @@ var (
 	setupErr  error
 	helperDir string // under /var/tmp: visible (read-only) inside sessions, unlike /tmp
 	helperBin string // copy of this test binary
+	launchBin string // the dedicated launcher, built from cmd/shinken-launch
 	cgParent  string // our own test parent under the cgroup2 mount
 )
 
@@ -71,7 +72,13 @@ func setup(t *testing.T) {
 			return
 		}
 		helperBin = filepath.Join(helperDir, "helper")
-		setupErr = copyFile(self, helperBin, 0o755)
+		if setupErr = copyFile(self, helperBin, 0o755); setupErr != nil {
+			return
+		}
+		launchBin = filepath.Join(helperDir, LauncherName)
+		if out, err := exec.Command("go", "build", "-o", launchBin, "github.com/shinken-agent/shinken/cmd/shinken-launch").CombinedOutput(); err != nil {
+			setupErr = fmt.Errorf("build the launcher: %v: %s", err, out)
+		}
 	})
 	if setupErr != nil {
 		t.Fatalf("setup: %v", setupErr)
@@ -134,6 +141,9 @@ func removeCgroupTree(dir string) {
 func newBoundary(t *testing.T, cfg Config, edit func(*Boundary)) *Boundary {
 	t.Helper()
 	setup(t)
+	if cfg.Launcher == "" {
+		cfg.Launcher = launchBin
+	}
 	b, err := New(cfg, 65536)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package boundary
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary/child"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,7 +60,7 @@ func (b *Boundary) probe() {
 		pidErr = runProbe(exec.Command(c.Catatonit, "-V"), unix.CLONE_NEWPID)
 		mntErr = b.probeInit()
 	}
-	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; a run gets its own below it")
+	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; each run gets its own cgroup below the session's")
 	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev")
 	b.useNS = okCat && okPID && okMnt
 
@@ -158,8 +158,7 @@ func runProbe(cmd *exec.Cmd, clone uintptr) error {
 // probeInit runs the real session init once (all namespaces, all mounts,
 // catatonit) outside any session, then kills it.
 func (b *Boundary) probeInit() error {
-	spec, _ := json.Marshal(initSpec{Status: 3, Catatonit: b.cfg.Catatonit})
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: []string{initArg0, string(spec)}}
+	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags}
 	if err := startReporting(cmd, b.exe); err != nil {
 		return err

@@ -77,30 +77,23 @@ func FilterLen(allowUserNS bool) (int, error) {
 	return len(p), err
 }
 
-// loadFilter installs the filter on every thread of the calling process
-// (TSYNC). no_new_privs must already be set.
-func loadFilter(allowUserNS bool) error {
+// rawFilter is the filter as the kernel takes it, an array of struct
+// sock_filter (little-endian: the agent builds for amd64 and arm64), for
+// the launcher to install.
+func rawFilter(allowUserNS bool) ([]byte, error) {
 	insts, err := filterProgram(allowUserNS)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	raw, err := bpf.Assemble(insts)
 	if err != nil {
-		return fmt.Errorf("seccomp assemble: %w", err)
+		return nil, fmt.Errorf("seccomp assemble: %w", err)
 	}
-	filt := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filt[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	out := make([]byte, 0, 8*len(raw))
+	for _, r := range raw {
+		out = append(out, byte(r.Op), byte(r.Op>>8), r.Jt, r.Jf, byte(r.K), byte(r.K>>8), byte(r.K>>16), byte(r.K>>24))
 	}
-	prog := unix.SockFprog{Len: uint16(len(filt)), Filter: &filt[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
-	if errno != 0 {
-		return fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC): %w", errno)
-	}
-	if r != 0 {
-		return fmt.Errorf("seccomp TSYNC: thread %d cannot be synchronised", r)
-	}
-	return nil
+	return out, nil
 }
 
 // seccompAvailable reports whether this kernel takes seccomp filters: the

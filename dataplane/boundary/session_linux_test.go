@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,13 @@ func TestInsideSession(t *testing.T) {
 	}
 	if !strings.Contains(out, "PID1 catatonit") {
 		t.Errorf("pid 1 of the session's /proc should be catatonit")
+	}
+	// The launcher's own environment entry does not reach the target; a
+	// caller's own GOMAXPROCS does.
+	env := runIn(t, b, "in", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "echo \"[$GOMAXPROCS]\""}, Env: []string{"A=1"}, Dir: "/"}, true)
+	own := runIn(t, b, "in", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "echo \"[$GOMAXPROCS]\""}, Env: []string{"GOMAXPROCS=7"}, Dir: "/"}, true)
+	if strings.TrimSpace(env) != "[]" || strings.TrimSpace(own) != "[7]" {
+		t.Errorf("GOMAXPROCS in the target: %q without, %q with the caller's own", env, own)
 	}
 	for _, l := range strings.Split(out, "\n") {
 		if pids, ok := strings.CutPrefix(l, "PIDS "); ok {
@@ -91,12 +99,22 @@ func TestNoPrivilegeGain(t *testing.T) {
 	}
 	// The kernel refuses to execute a +ep binary whose capabilities it
 	// would not grant in full: it gains nothing by not running at all.
+	// The launcher executes the target itself, so the refusal is Launch's
+	// error (EPERM from execve).
 	cmd := helper("caps", nil)
 	cmd.Path = capEff
-	if out := runIn(t, b, "priv", cmd, true); strings.Contains(out, "RESULT") && !strings.Contains(out, "op=raw_socket ok=false") {
-		t.Errorf("cap_net_raw+ep binary: %s", out)
+	var capOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &capOut, &capOut
+	if err := b.Launch("priv", cmd, LaunchOptions{}, true); err != nil {
+		if !errors.Is(err, syscall.EPERM) && !strings.Contains(err.Error(), "operation not permitted") {
+			t.Errorf("cap_net_raw+ep binary: %v", err)
+		} else {
+			t.Logf("verified: cap_net_raw+ep copy gains nothing: the kernel refuses to execute it (%v)", err)
+		}
+	} else if cmd.Wait(); strings.Contains(capOut.String(), "RESULT") && !strings.Contains(capOut.String(), "op=raw_socket ok=false") {
+		t.Errorf("cap_net_raw+ep binary: %s", capOut.String())
 	} else {
-		t.Logf("verified: cap_net_raw+ep copy gains nothing: %s", strings.TrimSpace(out))
+		t.Logf("verified: cap_net_raw+ep copy gains nothing: %s", strings.TrimSpace(capOut.String()))
 	}
 	idOut := runIn(t, b, "priv", &exec.Cmd{Path: suidID, Args: []string{"id", "-u"}, Dir: "/"}, true)
 	if strings.TrimSpace(idOut) != fmt.Sprint(uid) {
@@ -134,8 +152,10 @@ func TestNoPrivilegeGain(t *testing.T) {
 	}
 }
 
-// TestRunTreeKilled: a run in its own PID namespace is killed whole by
-// killing its first process, whatever it forked (setsid, double fork).
+// TestRunTreeKilled: a run in its own cgroup is killed whole by KillRun,
+// whatever it forked (setsid, double fork), and ends whole when its first
+// process exits; without its own cgroup the orphans survive (what the test
+// would see if the protection were removed).
 func TestRunTreeKilled(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
 	dir := session(t, b, "tree", 41)
@@ -147,16 +167,17 @@ func TestRunTreeKilled(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 		before := procs(t, dir)
-		KillRun(cmd.Process)
+		b.KillRun(cmd.Process)
 		cmd.Wait()
 		var after []string
 		for i := 0; i < 100; i++ {
-			if after = procs(t, dir); len(after) == 1 {
+			runs, _ := filepath.Glob(filepath.Join(dir, "run-*"))
+			if after = procs(t, dir); len(after) == 1 && (len(runs) == 0 || !own) {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		t.Logf("own PID namespace %v: %d processes in the session, %d left after killing the run's first process", own, len(before), len(after))
+		t.Logf("own cgroup %v: %d processes in the session, %d left after KillRun", own, len(before), len(after))
 		if own {
 			if len(before) < 6 || len(after) != 1 {
 				t.Errorf("run tree: %d processes before, %d after (want >= 6, then only the holder)", len(before), len(after))
@@ -164,7 +185,12 @@ func TestRunTreeKilled(t *testing.T) {
 				t.Logf("verified: killing the run killed all %d of its processes, setsid and double-forked ones included", len(before)-1)
 			}
 		} else if len(after) == 1 {
-			t.Errorf("without its own PID namespace the run's orphans should survive (else this test cannot see an escape)")
+			t.Errorf("without its own cgroup the run's orphans should survive (else this test cannot see an escape)")
+		}
+		if own {
+			if runs, _ := filepath.Glob(filepath.Join(dir, "run-*")); len(runs) != 0 {
+				t.Errorf("run cgroups left after the run: %v", runs)
+			}
 		}
 		b.Release("tree") // kills the holder, so the session's namespaces and processes: recreate
 		for len(procs(t, dir)) > 0 {
@@ -173,6 +199,26 @@ func TestRunTreeKilled(t *testing.T) {
 		if err := b.Create("tree", dir, 41); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The first process exits by itself: everything it left behind dies.
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c",
+		"setsid sh -c 'sleep 1000 & sleep 1000' & (sleep 1000 &) ; sleep 0.3; exit 0"}, Dir: "/"}
+	if err := b.Launch("tree", cmd, LaunchOptions{}, true); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	var after []string
+	for i := 0; i < 100; i++ {
+		runs, _ := filepath.Glob(filepath.Join(dir, "run-*"))
+		if after = procs(t, dir); len(after) == 1 && len(runs) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(after) != 1 {
+		t.Errorf("after the run's first process exited, %d processes are left in the session (want only the holder)", len(after))
+	} else {
+		t.Logf("verified: when the run's first process exited, its setsid and double-forked processes died and its cgroup was removed")
 	}
 }
 
@@ -204,12 +250,20 @@ func TestRunTimeout(t *testing.T) {
 	t.Logf("verified: the context's timeout ended the run after %v (%v) and left only the session's holder", time.Since(t0).Round(time.Millisecond), err)
 }
 
+// procs lists the processes of the session cgroup dir and of the run
+// cgroups below it.
 func procs(t *testing.T, dir string) []string {
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(data))
+	out := strings.Fields(string(data))
+	runs, _ := filepath.Glob(filepath.Join(dir, "run-*", "cgroup.procs"))
+	for _, r := range runs {
+		data, _ := os.ReadFile(r) // a run's cgroup may be gone meanwhile
+		out = append(out, strings.Fields(string(data))...)
+	}
+	return out
 }
 
 // TestUIDs: distinct sessions get distinct uids, derived from the index
@@ -334,5 +388,34 @@ func TestFilter(t *testing.T) {
 				t.Errorf("%s has no syscall %s", a, name)
 			}
 		}
+	}
+}
+
+// TestLauncherFallback: without a usable launcher binary the boundary
+// re-executes this binary (which called Main) and says why; a launcher
+// that someone other than root could write is refused as unusable.
+func TestLauncherFallback(t *testing.T) {
+	setup(t)
+	unsafe := filepath.Join(helperDir, "unsafe-launch")
+	if err := copyFile(launchBin, unsafe, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	for i, path := range []string{filepath.Join(helperDir, "missing"), unsafe} {
+		b := newBoundary(t, Config{Launcher: path}, nil)
+		name, index := fmt.Sprintf("fallback%d", i), uint32(71+i)
+		if !strings.Contains(b.Launcher(), "re-execution of the agent's own binary") || !strings.Contains(b.Launcher(), path) {
+			t.Errorf("launcher %s: report %q", path, b.Launcher())
+		}
+		session(t, b, name, index)
+		out := runIn(t, b, name, &exec.Cmd{Path: "/usr/bin/id", Args: []string{"id", "-u"}, Dir: "/"}, true)
+		uid, _ := b.UID(index)
+		if strings.TrimSpace(out) != fmt.Sprint(uid) {
+			t.Errorf("fallback launch: id -u = %q, want %d", out, uid)
+		}
+		t.Logf("verified: %s", b.Launcher())
+	}
+	b := newBoundary(t, Config{}, nil)
+	if !strings.Contains(b.Launcher(), "dedicated launcher binary") {
+		t.Errorf("built launcher not used: %q", b.Launcher())
 	}
 }

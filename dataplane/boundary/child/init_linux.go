@@ -1,4 +1,4 @@
-package boundary
+package child
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // sessionInit runs as pid 1 of the session's new PID namespace, in its new
 // mount and IPC namespaces, as root: it builds the session's view of the
 // filesystem and executes catatonit -P, which holds the namespaces.
-func sessionInit(spec initSpec) error {
+func sessionInit(spec Init) error {
 	unix.CloseOnExec(spec.Status)
 	if !spec.NoMounts {
 		if err := sessionMounts(); err != nil {
