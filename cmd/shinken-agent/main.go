@@ -15,6 +15,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,7 +45,11 @@ var defaultManifest []byte
 func main() {
 	host.Main() // the session launcher re-executes this binary
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
+	err := run(log)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return // -h: the usage is the answer
+	case err != nil:
 		log.Error("shinken-agent", "err", err)
 		os.Exit(1)
 	}
