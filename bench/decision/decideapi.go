@@ -46,29 +46,37 @@ func decideAPIBench() {
 	be, err := host.Open(bcfg)
 	check(err)
 	defer host.Remove(bcfg)
+	// check exits at once: remove what Open installed first.
+	chk := func(err error) {
+		if err != nil {
+			host.Remove(bcfg)
+			os.RemoveAll(tmp)
+			check(err)
+		}
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ms, err := agent.ParseManifests("bench.manifest", []byte("image py\nallow net.egress cidrs=10.0.0.0/8 ports=443 tier=auto\nallow fs.scope read=/work write=/work\n"))
-	check(err)
+	chk(err)
 	man := map[string]*agent.Manifest{}
 	for _, m := range ms {
 		man[m.Image] = m
 	}
 	ag, err := agent.Open(agent.Config{StateDir: filepath.Join(tmp, "state"), Kernel: be, Manifests: man, Logger: quiet, Events: nopSink{}})
-	check(err)
+	chk(err)
 	defer ag.Close()
 	ctx := context.Background()
 	for i := 0; i < *decideSessions; i++ {
 		id := fmt.Sprintf("d%04d", i)
-		check(ag.CreateSession(agent.SessionSpec{ID: id, Image: "py", Home: "/home/" + id}))
+		chk(ag.CreateSession(agent.SessionSpec{ID: id, Image: "py", Home: "/home/" + id}))
 		_, err := ag.Grant(ctx, agent.GrantRequest{Session: id, Lifecycle: agent.LifecycleSession, Capability: agent.Capability{Class: agent.ClassNetEgress,
 			Egress: &agent.EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)}, Ports: []agent.PortRange{{Lo: 443, Hi: 443}}}}})
-		check(err)
+		chk(err)
 	}
 	srv, err := api.NewServer(api.Config{Agent: ag, Backend: be, Hub: api.NewHub(16), Auth: api.Authorizer{OperatorGID: -1}, Logger: quiet})
-	check(err)
+	chk(err)
 	sock := filepath.Join(tmp, "api.sock")
 	ln, err := net.Listen("unix", sock)
-	check(err)
+	chk(err)
 	hs := &http.Server{Handler: srv, ConnContext: api.ConnContext}
 	go hs.Serve(ln)
 	defer hs.Close()
@@ -101,12 +109,12 @@ func decideAPIBench() {
 	for i, x := range qs {
 		start := time.Now()
 		resp, err := hc.Post("http://shinken/v1/decide", "application/json", bytes.NewReader(x.body))
-		check(err)
+		chk(err)
 		var d agent.UseDecision
 		err = json.NewDecoder(resp.Body).Decode(&d)
 		resp.Body.Close()
 		lat = append(lat, time.Since(start))
-		check(err)
+		chk(err)
 		if d.Allowed != x.want {
 			fail("decide api %d: %s: allowed=%v want %v (%s)", i, x.body, d.Allowed, x.want, d.DecidedBy)
 		}
