@@ -217,7 +217,14 @@ func (p *prober) do(f []string) string {
 		}
 		ms, _ := strconv.Atoi(arg(3))
 		pfd := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}}
+		// Poll again after a signal (the Go runtime's preemption signal
+		// interrupts it with EINTR), for the time that is left.
+		deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
 		n, err := unix.Poll(pfd, ms)
+		for err == unix.EINTR {
+			left := int(time.Until(deadline) / time.Millisecond)
+			n, err = unix.Poll(pfd, max(left, 0))
+		}
 		if err != nil {
 			return result("", err)
 		}
