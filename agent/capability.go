@@ -6,6 +6,7 @@ package agent
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -472,6 +473,30 @@ func validateDomainPattern(d string) error {
 }
 
 // String renders the capability in manifest syntax.
+// Summary is the scope in one short line for tables and the panel: a
+// net.egress scope as "cidrs and domains ports=P,Q", any other class as its
+// JSON.
+func (c Capability) Summary() string {
+	if c.Class == ClassNetEgress && c.Egress != nil {
+		parts := make([]string, 0, len(c.Egress.CIDRs)+len(c.Egress.Domains))
+		for _, p := range c.Egress.CIDRs {
+			parts = append(parts, p.String())
+		}
+		parts = append(parts, c.Egress.Domains...)
+		var ports []string
+		for _, p := range c.Egress.Ports {
+			ports = append(ports, p.String())
+		}
+		s := strings.Join(parts, ",")
+		if len(ports) > 0 {
+			s += " ports=" + strings.Join(ports, ",")
+		}
+		return s
+	}
+	b, _ := json.Marshal(c)
+	return string(b)
+}
+
 func (c Capability) String() string {
 	c = c.Normalized()
 	var f []string

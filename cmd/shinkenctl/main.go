@@ -125,7 +125,7 @@ func (c *client) dispatch(args []string) error {
 		}
 		var rows [][]string
 		for _, g := range gs {
-			rows = append(rows, []string{g.ID, g.Session, string(g.Capability.Class), scopeString(g.Capability), g.Tier.String(), string(g.Lifecycle), string(g.Phase), expires(g.Expires)})
+			rows = append(rows, []string{g.ID, g.Session, string(g.Capability.Class), g.Capability.Summary(), g.Tier.String(), string(g.Lifecycle), string(g.Phase), expires(g.Expires)})
 		}
 		table("GRANT\tSESSION\tCLASS\tSCOPE\tTIER\tLIFECYCLE\tPHASE\tEXPIRES", rows)
 		return nil
@@ -172,7 +172,7 @@ func (c *client) dispatch(args []string) error {
 				if i > 0 {
 					id, sess, st = "", "", ""
 				}
-				rows = append(rows, []string{id, sess, st, cd.Tier.String(), it.Actor, string(it.Resource), scopeString(it.Scope), string(it.Provenance), it.Rule})
+				rows = append(rows, []string{id, sess, st, cd.Tier.String(), it.Actor, string(it.Resource), it.Scope.Summary(), string(it.Provenance), it.Rule})
 			}
 		}
 		table("CARD\tSESSION\tSTATUS\tTIER\tACTOR\tRESOURCE\tSCOPE\tPROVENANCE\tRULE", rows)
@@ -284,27 +284,6 @@ func expires(t time.Time) string {
 		return "-"
 	}
 	return time.Until(t).Round(time.Second).String()
-}
-
-func scopeString(c agent.Capability) string {
-	if c.Class == agent.ClassNetEgress && c.Egress != nil {
-		var parts []string
-		for _, p := range c.Egress.CIDRs {
-			parts = append(parts, p.String())
-		}
-		parts = append(parts, c.Egress.Domains...)
-		var ports []string
-		for _, p := range c.Egress.Ports {
-			ports = append(ports, p.String())
-		}
-		s := strings.Join(parts, ",")
-		if len(ports) > 0 {
-			s += " ports=" + strings.Join(ports, ",")
-		}
-		return s
-	}
-	b, _ := json.Marshal(c)
-	return string(b)
 }
 
 func (c *client) events(follow bool) error {

@@ -19,7 +19,7 @@ import (
 var assets embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"scope": scopeString,
+	"scope": agent.Capability.Summary,
 	"until": until,
 	"json": func(v any) string {
 		b, _ := json.Marshal(v)
@@ -339,25 +339,4 @@ func until(t time.Time) string {
 		return "expired"
 	}
 	return d.String()
-}
-
-func scopeString(c agent.Capability) string {
-	if c.Class == agent.ClassNetEgress && c.Egress != nil {
-		var parts []string
-		for _, p := range c.Egress.CIDRs {
-			parts = append(parts, p.String())
-		}
-		parts = append(parts, c.Egress.Domains...)
-		var ports []string
-		for _, p := range c.Egress.Ports {
-			ports = append(ports, p.String())
-		}
-		s := strings.Join(parts, ", ")
-		if len(ports) > 0 {
-			s += " ports " + strings.Join(ports, ",")
-		}
-		return s
-	}
-	b, _ := json.Marshal(c)
-	return string(b)
 }

@@ -218,7 +218,7 @@ func TestPanelPages(t *testing.T) {
 		t.Errorf("grant tree:\n%s", body)
 	}
 	_, body, _ = get(t, c, base+"/cards")
-	for _, want := range []string{"c-1", "uid:0(alice)", "UseCapability", "192.0.2.10/32 ports 443", "external", "tier:ask", "approve-once", "approve-session", "approve-pattern", `data-action="deny"`} {
+	for _, want := range []string{"c-1", "uid:0(alice)", "UseCapability", "192.0.2.10/32 ports=443", "external", "tier:ask", "approve-once", "approve-session", "approve-pattern", `data-action="deny"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("cards page lacks %q", want)
 		}
