@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent"
@@ -43,9 +42,8 @@ type Config struct {
 // hands it to the agent (or, for quotas, runs and counters, to the backend)
 // and encodes the answer; cards, patterns and batching are the agent's.
 type Server struct {
-	cfg   Config
-	mux   *http.ServeMux
-	runMu sync.Mutex
+	cfg Config
+	mux *http.ServeMux
 }
 
 // NewServer builds the server.
