@@ -104,8 +104,8 @@ func (c *client) session(args []string) error {
 func (c *client) run(args []string) error {
 	fs := newFlags("run")
 	timeout := fs.Float64("timeout", 60, "seconds")
-	uid := fs.Uint("uid", 0, "uid (default nobody)")
-	gid := fs.Uint("gid", 0, "gid")
+	uid := fs.Uint("uid", 0, "uid (default: the session's own uid; never 0)")
+	gid := fs.Uint("gid", 0, "gid (default: the session's own gid)")
 	if len(args) < 1 {
 		return errors.New("usage: run SESSION [-timeout S] -- CMD [ARG...]")
 	}
