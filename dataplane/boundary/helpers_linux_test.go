@@ -202,6 +202,12 @@ func caps() int {
 			fmt.Println("STATUS", strings.Join(strings.Fields(l), " "))
 		}
 	}
+	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+	fmt.Printf("STATUS SecureBits: %#x %v\n", bits, err)
+	// Clearing them needs CAP_SETPCAP, and a locked bit can never be
+	// cleared: either way the attempt must fail.
+	err = unix.Prctl(unix.PR_SET_SECUREBITS, 0, 0, 0, 0)
+	result("clear_securebits", err == nil, err)
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
 	if err == nil {
 		unix.Close(fd)

@@ -142,7 +142,17 @@ func TestNoPrivilegeGain(t *testing.T) {
 				}
 			case len(f) == 3 && f[1] == "NoNewPrivs:" && f[2] != "1":
 				t.Errorf("%s: %s", filepath.Base(bin), l)
+			case len(f) >= 3 && f[1] == "SecureBits:":
+				// Every bit of child.secureAll, each locked.
+				if f[2] != "0xef" {
+					t.Errorf("%s: %s, want 0xef (noroot, no_setuid_fixup, no_cap_ambient_raise, each locked; keep_caps locked off)", filepath.Base(bin), l)
+				} else {
+					t.Logf("verified: %s runs with securebits %s, every bit locked", filepath.Base(bin), f[2])
+				}
 			}
+		}
+		if r := results(out)["clear_securebits"]; !strings.HasPrefix(r, "ok=false") {
+			t.Errorf("%s: clearing securebits %q, want refused", filepath.Base(bin), r)
 		}
 		if r := results(out)["raw_socket"]; !strings.HasPrefix(r, "ok=false") {
 			t.Errorf("%s: raw socket %q, want refused", filepath.Base(bin), r)
