@@ -71,8 +71,9 @@ type Config struct {
 	Now         func() time.Time
 	// ApprovalTimeout: an Ask not answered in time does not run (default 10m).
 	ApprovalTimeout time.Duration
-	// TombstoneRetention is how long revoked and rolled-back grant records
-	// are kept (default 24h); Sweep prunes older ones. A pruned grant's token
+	// TombstoneRetention is how long revoked and rolled-back grant records,
+	// and decided cards (counted from their expiry), are kept (default
+	// 24h); Sweep prunes older ones. A pruned grant's token
 	// still verifies (the MAC is the agent's), so Revoke stays idempotent.
 	TombstoneRetention time.Duration
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;

@@ -90,6 +90,27 @@ func TestCardsInAgentState(t *testing.T) {
 		t.Fatalf("denying a timed-out card: %v", err)
 	}
 
+	// Decided cards do not pile up: past the tombstone retention the sweep
+	// drops them (for good: not back after a restart); a pending one stays.
+	pend, err := a.Request(ctx, []GrantRequest{{Session: "s1", Capability: loopEgress("127.0.1.11:80"), Lifecycle: LifecycleSession}})
+	if err != nil || pend[0].Outcome != "pending" {
+		t.Fatalf("ask: %+v %v", pend, err)
+	}
+	now = now.Add(24*time.Hour + time.Minute)
+	a.mu.Lock()
+	a.st.Approvals[a.st.Cards[pend[0].Card].Items[0].Approval].Expires = now.Add(time.Hour) // still waiting
+	a.mu.Unlock()
+	if err := a.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*Agent{a, open()} {
+		all := a.Cards(true)
+		if len(all) != 1 || all[0].ID != pend[0].Card || all[0].Status != CardPending {
+			t.Fatalf("cards after the retention: %+v, want only the pending card %s", all, pend[0].Card)
+		}
+	}
+	a = open()
+
 	// The pattern dies with its session: a new session reusing the name
 	// asks again, also after a restart.
 	if err := a.EndSession("s1"); err != nil {

@@ -97,6 +97,15 @@ func (a *Agent) Sweep(ctx context.Context) error {
 			changed = true
 		}
 	}
+	// Decided cards are kept as long as tombstones (the audit log keeps
+	// every decision for good); a pending card stays until it is decided
+	// or times out.
+	for id, c := range a.st.Cards {
+		if c.Status != CardPending && now.Sub(c.Expires) > a.cfg.TombstoneRetention {
+			delete(a.st.Cards, id)
+			changed = true
+		}
+	}
 	for id, ap := range a.st.Approvals {
 		if !now.Before(ap.Expires) {
 			delete(a.st.Approvals, id)
