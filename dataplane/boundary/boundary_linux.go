@@ -48,7 +48,8 @@ const landlockScopes = 1 | 2
 type Boundary struct {
 	cfg      Config
 	exe      *os.File // the launcher binary (or our own), re-executed in the session modes
-	launcher string   // what exe is, for the report
+	cexe     *os.File // the C launcher, executed for launches; nil: exe's launch mode
+	launcher string   // what exe and cexe are, for the report
 	filter   []byte   // the seccomp filter, assembled once (struct sock_filter array)
 	report   []backend.Strength
 	ready    error // why sessions cannot be created, nil when they can
@@ -86,9 +87,10 @@ func New(cfg Config, maxSessions uint32) (*Boundary, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Boundary{cfg: cfg, exe: exe, launcher: what, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
+	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
+	b.cexe, b.launcher = openExec(cfg.Exec, cfg.Launcher, what)
 	if b.filter, err = rawFilter(cfg.AllowUserNS); err != nil {
-		exe.Close()
+		b.Close()
 		return nil, err
 	}
 	b.probe()
@@ -106,21 +108,9 @@ func openLauncher(path string) (*os.File, string, error) {
 		}
 		path = filepath.Join(filepath.Dir(self), LauncherName)
 	}
-	f, err := os.Open(path)
+	f, err := openBinary(path)
 	if err == nil {
-		var st unix.Stat_t
-		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
-			switch {
-			case st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0:
-				err = errors.New("not an executable regular file")
-			case st.Uid != 0 || st.Mode&0o022 != 0:
-				err = fmt.Errorf("owned by uid %d, mode %o: only root may be able to write the launcher", st.Uid, st.Mode&0o7777)
-			}
-		}
-		if err == nil {
-			return f, path + " (dedicated launcher binary)", nil
-		}
-		f.Close()
+		return f, path + " (dedicated launcher binary)", nil
 	}
 	reason := fmt.Sprintf("launcher %s unusable (%v)", path, err)
 	if !mainCalled {
@@ -133,7 +123,49 @@ func openLauncher(path string) (*os.File, string, error) {
 	return self, "re-execution of the agent's own binary (slower: every launch runs its package initialisers): " + reason, nil
 }
 
-// Launcher says which binary is re-executed for session processes, and why.
+// openBinary opens path if it is an executable regular file that only root
+// can write.
+func openBinary(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err = unix.Fstat(int(f.Fd()), &st); err == nil {
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0:
+			err = errors.New("not an executable regular file")
+		case st.Uid != 0 || st.Mode&0o022 != 0:
+			err = fmt.Errorf("owned by uid %d, mode %o: only root may be able to write the launcher", st.Uid, st.Mode&0o7777)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// openExec opens the C launcher (path, or shinken-exec next to the
+// dedicated launcher, or next to the running executable); when it is
+// missing or unsafe, launches use the Go launcher's launch mode. report
+// says which binary does what, and why.
+func openExec(path, launcher, initWhat string) (f *os.File, report string) {
+	if path == "" {
+		if launcher == "" {
+			launcher, _ = os.Executable()
+		}
+		path = filepath.Join(filepath.Dir(launcher), ExecName)
+	}
+	f, err := openBinary(path)
+	if err != nil {
+		return nil, fmt.Sprintf("launches: the Go launcher's launch mode (slower: C launcher %s unusable: %v); session init: %s", path, err, initWhat)
+	}
+	return f, fmt.Sprintf("launches: %s (C launcher); session init: %s", path, initWhat)
+}
+
+// Launcher says which binaries are executed for session processes and
+// sessions' inits, and why.
 func (b *Boundary) Launcher() string { return b.launcher }
 
 // Close closes the descriptors the boundary holds; the sessions' holders
@@ -144,6 +176,9 @@ func (b *Boundary) Close() error {
 	for n, h := range b.holders {
 		unix.Close(h.pidfd)
 		delete(b.holders, n)
+	}
+	if b.cexe != nil {
+		b.cexe.Close()
 	}
 	return b.exe.Close()
 }
@@ -387,7 +422,11 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if env == nil {
 		env = os.Environ()
 	}
-	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
+	exe := b.cexe
+	if exe == nil {
+		exe = b.exe
+	}
+	if b.cexe == nil && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
 		spec.DropEnv = true
 		cmd.Env = append(env[:len(env):len(env)], child.StartEnv)
 	}
@@ -408,7 +447,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if !b.useNS {
 		// Without namespaces (accepted by the operator) the launcher
 		// re-executes through the host's /proc.
-		err = startReporting(cmd, b.exe)
+		err = startReporting(cmd, exe)
 	} else {
 		errc := make(chan error, 1)
 		go func() {
@@ -424,7 +463,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 				errc <- fmt.Errorf("join session namespaces (setns pidfd): %w", err)
 				return
 			}
-			errc <- startReporting(cmd, b.exe)
+			errc <- startReporting(cmd, exe)
 		}()
 		err = <-errc
 	}
