@@ -71,6 +71,12 @@ func TestInsideSession(t *testing.T) {
 // into a session gain nothing.
 func TestNoPrivilegeGain(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
+	// The agent's supplementary groups (root's, here) must not reach the
+	// session: give this process some for the test.
+	if err := syscall.Setgroups([]int{0, 4}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setgroups(nil) })
 	session(t, b, "priv", 31)
 	uid, _ := b.UID(31)
 	dir, err := os.MkdirTemp(helperDir, "priv-")
@@ -136,6 +142,8 @@ func TestNoPrivilegeGain(t *testing.T) {
 						t.Errorf("%s: %s", filepath.Base(bin), l)
 					}
 				}
+			case len(f) >= 2 && f[1] == "Groups:" && len(f) > 2:
+				t.Errorf("%s: %s, want no supplementary group", filepath.Base(bin), l)
 			case len(f) == 3 && strings.HasPrefix(f[1], "Cap"):
 				if strings.Trim(f[2], "0") != "" {
 					t.Errorf("%s: %s, want no capability", filepath.Base(bin), l)
