@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,9 +277,23 @@ func startReporting(cmd *exec.Cmd, exe *os.File) error {
 	if len(msg) > 0 {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return errors.New(string(msg))
+		return statusError(string(msg))
 	}
 	return nil
+}
+
+// statusError is the error a launcher reported on its status pipe: text
+// (the Go launcher), or "WHAT\0ERRNO" (the C launcher, which has no
+// strerror).
+func statusError(msg string) error {
+	what, num, ok := strings.Cut(msg, "\x00")
+	if !ok {
+		return errors.New(msg)
+	}
+	if n, err := strconv.Atoi(num); err == nil && n > 0 && n < 4096 {
+		return fmt.Errorf("%s: %w", what, unix.Errno(n))
+	}
+	return errors.New(what)
 }
 
 // Adopt finds the holder of a session that an earlier agent made (the
