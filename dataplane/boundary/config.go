@@ -66,8 +66,8 @@ type Config struct {
 	// every session process instead of the launcher's launch mode (default:
 	// shinken-exec next to the dedicated launcher, or next to the running
 	// executable). It has the same safety requirements; if it is missing
-	// or unsafe, launches go through the Go launcher (about 1.5 ms slower
-	// each), and the report says why.
+	// or unsafe, launches go through the Go launcher's launch mode (about
+	// 1 ms slower each), and the report says why.
 	Exec string
 }
 
