@@ -31,7 +31,7 @@
 // launch executes a launcher first, and a Go launcher's runtime start-up
 // (about 1 ms here) was most of a launch: `run SESSION -- /bin/true` took
 // about 4 times a plain spawn. The C launcher is freestanding (no libc: raw
-// system calls on amd64 and arm64, about 250 lines, a 10 KB static binary):
+// system calls on amd64 and arm64, under 300 lines, a 10 KB static binary):
 // even a static glibc's start-up cost about 0.3 ms per launch here (its CPU
 // feature probing executes cpuid, which traps in a VM). Started and waited
 // for on its own it takes about 0.2 ms, a quarter of /bin/true (the Go
