@@ -438,6 +438,25 @@ func TestLauncherFallback(t *testing.T) {
 	}
 }
 
+// TestLaunchError: a target that cannot be executed is Launch's error,
+// with the launcher's reason (the C launcher's errno is wrapped), and the
+// run's cgroup is removed.
+func TestLaunchError(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	dir := session(t, b, "lerr", 81)
+	err := b.Launch("lerr", &exec.Cmd{Path: "/nonexistent", Args: []string{"x"}, Dir: "/"}, LaunchOptions{}, true)
+	if err == nil || !strings.Contains(err.Error(), "exec /nonexistent: no such file or directory") {
+		t.Fatalf("launch of a missing target: %v", err)
+	}
+	if b.cexe != nil && !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("C launcher: %v does not wrap ENOENT", err)
+	}
+	if runs, _ := filepath.Glob(filepath.Join(dir, "run-*")); len(runs) != 0 {
+		t.Errorf("run cgroups left: %v", runs)
+	}
+	t.Logf("verified: %v", err)
+}
+
 // goLaunchEnv set: newBoundary leaves the C launcher out, so that every
 // launch goes through the Go launcher's launch mode.
 const goLaunchEnv = "SHINKEN_BT_GO_LAUNCH"
@@ -450,16 +469,19 @@ func TestGoLaunchMode(t *testing.T) {
 	if os.Getenv(goLaunchEnv) != "" {
 		t.Skip("already the Go launch mode")
 	}
-	run := "^(TestCrossSession|TestCrossSessionLayers|TestInsideSession|TestNoPrivilegeGain|TestRunTreeKilled|TestRunTimeout|TestFilterVerdicts|TestForeignABIKilled|TestFilter|TestLauncherFallback)$"
-	cmd := exec.Command(os.Args[0], "-test.run", run, "-test.v", "-test.count=1")
+	tests := []string{"TestCrossSession", "TestCrossSessionLayers", "TestInsideSession", "TestNoPrivilegeGain",
+		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter",
+		"TestLauncherFallback", "TestLaunchError"}
+	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), goLaunchEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the protection tests through the Go launcher's launch mode: %v\n%s", err, out)
 	}
-	passed := strings.Count(string(out), "--- PASS: ")
-	if passed < 10 {
-		t.Fatalf("only %d tests passed through the Go launch mode:\n%s", passed, out)
+	for _, name := range tests {
+		if !strings.Contains(string(out), "--- PASS: "+name+" (") {
+			t.Errorf("%s did not pass through the Go launch mode:\n%s", name, out)
+		}
 	}
-	t.Logf("%d protection tests passed through the Go launcher's launch mode", passed)
+	t.Logf("%d protection tests passed through the Go launcher's launch mode", len(tests))
 }
