@@ -11,8 +11,11 @@ all: build
 deps:
 	@.ci/install-deps >/dev/null
 
+# The C launcher (cmd/shinken-exec) is built from its committed source with
+# clang; the agent executes it for every session process.
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
+	cmd/shinken-exec/build $(BIN)/shinken-exec
 
 # Regenerate the bpf2go bindings and objects (committed) from bpf/*.bpf.c.
 generate: deps
@@ -58,6 +61,7 @@ bench: bench-egress bench-decision bench-dns bench-agent
 # 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
 bench-egress: deps
 	$(GO) build -o $(BIN)/ ./cmd/shinken-launch
+	cmd/shinken-exec/build $(BIN)/shinken-exec
 	$(GO) build -o $(BIN)/shinken-bench-egress ./bench/egress
 	$(BIN)/shinken-bench-egress
 

@@ -68,6 +68,11 @@ func build(t *testing.T) string {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
 			return
 		}
+		// The C launcher of session processes, as make build makes it.
+		if out, err := exec.Command("../shinken-exec/build", filepath.Join(buildDir, "shinken-exec")).CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build the C launcher: %v: %s", err, out)
+			return
+		}
 		self, _ := os.Executable()
 		data, err := os.ReadFile(self)
 		if err == nil {

@@ -48,7 +48,8 @@ const landlockScopes = 1 | 2
 type Boundary struct {
 	cfg      Config
 	exe      *os.File // the launcher binary (or our own), re-executed in the session modes
-	launcher string   // what exe is, for the report
+	cexe     *os.File // the C launcher, executed for launches; nil: exe's launch mode
+	launcher string   // what exe and cexe are, for the report
 	filter   []byte   // the seccomp filter, assembled once (struct sock_filter array)
 	report   []backend.Strength
 	ready    error // why sessions cannot be created, nil when they can
@@ -86,55 +87,15 @@ func New(cfg Config, maxSessions uint32) (*Boundary, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Boundary{cfg: cfg, exe: exe, launcher: what, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
+	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
+	b.cexe, b.launcher = openExec(cfg.Exec, cfg.Launcher, what)
 	if b.filter, err = rawFilter(cfg.AllowUserNS); err != nil {
-		exe.Close()
+		b.Close()
 		return nil, err
 	}
 	b.probe()
 	return b, nil
 }
-
-// openLauncher opens the dedicated launcher binary (path, or shinken-launch
-// next to the running executable), or, when it is missing or unsafe, our
-// own binary, which must have called Main; what says which, and why.
-func openLauncher(path string) (*os.File, string, error) {
-	if path == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, "", fmt.Errorf("boundary: own executable: %w", err)
-		}
-		path = filepath.Join(filepath.Dir(self), LauncherName)
-	}
-	f, err := os.Open(path)
-	if err == nil {
-		var st unix.Stat_t
-		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
-			switch {
-			case st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0:
-				err = errors.New("not an executable regular file")
-			case st.Uid != 0 || st.Mode&0o022 != 0:
-				err = fmt.Errorf("owned by uid %d, mode %o: only root may be able to write the launcher", st.Uid, st.Mode&0o7777)
-			}
-		}
-		if err == nil {
-			return f, path + " (dedicated launcher binary)", nil
-		}
-		f.Close()
-	}
-	reason := fmt.Sprintf("launcher %s unusable (%v)", path, err)
-	if !mainCalled {
-		return nil, "", fmt.Errorf("boundary: %s, and this binary never called boundary.Main, so it cannot be re-executed instead", reason)
-	}
-	self, err := os.Open("/proc/self/exe")
-	if err != nil {
-		return nil, "", fmt.Errorf("boundary: %s; open own binary: %w", reason, err)
-	}
-	return self, "re-execution of the agent's own binary (slower: every launch runs its package initialisers): " + reason, nil
-}
-
-// Launcher says which binary is re-executed for session processes, and why.
-func (b *Boundary) Launcher() string { return b.launcher }
 
 // Close closes the descriptors the boundary holds; the sessions' holders
 // keep running (a new agent adopts them).
@@ -144,6 +105,9 @@ func (b *Boundary) Close() error {
 	for n, h := range b.holders {
 		unix.Close(h.pidfd)
 		delete(b.holders, n)
+	}
+	if b.cexe != nil {
+		b.cexe.Close()
 	}
 	return b.exe.Close()
 }
@@ -241,7 +205,7 @@ func startReporting(cmd *exec.Cmd, exe *os.File) error {
 	if len(msg) > 0 {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return errors.New(string(msg))
+		return statusError(string(msg))
 	}
 	return nil
 }
@@ -387,7 +351,11 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if env == nil {
 		env = os.Environ()
 	}
-	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
+	exe := b.cexe
+	if exe == nil {
+		exe = b.exe
+	}
+	if b.cexe == nil && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") }) {
 		spec.DropEnv = true
 		cmd.Env = append(env[:len(env):len(env)], child.StartEnv)
 	}
@@ -408,7 +376,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if !b.useNS {
 		// Without namespaces (accepted by the operator) the launcher
 		// re-executes through the host's /proc.
-		err = startReporting(cmd, b.exe)
+		err = startReporting(cmd, exe)
 	} else {
 		errc := make(chan error, 1)
 		go func() {
@@ -424,7 +392,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 				errc <- fmt.Errorf("join session namespaces (setns pidfd): %w", err)
 				return
 			}
-			errc <- startReporting(cmd, b.exe)
+			errc <- startReporting(cmd, exe)
 		}()
 		err = <-errc
 	}

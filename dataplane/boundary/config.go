@@ -18,6 +18,9 @@ const (
 	// LauncherName is the dedicated launcher's file name, looked for next
 	// to the running executable.
 	LauncherName = "shinken-launch"
+	// ExecName is the C launcher's file name (cmd/shinken-exec, built by
+	// make with clang), looked for next to the dedicated launcher.
+	ExecName = "shinken-exec"
 )
 
 // Mechanism names: one per row of the boundary report, and the names an
@@ -59,6 +62,13 @@ type Config struct {
 	// binary instead, which is slower (its package initialisers run at
 	// every launch), and the report says why.
 	Launcher string
+	// Exec is the path of the C launcher (cmd/shinken-exec), executed for
+	// every session process instead of the launcher's launch mode (default:
+	// shinken-exec next to the dedicated launcher, or next to the running
+	// executable). It has the same safety requirements; if it is missing
+	// or unsafe, launches go through the Go launcher's launch mode (about
+	// 1 ms slower each), and the report says why.
+	Exec string
 }
 
 // SetDefaults fills unset fields.

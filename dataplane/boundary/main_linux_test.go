@@ -40,6 +40,7 @@ var (
 	helperDir string // under /var/tmp: visible (read-only) inside sessions, unlike /tmp
 	helperBin string // copy of this test binary
 	launchBin string // the dedicated launcher, built from cmd/shinken-launch
+	execBin   string // the C launcher, built from cmd/shinken-exec (beside launchBin)
 	cgParent  string // our own test parent under the cgroup2 mount
 )
 
@@ -78,6 +79,14 @@ func setup(t *testing.T) {
 		launchBin = filepath.Join(helperDir, LauncherName)
 		if out, err := exec.Command("go", "build", "-o", launchBin, "github.com/shinken-agent/shinken/cmd/shinken-launch").CombinedOutput(); err != nil {
 			setupErr = fmt.Errorf("build the launcher: %v: %s", err, out)
+			return
+		}
+		// The C launcher, as make builds it: every launch of these tests
+		// goes through it (TestGoLaunchMode runs the protection tests
+		// again through the Go launcher's launch mode).
+		execBin = filepath.Join(helperDir, ExecName)
+		if out, err := exec.Command("../../cmd/shinken-exec/build", execBin).CombinedOutput(); err != nil {
+			setupErr = fmt.Errorf("build the C launcher: %v: %s", err, out)
 		}
 	})
 	if setupErr != nil {
@@ -143,6 +152,9 @@ func newBoundary(t *testing.T, cfg Config, edit func(*Boundary)) *Boundary {
 	setup(t)
 	if cfg.Launcher == "" {
 		cfg.Launcher = launchBin
+	}
+	if cfg.Exec == "" && os.Getenv(goLaunchEnv) != "" {
+		cfg.Exec = filepath.Join(helperDir, "no-c-launcher")
 	}
 	b, err := New(cfg, 65536)
 	if err != nil {

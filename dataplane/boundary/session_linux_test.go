@@ -71,6 +71,12 @@ func TestInsideSession(t *testing.T) {
 // into a session gain nothing.
 func TestNoPrivilegeGain(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
+	// The agent's supplementary groups (root's, here) must not reach the
+	// session: give this process some for the test.
+	if err := syscall.Setgroups([]int{0, 4}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setgroups(nil) })
 	session(t, b, "priv", 31)
 	uid, _ := b.UID(31)
 	dir, err := os.MkdirTemp(helperDir, "priv-")
@@ -136,6 +142,8 @@ func TestNoPrivilegeGain(t *testing.T) {
 						t.Errorf("%s: %s", filepath.Base(bin), l)
 					}
 				}
+			case len(f) >= 2 && f[1] == "Groups:" && len(f) > 2:
+				t.Errorf("%s: %s, want no supplementary group", filepath.Base(bin), l)
 			case len(f) == 3 && strings.HasPrefix(f[1], "Cap"):
 				if strings.Trim(f[2], "0") != "" {
 					t.Errorf("%s: %s, want no capability", filepath.Base(bin), l)
@@ -402,19 +410,29 @@ func TestFilter(t *testing.T) {
 }
 
 // TestLauncherFallback: without a usable launcher binary the boundary
-// re-executes this binary (which called Main) and says why; a launcher
-// that someone other than root could write is refused as unusable.
+// re-executes this binary (which called Main) and says why; without a
+// usable C launcher, launches go through the Go launcher's launch mode; a
+// launcher that someone other than root could write is refused as unusable.
 func TestLauncherFallback(t *testing.T) {
 	setup(t)
-	unsafe := filepath.Join(helperDir, "unsafe-launch")
+	unsafe, unsafeExec := filepath.Join(helperDir, "unsafe-launch"), filepath.Join(helperDir, "unsafe-exec")
 	if err := copyFile(launchBin, unsafe, 0o757); err != nil {
 		t.Fatal(err)
 	}
-	for i, path := range []string{filepath.Join(helperDir, "missing"), unsafe} {
-		b := newBoundary(t, Config{Launcher: path}, nil)
+	if err := copyFile(execBin, unsafeExec, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(helperDir, "missing")
+	for i, c := range []struct{ launcher, exec, want string }{
+		{missing, missing, "re-execution of the agent's own binary"},
+		{unsafe, unsafeExec, "re-execution of the agent's own binary"},
+		{launchBin, missing, "the Go launcher's launch mode"},
+		{launchBin, unsafeExec, "the Go launcher's launch mode"},
+	} {
+		b := newBoundary(t, Config{Launcher: c.launcher, Exec: c.exec}, nil)
 		name, index := fmt.Sprintf("fallback%d", i), uint32(71+i)
-		if !strings.Contains(b.Launcher(), "re-execution of the agent's own binary") || !strings.Contains(b.Launcher(), path) {
-			t.Errorf("launcher %s: report %q", path, b.Launcher())
+		if r := b.Launcher(); !strings.Contains(r, c.want) || !strings.Contains(r, c.launcher) || !strings.Contains(r, c.exec) {
+			t.Errorf("launcher %s, C launcher %s: report %q", c.launcher, c.exec, r)
 		}
 		session(t, b, name, index)
 		out := runIn(t, b, name, &exec.Cmd{Path: "/usr/bin/id", Args: []string{"id", "-u"}, Dir: "/"}, true)
@@ -425,7 +443,55 @@ func TestLauncherFallback(t *testing.T) {
 		t.Logf("verified: %s", b.Launcher())
 	}
 	b := newBoundary(t, Config{}, nil)
-	if !strings.Contains(b.Launcher(), "dedicated launcher binary") {
-		t.Errorf("built launcher not used: %q", b.Launcher())
+	if r := b.Launcher(); os.Getenv(goLaunchEnv) == "" && (!strings.Contains(r, "dedicated launcher binary") || !strings.Contains(r, execBin+" (C launcher)")) {
+		t.Errorf("built launchers not used: %q", r)
 	}
+}
+
+// TestLaunchError: a target that cannot be executed is Launch's error,
+// with the launcher's reason (the C launcher's errno is wrapped), and the
+// run's cgroup is removed.
+func TestLaunchError(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	dir := session(t, b, "lerr", 81)
+	err := b.Launch("lerr", &exec.Cmd{Path: "/nonexistent", Args: []string{"x"}, Dir: "/"}, LaunchOptions{}, true)
+	if err == nil || !strings.Contains(err.Error(), "exec /nonexistent: no such file or directory") {
+		t.Fatalf("launch of a missing target: %v", err)
+	}
+	if b.cexe != nil && !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("C launcher: %v does not wrap ENOENT", err)
+	}
+	if runs, _ := filepath.Glob(filepath.Join(dir, "run-*")); len(runs) != 0 {
+		t.Errorf("run cgroups left: %v", runs)
+	}
+	t.Logf("verified: %v", err)
+}
+
+// goLaunchEnv set: newBoundary leaves the C launcher out, so that every
+// launch goes through the Go launcher's launch mode.
+const goLaunchEnv = "SHINKEN_BT_GO_LAUNCH"
+
+// TestGoLaunchMode runs the protection tests again with launches through
+// the Go launcher's launch mode (the agent's fallback when the C launcher
+// is missing): both implementations must hold the same boundary.
+func TestGoLaunchMode(t *testing.T) {
+	setup(t)
+	if os.Getenv(goLaunchEnv) != "" {
+		t.Skip("already the Go launch mode")
+	}
+	tests := []string{"TestCrossSession", "TestCrossSessionLayers", "TestInsideSession", "TestNoPrivilegeGain",
+		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter",
+		"TestLauncherFallback", "TestLaunchError"}
+	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), goLaunchEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the protection tests through the Go launcher's launch mode: %v\n%s", err, out)
+	}
+	for _, name := range tests {
+		if !strings.Contains(string(out), "--- PASS: "+name+" (") {
+			t.Errorf("%s did not pass through the Go launch mode:\n%s", name, out)
+		}
+	}
+	t.Logf("%d protection tests passed through the Go launcher's launch mode", len(tests))
 }
