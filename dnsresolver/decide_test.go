@@ -43,7 +43,6 @@ func (d *testDecider) set(k, rule string) {
 
 func (d *testDecider) ncalls() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.calls) }
 
-
 // TestDecisionRefuses: a name the session's policy allows but the decision
 // forbids is refused like a policy denial, over UDP and TCP, with the rule in
 // the Denial, never forwarded upstream and with no entry written; so is an
