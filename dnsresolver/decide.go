@@ -1,6 +1,7 @@
 package dnsresolver
 
 import (
+	"sync"
 	"sync/atomic"
 )
 
@@ -20,17 +21,68 @@ import (
 // by the resolver (the kernel entries carry the whole range).
 type DecideFunc func(session, name string, port uint16) (allowed bool, rule string)
 
-// decider holds the decision hook and its generation: the fast path answers
+// decider holds the decision hook, its generation (the fast path answers
 // from a prepared reply only while the generation it was prepared under is
-// the current one.
+// the current one) and the answers it gave: one per session, name and port,
+// valid while the session's compiled policy (replaced with every grant or
+// session change) and the generation are the ones it was asked under, so a
+// name is asked once per policy, not once per query (retries, A and AAAA,
+// TCP).
 type decider struct {
 	f   atomic.Pointer[DecideFunc]
 	gen atomic.Uint64
+
+	mu   sync.RWMutex
+	memo map[decKey]decAnswer
+}
+
+type decKey struct {
+	session, name string
+	port          uint16
+}
+
+type decAnswer struct {
+	pol  *compiledPolicy
+	gen  uint64
+	ok   bool
+	rule string
+}
+
+// decMemoSize bounds the remembered answers; when full they are all
+// dropped, which only costs asking again.
+const decMemoSize = 1 << 14
+
+func (d *decider) get(k decKey) (decAnswer, bool) {
+	d.mu.RLock()
+	a, ok := d.memo[k]
+	d.mu.RUnlock()
+	return a, ok
+}
+
+func (d *decider) put(k decKey, a decAnswer) {
+	d.mu.Lock()
+	if d.memo == nil || len(d.memo) >= decMemoSize {
+		d.memo = map[decKey]decAnswer{}
+	}
+	d.memo[k] = a
+	d.mu.Unlock()
+}
+
+// forget drops a session's answers (they would not match its new policy
+// anyway; this frees them and the policies they hold).
+func (d *decider) forget(session string) {
+	d.mu.Lock()
+	for k := range d.memo {
+		if k.session == session {
+			delete(d.memo, k)
+		}
+	}
+	d.mu.Unlock()
 }
 
 // SetDecide gives the resolver the use-time decision it asks for every name
 // its policies allow (nil: none, the policies alone decide). Every prepared
-// reply is invalidated.
+// reply and remembered answer is invalidated.
 func (r *Resolver) SetDecide(f DecideFunc) {
 	if f == nil {
 		r.dec.f.Store(nil)
@@ -42,57 +94,37 @@ func (r *Resolver) SetDecide(f DecideFunc) {
 
 // DecisionsChanged says that what the decision answers may have changed
 // (the agent's policy set was replaced): from now on no query is answered
-// from a reply prepared under an earlier decision; each name is asked again
-// by the full path. Grant and session changes need no call: they come with
-// SetPolicy or RemovePolicy, which invalidate the session's replies anyway.
+// from a reply prepared, or an answer given, under an earlier decision; each
+// name is asked again by the full path. Grant and session changes need no
+// call: they come with SetPolicy or RemovePolicy, which void the session's
+// replies and answers anyway.
 func (r *Resolver) DecisionsChanged() { r.dec.gen.Add(1) }
 
-// decideGrants asks the decision for name under each distinct port range of
-// grants and returns the grants whose range was allowed; when none is, rule
-// is the rule of the first denial. Without a hook every grant stays.
-func (r *Resolver) decideGrants(session, name string, grants []*compiledGrant) (kept []*compiledGrant, rule string) {
+// decideGrants asks the decision (or finds its answer under pol and dgen,
+// the generation read before asking) for name under each distinct port
+// range of grants, and returns the grants whose range was allowed; when none
+// is, rule is the rule of the first denial. Without a hook every grant
+// stays.
+func (r *Resolver) decideGrants(session, name string, pol *compiledPolicy, dgen uint64, grants []*compiledGrant) (kept []*compiledGrant, rule string) {
 	f := r.dec.f.Load()
 	if f == nil {
 		return grants, ""
 	}
-	type answer struct {
-		ok   bool
-		rule string
-	}
-	var asked [4]struct {
-		port uint16
-		a    answer
-	}
-	n := 0
-	var extra map[uint16]answer
-	ask := func(port uint16) answer {
-		for i := range min(n, len(asked)) {
-			if asked[i].port == port {
-				return asked[i].a
-			}
-		}
-		if a, ok := extra[port]; ok {
-			return a
+	ask := func(port uint16) (bool, string) {
+		k := decKey{session, name, port}
+		if a, ok := r.dec.get(k); ok && a.pol == pol && a.gen == dgen {
+			return a.ok, a.rule
 		}
 		ok, why := (*f)(session, name, port)
-		a := answer{ok, why}
-		if n < len(asked) {
-			asked[n].port, asked[n].a = port, a
-		} else {
-			if extra == nil {
-				extra = map[uint16]answer{}
-			}
-			extra[port] = a
-		}
-		n++
-		return a
+		r.dec.put(k, decAnswer{pol: pol, gen: dgen, ok: ok, rule: why})
+		return ok, why
 	}
 	all := true
 	for _, g := range grants {
-		if a := ask(g.Ports.Lo); !a.ok {
+		if ok, why := ask(g.Ports.Lo); !ok {
 			all = false
 			if rule == "" {
-				rule = a.rule
+				rule = why
 			}
 		}
 	}
@@ -100,7 +132,7 @@ func (r *Resolver) decideGrants(session, name string, grants []*compiledGrant) (
 		return grants, ""
 	}
 	for _, g := range grants {
-		if ask(g.Ports.Lo).ok {
+		if ok, _ := ask(g.Ports.Lo); ok {
 			kept = append(kept, g)
 		}
 	}

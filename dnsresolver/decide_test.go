@@ -66,6 +66,9 @@ func TestDecisionRefuses(t *testing.T) {
 			t.Fatalf("%s: denials %+v, want one decision denial naming admin.no-api", tr, den)
 		}
 	}
+	if n := dec.ncalls(); n != 1 {
+		t.Fatalf("the decision was asked %d times for the same name over UDP and TCP, want once", n)
+	}
 	if e.up.askedFor("api.allowed.test") {
 		t.Fatal("a forbidden name was forwarded upstream")
 	}
@@ -169,6 +172,20 @@ func TestDecisionFastPath(t *testing.T) {
 	if resp := ask(); resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
 		t.Fatalf("allowed again, second query: %v", resp)
 	}
+
+	// A policy change (a grant or session event) voids the prepared reply
+	// and the remembered answer: the decision is asked again.
+	dec.set("allowed.test", "admin.no-allowed")
+	if resp := ask(); resp.Rcode != dns.RcodeSuccess {
+		t.Fatalf("prepared reply not given: %v", resp)
+	}
+	if err := e.r.SetPolicy("s1", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	if resp := ask(); resp.Rcode != dns.RcodeRefused {
+		t.Fatalf("after SetPolicy: %v", resp)
+	}
+	dec.set("allowed.test", "")
 
 	// SetDecide invalidates too.
 	e.r.SetDecide(func(string, string, uint16) (bool, string) { return false, "default-deny" })

@@ -109,6 +109,7 @@ func (r *Resolver) SetPolicy(session string, p Policy) error {
 	r.polMu.Unlock()
 	r.memo.forget(session)
 	r.fast.forget(session)
+	r.dec.forget(session)
 	return nil
 }
 
@@ -121,6 +122,7 @@ func (r *Resolver) RemovePolicy(session string) {
 	r.polMu.Unlock()
 	r.memo.forget(session)
 	r.fast.forget(session)
+	r.dec.forget(session)
 	r.stats.forget(session)
 }
 
@@ -226,7 +228,7 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 	// grants), asked under the generation read first: a reply prepared
 	// under it is void once the agent's policies change.
 	dgen := r.dec.gen.Load()
-	if grants, q.rule = r.decideGrants(q.session, qname, grants); len(grants) == 0 {
+	if grants, q.rule = r.decideGrants(q.session, qname, pol, dgen, grants); len(grants) == 0 {
 		return r.refuse(q, ReasonDecision, r.cfg.DenyRcode), nil
 	}
 	// Only now, with an allowed name, may anything go upstream.
@@ -288,7 +290,7 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 	for _, l := range p.res.chain {
 		// A target is reached under the question's grants: the decision
 		// must allow it too.
-		if p.grants, q.rule = r.decideGrants(q.session, l.target, p.grants); len(p.grants) == 0 {
+		if p.grants, q.rule = r.decideGrants(q.session, l.target, p.pol, p.dgen, p.grants); len(p.grants) == 0 {
 			return r.refuse(q, ReasonDecision, r.cfg.DenyRcode)
 		}
 	}
