@@ -225,6 +225,9 @@ func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
 	a.policyMu.Lock()
 	defer a.policyMu.Unlock()
 	rep, err := a.engine.Reload(opts)
+	if err == nil {
+		a.dnsDecisionsChanged() // the set was replaced
+	}
 	out := rep.Summary()
 	if err != nil {
 		out = err.Error()

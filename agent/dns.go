@@ -65,18 +65,26 @@ func (a *Agent) EgressDomains(session string) map[string][]backend.HandleRef {
 	return out
 }
 
-// DNSTarget is what the agent keeps in step with the grants: the allowlisting
-// resolver (*dnsresolver.Resolver implements it).
+// DNSTarget is what the agent keeps in step with the grants and the policy
+// set: the allowlisting resolver (*dnsresolver.Resolver implements it).
 type DNSTarget interface {
 	SetPolicy(session string, p dnsresolver.Policy) error
 	RemovePolicy(session string)
+	// SetDecide gives the resolver the use-time decision to ask for every
+	// name its policy allows; DecisionsChanged voids the replies it
+	// prepared under the previous policy set.
+	SetDecide(f dnsresolver.DecideFunc)
+	DecisionsChanged()
 }
 
-// AttachDNS gives t every active session's policy now, and from then on the
-// policy of each session whose grants or state change, before the call that
-// changed them returns (grants, revokes, approvals, expiries, session ends,
-// breaker trips, reconcile).
+// AttachDNS gives t the use-time decision (DecideUse, through dnsDecide)
+// and every active session's policy now, and from then on the policy of
+// each session whose grants or state change, before the call that changed
+// them returns (grants, revokes, approvals, expiries, session ends, breaker
+// trips, reconcile), and word of every change of the policy set (apply,
+// reload) before the call that changed it returns.
 func (a *Agent) AttachDNS(t DNSTarget) {
+	t.SetDecide(a.dnsDecide)
 	a.mu.Lock()
 	defer a.unlock()
 	a.dns = t
@@ -112,4 +120,27 @@ func (a *Agent) unlock() {
 		}
 	}
 	a.mu.Unlock()
+}
+
+// dnsDecide is the resolver's question for a name its policy allows: the
+// same use-time decision as POST /v1/decide (DecideUse: the base and admin
+// policies with the hard-deny forbids, plus the session's live grants), for
+// a net.egress connect to name on port. An error denies.
+func (a *Agent) dnsDecide(session, name string, port uint16) (bool, string) {
+	d, err := a.DecideUse(session, UseRequest{Class: ClassNetEgress, Op: "connect", Domain: name, Port: port})
+	if err != nil {
+		return false, "error: " + err.Error()
+	}
+	return d.Allowed, d.DecidedBy
+}
+
+// dnsDecisionsChanged tells an attached resolver that the policy set
+// changed, so no reply it prepared under the previous one is given again.
+func (a *Agent) dnsDecisionsChanged() {
+	a.mu.Lock()
+	t := a.dns
+	a.unlock()
+	if t != nil {
+		t.DecisionsChanged()
+	}
 }

@@ -35,6 +35,9 @@ func (f *fakeDNS) RemovePolicy(s string) {
 	f.log = append(f.log, "remove "+s)
 }
 
+func (f *fakeDNS) SetDecide(dnsresolver.DecideFunc) {}
+func (f *fakeDNS) DecisionsChanged()                {}
+
 func (f *fakeDNS) domains(s string) ([]string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -105,6 +105,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 		}
 	}
 	a.engine.base.Store(nb)
+	a.dnsDecisionsChanged()
 	rep.Applied = true
 	out := "applied: " + rep.Summary
 	if rep.Widens {

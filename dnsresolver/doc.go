@@ -30,39 +30,54 @@
 //     Config.DenyRcode) with a Denial event (Config.OnDenial) and a counter
 //     by session and reason. A refused name is NEVER forwarded upstream:
 //     forwarding it would itself be the exfiltration channel.
-//  5. Query types: A and AAAA are resolved and write entries. HTTPS, SVCB and
+//  5. Ask the agent's use-time decision (SetDecide; the daemon's agent gives
+//     it Agent.DecideUse, the same decision as POST /v1/decide: base, admin
+//     and hard-deny Cedar policies plus the session's live grants) for the
+//     name, once per distinct port range of the matching grants, with the
+//     range's first port (0 for every port): the resolver does not know the
+//     port the client will use, so a forbid naming only some ports inside a
+//     grant's range is not seen here. Grants whose range is denied are
+//     dropped; if none is left the name is refused like a policy denial
+//     (reason decision, the deciding rule in Denial.Rule), never forwarded.
+//     An answer is remembered per session, name and port while the
+//     session's policy and the decision's generation (below) are unchanged,
+//     so retries, A and AAAA, and TCP queries ask once. Without a hook the
+//     policy alone decides.
+//  6. Query types: A and AAAA are resolved and write entries. HTTPS, SVCB and
 //     CNAME get an empty NOERROR answer built locally (HTTPS/SVCB address
 //     hints and ECH keys would bypass the entries; clients fall back to
 //     A/AAAA). Types in Config.PassthroughTypes (none by default; e.g. TXT,
 //     MX) are forwarded for allowed names, filtered to the CNAME chain and
 //     write nothing. ANY and everything else are refused (reason qtype).
-//  6. Answer from the shared cache, or ask the upstream (Config.Upstreams,
+//  7. Answer from the shared cache, or ask the upstream (Config.Upstreams,
 //     default the nameservers of /etc/resolv.conf) with a freshly built
 //     query: only the canonical name and type travel, never the client's
 //     EDNS options, client subnet or cookies. Upstream failure (timeout,
 //     SERVFAIL, REFUSED, a reply that does not match) is SERVFAIL.
-//  7. Follow the CNAME chain from the question name, at most
+//  8. Follow the CNAME chain from the question name, at most
 //     Config.MaxCNAMEChain links (longer, or a loop: SERVFAIL). As in
 //     Cilium's toFQDNs, the CNAME targets of an allowed name are allowed
 //     under the grants that matched the question name; a target that
 //     matches a deny pattern, or is not a valid host name, refuses the whole
-//     answer (cname_denied). Records not on the chain are dropped, and a
-//     fresh answer is built from what is kept.
-//  8. Drop addresses that are not public (IsPublic: loopback, RFC 1918,
+//     answer (cname_denied), and so does a target the decision of step 5,
+//     asked for the target under the grants kept so far, denies (decision).
+//     Records not on the chain are dropped, and a fresh answer is built from
+//     what is kept.
+//  9. Drop addresses that are not public (IsPublic: loopback, RFC 1918,
 //     CGNAT, link-local and cloud metadata, TEST-NETs, benchmarking,
 //     multicast, reserved, broadcast, IPv4-mapped and other IPv4-embedding
 //     IPv6, ULA, site- and link-local, documentation) unless the grant lists
 //     a prefix holding them in AllowNonPublic, so DNS rebinding cannot reach
 //     them. IPv4-mapped IPv6 and session resolver addresses (127.128.0.0/9)
 //     are dropped whatever AllowNonPublic says.
-//  9. Write one egress rule per kept address and matching grant through
+//  10. Write one egress rule per kept address and matching grant through
 //     Dataplane.AllowEgress (a /32 or /128 carrying the grant's handle,
 //     protocol and ports, expiring after the record's TTL clamped to
 //     [Config.MinTTL, Config.MaxTTL]) BEFORE the answer is sent. If a write
 //     fails the client gets SERVFAIL and no answer: fail closed. A cached
 //     answer whose rule this resolver already wrote with the same expiry
 //     skips the write (Config.AlwaysWrite turns that off).
-//  10. Answer with the clamped (and, from the cache, decremented) TTLs, so a
+//  11. Answer with the clamped (and, from the cache, decremented) TTLs, so a
 //     client's cache never outlives the kernel entry; the question's case is
 //     kept (0x20).
 //
@@ -70,8 +85,13 @@
 // above last built for the same session index, name and type, with its ID,
 // flags, case, TTLs and OPT patched in, but only after the name passed the
 // checks of step 3 on the wire and while the session at that address, its
-// policy, the cached result and the record of written entries are all
-// unchanged; otherwise it takes the steps above. FuzzFastPath checks that
+// policy, the decision's generation, the cached result and the record of
+// written entries are all unchanged; otherwise it takes the steps above. The
+// fast path never asks the decision: SetDecide and DecisionsChanged (the
+// agent calls it whenever its policy set is replaced: POST /v1/policies,
+// SIGHUP reload) bump the generation, and grant and session changes come
+// with SetPolicy, so a prepared reply is never given once the full path
+// could decide otherwise. FuzzFastPath checks that
 // the two give the same bytes.
 //
 // While the agent restarts nothing listens on the port: queries fail (ICMP
@@ -84,7 +104,9 @@
 // r.Start(), then dp.SetDNSRedirect(r.Port()). SetPolicy(session, Policy)
 // gives a session its grants (Grant: Pattern "host", "*.host" or "**.host",
 // Handle, Proto, Ports, AllowNonPublic) and deny patterns, replacing the
-// previous policy atomically; RemovePolicy drops it. Stats and WriteMetrics
+// previous policy atomically; RemovePolicy drops it. SetDecide gives it the
+// use-time decision of step 5 and DecisionsChanged says that decision may
+// have changed (agent.AttachDNS does both). Stats and WriteMetrics
 // expose the counters; Close stops. Every backend.Backend is a Dataplane and
 // a SessionIndexer as it is.
 //

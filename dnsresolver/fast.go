@@ -15,6 +15,8 @@ import (
 // full path, when everything that reply depends on is still what it was: the
 // session at the address the kernel reported, the session's policy (the same
 // compiled policy, which is immutable: SetPolicy and RemovePolicy replace it),
+// the agent's use-time decision (the same generation: SetDecide and
+// DecisionsChanged bump it; the decision is asked by the full path only),
 // the cached upstream result (the same one, not expired) and the write memo
 // (nothing forgotten since, so every entry the answer relies on is still
 // written with an expiry covering its TTL). It never decides anything the full
@@ -43,6 +45,7 @@ type fastEntry struct {
 	pol     *compiledPolicy
 	res     *result
 	memoGen uint64
+	decGen  uint64 // the decision generation it was prepared under
 	rules   uint64 // memo hits the full path would count
 	wire    []byte // ID 0, RD and CD clear, no OPT, question name lower case
 	names   []uint16
@@ -216,7 +219,7 @@ func (r *Resolver) answerFast(s *fastScratch, local [4]byte, raw []byte, now tim
 		return out, false
 	}
 	session, ok := r.cfg.SessionName(idx)
-	if !ok || session != e.session || r.policy(session) != e.pol || r.memo.gen() != e.memoGen ||
+	if !ok || session != e.session || r.policy(session) != e.pol || r.memo.gen() != e.memoGen || r.dec.gen.Load() != e.decGen ||
 		r.cache.get(cacheKey{e.qname, q.qtype}, now) != e.res {
 		return out, false
 	}
@@ -252,10 +255,10 @@ func (r *Resolver) answerFast(s *fastScratch, local [4]byte, raw []byte, now tim
 // prepareFast stores the reply the full path just built for q (answered from
 // res under pol, with rules entries all written or known written as of memo
 // generation gen) as a prepared reply, unless an identical one is there.
-func (r *Resolver) prepareFast(q *query, qname string, qtype uint16, pol *compiledPolicy, res *result, kept []addrRec, rules int, gen uint64, now time.Time) {
+func (r *Resolver) prepareFast(q *query, qname string, qtype uint16, pol *compiledPolicy, res *result, kept []addrRec, rules int, gen, dgen uint64, now time.Time) {
 	qwire := wireName(nil, qname)
 	k := fastKey(nil, q.index, qtype, qwire)
-	if e := r.fast.get(k); e != nil && e.session == q.session && e.pol == pol && e.res == res && e.memoGen == gen {
+	if e := r.fast.get(k); e != nil && e.session == q.session && e.pol == pol && e.res == res && e.memoGen == gen && e.decGen == dgen {
 		return
 	}
 	req := new(dns.Msg)
@@ -265,7 +268,7 @@ func (r *Resolver) prepareFast(q *query, qname string, qtype uint16, pol *compil
 	if err != nil || len(wire)+len(optRR) > fastMaxReply {
 		return
 	}
-	e := &fastEntry{session: q.session, qname: qname, pol: pol, res: res, memoGen: gen, rules: uint64(rules), wire: wire}
+	e := &fastEntry{session: q.session, qname: qname, pol: pol, res: res, memoGen: gen, decGen: dgen, rules: uint64(rules), wire: wire}
 	for _, l := range res.chain {
 		e.exps = append(e.exps, l.expires)
 	}

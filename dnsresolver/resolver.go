@@ -30,6 +30,7 @@ type Resolver struct {
 	polMu    sync.RWMutex
 	policies map[string]*compiledPolicy
 
+	dec  decider    // the agent's use-time decision (decide.go)
 	memo *writeMemo // entries known to be in the kernel already
 	fast *fastCache // prepared UDP replies (fast.go); nil without cache or memo
 
@@ -108,6 +109,7 @@ func (r *Resolver) SetPolicy(session string, p Policy) error {
 	r.polMu.Unlock()
 	r.memo.forget(session)
 	r.fast.forget(session)
+	r.dec.forget(session)
 	return nil
 }
 
@@ -120,6 +122,7 @@ func (r *Resolver) RemovePolicy(session string) {
 	r.polMu.Unlock()
 	r.memo.forget(session)
 	r.fast.forget(session)
+	r.dec.forget(session)
 	r.stats.forget(session)
 }
 
@@ -139,6 +142,7 @@ type query struct {
 	session   string
 	sc        *counters // nil when the session is unknown
 	req       *dns.Msg
+	rule      string // the rule of a decision that refused it
 }
 
 // newQuery counts a query and identifies its session from the address it
@@ -175,6 +179,7 @@ type pending struct {
 	qtype  uint16
 	pol    *compiledPolicy
 	grants []*compiledGrant
+	dgen   uint64 // the decision generation before the decision was asked
 	now    time.Time
 	res    *result
 }
@@ -219,6 +224,13 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 	if len(grants) == 0 {
 		return r.refuse(q, ReasonNotAllowed, r.cfg.DenyRcode), nil
 	}
+	// The agent's use-time decision (admin and hard-deny forbids, the live
+	// grants), asked under the generation read first: a reply prepared
+	// under it is void once the agent's policies change.
+	dgen := r.dec.gen.Load()
+	if grants, q.rule = r.decideGrants(q.session, qname, pol, dgen, grants); len(grants) == 0 {
+		return r.refuse(q, ReasonDecision, r.cfg.DenyRcode), nil
+	}
 	// Only now, with an allowed name, may anything go upstream.
 	qtype := req.Question[0].Qtype
 	switch {
@@ -231,7 +243,7 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 	default:
 		return r.refuse(q, ReasonQType, dns.RcodeRefused), nil
 	}
-	p := &pending{q: q, qname: qname, qtype: qtype, pol: pol, grants: grants, now: r.cfg.now()}
+	p := &pending{q: q, qname: qname, qtype: qtype, pol: pol, grants: grants, dgen: dgen, now: r.cfg.now()}
 	p.res = r.cache.get(cacheKey{qname, qtype}, p.now)
 	if p.res != nil {
 		both(&r.stats.total, q.sc, func(c *counters) { c.cacheHits.Add(1) })
@@ -273,6 +285,13 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 	for _, l := range p.res.chain {
 		if p.pol.denied(l.target) {
 			return r.refuse(q, ReasonCNAMEDenied, r.cfg.DenyRcode)
+		}
+	}
+	for _, l := range p.res.chain {
+		// A target is reached under the question's grants: the decision
+		// must allow it too.
+		if p.grants, q.rule = r.decideGrants(q.session, l.target, p.pol, p.dgen, p.grants); len(p.grants) == 0 {
+			return r.refuse(q, ReasonDecision, r.cfg.DenyRcode)
 		}
 	}
 	return r.answer(q, p)
@@ -427,7 +446,7 @@ func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
 	m := r.answerMsg(q, qname, res, kept, now)
 	both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
 	if r.fast != nil && q.transport == "udp" && stripped == 0 {
-		r.prepareFast(q, qname, p.qtype, p.pol, res, kept, len(rules), gen, now)
+		r.prepareFast(q, qname, p.qtype, p.pol, res, kept, len(rules), gen, p.dgen, now)
 	}
 	return m
 }
@@ -498,14 +517,14 @@ func (r *Resolver) refuse(q *query, why Reason, rcode int) *dns.Msg {
 	})
 	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
 	if r.cfg.OnDenial != nil || debug {
-		d := Denial{Time: r.cfg.now(), Session: q.session, Index: q.index, Transport: q.transport, Reason: why}
+		d := Denial{Time: r.cfg.now(), Session: q.session, Index: q.index, Transport: q.transport, Reason: why, Rule: q.rule}
 		if len(q.req.Question) > 0 {
 			d.Name = safeName(q.req.Question[0].Name)
 			d.QType = q.req.Question[0].Qtype
 		}
 		if debug {
 			r.log.Debug("dns query refused", "session", d.Session, "index", d.Index, "name", d.Name,
-				"qtype", dns.TypeToString[d.QType], "reason", why.String(), "transport", d.Transport)
+				"qtype", dns.TypeToString[d.QType], "reason", why.String(), "rule", d.Rule, "transport", d.Transport)
 		}
 		if r.cfg.OnDenial != nil {
 			r.cfg.OnDenial(d)

@@ -18,10 +18,11 @@ const (
 	ReasonDenied                       // a deny pattern matches the name
 	ReasonQType                        // query type not served (ANY, AXFR, ...)
 	ReasonCNAMEDenied                  // a CNAME target matches a deny pattern or is not a valid name
+	ReasonDecision                     // the agent's use-time decision (SetDecide) denied the name or a CNAME target
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"unknown_session", "malformed", "invalid_name", "not_allowed", "denied", "qtype", "cname_denied"}
+var reasonNames = [NumReasons]string{"unknown_session", "malformed", "invalid_name", "not_allowed", "denied", "qtype", "cname_denied", "decision"}
 
 func (r Reason) String() string {
 	if r < NumReasons {
@@ -42,6 +43,7 @@ type Denial struct {
 	QType     uint16
 	Transport string // "udp" or "tcp"
 	Reason    Reason
+	Rule      string // ReasonDecision: the rule that decided (the agent's Cedar policy id)
 }
 
 // Counters are monotonic counts, for one session or for the whole resolver.

@@ -48,6 +48,7 @@ var (
 	flagWorkers  = flag.Int("workers", 0, "resolver UDP workers (0: default)")
 	flagUpstream = flag.Duration("upstream-delay", 0, "added latency of the fake upstream")
 	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the resolver process during the first shinken/allowed scenario here")
+	flagDecide   = flag.Bool("decide", true, "give the resolver the agent's use-time decision (a Cedar engine with the shipped policies and the session's grant), as the daemon does; the full path asks it per name")
 )
 
 const clientEnv = "SHINKEN_BENCH_DNS_CLIENT"

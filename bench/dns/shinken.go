@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dnsresolver"
 )
@@ -123,8 +124,39 @@ func startShinken(sk *sink, up netip.AddrPort, cacheSize int, alwaysWrite bool) 
 	}}); err != nil {
 		return nil, netip.AddrPort{}, err
 	}
+	if *flagDecide {
+		decide, err := benchDecide(sk.session)
+		if err != nil {
+			return nil, netip.AddrPort{}, err
+		}
+		res.SetDecide(decide)
+	}
 	if err := res.Start(); err != nil {
 		return nil, netip.AddrPort{}, err
 	}
 	return res, netip.AddrPortFrom(dnsresolver.SessionAddr(sk.index), res.Port()), nil
+}
+
+// benchDecide is the daemon's hook (agent.AttachDNS gives the resolver
+// Agent.DecideUse) without the rest of the agent: a Cedar engine with the
+// shipped policies (hard-deny forbids included) and session's grant of the
+// policy's names on port 443.
+func benchDecide(session string) (dnsresolver.DecideFunc, error) {
+	eng, err := agent.NewEngine("")
+	if err != nil {
+		return nil, err
+	}
+	eng.PutSession(agent.SessionAttrs{ID: session, Image: "bench", TrustTier: "normal", Risk: "normal"})
+	if err := eng.PutGrant(agent.GrantData{ID: "g1", Session: session, Capability: agent.Capability{
+		Class: agent.ClassNetEgress, Egress: &agent.EgressScope{Domains: []string{"**.allowed.bench"}, Ports: []agent.PortRange{{Lo: 443, Hi: 443}}},
+	}}); err != nil {
+		return nil, err
+	}
+	return func(s, name string, port uint16) (bool, string) {
+		d, err := eng.Decide(s, agent.UseRequest{Class: agent.ClassNetEgress, Op: "connect", Domain: name, Port: port}, time.Now())
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Allowed, fmt.Sprint(d.Reasons)
+	}, nil
 }
