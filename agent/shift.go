@@ -322,6 +322,8 @@ func opsOf(c Class) []string {
 	switch c {
 	case ClassNetEgress:
 		return []string{"connect"}
+	case ClassNetInbound:
+		return []string{"accept"}
 	case ClassFSScope:
 		return []string{"read", "write"}
 	case ClassClipboard:
@@ -371,6 +373,28 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 			}
 			for _, a := range addrs {
 				out = append(out, UseRequest{Class: c, Op: "connect", IP: a, Port: port})
+			}
+		}
+	case ClassNetInbound:
+		addrs := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("2001:db8::7")}
+		for _, p := range lit.ips {
+			addrs = append(addrs, neighbours(p)...)
+		}
+		ports := []uint16{443, 80, 8080, 22}
+		for _, l := range lit.longs {
+			for _, d := range []int64{-1, 0, 1} {
+				if v := l + d; v > 0 && v < 65536 {
+					ports = append(ports, uint16(v))
+				}
+			}
+		}
+		for _, port := range slices.Compact(sortedU16(ports)) {
+			for _, a := range addrs {
+				// "connect" too: an inbound grant must never answer an
+				// egress question.
+				for _, op := range []string{"accept", "connect"} {
+					out = append(out, UseRequest{Class: c, Op: op, IP: a, Port: port})
+				}
 			}
 		}
 	case ClassFSScope, ClassPersistence:
@@ -438,6 +462,9 @@ func grantProbes(c Class, lit *literals) []Capability {
 	case ClassNetEgress:
 		out = append(out, Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, TLSInspect: true}},
 			Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}})
+	case ClassNetInbound:
+		out = append(out, Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
+			Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []PortRange{{8080, 8080}}}})
 	case ClassFSScope, ClassPersistence:
 		paths := []string{"/work", "/"}
 		for _, s := range lit.strs {
@@ -484,6 +511,14 @@ func (c Capability) Allows(r UseRequest) bool {
 			return true
 		}
 		return r.IP.IsValid() && slices.ContainsFunc(c.Egress.CIDRs, func(p netip.Prefix) bool { return p.Contains(r.IP.Unmap()) })
+	case ClassNetInbound:
+		if r.Op != "accept" || !r.IP.IsValid() {
+			return false
+		}
+		if len(c.Inbound.Ports) > 0 && !slices.ContainsFunc(c.Inbound.Ports, func(p PortRange) bool { return p.Lo <= r.Port && r.Port <= p.Hi }) {
+			return false
+		}
+		return slices.ContainsFunc(c.Inbound.CIDRs, func(p netip.Prefix) bool { return p.Contains(r.IP.Unmap()) })
 	case ClassFSScope:
 		if r.Path == "" || underAny(r.Path, c.FS.Deny) {
 			return false
@@ -544,6 +579,12 @@ func ProveGrant(g GrantData, now time.Time) error {
 		}
 		lit.ips = c.Egress.CIDRs
 		for _, p := range c.Egress.Ports {
+			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
+		}
+		lit.longs = append(lit.longs, 1, 65534)
+	case ClassNetInbound:
+		lit.ips = c.Inbound.CIDRs
+		for _, p := range c.Inbound.Ports {
 			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
 		}
 		lit.longs = append(lit.longs, 1, 65534)
