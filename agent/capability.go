@@ -1,12 +1,12 @@
 package agent
 
-// Decision layer: the capability grammar. The eight classes, their typed
+// Decision layer: the capability grammar. The nine classes (the seed's
+// eight, plus net.inbound, the seed's NetworkGrant.inbound as its own grant), their typed
 // scopes (the zero scope grants nothing), normalization, validation and the
 // manifest-syntax rendering. Containment (Within) is in capability_within.go.
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -22,6 +22,7 @@ type Class string
 
 const (
 	ClassNetEgress   Class = "net.egress"
+	ClassNetInbound  Class = "net.inbound"
 	ClassFSScope     Class = "fs.scope"
 	ClassClipboard   Class = "clipboard"
 	ClassGPU         Class = "gpu"
@@ -31,8 +32,9 @@ const (
 	ClassPeripheral  Class = "peripheral"
 )
 
-// Classes lists the eight classes in the seed's order.
-var Classes = []Class{ClassNetEgress, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
+// Classes lists the classes in the seed's order, net.inbound after
+// net.egress.
+var Classes = []Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
 
 // ParseClass parses a class name.
 func ParseClass(s string) (Class, error) {
@@ -97,6 +99,17 @@ type EgressScope struct {
 	CIDRs      []netip.Prefix `json:"cidrs,omitempty"`
 	Ports      []PortRange    `json:"ports,omitempty"`
 	TLSInspect bool           `json:"tls_inspect,omitempty"`
+}
+
+// InboundScope is the scope of net.inbound: peers in CIDRs may open flows
+// to the session's own Ports (a TCP connection to a listener, a datagram to
+// an unconnected UDP socket); an empty Ports list means every local port.
+// No CIDR: nobody may connect in (the zero scope). A connection admitted
+// under it carries data both ways for as long as the grant lives; it never
+// lets the session connect or send anywhere (that is net.egress).
+type InboundScope struct {
+	CIDRs []netip.Prefix `json:"cidrs,omitempty"`
+	Ports []PortRange    `json:"ports,omitempty"`
 }
 
 // FSScope is the scope of fs.scope: absolute, clean path prefixes. Write does
@@ -168,6 +181,7 @@ type PeripheralScope struct {
 type Capability struct {
 	Class       Class             `json:"class"`
 	Egress      *EgressScope      `json:"net_egress,omitempty"`
+	Inbound     *InboundScope     `json:"net_inbound,omitempty"`
 	FS          *FSScope          `json:"fs_scope,omitempty"`
 	Clipboard   *ClipboardScope   `json:"clipboard,omitempty"`
 	GPU         *GPUScope         `json:"gpu,omitempty"`
@@ -191,6 +205,10 @@ func (c *Capability) fill() {
 	case ClassNetEgress:
 		if c.Egress == nil {
 			c.Egress = &EgressScope{}
+		}
+	case ClassNetInbound:
+		if c.Inbound == nil {
+			c.Inbound = &InboundScope{}
 		}
 	case ClassFSScope:
 		if c.FS == nil {
@@ -231,18 +249,11 @@ func (c Capability) Normalized() Capability {
 	case ClassNetEgress:
 		e := *c.Egress
 		e.Domains = sortedUnique(lower(e.Domains))
-		e.CIDRs = slices.Clone(e.CIDRs)
-		slices.SortFunc(e.CIDRs, func(a, b netip.Prefix) int {
-			if x := a.Addr().Compare(b.Addr()); x != 0 {
-				return x
-			}
-			return cmp.Compare(a.Bits(), b.Bits())
-		})
-		e.CIDRs = slices.Compact(e.CIDRs)
-		e.Ports = slices.Clone(e.Ports)
-		slices.SortFunc(e.Ports, func(a, b PortRange) int { return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi)) })
-		e.Ports = slices.Compact(e.Ports)
+		e.CIDRs = sortedPrefixes(e.CIDRs)
+		e.Ports = sortedPorts(e.Ports)
 		c.Egress = &e
+	case ClassNetInbound:
+		c.Inbound = &InboundScope{CIDRs: sortedPrefixes(c.Inbound.CIDRs), Ports: sortedPorts(c.Inbound.Ports)}
 	case ClassFSScope:
 		f := FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Deny: sortedUnique(c.FS.Deny)}
 		c.FS = &f
@@ -269,6 +280,23 @@ func (c Capability) Normalized() Capability {
 	return c
 }
 
+func sortedPrefixes(ps []netip.Prefix) []netip.Prefix {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if x := a.Addr().Compare(b.Addr()); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.Bits(), b.Bits())
+	})
+	return slices.Compact(ps)
+}
+
+func sortedPorts(ps []PortRange) []PortRange {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b PortRange) int { return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi)) })
+	return slices.Compact(ps)
+}
+
 func lower(s []string) []string {
 	out := make([]string, len(s))
 	for i, v := range s {
@@ -293,7 +321,7 @@ func (c Capability) Validate() error {
 		return err
 	}
 	set := 0
-	for _, p := range []bool{c.Egress != nil, c.FS != nil, c.Clipboard != nil, c.GPU != nil, c.Install != nil, c.Persistence != nil, c.Credentials != nil, c.Peripheral != nil} {
+	for _, p := range []bool{c.Egress != nil, c.Inbound != nil, c.FS != nil, c.Clipboard != nil, c.GPU != nil, c.Install != nil, c.Persistence != nil, c.Credentials != nil, c.Peripheral != nil} {
 		if p {
 			set++
 		}
@@ -317,6 +345,17 @@ func (c Capability) Validate() error {
 			}
 		}
 		for _, r := range c.Egress.Ports {
+			if err := r.validate(); err != nil {
+				return err
+			}
+		}
+	case ClassNetInbound:
+		for _, p := range c.Inbound.CIDRs {
+			if !p.IsValid() || p.Masked() != p || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+				return fmt.Errorf("%w: net.inbound cidr %v (want a masked prefix without zone, IPv4 in IPv4 form)", ErrInvalidCapability, p)
+			}
+		}
+		for _, r := range c.Inbound.Ports {
 			if err := r.validate(); err != nil {
 				return err
 			}
@@ -379,6 +418,8 @@ func (c Capability) scopeFieldSet() bool {
 	switch c.Class {
 	case ClassNetEgress:
 		return c.Egress != nil
+	case ClassNetInbound:
+		return c.Inbound != nil
 	case ClassFSScope:
 		return c.FS != nil
 	case ClassClipboard:
@@ -403,6 +444,8 @@ func (c Capability) IsEmpty() bool {
 	switch c.Class {
 	case ClassNetEgress:
 		return len(c.Egress.Domains) == 0 && len(c.Egress.CIDRs) == 0
+	case ClassNetInbound:
+		return len(c.Inbound.CIDRs) == 0
 	case ClassFSScope:
 		return len(c.FS.Read) == 0 && len(c.FS.Write) == 0
 	case ClassClipboard:
@@ -470,85 +513,4 @@ func validateDomainPattern(d string) error {
 		}
 	}
 	return nil
-}
-
-// String renders the capability in manifest syntax.
-// Summary is the scope in one short line for tables and the panel: a
-// net.egress scope as "cidrs and domains ports=P,Q", any other class as its
-// JSON.
-func (c Capability) Summary() string {
-	if c.Class == ClassNetEgress && c.Egress != nil {
-		parts := make([]string, 0, len(c.Egress.CIDRs)+len(c.Egress.Domains))
-		for _, p := range c.Egress.CIDRs {
-			parts = append(parts, p.String())
-		}
-		parts = append(parts, c.Egress.Domains...)
-		var ports []string
-		for _, p := range c.Egress.Ports {
-			ports = append(ports, p.String())
-		}
-		s := strings.Join(parts, ",")
-		if len(ports) > 0 {
-			s += " ports=" + strings.Join(ports, ",")
-		}
-		return s
-	}
-	b, _ := json.Marshal(c)
-	return string(b)
-}
-
-func (c Capability) String() string {
-	c = c.Normalized()
-	var f []string
-	add := func(k string, v []string) {
-		if len(v) > 0 {
-			f = append(f, k+"="+strings.Join(v, ","))
-		}
-	}
-	flag := func(k string, v bool) {
-		if v {
-			f = append(f, k+"=true")
-		}
-	}
-	switch c.Class {
-	case ClassNetEgress:
-		add("domains", c.Egress.Domains)
-		var cs, ps []string
-		for _, p := range c.Egress.CIDRs {
-			cs = append(cs, p.String())
-		}
-		for _, p := range c.Egress.Ports {
-			ps = append(ps, p.String())
-		}
-		add("cidrs", cs)
-		add("ports", ps)
-		flag("tls_inspect", c.Egress.TLSInspect)
-	case ClassFSScope:
-		add("read", c.FS.Read)
-		add("write", c.FS.Write)
-		add("deny", c.FS.Deny)
-	case ClassClipboard:
-		flag("paste_in", c.Clipboard.PasteIn)
-		flag("copy_out", c.Clipboard.CopyOut)
-	case ClassGPU:
-		add("device_ids", c.GPU.DeviceIDs)
-		if c.GPU.Mode != "" {
-			f = append(f, "mode="+c.GPU.Mode)
-		}
-	case ClassInstall:
-		if c.Install.Scope != "" {
-			f = append(f, "scope="+c.Install.Scope)
-		}
-	case ClassPersistence:
-		add("paths", c.Persistence.Paths)
-		flag("survives_session", c.Persistence.SurvivesSession)
-	case ClassCredentials:
-		add("broker_scopes", c.Credentials.BrokerScopes)
-	case ClassPeripheral:
-		flag("camera", c.Peripheral.Camera)
-		flag("mic", c.Peripheral.Mic)
-		add("usb", c.Peripheral.USB)
-		flag("input_inject", c.Peripheral.InputInject)
-	}
-	return strings.TrimSpace(string(c.Class) + " " + strings.Join(f, " "))
 }

@@ -93,6 +93,23 @@ func (c Capability) Within(bound Capability) error {
 		if out.TLSInspect && !in.TLSInspect {
 			return widen("drops tls_inspect")
 		}
+	case ClassNetInbound:
+		in, out := c.Inbound, bound.Inbound
+		for _, p := range in.CIDRs {
+			if !slices.ContainsFunc(out.CIDRs, func(o netip.Prefix) bool { return prefixCovers(o, p) }) {
+				return widen("cidr %v", p)
+			}
+		}
+		if len(out.Ports) > 0 {
+			if len(in.Ports) == 0 && len(in.CIDRs) > 0 {
+				return widen("ports: any port where the bound allows %v", out.Ports)
+			}
+			for _, r := range in.Ports {
+				if !slices.ContainsFunc(out.Ports, func(o PortRange) bool { return o.Lo <= r.Lo && r.Hi <= o.Hi }) {
+					return widen("ports %v", r)
+				}
+			}
+		}
 	case ClassFSScope:
 		in, out := c.FS, bound.FS
 		for _, p := range in.Read {

@@ -184,6 +184,11 @@ func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entit
 		}
 		ports = portBlocks(c.Egress.Ports)
 		setFlag("tls_inspect", c.Egress.TLSInspect)
+	case ClassNetInbound:
+		for _, p := range c.Inbound.CIDRs {
+			cidrs = append(cidrs, p.String())
+		}
+		ports = portBlocks(c.Inbound.Ports)
 	case ClassFSScope:
 		read, write, deny = c.FS.Read, c.FS.Write, c.FS.Deny
 	case ClassClipboard:

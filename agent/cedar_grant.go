@@ -25,6 +25,12 @@ func grantCondition(class Class, G ast.Node) ast.Node {
 		cond = op.Equal(ast.String("connect")).
 			And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
 			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
+	case ClassNetInbound:
+		// A peer (its address) opening a flow to one of the session's
+		// ports.
+		cond = op.Equal(ast.String("accept")).
+			And(G.Access("cidrs").ContainsAny(req.Access("cidr_keys"))).
+			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
 	case ClassFSScope:
 		cond = op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
 			Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).

@@ -36,7 +36,7 @@ type policyEntry struct {
 }
 
 // nClasses is len(Classes); per-class tables are arrays indexed by classIndex.
-const nClasses = 8
+const nClasses = 9
 
 func init() {
 	if len(Classes) != nClasses {

@@ -21,10 +21,10 @@ import (
 // UseRequest is one use-time question: may the session do this now?
 type UseRequest struct {
 	Class  Class      `json:"class"`
-	Op     string     `json:"op"`               // connect | read | write | paste_in | copy_out | use | pkg | any | persist | broker | camera | mic | usb | input_inject
+	Op     string     `json:"op"`               // connect | accept | read | write | paste_in | copy_out | use | pkg | any | persist | broker | camera | mic | usb | input_inject
 	Domain string     `json:"domain,omitempty"` // net.egress by name
-	IP     netip.Addr `json:"ip,omitzero"`      // net.egress by address
-	Port   uint16     `json:"port,omitempty"`
+	IP     netip.Addr `json:"ip,omitzero"`      // net.egress by address; net.inbound: the peer
+	Port   uint16     `json:"port,omitempty"`   // net.egress: the peer's; net.inbound: the session's own
 	Path   string     `json:"path,omitempty"`
 	Item   string     `json:"item,omitempty"` // gpu device, broker scope, usb id
 	Mode   string     `json:"mode,omitempty"` // gpu mode
@@ -109,7 +109,7 @@ func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
 	if r.IP.IsValid() {
 		cidrKeys = stringSet(cidrKeysOf(r.IP.Unmap(), lens))
 	}
-	if r.Class == ClassNetEgress {
+	if r.Class.hasPorts() {
 		portKeys = stringSet(portKeysOf(r.Port, lens))
 	}
 	return types.NewRecord(types.RecordMap{
@@ -130,7 +130,7 @@ func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
 // would otherwise allocate one).
 var opValues = func() map[string]types.Value {
 	m := map[string]types.Value{}
-	for _, op := range []string{"connect", "read", "write", "paste_in", "copy_out", "use", "pkg", "any", "persist", "broker", "camera", "mic", "usb", "input_inject"} {
+	for _, op := range []string{"connect", "accept", "read", "write", "paste_in", "copy_out", "use", "pkg", "any", "persist", "broker", "camera", "mic", "usb", "input_inject"} {
 		m[op] = types.String(op)
 	}
 	return m
@@ -298,3 +298,6 @@ func grantScope(c Capability) types.Record {
 func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
 	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now)}
 }
+
+// hasPorts: the class's use requests carry a port (and its keys).
+func (c Class) hasPorts() bool { return c == ClassNetEgress || c == ClassNetInbound }

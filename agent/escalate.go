@@ -4,8 +4,9 @@ package agent
 // session can open an Ask card for exactly the missing scope, so a human
 // sees "session X tried 203.0.113.7:443" and can approve it. Approving does
 // not retry anything by itself. Off unless the session's image manifest says
-// "escalate net.egress"; rate-limited per session and destination, so a
-// burst of denials opens one card.
+// "escalate net.egress" (or "escalate net.inbound" for peers refused at a
+// session's listener: EscalateInbound); rate-limited per session and
+// destination, so a burst of denials opens one card.
 
 import (
 	"context"
@@ -36,8 +37,31 @@ type escalation struct {
 // limited after a refusal, or the scope outside the manifest) and whether
 // this call opened it.
 func (a *Agent) EscalateDenial(ctx context.Context, session string, dst netip.AddrPort) (card string, opened bool, err error) {
+	ip := dst.Addr().Unmap()
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}}}
+	if dst.Port() != 0 {
+		c.Egress.Ports = []PortRange{{Lo: dst.Port(), Hi: dst.Port()}}
+	}
+	return a.escalate(ctx, session, "out|"+dst.String(), c)
+}
+
+// EscalateInbound is told of one kernel refusal of a new inbound flow to
+// session: a peer (its address) opening a flow to the session's local port
+// (the daemon calls it for every no_inbound denial event, whose Dst is the
+// peer's address with the session's port). The card asks for exactly that:
+// net.inbound cidrs=<peer> ports=<port>. Rate-limited like EscalateDenial.
+func (a *Agent) EscalateInbound(ctx context.Context, session string, peer netip.Addr, port uint16) (card string, opened bool, err error) {
+	ip := peer.Unmap()
+	c := Capability{Class: ClassNetInbound, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}}}
+	if port != 0 {
+		c.Inbound.Ports = []PortRange{{Lo: port, Hi: port}}
+	}
+	return a.escalate(ctx, session, "in|"+netip.AddrPortFrom(ip, port).String(), c)
+}
+
+func (a *Agent) escalate(ctx context.Context, session, dest string, c Capability) (card string, opened bool, err error) {
 	now := a.cfg.Now()
-	key := session + "|" + dst.String()
+	key := session + "|" + dest
 	a.esc.mu.Lock()
 	if a.esc.last == nil {
 		a.esc.last = map[string]escalation{}
@@ -57,20 +81,15 @@ func (a *Agent) EscalateDenial(ctx context.Context, session string, dst netip.Ad
 	}
 	a.esc.mu.Unlock()
 
-	if !a.escalates(session, ClassNetEgress) {
+	if !a.escalates(session, c.Class) {
 		return "", false, nil
-	}
-	ip := dst.Addr().Unmap()
-	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}}}
-	if dst.Port() != 0 {
-		c.Egress.Ports = []PortRange{{Lo: dst.Port(), Hi: dst.Port()}}
 	}
 	res, err := a.Request(ctx, []GrantRequest{{Session: session, Capability: c, Lifecycle: LifecycleOnce, Requester: "kernel-denial", Escalation: true}})
 	if err != nil || len(res) == 0 {
 		return "", false, err
 	}
 	outcome := res[0].Outcome
-	a.emit(Event{Kind: "escalation", Session: session, Class: ClassNetEgress, ParamsSHA256: paramsHash(c), Outcome: outcome + " " + res[0].Card + " " + res[0].Reason})
+	a.emit(Event{Kind: "escalation", Session: session, Class: c.Class, ParamsSHA256: paramsHash(c), Outcome: outcome + " " + res[0].Card + " " + res[0].Reason})
 	if outcome != "pending" {
 		return "", false, nil // outside the manifest, breaker, ...: nothing to ask
 	}

@@ -61,8 +61,21 @@ func (a *Agent) enforceable(c Capability) error {
 // cidr × every port range (any port when none), any transport, all carried by
 // the grant's handle. Domains compile to nothing here: the allowlisting
 // resolver turns their answers into rules under the same handle.
+//
+// A net.inbound capability compiles to inbound rules: every cidr (where a
+// peer connects from) × every port range (the session's own ports; any when
+// none), any transport, marked Inbound.
 func egressRules(c Capability, ref backend.HandleRef) []backend.EgressRule {
 	c = c.Normalized()
+	if c.Class == ClassNetInbound {
+		var out []backend.EgressRule
+		for _, p := range c.Inbound.CIDRs {
+			for _, pr := range (&EgressScope{Ports: c.Inbound.Ports}).portRanges() {
+				out = append(out, backend.EgressRule{Prefix: p, Proto: backend.ProtoAny, Ports: pr, Handle: ref, Inbound: true})
+			}
+		}
+		return out
+	}
 	if c.Class != ClassNetEgress {
 		return nil
 	}

@@ -82,6 +82,7 @@ func (m *Manifest) Match(c Capability) (*ManifestEntry, error) {
 // Every allow line belongs to the image named last. Keys per class:
 //
 //	net.egress          domains, cidrs, ports, tls_inspect
+//	net.inbound         cidrs (where peers connect from), ports (the session's own)
 //	fs.scope            read, write, deny
 //	clipboard           paste_in, copy_out
 //	gpu                 device_ids, mode
@@ -146,10 +147,10 @@ func ParseManifests(file string, data []byte) ([]*Manifest, error) {
 			if cur == nil {
 				return nil, fail("escalate before any image line")
 			}
-			if len(fields) != 2 || fields[1] != string(ClassNetEgress) {
-				return nil, fail("want \"escalate net.egress\" (kernel denials exist for net.egress only)")
+			if len(fields) != 2 || (fields[1] != string(ClassNetEgress) && fields[1] != string(ClassNetInbound)) {
+				return nil, fail("want \"escalate net.egress\" or \"escalate net.inbound\" (kernel denials exist for those only)")
 			}
-			cur.Escalate = append(cur.Escalate, ClassNetEgress)
+			cur.Escalate = append(cur.Escalate, Class(fields[1]))
 		default:
 			return nil, fail("unknown directive %q (want image, allow or escalate)", fields[0])
 		}
@@ -230,41 +231,54 @@ func setField(c *Capability, k, v string) error {
 		*dst, err = boolean(k, v)
 		return err
 	}
+	cidrs := func(dst *[]netip.Prefix) error {
+		var ps []string
+		if err := strs(&ps); err != nil {
+			return err
+		}
+		for _, s := range ps {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				a, aerr := netip.ParseAddr(s)
+				if aerr != nil {
+					return fmt.Errorf("cidrs: %q is not a prefix or address", s)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			*dst = append(*dst, p)
+		}
+		return nil
+	}
+	ports := func(dst *[]PortRange) error {
+		var ps []string
+		if err := strs(&ps); err != nil {
+			return err
+		}
+		for _, s := range ps {
+			r, err := ParsePortRange(s)
+			if err != nil {
+				return fmt.Errorf("ports: %q is not a port or lo-hi range", s)
+			}
+			*dst = append(*dst, r)
+		}
+		return nil
+	}
 	switch c.Class {
+	case ClassNetInbound:
+		switch k {
+		case "cidrs":
+			return cidrs(&c.Inbound.CIDRs)
+		case "ports":
+			return ports(&c.Inbound.Ports)
+		}
 	case ClassNetEgress:
 		switch k {
 		case "domains":
 			return strs(&c.Egress.Domains)
 		case "cidrs":
-			var ps []string
-			if err := strs(&ps); err != nil {
-				return err
-			}
-			for _, s := range ps {
-				p, err := netip.ParsePrefix(s)
-				if err != nil {
-					a, aerr := netip.ParseAddr(s)
-					if aerr != nil {
-						return fmt.Errorf("cidrs: %q is not a prefix or address", s)
-					}
-					p = netip.PrefixFrom(a, a.BitLen())
-				}
-				c.Egress.CIDRs = append(c.Egress.CIDRs, p)
-			}
-			return nil
+			return cidrs(&c.Egress.CIDRs)
 		case "ports":
-			var ps []string
-			if err := strs(&ps); err != nil {
-				return err
-			}
-			for _, s := range ps {
-				r, err := ParsePortRange(s)
-				if err != nil {
-					return fmt.Errorf("ports: %q is not a port or lo-hi range", s)
-				}
-				c.Egress.Ports = append(c.Egress.Ports, r)
-			}
-			return nil
+			return ports(&c.Egress.Ports)
 		case "tls_inspect":
 			return flag(&c.Egress.TLSInspect)
 		}

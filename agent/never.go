@@ -36,7 +36,7 @@ func neverListed(list []backend.NeverEntry, r backend.EgressRule) bool {
 func (a *Agent) neverExceptions(session string, rules []backend.EgressRule) []backend.EgressRule {
 	list := a.neverList()
 	for i, r := range rules {
-		if r.Prefix.Bits() != r.Prefix.Addr().BitLen() || r.Ports.Lo != r.Ports.Hi || !neverListed(list, r) {
+		if r.Inbound || r.Prefix.Bits() != r.Prefix.Addr().BitLen() || r.Ports.Lo != r.Ports.Hi || !neverListed(list, r) {
 			continue
 		}
 		u := UseRequest{Class: ClassNetEgress, Op: "connect", IP: r.Prefix.Addr(), Port: r.Ports.Lo}

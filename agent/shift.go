@@ -318,152 +318,6 @@ func attrsFromEntity(ent types.Entity) SessionAttrs {
 	return a
 }
 
-func opsOf(c Class) []string {
-	switch c {
-	case ClassNetEgress:
-		return []string{"connect"}
-	case ClassFSScope:
-		return []string{"read", "write"}
-	case ClassClipboard:
-		return []string{"paste_in", "copy_out"}
-	case ClassGPU:
-		return []string{"use"}
-	case ClassInstall:
-		return []string{"pkg", "any"}
-	case ClassPersistence:
-		return []string{"persist"}
-	case ClassCredentials:
-		return []string{"broker"}
-	case ClassPeripheral:
-		return []string{"camera", "mic", "usb", "input_inject"}
-	}
-	return nil
-}
-
-func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
-	var out []UseRequest
-	switch c {
-	case ClassNetEgress:
-		var domains []string
-		for _, s := range lit.strs {
-			s = strings.TrimPrefix(strings.TrimPrefix(strings.ToLower(s), "**."), "*.")
-			if validateDomainPattern(s) == nil {
-				domains = append(domains, s, "x."+s)
-			}
-		}
-		domains = sortedUnique(append(domains, "example.com"))
-		addrs := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("2001:db8::7")}
-		for _, p := range lit.ips {
-			addrs = append(addrs, neighbours(p)...)
-		}
-		ports := []uint16{443, 80, 22, 53}
-		for _, l := range lit.longs {
-			for _, d := range []int64{-1, 0, 1} {
-				if v := l + d; v > 0 && v < 65536 {
-					ports = append(ports, uint16(v))
-				}
-			}
-		}
-		ports = slices.Compact(sortedU16(ports))
-		for _, port := range ports {
-			for _, d := range domains {
-				out = append(out, UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
-			}
-			for _, a := range addrs {
-				out = append(out, UseRequest{Class: c, Op: "connect", IP: a, Port: port})
-			}
-		}
-	case ClassFSScope, ClassPersistence:
-		paths := []string{"/work/x", "/tmp/x"}
-		paths = append(paths, pr.Protected...)
-		paths = append(paths, pr.PolicyStore...)
-		for _, s := range lit.strs {
-			if validatePath(s) == nil {
-				paths = append(paths, s, filepath.Join(s, "x"))
-			}
-		}
-		for _, op := range opsOf(c) {
-			for _, p := range sortedUnique(paths) {
-				out = append(out, UseRequest{Class: c, Op: op, Path: p})
-			}
-		}
-	default:
-		items := []string{"", "0"}
-		for _, s := range lit.strs {
-			if validateToken("item", s) == nil && len(items) < 24 {
-				items = append(items, s)
-			}
-		}
-		modes := []string{""}
-		if c == ClassGPU {
-			modes = []string{GPUModeCompute, GPUModeRender, GPUModeRaw}
-		}
-		for _, op := range opsOf(c) {
-			for _, it := range sortedUnique(items) {
-				for _, m := range modes {
-					out = append(out, UseRequest{Class: c, Op: op, Item: it, Mode: m})
-				}
-			}
-		}
-	}
-	return out
-}
-
-func sortedU16(s []uint16) []uint16 { slices.Sort(s); return s }
-
-// neighbours returns the first and last address of p and the addresses just
-// outside it.
-func neighbours(p netip.Prefix) []netip.Addr {
-	p = p.Masked()
-	first := p.Addr()
-	last := first
-	for i := p.Bits(); i < first.BitLen(); i++ {
-		b := last.AsSlice()
-		b[i/8] |= 0x80 >> (i % 8)
-		last, _ = netip.AddrFromSlice(b)
-	}
-	out := []netip.Addr{first, last}
-	if prev := first.Prev(); prev.IsValid() {
-		out = append(out, prev)
-	}
-	if next := last.Next(); next.IsValid() {
-		out = append(out, next)
-	}
-	return out
-}
-
-func grantProbes(c Class, lit *literals) []Capability {
-	out := []Capability{Empty(c)}
-	switch c {
-	case ClassNetEgress:
-		out = append(out, Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, TLSInspect: true}},
-			Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}})
-	case ClassFSScope, ClassPersistence:
-		paths := []string{"/work", "/"}
-		for _, s := range lit.strs {
-			if validatePath(s) == nil {
-				paths = append(paths, s)
-			}
-		}
-		for _, p := range sortedUnique(paths) {
-			if c == ClassFSScope {
-				out = append(out, Capability{Class: c, FS: &FSScope{Write: []string{p}}})
-			} else {
-				out = append(out, Capability{Class: c, Persistence: &PersistenceScope{Paths: []string{p}}})
-			}
-		}
-	case ClassGPU:
-		for _, m := range []string{GPUModeCompute, GPUModeRender, GPUModeRaw} {
-			out = append(out, Capability{Class: c, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: m}})
-		}
-	case ClassInstall:
-		for _, s := range []string{InstallPkg, InstallAny} {
-			out = append(out, Capability{Class: c, Install: &InstallScope{Scope: s}})
-		}
-	}
-	return out
-}
-
 // Allows is the grammar's own (Go) meaning of a capability: does it cover
 // this use-time request? The grant-time check compares it with what the
 // grant's Cedar policy permits.
@@ -484,6 +338,14 @@ func (c Capability) Allows(r UseRequest) bool {
 			return true
 		}
 		return r.IP.IsValid() && slices.ContainsFunc(c.Egress.CIDRs, func(p netip.Prefix) bool { return p.Contains(r.IP.Unmap()) })
+	case ClassNetInbound:
+		if r.Op != "accept" || !r.IP.IsValid() {
+			return false
+		}
+		if len(c.Inbound.Ports) > 0 && !slices.ContainsFunc(c.Inbound.Ports, func(p PortRange) bool { return p.Lo <= r.Port && r.Port <= p.Hi }) {
+			return false
+		}
+		return slices.ContainsFunc(c.Inbound.CIDRs, func(p netip.Prefix) bool { return p.Contains(r.IP.Unmap()) })
 	case ClassFSScope:
 		if r.Path == "" || underAny(r.Path, c.FS.Deny) {
 			return false
@@ -544,6 +406,12 @@ func ProveGrant(g GrantData, now time.Time) error {
 		}
 		lit.ips = c.Egress.CIDRs
 		for _, p := range c.Egress.Ports {
+			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
+		}
+		lit.longs = append(lit.longs, 1, 65534)
+	case ClassNetInbound:
+		lit.ips = c.Inbound.CIDRs
+		for _, p := range c.Inbound.Ports {
 			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
 		}
 		lit.longs = append(lit.longs, 1, 65534)

@@ -74,6 +74,9 @@ var systemPaths = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", 
 // DefaultTier is the seed's default table (§3.2) applied to one capability:
 //
 //	net.egress      loopback-only cidrs: auto; anything else: ask
+//	net.inbound     ask, loopback included (other sessions on the host
+//	                connect from loopback); only a manifest tier or an
+//	                admin policy lowers it
 //	fs.scope        read inside the workspace: auto; writes inside it: notify;
 //	                anything outside it: ask
 //	clipboard       paste_in only: auto; copy_out: ask
@@ -103,6 +106,8 @@ func DefaultTier(c Capability, tc TierContext) Tier {
 				return TierAuto
 			}
 		}
+		return TierAsk
+	case ClassNetInbound:
 		return TierAsk
 	case ClassFSScope:
 		t := TierAuto
@@ -212,6 +217,15 @@ func (i Ingredients) With(c Capability, p Provenance) Ingredients {
 	case ClassNetEgress:
 		if DefaultTier(c, TierContext{}) != TierAuto { // anything beyond loopback
 			i.ExternalCommunication = true
+		}
+	case ClassNetInbound:
+		// Peers that connect in both send and read: outside loopback that
+		// is external communication and ingestion at once.
+		for _, p := range c.Inbound.CIDRs {
+			if !p.Addr().IsLoopback() || !prefixCovers(loopbackPrefix(p.Addr()), p) {
+				i.ExternalCommunication = true
+				i.ExternalIngestion = true
+			}
 		}
 	case ClassClipboard:
 		if c.Clipboard.CopyOut {

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The egress map: which destinations a session may reach. Entries are keyed
+ * The egress map: which destinations a session may reach, and which peers
+ * may open flows to it (inbound rules, SHK_RULE_INBOUND: the prefix is the
+ * source, the ports the session's own). Entries are keyed
  * by (session, prefix); each holds up to SHK_MAX_RULES rules (protocol, port
  * range, optional deadline, caretaker handle). lookup() finds the longest
  * covering entry, tries its rules, then the next shorter covering entry, and
@@ -126,23 +128,41 @@ static __always_inline int never_listed(__u16 family, const __u32 *addr, __u16 d
 	}
 }
 
+/* Which rules a lookup tries (its dirs argument): egress rules match the
+ * peer's port, inbound rules (SHK_RULE_INBOUND, keyed by the source prefix)
+ * the session's local port. Both: a flow lives while either covers it. */
+#define SHK_DIR_OUT 1
+#define SHK_DIR_IN 2
+
 /*
  * Try the rules of one entry. Returns NONE and fills *ref on a match that is
- * allowed; otherwise the most telling reason seen so far.
+ * allowed; otherwise the most telling reason seen so far. dport is the peer's
+ * port, lport the session's own (inbound rules); dirs is a constant at every
+ * call site, so an egress-only lookup pays one flag test per rule.
  */
-static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport,
-				       int rule_expiry, __u32 use, __u32 best, struct shk_flow *ref)
+static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 proto, __u16 dport, __u16 lport,
+				       __u32 dirs, int rule_expiry, __u32 use, __u32 best, struct shk_flow *ref)
 {
 	for (int i = 0; i < SHK_MAX_RULES; i++) {
 		const struct shk_rule *r;
+		__u16 port;
 		__u32 why;
 
 		if (i >= v->nrules)
 			break;
 		r = &v->rules[i];
+		if (r->flags & SHK_RULE_INBOUND) {
+			if (!(dirs & SHK_DIR_IN))
+				continue;
+			port = lport;
+		} else {
+			if (!(dirs & SHK_DIR_OUT))
+				continue;
+			port = dport;
+		}
 		if (r->proto && r->proto != proto)
 			continue;
-		if (!(r->port_lo == 0 && r->port_hi == 0) && (dport < r->port_lo || dport > r->port_hi))
+		if (!(r->port_lo == 0 && r->port_hi == 0) && (port < r->port_lo || port > r->port_hi))
 			continue;
 		if (r->expires_ns && rule_expiry && bpf_ktime_get_boot_ns() >= r->expires_ns) {
 			if (best == SHK_REASON_NO_RULE)
@@ -160,8 +180,8 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 	return best;
 }
 
-static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, int rule_expiry,
-				     __u32 use, struct shk_flow *ref)
+static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u16 dport, __u16 lport,
+				     __u32 dirs, int rule_expiry, __u32 use, struct shk_flow *ref)
 {
 	struct shk_egress4_key key = { .prefixlen = 32 + 32, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -171,7 +191,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 	__builtin_memcpy(key.addr, &daddr, 4);
 	x = bpf_map_lookup_elem(&shk_exact4, &key);
 	if (x) {
-		best = try_rules(x, proto, dport, rule_expiry, use, best, ref);
+		best = try_rules(x, proto, dport, lport, dirs, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 	}
@@ -180,7 +200,7 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, rule_expiry, use, best, ref);
+		best = try_rules(v, proto, dport, lport, dirs, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 32)
@@ -190,8 +210,8 @@ static __always_inline __u32 lookup4(__u32 session, __u32 daddr, __u8 proto, __u
 	return best;
 }
 
-static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, int rule_expiry,
-				     __u32 use, struct shk_flow *ref)
+static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 proto, __u16 dport, __u16 lport,
+				     __u32 dirs, int rule_expiry, __u32 use, struct shk_flow *ref)
 {
 	struct shk_egress6_key key = { .prefixlen = 32 + 128, .session = session };
 	__u32 best = SHK_REASON_NO_RULE;
@@ -201,7 +221,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 	__builtin_memcpy(key.addr, daddr, 16);
 	x = bpf_map_lookup_elem(&shk_exact6, &key);
 	if (x) {
-		best = try_rules(x, proto, dport, rule_expiry, use, best, ref);
+		best = try_rules(x, proto, dport, lport, dirs, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 	}
@@ -210,7 +230,7 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 
 		if (!v)
 			break;
-		best = try_rules(v, proto, dport, rule_expiry, use, best, ref);
+		best = try_rules(v, proto, dport, lport, dirs, rule_expiry, use, best, ref);
 		if (best == SHK_REASON_NONE)
 			return best;
 		if (v->prefixlen == 0 || v->prefixlen > 128)
@@ -221,13 +241,23 @@ static __always_inline __u32 lookup6(__u32 session, const __u32 *daddr, __u8 pro
 }
 
 /* lookup4 or lookup6, by family (IPv4 in addr[0]); use is what the handle
- * check is for (enum shk_use). */
+ * check is for (enum shk_use). Egress rules only. */
 static __always_inline __u32 lookup(__u32 session, __u16 family, const __u32 *addr, __u8 proto, __u16 dport,
 				    int rule_expiry, __u32 use, struct shk_flow *ref)
 {
 	if (family == AF_INET)
-		return lookup4(session, addr[0], proto, dport, rule_expiry, use, ref);
-	return lookup6(session, addr, proto, dport, rule_expiry, use, ref);
+		return lookup4(session, addr[0], proto, dport, 0, SHK_DIR_OUT, rule_expiry, use, ref);
+	return lookup6(session, addr, proto, dport, 0, SHK_DIR_OUT, rule_expiry, use, ref);
+}
+
+/* lookup with a choice of rules (dirs, SHK_DIR_*): addr and dport are the
+ * peer's, lport the session's own port. Inbound rules carry no deadline. */
+static __always_inline __u32 lookup_dirs(__u32 session, __u16 family, const __u32 *addr, __u8 proto, __u16 dport,
+					 __u16 lport, __u32 dirs, __u32 use, struct shk_flow *ref)
+{
+	if (family == AF_INET)
+		return lookup4(session, addr[0], proto, dport, lport, dirs, 0, use, ref);
+	return lookup6(session, addr, proto, dport, lport, dirs, 0, use, ref);
 }
 
 /* Whether an IPv6 address (four words) is v4-mapped, ::ffff:a.b.c.d. */

@@ -33,7 +33,8 @@ enum shk_reason {
 	SHK_REASON_UNKNOWN_SESSION = 5,
 	SHK_REASON_UNCHECKED = 6,
 	SHK_REASON_FLOW_REVOKED = 7,
-	SHK_NR_REASONS = 8,
+	SHK_REASON_NO_INBOUND = 8, /* a new inbound flow no inbound grant admits */
+	SHK_NR_REASONS = 9,
 };
 
 /* How flows already open are cut when their authority dies (load-time
@@ -94,6 +95,12 @@ struct shk_rule {
 /* The rule is an admin-named exception to the never-list (user space also
  * writes its shk_never_oks entry); kept on the rule for the snapshot. */
 #define SHK_RULE_NEVER_OK 1
+/* An inbound rule: the entry's prefix is where a peer connects from, the
+ * port range the session's local port it connects to. Egress checks
+ * (connect, send) never match it; the ingress checks of new inbound flows
+ * (a SYN to a session listener, a datagram to an unconnected session
+ * socket) match nothing else. */
+#define SHK_RULE_INBOUND 2
 
 /* Key of shk_never_oks: an admin-named never-listed destination of one
  * session. Value: the handle of the grant naming it. */

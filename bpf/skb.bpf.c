@@ -2,11 +2,14 @@
 /*
  * The packet hooks (cgroup_skb):
  *
- *   cgroup_skb/ingress  both flow modes: every TCP handshake of a session
- *                       socket: an inbound SYN (someone connecting to a
- *                       session's listener) and the SYN-ACK that completes a
- *                       session's connect must be covered by the egress map
- *                       under a live handle (check_handshake)
+ *   cgroup_skb/ingress  both flow modes: every new inbound flow to a session
+ *                       socket must be admitted by an inbound rule under a
+ *                       live handle (check_inbound): a SYN to a session
+ *                       listener, a datagram to an unconnected session UDP
+ *                       socket (unless it comes from a peer and port the
+ *                       session may send to: a reply). Sweep mode also
+ *                       checks the SYN-ACK that completes a session's
+ *                       connect against the egress map (check_handshake).
  *   cgroup_skb/egress   PACKET mode only (user space attaches it there)
  *
  * In PACKET mode (check_skb) egress checks every active open and data packet,
@@ -33,6 +36,7 @@ const volatile __u32 shk_skb_task_info = 0;
 struct pkt {
 	__u32 peer[4];   /* the remote end: destination on egress, source on ingress */
 	__u16 peer_port; /* host order */
+	__u16 local_port; /* host order: the session socket's own port */
 	__u16 family;
 	__u8 proto;
 	__u8 syn;        /* TCP SYN without ACK */
@@ -90,6 +94,7 @@ static __always_inline int parse(struct __sk_buff *skb, int egress, struct pkt *
 		th = buf;
 	}
 	p->peer_port = egress ? ((__u16)th[2] << 8 | th[3]) : ((__u16)th[0] << 8 | th[1]);
+	p->local_port = egress ? ((__u16)th[0] << 8 | th[1]) : ((__u16)th[2] << 8 | th[3]);
 	if (p->proto == IPPROTO_TCP) {
 		p->syn = (th[13] & 0x02) && !(th[13] & 0x10);
 		p->synack = (th[13] & 0x12) == 0x12;
@@ -108,13 +113,63 @@ static __always_inline int same_peer(const struct shk_flow *f, const struct pkt 
 }
 
 /*
- * Sweep mode, ingress: the two packets that start a TCP flow. An inbound SYN
- * (a peer connecting to a session's listener) must come from a peer the
- * session may reach, or accepted sockets would be an egress channel no
- * connect hook sees. The SYN-ACK completing a session's connect is checked
- * again (handles only): a connect allowed just before a revoke, whose socket
- * a concurrent sweep could not see yet, never becomes established. Every
- * other packet passes; flows are cut by the sweep.
+ * Both modes, ingress: a new inbound flow, parsed into p (a SYN to a session
+ * listener, a datagram to an unconnected session UDP socket). It is admitted
+ * only by an inbound rule of the session (source prefix, local port) under a
+ * live handle; egress grants never admit a peer in. A datagram is also let
+ * in when it comes from a peer and port the session may send to (a reply to
+ * its own egress), or from its resolver. A TCP flow admitted here lives on
+ * under the inbound rule: the sweep and the packet checks look for egress or
+ * inbound rules (SHK_DIR_OUT | SHK_DIR_IN). An approve-once inbound grant
+ * admits one connection (or one datagram). Refusals count and report
+ * SHK_REASON_NO_INBOUND with the peer's address and the session's port (the
+ * scope a grant would need).
+ */
+static __always_inline int check_inbound(struct __sk_buff *skb, const struct pkt *p)
+{
+	struct shk_flow ref = {};
+	struct shk_session *s;
+	__u64 cgid;
+
+	cgid = skb_session_cgroup(skb);
+	s = session_of(&cgid);
+	if (!s) {
+		report(cgid, 0, 0, SHK_REASON_UNKNOWN_SESSION, p->family, p->proto, p->local_port, p->peer,
+		       p->family == AF_INET6 ? 4 : 1, 0);
+		return 0;
+	}
+	if (p->proto == IPPROTO_UDP) {
+		if (resolver_peer(p->family, p->peer, p->peer_port))
+			return 1; /* the session's own resolver answering */
+		if (lookup_dirs(s->index, p->family, p->peer, IPPROTO_UDP, p->peer_port, 0, SHK_DIR_OUT, SHK_USE_FLOW,
+				&ref) == SHK_REASON_NONE)
+			return 1; /* from where the session may send: a reply */
+	}
+	if (lookup_dirs(s->index, p->family, p->peer, p->proto, 0, p->local_port, SHK_DIR_IN, SHK_USE_CONSUME, &ref) ==
+	    SHK_REASON_NONE)
+		return 1;
+	report(cgid, s->index, 0, SHK_REASON_NO_INBOUND, p->family, p->proto, p->local_port, p->peer,
+	       p->family == AF_INET6 ? 4 : 1, 0);
+	return 0;
+}
+
+/* Whether an ingress packet starts a new inbound flow that check_inbound
+ * must admit: a TCP SYN, or a datagram to an unconnected UDP socket
+ * (a connected one only ever receives from the peer its connect was
+ * allowed to; the kernel delivers nothing else to it). */
+static __always_inline int new_inbound(const struct bpf_sock *sk, const struct pkt *p)
+{
+	if (p->proto == IPPROTO_TCP)
+		return p->syn;
+	return p->proto == IPPROTO_UDP && sk->state != 1 /* TCP_ESTABLISHED: connected */;
+}
+
+/*
+ * Sweep mode, ingress: the packets that start a flow. An inbound SYN or
+ * datagram goes to check_inbound. The SYN-ACK completing a session's connect
+ * is checked again (handles only): a connect allowed just before a revoke,
+ * whose socket a concurrent sweep could not see yet, never becomes
+ * established. Every other packet passes; flows are cut by the sweep.
  */
 static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_sock *sk)
 {
@@ -124,14 +179,18 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 	__u32 why;
 	__u64 cgid;
 
-	if (sk->protocol != IPPROTO_TCP)
-		return 1; /* inbound datagrams are not egress; every send is checked */
-	if (parse(skb, 0, &p) < 0 || p.proto != IPPROTO_TCP) {
+	if (sk->protocol != IPPROTO_TCP && sk->protocol != IPPROTO_UDP)
+		return 1;
+	if (sk->protocol == IPPROTO_UDP && sk->state == 1 /* connected */)
+		return 1; /* the kernel delivers only its connect-checked peer's */
+	if (parse(skb, 0, &p) < 0 || p.proto != sk->protocol) {
 		why = SHK_REASON_UNCHECKED;
 		cgid = skb_session_cgroup(skb);
 		goto deny;
 	}
-	if (!p.syn && !p.synack)
+	if (new_inbound(sk, &p))
+		return check_inbound(skb, &p);
+	if (!p.synack)
 		return 1;
 	cgid = skb_session_cgroup(skb);
 	s = session_of(&cgid);
@@ -139,17 +198,13 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 		why = SHK_REASON_UNKNOWN_SESSION;
 		goto deny;
 	}
-	/* A new inbound flow is bounded by rule deadlines like a connect; the
-	 * handshake of a connect already allowed checks handles only. */
-	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, p.syn, p.syn ? SHK_USE_NEW : SHK_USE_FLOW, &ref);
+	/* The handshake of a connect already allowed checks handles only. */
+	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, 0, SHK_USE_FLOW, &ref);
 	if (why == SHK_REASON_NONE)
 		return 1;
 	if (resolver_peer(p.family, p.peer, p.peer_port))
 		return 1; /* the session's own resolver (redirected DNS over TCP) */
-	if (p.synack)
-		why = SHK_REASON_FLOW_REVOKED;
-	report(cgid, s->index, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1, 0);
-	return 0;
+	why = SHK_REASON_FLOW_REVOKED;
 deny:
 	s = session_of(&cgid);
 	report(cgid, s ? s->index : 0, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1,
@@ -185,14 +240,16 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		why = SHK_REASON_UNCHECKED; /* raw, ICMP: no connect/sendmsg check covers them */
 		goto deny;
 	}
-	/* Unconnected UDP: every send was checked by sendmsg4|6; inbound
-	 * datagrams are not egress. */
-	if (sk->protocol == IPPROTO_UDP && sk->state != 1 /* TCP_ESTABLISHED: connected */)
+	/* Unconnected UDP: every send was checked by sendmsg4|6; a datagram
+	 * in is a new inbound flow (or a reply), like a SYN to a listener. */
+	if (sk->protocol == IPPROTO_UDP && sk->state != 1 /* TCP_ESTABLISHED: connected */ && egress)
 		return 1;
 	if (parse(skb, egress, &p) < 0 || p.proto != sk->protocol) {
 		why = SHK_REASON_UNCHECKED;
 		goto deny;
 	}
+	if (!egress && new_inbound(sk, &p))
+		return check_inbound(skb, &p);
 	if (p.proto == IPPROTO_TCP && !p.data && !(p.syn && egress))
 		return 1; /* ACK, FIN, RST, SYN-ACK: no data moves */
 
@@ -237,8 +294,14 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	}
 	index = s->index;
 	/* Rule deadlines (DNS TTLs) bound new connections, not open flows:
-	 * only handles are checked here. */
-	why = lookup(index, p.family, p.peer, p.proto, p.peer_port, 0, SHK_USE_FLOW, &ref);
+	 * only handles are checked here. An active open is egress alone; a
+	 * TCP flow lives while an egress or an inbound rule covers it (it may
+	 * have been accepted under an inbound grant); connected UDP is egress. */
+	if (p.syn || p.proto != IPPROTO_TCP)
+		why = lookup(index, p.family, p.peer, p.proto, p.peer_port, 0, SHK_USE_FLOW, &ref);
+	else
+		why = lookup_dirs(index, p.family, p.peer, p.proto, p.peer_port, p.local_port, SHK_DIR_OUT | SHK_DIR_IN,
+				  SHK_USE_FLOW, &ref);
 	if (why != SHK_REASON_NONE) {
 		why = p.syn ? SHK_REASON_UNCHECKED : SHK_REASON_FLOW_REVOKED;
 		goto deny;

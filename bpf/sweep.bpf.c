@@ -3,7 +3,8 @@
  * Sweep mode: the socket iterators. On kernels with the bpf_sock_destroy
  * kfunc, iter/tcp and iter/udp walk every TCP and UDP socket when user space
  * asks (after each revoke, at each handle deadline) and destroy each session
- * socket whose peer no live grant covers any more. No per-packet hook. The
+ * socket whose peer no live grant covers any more (for TCP, an egress grant
+ * of the peer's port or an inbound grant of the socket's own port). No per-packet hook. The
  * kernel structures they read are declared in core.bpf.h with CO-RE
  * relocations. Part of the one object built from shinken.bpf.c.
  */
@@ -50,7 +51,7 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	struct shk_session *s;
 	struct cgroup *cg;
 	__u32 peer[4] = {}, why;
-	__u16 family, dport;
+	__u16 family, dport, lport;
 	__u64 cgid;
 
 	if (proto == IPPROTO_TCP) {
@@ -75,6 +76,7 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 
 	family = skc->skc_family;
 	dport = bpf_ntohs(skc->skc_dport);
+	lport = skc->skc_num; /* host order */
 	if (family == AF_INET) {
 		peer[0] = skc->skc_daddr;
 	} else if (family == AF_INET6) {
@@ -89,7 +91,14 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	} else {
 		return 0;
 	}
-	why = lookup(s->index, family, peer, proto, dport, 0, SHK_USE_FLOW, &ref);
+	/* A TCP flow may have been accepted under an inbound grant (source
+	 * prefix, local port): it lives while an egress or an inbound rule
+	 * covers it. Connected UDP is egress only. */
+	if (proto == IPPROTO_TCP)
+		why = lookup_dirs(s->index, family, peer, proto, dport, lport, SHK_DIR_OUT | SHK_DIR_IN, SHK_USE_FLOW,
+				  &ref);
+	else
+		why = lookup(s->index, family, peer, proto, dport, 0, SHK_USE_FLOW, &ref);
 	if (why == SHK_REASON_NONE || resolver_peer(family, peer, dport))
 		return 0; /* covered, or redirected DNS to the session's own resolver */
 	if (!bpf_sock_destroy)

@@ -61,6 +61,7 @@ const (
 	ReasonUnknownSession = backend.ReasonUnknownSession
 	ReasonUnchecked      = backend.ReasonUnchecked
 	ReasonFlowRevoked    = backend.ReasonFlowRevoked
+	ReasonNoInbound      = backend.ReasonNoInbound
 	NumReasons           = backend.NumReasons
 )
 

@@ -168,6 +168,7 @@ func (d *Dataplane) EgressRules(session string) ([]EgressRule, error) {
 				Handle:  HandleRef{Slot: r.Handle, Generation: r.Generation},
 				Expires: bootToTime(r.ExpiresNs),
 				NeverOK: r.Flags&ruleNeverOK != 0,
+				Inbound: r.Flags&ruleInbound != 0,
 			})
 		}
 	}
@@ -220,12 +221,16 @@ func encodeRule(r EgressRule) shkShkRule {
 		PortLo:     r.Ports.Lo,
 		PortHi:     r.Ports.Hi,
 		Proto:      uint8(r.Proto),
-		Flags:      boolFlag(r.NeverOK, ruleNeverOK),
+		Flags:      boolFlag(r.NeverOK, ruleNeverOK) | boolFlag(r.Inbound, ruleInbound),
 	}
 }
 
-// ruleNeverOK is SHK_RULE_NEVER_OK (bpf/shinken_api.bpf.h).
-const ruleNeverOK = 1
+// ruleNeverOK and ruleInbound are SHK_RULE_NEVER_OK and SHK_RULE_INBOUND
+// (bpf/shinken_api.bpf.h).
+const (
+	ruleNeverOK = 1
+	ruleInbound = 2
+)
 
 func boolFlag(on bool, f uint8) uint8 {
 	if on {

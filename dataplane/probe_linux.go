@@ -48,6 +48,19 @@ func (d *Dataplane) probe() backend.Report {
 	}
 	r.Classes = append(r.Classes, egress)
 
+	// net.inbound: the same ingress hook in both modes, the same handles.
+	inbound := backend.Strength{Class: "net.inbound", Level: backend.RevocableInKernel}
+	switch d.cfg.FlowMode {
+	case FlowSweep:
+		inbound.Mechanism = "BPF cgroup_skb/ingress: a SYN to a session listener, or a datagram to an unconnected session UDP socket that is no reply to the session's egress, must match an inbound rule (source prefix, local port) under a live caretaker handle; accepted flows destroyed by the iter/tcp sweep on revoke"
+		inbound.Reason = "a flow whose handle expires while no agent runs lives until an agent starts (its sweep runs then)"
+	case FlowPacket:
+		inbound.Mechanism = "BPF cgroup_skb/ingress: a SYN to a session listener, or a datagram to an unconnected session UDP socket that is no reply to the session's egress, must match an inbound rule (source prefix, local port) under a live caretaker handle; every packet of an accepted flow re-checked at cgroup_skb"
+	default:
+		inbound = backend.Strength{Class: "net.inbound", Level: backend.Unavailable, Mechanism: "none", Reason: egress.Reason}
+	}
+	r.Classes = append(r.Classes, inbound)
+
 	fs := backend.Strength{Class: "fs.scope", Level: backend.Unavailable, Mechanism: "none"}
 	if llErr == nil {
 		fs.Reason = fmt.Sprintf("Landlock ABI %d is present, but this build wires no fs.scope backend", abi)

@@ -202,6 +202,13 @@ type EgressRule struct {
 	// NeverOK lets the rule reach never-listed destinations (NeverEntry)
 	// it covers; without it they stay refused whatever the rule covers.
 	NeverOK bool
+	// Inbound turns the rule around: it admits peers in Prefix opening a
+	// flow to the session's own Ports (a TCP connection to a listener, a
+	// datagram to an unconnected UDP socket), and never allows a connect
+	// or send. New inbound flows are refused unless such a rule covers them
+	// under a live handle; an accepted TCP flow then lives while its rule
+	// (or an egress rule covering the peer) does.
+	Inbound bool
 }
 
 func (r EgressRule) String() string {
@@ -209,13 +216,16 @@ func (r EgressRule) String() string {
 	if r.NeverOK {
 		s += " never-ok"
 	}
+	if r.Inbound {
+		s = "inbound from " + s
+	}
 	return s
 }
 
 // SameRule reports whether a and b are the same kernel entry (the expiry
 // aside).
 func SameRule(a, b EgressRule) bool {
-	return a.Prefix == b.Prefix && a.Proto == b.Proto && a.Ports == b.Ports && a.Handle == b.Handle && a.NeverOK == b.NeverOK
+	return a.Prefix == b.Prefix && a.Proto == b.Proto && a.Ports == b.Ports && a.Handle == b.Handle && a.NeverOK == b.NeverOK && a.Inbound == b.Inbound
 }
 
 // NeverEntry is one destination of the never-list: refused in the kernel
@@ -269,6 +279,9 @@ func (r EgressRule) Validate() error {
 	if r.Handle.IsZero() {
 		return fmt.Errorf("%w: rule without a handle", ErrInvalidHandle)
 	}
+	if r.Inbound && r.NeverOK {
+		return fmt.Errorf("%w: an inbound rule is no never-list exception", ErrInvalidPrefix)
+	}
 	return nil
 }
 
@@ -285,10 +298,11 @@ const (
 	ReasonUnknownSession Reason = 5 // the socket's cgroup is under the parent but is no session
 	ReasonUnchecked      Reason = 6 // a packet that no connect/sendmsg check covered (raw, ICMP, unchecked SYN)
 	ReasonFlowRevoked    Reason = 7 // a packet of a flow whose handle died after connect
-	NumReasons                  = 8
+	ReasonNoInbound      Reason = 8 // a new inbound flow (SYN to a listener, datagram to an unconnected socket) no inbound grant admits
+	NumReasons                  = 9
 )
 
-var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked"}
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {

@@ -21,7 +21,7 @@ func unsupported(what string) error {
 // Probe reports every class unavailable.
 func (Unsupported) Probe() Report {
 	r := Report{OS: runtime.GOOS, Backend: "none"}
-	for _, c := range []string{"net.egress", "fs.scope", "clipboard", "gpu", "install.privileged", "persistence", "credentials", "peripheral"} {
+	for _, c := range []string{"net.egress", "net.inbound", "fs.scope", "clipboard", "gpu", "install.privileged", "persistence", "credentials", "peripheral"} {
 		r.Classes = append(r.Classes, Strength{Class: c, Level: Unavailable, Mechanism: "none",
 			Reason: "no enforcement backend for " + runtime.GOOS + " in this build"})
 	}

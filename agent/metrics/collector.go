@@ -11,8 +11,19 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// ClassNetEgress is the class label of the kernel's denial counters.
-const ClassNetEgress = "net.egress"
+// ClassNetEgress and ClassNetInbound are the class labels of the kernel's
+// denial counters: no_inbound refusals are net.inbound, the rest net.egress.
+const (
+	ClassNetEgress  = "net.egress"
+	ClassNetInbound = "net.inbound"
+)
+
+func classOf(r backend.Reason) string {
+	if r == backend.ReasonNoInbound {
+		return ClassNetInbound
+	}
+	return ClassNetEgress
+}
 
 // kernelCollector reads the dataplane at scrape time.
 type kernelCollector struct {
@@ -91,7 +102,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for r := backend.Reason(1); r < backend.NumReasons; r++ {
 			if v := res.cnt[r]; v != 0 {
-				ch <- prometheus.MustNewConstMetric(c.denials, prometheus.CounterValue, float64(v), s.Name, ClassNetEgress, r.String())
+				ch <- prometheus.MustNewConstMetric(c.denials, prometheus.CounterValue, float64(v), s.Name, classOf(r), r.String())
 			}
 		}
 	}
@@ -101,7 +112,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		for r := backend.Reason(1); r < backend.NumReasons; r++ {
 			if v := cnt[r]; v != 0 {
-				ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, float64(v), ClassNetEgress, r.String())
+				ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, float64(v), classOf(r), r.String())
 			}
 		}
 	}

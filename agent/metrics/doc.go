@@ -35,9 +35,10 @@
 //
 // Denial counts come from the kernel's per-CPU counters, never from the
 // ring buffer, so a ring-buffer overflow loses events but no counts.
-// class is "net.egress" (the only class the kernel counts today) and reason
-// is backend.Reason.String(). Only reasons with a non-zero count are
-// exported: at 10,000 sessions and seven reasons, exporting zeros would be
+// class is "net.inbound" for no_inbound (a peer refused at a session's
+// listener or unconnected UDP socket) and "net.egress" for every other
+// reason; reason is backend.Reason.String(). Only reasons with a non-zero
+// count are exported: at 10,000 sessions and eight reasons, exporting zeros would be
 // 70,000 series, most of them forever zero. The consequence is the usual
 // one for a counter born at its first increment: rate() over the window in
 // which a series appears misses that first step; increase() on a longer

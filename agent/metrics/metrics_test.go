@@ -90,12 +90,13 @@ shinken_ringbuf_drops_total 0
 			sessions: []dataplane.Session{{Name: "a", Index: 1}, {Name: "b", Index: 2}, {Name: "quiet", Index: 3}},
 			counters: map[uint32][dataplane.NumReasons]uint64{
 				1: counts(uint64(dataplane.ReasonNoRule), 5, uint64(dataplane.ReasonHandleRevoked), 2),
-				2: counts(uint64(dataplane.ReasonFlowRevoked), 7),
+				2: counts(uint64(dataplane.ReasonFlowRevoked), 7, uint64(dataplane.ReasonNoInbound), 4),
 			},
 			drops: 42,
 		}, header + `shinken_denials_total{class="net.egress",reason="handle_revoked",session="a"} 2
 shinken_denials_total{class="net.egress",reason="no_rule",session="a"} 5
 shinken_denials_total{class="net.egress",reason="flow_revoked",session="b"} 7
+shinken_denials_total{class="net.inbound",reason="no_inbound",session="b"} 4
 # HELP shinken_sessions Sessions the dataplane knows.
 # TYPE shinken_sessions gauge
 shinken_sessions 3

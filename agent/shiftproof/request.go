@@ -29,7 +29,7 @@ type Domain struct {
 // ShinkenDomain is the agent's request space (agent.Classes, SessionSpec
 // validation, Tier.String, Provenance, Lifecycle).
 var ShinkenDomain = Domain{
-	Classes:     []string{"net.egress", "fs.scope", "clipboard", "gpu", "install.privileged", "persistence", "credentials", "peripheral"},
+	Classes:     []string{"net.egress", "net.inbound", "fs.scope", "clipboard", "gpu", "install.privileged", "persistence", "credentials", "peripheral"},
 	TrustTiers:  []string{"low", "normal", "high"},
 	Risks:       []string{"normal", "high"},
 	Tiers:       []string{"auto", "notify", "ask", "block"},
@@ -80,7 +80,7 @@ func (r *Request) String() string {
 	if r.IP.IsValid() {
 		what += " ip=" + r.IP.String()
 	}
-	if r.Class == "net.egress" {
+	if r.Class == "net.egress" || r.Class == "net.inbound" {
 		what += fmt.Sprintf(" port=%d", r.Port)
 	}
 	if r.Path != "" {
@@ -221,7 +221,7 @@ func derivedPresent(name string) string {
 	case "cidr":
 		return "u_has_ip"
 	case "port":
-		return `(= r_class "net.egress")` // the agent adds port keys to every net.egress request
+		return `(or (= r_class "net.egress") (= r_class "net.inbound"))` // the agent adds port keys to every request of these
 	}
 	return "false"
 }

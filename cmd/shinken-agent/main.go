@@ -385,6 +385,13 @@ func (d *daemon) readKernelEvents() {
 					d.log.Warn("escalation", "session", sess, "dst", ev.Dst, "err", err)
 				}
 			}
+			// A peer refused at the session's listener (Dst: the peer's
+			// address, the session's port): a net.inbound card.
+			if ev.Reason == backend.ReasonNoInbound && sess != "" {
+				if _, _, err := d.ag.EscalateInbound(context.Background(), sess, ev.Dst.Addr(), ev.Dst.Port()); err != nil {
+					d.log.Warn("escalation", "session", sess, "peer", ev.Dst, "err", err)
+				}
+			}
 		}
 	}()
 }

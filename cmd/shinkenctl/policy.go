@@ -21,8 +21,8 @@ func (c *client) decide(args []string) error {
 	}
 	fs := flag.NewFlagSet("decide", flag.ContinueOnError)
 	domain := fs.String("domain", "", "net.egress: the name")
-	ip := fs.String("ip", "", "net.egress: the address")
-	port := fs.Uint("port", 0, "net.egress: the port")
+	ip := fs.String("ip", "", "net.egress: the address; net.inbound: the peer's")
+	port := fs.Uint("port", 0, "net.egress: the peer's port; net.inbound: the session's own")
 	path := fs.String("path", "", "fs.scope, persistence: the path")
 	item := fs.String("item", "", "gpu device, broker scope, usb id")
 	mode := fs.String("mode", "", "gpu mode")

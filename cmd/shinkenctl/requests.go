@@ -28,9 +28,9 @@ func (c *client) request(args []string, parent string) error {
 	session, class := args[0], args[1]
 	fs := newFlags("request")
 	var cidrs, domains, ports multi
-	fs.Var(&cidrs, "cidr", "net.egress prefix (repeatable)")
+	fs.Var(&cidrs, "cidr", "net.egress prefix; net.inbound: where peers connect from (repeatable)")
 	fs.Var(&domains, "domain", "net.egress domain: host, *.host or **.host (repeatable)")
-	fs.Var(&ports, "port", "net.egress port or LO-HI range (repeatable; none: any)")
+	fs.Var(&ports, "port", "net.egress port or LO-HI range; net.inbound: the session's own port (repeatable; none: any)")
 	lc := fs.String("lifecycle", "session", "once or session")
 	ttl := fs.Duration("ttl", 0, "time box (0: the lifecycle's default)")
 	external := fs.Bool("external", false, "parameters come from external content (promotes the tier)")
@@ -45,7 +45,7 @@ func (c *client) request(args []string, parent string) error {
 		if err := dec.Decode(&capab); err != nil {
 			return fmt.Errorf("-json: %w", err)
 		}
-	} else if class == string(agent.ClassNetEgress) {
+	} else if class == string(agent.ClassNetEgress) || class == string(agent.ClassNetInbound) {
 		e := &agent.EgressScope{Domains: domains}
 		for _, s := range cidrs {
 			p, err := netip.ParsePrefix(s)
@@ -66,7 +66,14 @@ func (c *client) request(args []string, parent string) error {
 			}
 			e.Ports = append(e.Ports, agent.PortRange{Lo: uint16(l), Hi: uint16(h)})
 		}
-		capab.Egress = e
+		if class == string(agent.ClassNetInbound) {
+			if len(e.Domains) > 0 {
+				return errors.New("net.inbound takes no -domain (peers are named by -cidr)")
+			}
+			capab.Inbound = &agent.InboundScope{CIDRs: e.CIDRs, Ports: e.Ports}
+		} else {
+			capab.Egress = e
+		}
 	}
 	req := agent.GrantRequest{Session: session, Capability: capab, Lifecycle: agent.Lifecycle(*lc), TTL: *ttl}
 	if *external {

@@ -21,6 +21,8 @@
 //	write N TEXT          write TEXT on socket N
 //	listen N ADDR         listen on TCP ADDR (port 0: any) and keep the socket as N; answers "ok PORT"
 //	accept N M MS         accept one connection on listener N within MS milliseconds, keep it as M
+//	ubind N ADDR          bind an unconnected UDP socket to ADDR, keep it as N; answers "ok PORT"
+//	recv N MS             read one datagram (or bytes) from socket N within MS; "ok FROM DATA"
 //	sendto N ADDR TEXT    sendto on socket N (UDP)
 //	raw ADDR              send an ICMP echo through a raw socket
 //	cgmove PATH           write our pid into PATH (a cgroup.procs file)
@@ -210,6 +212,32 @@ func (p *prober) do(f []string) string {
 			return result(strconv.Itoa(sa.Port), nil)
 		}
 		return "err unexpected socket address"
+	case "ubind": // ubind NAME ADDR: an unconnected UDP socket; "ok <port>"
+		fd, sa, err := p.socket(arg(2), false, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return result("", err)
+		}
+		if err := unix.Bind(fd, sa); err != nil {
+			unix.Close(fd)
+			return result("", err)
+		}
+		p.socks[arg(1)] = fd
+		return result(localPort(fd))
+	case "recv": // recv NAME MS: one datagram or read; "ok <from> <data>"
+		fd, ok := p.socks[arg(1)]
+		if !ok {
+			return "err no such socket"
+		}
+		ms, _ := strconv.Atoi(arg(2))
+		if err := pollIn(fd, ms); err != nil {
+			return result("", err)
+		}
+		buf := make([]byte, 512)
+		n, from, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			return result("", err)
+		}
+		return result(sockaddrString(from)+" "+string(buf[:n]), nil)
 	case "accept":
 		lfd, ok := p.socks[arg(1)]
 		if !ok {
