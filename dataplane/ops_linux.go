@@ -313,6 +313,21 @@ func (d *Dataplane) freeLocked(ref HandleRef) error {
 	return nil
 }
 
+// HandleState reads one handle's state word: HandleUsed for an approve-once
+// handle the kernel consumed; HandleFree for a freed or recycled slot.
+func (d *Dataplane) HandleState(ref HandleRef) (HandleState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, err := d.readHandle(ref)
+	if errors.Is(err, ErrHandleNotLive) {
+		return HandleFree, nil
+	}
+	if err != nil {
+		return HandleFree, err
+	}
+	return HandleState(h.State), nil
+}
+
 // Handles lists every handle slot that is live or revoked.
 func (d *Dataplane) Handles() ([]Handle, error) {
 	d.mu.Lock()
