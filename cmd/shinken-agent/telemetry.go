@@ -179,16 +179,21 @@ func (d *daemon) flushDenials() {
 	pending, decided := d.audit.pending, d.audit.decided
 	d.audit.pending, d.audit.decided = map[denialKey]uint64{}, map[decideKey]uint64{}
 	d.audit.mu.Unlock()
+	if len(pending)+len(decided) == 0 {
+		return
+	}
+	// One batch: one fsync and one checkpoint for the second's records.
+	now := time.Now()
+	evs := make([]audit.Event, 0, len(pending)+len(decided))
 	for k, n := range pending {
-		if _, err := d.audit.log.Append(audit.Event{Type: audit.EventKernelDenial, Time: time.Now(), Session: k.session,
-			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n}); auditErr("append", err) != nil {
-			d.log.Error("audit kernel denial", "err", err)
-		}
+		evs = append(evs, audit.Event{Type: audit.EventKernelDenial, Time: now, Session: k.session,
+			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n})
 	}
 	for k, n := range decided {
-		if _, err := d.audit.log.Append(audit.Event{Type: audit.EventDecision, Time: time.Now(), Session: k.session,
-			Reason: agent.EventUseDenied, Resource: k.class, RuleID: k.rule, Outcome: "denied", Count: n}); auditErr("append", err) != nil {
-			d.log.Error("audit use-time denial", "err", err)
-		}
+		evs = append(evs, audit.Event{Type: audit.EventDecision, Time: now, Session: k.session,
+			Reason: agent.EventUseDenied, Resource: k.class, RuleID: k.rule, Outcome: "denied", Count: n})
+	}
+	if err := d.audit.log.AppendBatch(evs); auditErr("append", err) != nil {
+		d.log.Error("audit denials", "err", err)
 	}
 }
