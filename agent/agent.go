@@ -188,7 +188,10 @@ func (a *Agent) crash(s Step) {
 	}
 }
 
-func (a *Agent) persist() error { return a.store.save(a.st) }
+func (a *Agent) persist() error {
+	a.syncBreakers()
+	return a.store.save(a.st)
+}
 
 func (a *Agent) emit(e Event) error {
 	if e.Time.IsZero() {

@@ -5,6 +5,8 @@ package agent
 
 import (
 	"fmt"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // BreakerConfig sets the denial circuit breaker (seeds/permissions.md §6.5).
@@ -14,23 +16,54 @@ type BreakerConfig struct {
 }
 
 // Decide answers a use-time request against the base policies and the
-// session's live grants, and feeds the denial circuit breaker.
+// session's live grants, and feeds the denial circuit breaker. It takes no
+// agent-wide lock (a.mu): a decision never waits behind a grant, a revoke or
+// the sweep; only a denial that trips the breaker does.
 func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 	d, err := a.engine.Decide(session, r, a.cfg.Now())
 	if err != nil {
 		return Decision{}, err
 	}
+	if d.Allowed && len(d.once) > 0 && a.onceSpent(d.once) {
+		// Only approve-once grants allowed, and the kernel consumed every
+		// one of them (its first connect or send): once means once here too.
+		d = Decision{Reasons: append([]string{ConsumedOnce}, d.Reasons...), Errors: d.Errors}
+	}
 	if d.Allowed {
 		a.bmu.Lock()
-		a.breakerFor(session).Consecutive = 0
+		if b := a.breaker[session]; b != nil {
+			b.Consecutive = 0
+		}
 		a.bmu.Unlock()
 	} else {
-		a.emit(Event{Kind: "deny", Session: session, Class: r.Class, Outcome: "denied", Rule: fmt.Sprint(d.Reasons)})
-		a.mu.Lock()
-		a.denied(session, ErrDenied)
-		a.unlock()
+		a.emit(Event{Kind: EventUseDenied, Session: session, Class: r.Class, Outcome: "denied", Rule: d.decidedBy()})
+		if a.countDenial(session) {
+			a.mu.Lock()
+			a.trip(session)
+			a.unlock()
+		}
 	}
 	return d, nil
+}
+
+// EventUseDenied is the Event kind of a use-time request Decide denied.
+const EventUseDenied = "deny"
+
+// ConsumedOnce is the rule of a use-time denial whose only permits were
+// approve-once grants the kernel had consumed.
+const ConsumedOnce = "consumed once-grant"
+
+// onceSpent reports whether the kernel consumed every one of these
+// approve-once handles (or they died). A handle that cannot be read counts
+// as spent (fail closed).
+func (a *Agent) onceSpent(refs []backend.HandleRef) bool {
+	for _, ref := range refs {
+		st, err := a.kernel.HandleState(ref)
+		if err == nil && st == backend.HandleOnce {
+			return false
+		}
+	}
+	return true
 }
 
 // breakerFor returns the session's live breaker counters; a.bmu held. The
@@ -45,27 +78,60 @@ func (a *Agent) breakerFor(session string) *BreakerState {
 	return b
 }
 
-// denied counts a denial; on reaching a threshold the breaker trips: a
-// headless session is terminated, an attended one escalates (every later
-// grant needs a human). Called with a.mu held.
-func (a *Agent) denied(session string, cause error) {
-	rec, ok := a.st.Sessions[session]
-	if !ok || rec.Phase != SessionActive {
-		return
-	}
+// countDenial counts a denial on the session's breaker and reports whether
+// it tripped it now. A session without breaker counters (unknown, or ended)
+// counts nothing. a.bmu only: the persisted record gets the counters at the
+// next state write (syncBreakers) and at the trip.
+func (a *Agent) countDenial(session string) bool {
 	a.bmu.Lock()
-	b := a.breakerFor(session)
+	defer a.bmu.Unlock()
+	b := a.breaker[session]
+	if b == nil {
+		return false
+	}
 	b.Consecutive++
 	b.Total++
 	trip := !b.Tripped && (b.Consecutive >= a.cfg.Breaker.Consecutive || b.Total >= a.cfg.Breaker.Total)
 	if trip {
 		b.Tripped = true
 	}
-	rec.Breaker = *b
-	a.bmu.Unlock()
-	if !trip {
+	return trip
+}
+
+// syncBreakers copies the live breaker counters into the session records,
+// so a state write carries them; a.mu held.
+func (a *Agent) syncBreakers() {
+	a.bmu.Lock()
+	defer a.bmu.Unlock()
+	for id, b := range a.breaker {
+		if rec, ok := a.st.Sessions[id]; ok {
+			rec.Breaker = *b
+		}
+	}
+}
+
+// denied counts a denial; on reaching a threshold the breaker trips: a
+// headless session is terminated, an attended one escalates (every later
+// grant needs a human). Called with a.mu held.
+func (a *Agent) denied(session string, cause error) {
+	if rec, ok := a.st.Sessions[session]; !ok || rec.Phase != SessionActive {
 		return
 	}
+	if a.countDenial(session) {
+		a.trip(session)
+	}
+}
+
+// trip acts on a breaker that just tripped: the event, then the headless
+// session's end or the attended one's escalation, persisted. a.mu held.
+func (a *Agent) trip(session string) {
+	rec, ok := a.st.Sessions[session]
+	if !ok || rec.Phase != SessionActive {
+		return
+	}
+	a.bmu.Lock()
+	b := *a.breakerFor(session)
+	a.bmu.Unlock()
 	a.emit(Event{Kind: "breaker.trip", Session: session, Outcome: fmt.Sprintf("consecutive=%d total=%d headless=%t", b.Consecutive, b.Total, rec.Spec.Headless)})
 	if rec.Spec.Headless {
 		if err := a.endSessionLocked(session, "terminated by the denial circuit breaker"); err != nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,6 +28,8 @@ import (
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 //go:embed policy/shinken.cedarschema policy/*.cedar
@@ -73,6 +76,9 @@ type Decision struct {
 	Allowed bool     `json:"allowed"`
 	Reasons []string `json:"reasons,omitempty"` // the policies that decided (forbids when denied)
 	Errors  []string `json:"errors,omitempty"`  // policies that failed to evaluate (skipped, as Cedar does)
+	// once: when every permit that allowed is an approve-once grant, their
+	// kernel handles (the agent asks the kernel whether they are spent).
+	once []backend.HandleRef
 }
 
 // sessions on the host.
@@ -269,6 +275,7 @@ func (e *Engine) PutSession(s SessionAttrs) {
 		ns.entities = old.entities.Clone()
 		ns.lens = old.lens
 		ns.byClass = old.byClass
+		ns.once = old.once
 	}
 	ns.uid = sessionUID(s.ID)
 	ns.uidValue = ns.uid
@@ -295,8 +302,15 @@ func (e *Engine) PutGrant(g GrantData) error {
 	if g.ID == boundGrantID {
 		return fmt.Errorf("%w: grant id %q is reserved", ErrInvalidCapability, g.ID)
 	}
-	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone()}
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone(), once: old.once}
 	ns.entities[grantUID(g.ID)] = grantEntityWith(g, e.intern, old.uidValue)
+	if !g.Once.IsZero() {
+		ns.once = maps.Clone(old.once)
+		if ns.once == nil {
+			ns.once = map[string]backend.HandleRef{}
+		}
+		ns.once["grant:"+g.ID] = g.Once
+	}
 	ns.computeLens()
 	ns.index()
 	e.sessions[g.Session] = ns
@@ -311,8 +325,12 @@ func (e *Engine) RemoveGrant(session, id string) {
 	if old == nil {
 		return
 	}
-	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone()}
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone(), once: old.once}
 	delete(ns.entities, grantUID(id))
+	if _, ok := old.once["grant:"+id]; ok {
+		ns.once = maps.Clone(old.once)
+		delete(ns.once, "grant:"+id)
+	}
 	ns.computeLens()
 	ns.index()
 	e.sessions[session] = ns
@@ -373,7 +391,18 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 		Resource:  capabilityUID(r.Class),
 		Context:   r.contextLens(now, &lens),
 	})
-	return decision(d, diag), nil
+	out := decision(d, diag)
+	if out.Allowed && len(s.once) > 0 {
+		for _, id := range out.Reasons {
+			ref, ok := s.once[id]
+			if !ok { // some other permit allowed: no once grant is needed
+				out.once = nil
+				break
+			}
+			out.once = append(out.once, ref)
+		}
+	}
+	return out, nil
 }
 
 // AuthorizeGrant is step 1 of GRANT: may this session be granted c at this

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Cedar names.
@@ -151,6 +153,10 @@ type GrantData struct {
 	Session    string
 	Capability Capability
 	Expires    time.Time // zero: never
+	// Once is the kernel handle of an approve-once grant (zero for any
+	// other): Decide reports which once grants allowed, so the agent can
+	// ask the kernel whether the one use is spent.
+	Once backend.HandleRef
 }
 
 // grantEntity turns a grant's scope into entity data: set-valued attributes

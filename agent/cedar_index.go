@@ -14,6 +14,8 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 type policyBase struct {
@@ -138,6 +140,7 @@ type sessionSet struct {
 	entities types.EntityMap // the Session entity and the grants' entities
 	lens     keyLens         // address and port key lengths its grants name
 	byClass  [nClasses][]boundGrant
+	once     map[string]backend.HandleRef // "grant:<id>" of its approve-once grants → kernel handle
 }
 
 // index rebuilds byClass from the grant entities (in grant id order).

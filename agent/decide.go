@@ -31,16 +31,20 @@ func (a *Agent) DecideUse(session string, r UseRequest) (UseDecision, error) {
 	if err != nil {
 		return UseDecision{}, err
 	}
-	out := UseDecision{Session: session, Request: r, Allowed: d.Allowed, Reasons: d.Reasons, Errors: d.Errors, DecidedBy: DefaultDeny}
-	if len(d.Reasons) > 0 {
-		out.DecidedBy = d.Reasons[0]
-		// prefer an admin or hard-deny rule by name over a grant when both decided
-		for _, r := range d.Reasons {
-			if !strings.HasPrefix(r, "grant:") {
-				out.DecidedBy = r
-				break
-			}
+	return UseDecision{Session: session, Request: r, Allowed: d.Allowed, Reasons: d.Reasons, Errors: d.Errors, DecidedBy: d.decidedBy()}, nil
+}
+
+// decidedBy names the rule that decided: the first reason, preferring an
+// admin or hard-deny rule by name over a grant when both decided, or
+// DefaultDeny when no policy did.
+func (d Decision) decidedBy() string {
+	if len(d.Reasons) == 0 {
+		return DefaultDeny
+	}
+	for _, r := range d.Reasons {
+		if !strings.HasPrefix(r, "grant:") {
+			return r
 		}
 	}
-	return out, nil
+	return d.Reasons[0]
 }

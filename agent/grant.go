@@ -308,6 +308,9 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 		return nil, a.rollback(rec, fmt.Errorf("%w: new handle: %w", ErrKernel, err))
 	}
 	rec.Kernel = ref
+	if rec.Lifecycle == LifecycleOnce {
+		gd.Once = ref
+	}
 	a.crash(StepGrantHandleIssued)
 	rec.Phase = PhaseHandle
 	if err := a.persist(); err != nil {

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,63 @@ func TestOnceInKernel(t *testing.T) {
 	// reporting the use afterwards is still accepted (it revokes the grant)
 	if err := a.Consume(ctx, once.Handle); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOnceDecideConsumed: the use-time answer follows the kernel: before
+// the first connect an approve-once grant allows, after the kernel consumed
+// it DecideUse denies with ConsumedOnce and the grants listing shows it
+// consumed; a destination another (session) grant covers stays allowed.
+func TestOnceDecideConsumed(t *testing.T) {
+	d, _ := newKernel(t)
+	a := openAgent(t, d, t.TempDir())
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	x := listenTCP(t, "127.0.0.2:0")
+	y := listenTCP(t, "127.0.0.3:0")
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleOnce}); err != nil {
+		t.Fatal(err)
+	}
+	// y: an approve-once grant and a session grant both cover it
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(y), Lifecycle: LifecycleOnce}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(y), Lifecycle: LifecycleSession}); err != nil {
+		t.Fatal(err)
+	}
+	use := func(hp string) UseRequest {
+		ap := netip.MustParseAddrPort(hp)
+		return UseRequest{Class: ClassNetEgress, Op: "connect", IP: ap.Addr(), Port: ap.Port()}
+	}
+	consumed := func() (n int) {
+		for _, g := range a.Grants("s1") {
+			if g.Consumed {
+				n++
+			}
+		}
+		return n
+	}
+	if ud, err := a.DecideUse("s1", use(x)); err != nil || !ud.Allowed {
+		t.Fatalf("before the first use: %+v, %v", ud, err)
+	}
+	if n := consumed(); n != 0 {
+		t.Fatalf("before any use: %d grants listed consumed", n)
+	}
+	p := startProbe(t, d, "s1")
+	if got := p.DoAsync("tcp " + x); got != "ok" {
+		t.Fatalf("first use: %s", got)
+	}
+	ud, err := a.DecideUse("s1", use(x))
+	if err != nil || ud.Allowed || ud.DecidedBy != ConsumedOnce {
+		t.Fatalf("after the kernel consumed it: %+v, %v; want denied by %q", ud, err, ConsumedOnce)
+	}
+	if got := p.DoAsync("tcp " + x); got != "err EPERM" {
+		t.Fatalf("second connect: %s", got)
+	}
+	if n := consumed(); n != 1 {
+		t.Fatalf("after the first use: %d grants listed consumed, want 1", n)
+	}
+	if ud, err := a.DecideUse("s1", use(y)); err != nil || !ud.Allowed {
+		t.Fatalf("a destination a session grant covers too: %+v, %v", ud, err)
 	}
 }
 

@@ -62,3 +62,58 @@ func TestNeverListThroughTheAgent(t *testing.T) {
 		t.Fatalf("a grant naming the listener that an admin policy names: %s", got)
 	}
 }
+
+// TestNeverExceptionTwoGrants: two grants of one session naming the same
+// never-listed destination (an admin policy names it) share the kernel's one
+// exception entry: revoking one leaves the other's reach, revoking both
+// ends it.
+func TestNeverExceptionTwoGrants(t *testing.T) {
+	needZ3(t)
+	d, _ := newKernel(t)
+	own := listenTCP(t, "127.0.0.6:0") // stands for a metadata address
+	ap := netip.MustParseAddrPort(own)
+	extra := []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr(), 32), Port: ap.Port()}}
+	if err := d.SetNeverList(append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), extra...)); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ParseManifests("never.manifest", []byte("image py\nallow net.egress cidrs=0.0.0.0/0 tier=auto\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := openAgent(t, d, t.TempDir(), func(c *Config) {
+		c.Manifests = map[string]*Manifest{"py": ms[0]}
+		c.NeverList = extra
+		c.PolicyDir = dir
+	})
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	admin := fmt.Sprintf(`@id("admin.meta-for-s1") permit (principal == Shinken::Session::"s1", action == Shinken::Action::"use", resource == Shinken::Capability::"net.egress") when { context.request.cidr_keys.contains("%s/32") };`, ap.Addr())
+	if _, err := a.ApplyPolicies(PolicyChange{Files: map[string]string{"meta.cedar": admin}, AllowWidening: true}); err != nil {
+		t.Fatal(err)
+	}
+	named := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), 32)}, Ports: []PortRange{{ap.Port(), ap.Port()}}}}
+	g1, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: named, Lifecycle: LifecycleSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: named, Lifecycle: LifecycleSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProbe(t, d, "s1")
+	if got := p.DoAsync("tcp " + own); got != "ok" {
+		t.Fatalf("two grants naming it: %s", got)
+	}
+	if err := a.Revoke(ctx, g1.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.DoAsync("tcp " + own); got != "ok" {
+		t.Fatalf("the first grant revoked, the second live: %s, want ok", got)
+	}
+	if err := a.Revoke(ctx, g2.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.DoAsync("tcp " + own); got != "err EPERM" {
+		t.Fatalf("both revoked: %s, want err EPERM", got)
+	}
+}

@@ -137,7 +137,11 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 				rep.Revoked = append(rep.Revoked, g.ID)
 				continue
 			}
-			if err := a.engine.PutGrant(GrantData{ID: g.ID, Session: g.Session, Capability: g.Capability, Expires: g.Expires}); err != nil {
+			gd := GrantData{ID: g.ID, Session: g.Session, Capability: g.Capability, Expires: g.Expires}
+			if g.Lifecycle == LifecycleOnce {
+				gd.Once = g.Kernel
+			}
+			if err := a.engine.PutGrant(gd); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -20,6 +20,10 @@ type GrantInfo struct {
 	Parent     string            `json:"parent,omitempty"`
 	Phase      GrantPhase        `json:"phase"`
 	Kernel     backend.HandleRef `json:"kernel"`
+	// Consumed: a live approve-once grant whose one use the kernel has
+	// spent (its first allowed connect or send); the flow it opened lives
+	// on until revoke or expiry, no new use passes.
+	Consumed bool `json:"consumed,omitempty"`
 }
 
 // Grants lists the session's grants ("" for all), tombstones included.
@@ -29,8 +33,13 @@ func (a *Agent) Grants(session string) []GrantInfo {
 	var out []GrantInfo
 	for _, g := range a.sortedGrants() {
 		if session == "" || g.Session == session {
-			out = append(out, GrantInfo{ID: g.ID, Session: g.Session, Capability: g.Capability, Tier: g.Tier, Provenance: g.Provenance,
-				Lifecycle: g.Lifecycle, Expires: g.Expires, Parent: g.Parent, Phase: g.Phase, Kernel: g.Kernel})
+			gi := GrantInfo{ID: g.ID, Session: g.Session, Capability: g.Capability, Tier: g.Tier, Provenance: g.Provenance,
+				Lifecycle: g.Lifecycle, Expires: g.Expires, Parent: g.Parent, Phase: g.Phase, Kernel: g.Kernel}
+			if g.Lifecycle == LifecycleOnce && g.Phase == PhaseLive {
+				st, err := a.kernel.HandleState(g.Kernel)
+				gi.Consumed = err == nil && st == backend.HandleUsed
+			}
+			out = append(out, gi)
 		}
 	}
 	return out

@@ -47,9 +47,10 @@ type Dataplane struct {
 	byIndex   map[uint32]*Session
 	indices   idPool // session indices
 	prefixes  map[uint32]map[netip.Prefix]struct{}
-	nEntries  [4]int   // entries in prefixes: egress4, exact4, egress6, exact6
-	handleGen []uint32 // last generation issued per slot
-	slots     idPool   // handle slots
+	neverRefs map[shkShkNeverOkKey][]HandleRef // every handle whose NeverOK rule names the exception (never_ok.go)
+	nEntries  [4]int                           // entries in prefixes: egress4, exact4, egress6, exact6
+	handleGen []uint32                         // last generation issued per slot
+	slots     idPool                           // handle slots
 }
 
 type progAttach struct {
@@ -101,13 +102,14 @@ func Open(cfg Config) (*Dataplane, error) {
 		cfg.CgroupRoot = root
 	}
 	d := &Dataplane{
-		cfg:      cfg,
-		parent:   filepath.Join(cfg.CgroupRoot, cfg.Parent),
-		sessions: map[string]*Session{},
-		byIndex:  map[uint32]*Session{},
-		prefixes: map[uint32]map[netip.Prefix]struct{}{},
-		indices:  newIDPool("sessions", cfg.MaxSessions),
-		slots:    newIDPool("handles", cfg.MaxHandles),
+		cfg:       cfg,
+		parent:    filepath.Join(cfg.CgroupRoot, cfg.Parent),
+		sessions:  map[string]*Session{},
+		byIndex:   map[uint32]*Session{},
+		prefixes:  map[uint32]map[netip.Prefix]struct{}{},
+		neverRefs: map[shkShkNeverOkKey][]HandleRef{},
+		indices:   newIDPool("sessions", cfg.MaxSessions),
+		slots:     newIDPool("handles", cfg.MaxHandles),
 	}
 	_, parentErr := os.Stat(d.parent)
 	_, pinErr := os.Stat(cfg.PinPath)
@@ -468,7 +470,9 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 				stale = append(stale, k4)
 				continue
 			}
-			d.indexPrefix(k4.Session, netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32)))
+			p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32))
+			d.indexPrefix(k4.Session, p)
+			d.indexNeverOKs(k4.Session, p, &v)
 		}
 		if err := it.Err(); err != nil {
 			return fmt.Errorf("read %s: %w", m, err)
@@ -480,7 +484,9 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 				stale = append(stale, k6)
 				continue
 			}
-			d.indexPrefix(k6.Session, netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32)))
+			p := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32))
+			d.indexPrefix(k6.Session, p)
+			d.indexNeverOKs(k6.Session, p, &v)
 		}
 		if err := it.Err(); err != nil {
 			return fmt.Errorf("read %s: %w", m, err)

@@ -36,7 +36,7 @@ func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
 		return err
 	}
 	if rule.NeverOK {
-		if err := d.objs.ShkNeverOks.Update(neverOKKey(s.Index, rule), shkShkNeverOk{Handle: rule.Handle.Slot, Generation: rule.Handle.Generation}, ebpf.UpdateAny); err != nil {
+		if err := d.addNeverOK(neverOKKey(s.Index, rule), rule.Handle); err != nil {
 			return fmt.Errorf("never-list exception %s: %w", rule, err)
 		}
 	}
@@ -122,7 +122,7 @@ func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
 				continue
 			}
 			if rule.NeverOK {
-				if err := d.objs.ShkNeverOks.Delete(neverOKKey(s.Index, rule)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				if err := d.dropNeverOK(neverOKKey(s.Index, rule), rule.Handle); err != nil {
 					return fmt.Errorf("never-list exception %s: %w", rule, err)
 				}
 			}

@@ -73,3 +73,79 @@ func testNeverList(t *testing.T, mode FlowMode) {
 }
 
 func DefaultNeverList() []NeverEntry { return append([]NeverEntry(nil), backend.DefaultNeverList...) }
+
+// TestNeverExceptionShared: two grants of one session that both name the
+// same never-listed destination share its one exception entry
+// (shk_never_oks is keyed by session and destination): revoking either
+// (handle, then its rules) leaves the other's exception in force, in both
+// orders, and revoking both removes it.
+func TestNeverExceptionShared(t *testing.T) {
+	d := newDataplane(t, modeConfig(t, FlowSweep))
+	s, err := d.CreateSession("nvs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listenTCP(t, "127.0.0.6:0")
+	port := netip.MustParseAddrPort(ln.addr()).Port()
+	if err := d.SetNeverList(append(DefaultNeverList(), NeverEntry{Prefix: pfx("127.0.0.6/32"), Port: port})); err != nil {
+		t.Fatal(err)
+	}
+	p := startProbe(t, s, ProcOptions{})
+	connect := func() string { return p.Do("tcp " + ln.addr()) }
+	if got := connect(); got != "err EPERM" {
+		t.Fatalf("never-listed, no grant: %s", got)
+	}
+	grant := func() (HandleRef, EgressRule) {
+		h := mustHandle(t, d, HandleRef{}, time.Time{})
+		r := EgressRule{Prefix: pfx("127.0.0.6/32"), Ports: Port(port), Handle: h, NeverOK: true}
+		mustAllow(t, d, "nvs", r)
+		return h, r
+	}
+	drop := func(h HandleRef, r EgressRule) {
+		t.Helper()
+		if err := d.Revoke(h); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release("nvs", h, []EgressRule{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, firstGoesFirst := range []bool{true, false} {
+		h1, r1 := grant()
+		h2, r2 := grant()
+		if got := connect(); got != "ok" {
+			t.Fatalf("two grants naming it: %s", got)
+		}
+		a, ra, b, rb := h1, r1, h2, r2
+		if !firstGoesFirst {
+			a, ra, b, rb = h2, r2, h1, r1
+		}
+		if err := d.Revoke(a); err != nil {
+			t.Fatal(err)
+		}
+		if got := connect(); got != "ok" {
+			t.Fatalf("one of two grants revoked (first=%v), before its release: %s, want ok (the other still names it)", firstGoesFirst, got)
+		}
+		if err := d.Release("nvs", a, []EgressRule{ra}); err != nil {
+			t.Fatal(err)
+		}
+		if got := connect(); got != "ok" {
+			t.Fatalf("one of two grants revoked and released (first=%v): %s, want ok (the other still names it)", firstGoesFirst, got)
+		}
+		drop(b, rb)
+		if got := connect(); got != "err EPERM" {
+			t.Fatalf("both grants gone (first=%v): %s, want err EPERM", firstGoesFirst, got)
+		}
+		var k shkShkNeverOkKey
+		var v shkShkNeverOk
+		n := 0
+		for it := d.objs.ShkNeverOks.Iterate(); it.Next(&k, &v); {
+			if k.Session == s.Index {
+				n++
+			}
+		}
+		if n != 0 {
+			t.Fatalf("both grants gone (first=%v): %d exception entries left for the session", firstGoesFirst, n)
+		}
+	}
+}

@@ -90,6 +90,14 @@ func (d *Dataplane) DestroySession(name string) error {
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
 	var errs []error
+	for k := range d.neverRefs {
+		if k.Session == s.Index {
+			delete(d.neverRefs, k)
+			if err := d.objs.ShkNeverOks.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("never-list exception: %w", err))
+			}
+		}
+	}
 	for p := range d.prefixes[s.Index] {
 		err := d.deleteEntry(s.Index, p)
 		if err == nil {
@@ -271,6 +279,11 @@ func (d *Dataplane) revoke(ref HandleRef) (bool, error) {
 		return false, fmt.Errorf("revoke %s: %w", ref, err)
 	}
 	d.ops.revokeWrites.Add(1)
+	// An exception shared with other grants must not die with this one:
+	// point it at a handle still live (the rules leave with Release).
+	if err := d.repointNeverOKs(); err != nil {
+		return true, fmt.Errorf("revoke %s: handle revoked, but a shared never-list exception kept pointing at it: %w", ref, err)
+	}
 	return true, nil
 }
 
@@ -298,6 +311,21 @@ func (d *Dataplane) freeLocked(ref HandleRef) error {
 	}
 	d.slots.put(ref.Slot)
 	return nil
+}
+
+// HandleState reads one handle's state word: HandleUsed for an approve-once
+// handle the kernel consumed; HandleFree for a freed or recycled slot.
+func (d *Dataplane) HandleState(ref HandleRef) (HandleState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, err := d.readHandle(ref)
+	if errors.Is(err, ErrHandleNotLive) {
+		return HandleFree, nil
+	}
+	if err != nil {
+		return HandleFree, err
+	}
+	return HandleState(h.State), nil
 }
 
 // Handles lists every handle slot that is live or revoked.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // Creds are the kernel's account of who is on the other end of a connection.
@@ -19,11 +20,39 @@ type Creds struct {
 
 type credsKey struct{}
 
+// connCreds are one connection's credentials and the Authorizer's verdict
+// on them, reached once per connection (the first request): the kernel
+// fixed the credentials at connect(2), and the verdict's one changing input,
+// the cgroup of the process that connected, changes only if root moves that
+// process (nothing else can move a process into a session's cgroup). Reading
+// /proc/PID/cgroup on every request cost more than the decision itself.
+type connCreds struct {
+	creds Creds
+	once  sync.Once
+	err   error
+}
+
 // CredsFrom returns the peer credentials ConnContext stored.
 func CredsFrom(ctx context.Context) (Creds, bool) {
-	c, ok := ctx.Value(credsKey{}).(Creds)
-	return c, ok
+	c, ok := ctx.Value(credsKey{}).(*connCreds)
+	if !ok {
+		return Creds{}, false
+	}
+	return c.creds, true
 }
+
+// checkConn is a.Check of the connection's credentials, decided at the
+// connection's first request and kept for the rest.
+func (a Authorizer) checkConn(ctx context.Context) error {
+	c, ok := ctx.Value(credsKey{}).(*connCreds)
+	if !ok {
+		return errNoCreds
+	}
+	c.once.Do(func() { c.err = a.Check(c.creds) })
+	return c.err
+}
+
+var errNoCreds = errors.New("permission denied: no peer credentials (the API is served on a Unix socket only)")
 
 // Authorizer decides who may use the API.
 type Authorizer struct {

@@ -22,7 +22,7 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if err != nil {
 		return ctx
 	}
-	return context.WithValue(ctx, credsKey{}, creds)
+	return context.WithValue(ctx, credsKey{}, &connCreds{creds: creds})
 }
 
 func peerCreds(c *net.UnixConn) (Creds, error) {

@@ -89,12 +89,7 @@ func NewServer(cfg Config) (*Server, error) {
 
 // ServeHTTP authorises the caller, then routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, ok := CredsFrom(r.Context())
-	if !ok {
-		writeErr(w, http.StatusForbidden, errors.New("permission denied: no peer credentials (the API is served on a Unix socket only)"))
-		return
-	}
-	if err := s.cfg.Auth.Check(c); err != nil {
+	if err := s.cfg.Auth.checkConn(r.Context()); err != nil {
 		writeErr(w, http.StatusForbidden, err)
 		return
 	}

@@ -232,6 +232,39 @@ func lastNewline(f *os.File, end int64) (int64, error) {
 // record is durable (see the package doc). Raw Params are hashed, never
 // stored; every string field is redacted.
 func (l *Log) Append(ev Event) (Record, error) {
+	r, err := l.write(ev)
+	if err != nil {
+		return Record{}, err
+	}
+	if err := l.syncTo(r.Seq); err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
+
+// AppendBatch records evs in order and returns once all of them are durable:
+// one fsync and one checkpoint for the batch (the aggregated denials of a
+// second). On error, the records written before it stay in the log.
+func (l *Log) AppendBatch(evs []Event) error {
+	var last uint64
+	for _, ev := range evs {
+		r, err := l.write(ev)
+		if err != nil {
+			if last > 0 {
+				err = errors.Join(err, l.syncTo(last))
+			}
+			return err
+		}
+		last = r.Seq
+	}
+	if last == 0 {
+		return nil
+	}
+	return l.syncTo(last)
+}
+
+// write seals and writes one record, not yet durable.
+func (l *Log) write(ev Event) (Record, error) {
 	r, err := build(ev, l.cfg.now())
 	if err != nil {
 		return Record{}, err
@@ -266,9 +299,6 @@ func (l *Log) Append(ev Event) (Record, error) {
 	}
 	l.seq, l.hash = r.Seq, hash
 	l.mu.Unlock()
-	if err := l.syncTo(r.Seq); err != nil {
-		return Record{}, err
-	}
 	return r, nil
 }
 

@@ -79,7 +79,7 @@ type Event struct {
 	Parent     string // the parent handle of an attenuation
 	Card       string // approval card id
 	Actor      string // the overriding actor of an override
-	Count      uint64 // how many kernel denials one record aggregates
+	Count      uint64 // how many denials (kernel, or use-time) one record aggregates
 }
 
 // Record is one line of the log. The field order is the canonical order.

@@ -134,6 +134,10 @@ type Backend interface {
 
 	// Snapshot of the kernel's state, for reconcile and status.
 	Handles() ([]Handle, error)
+	// HandleState reads one handle's state word (an approve-once handle
+	// reads HandleUsed once the kernel consumed it); a freed or recycled
+	// slot is HandleFree.
+	HandleState(ref HandleRef) (HandleState, error)
 	EgressRules(session string) ([]EgressRule, error)
 
 	// Telemetry.

@@ -56,7 +56,10 @@ func (Unsupported) Revoke(HandleRef) error                        { return unsup
 func (Unsupported) Release(string, HandleRef, []EgressRule) error { return unsupported("release") }
 func (Unsupported) AllowEgress(string, EgressRule) error          { return unsupported("allow egress") }
 func (Unsupported) Handles() ([]Handle, error)                    { return nil, unsupported("handles") }
-func (Unsupported) EgressRules(string) ([]EgressRule, error)      { return nil, unsupported("egress rules") }
+func (Unsupported) HandleState(HandleRef) (HandleState, error) {
+	return HandleFree, unsupported("handle state")
+}
+func (Unsupported) EgressRules(string) ([]EgressRule, error) { return nil, unsupported("egress rules") }
 func (Unsupported) Counters(uint32) ([NumReasons]uint64, error) {
 	return [NumReasons]uint64{}, unsupported("counters")
 }

@@ -18,7 +18,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/shinken-agent/shinken/agent/backend/host"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -137,7 +136,6 @@ func summarize(d []time.Duration) stats {
 }
 
 func main() {
-	host.Main() // the session launcher's re-executed modes (the decide-API phase opens a real backend)
 	flag.Parse()
 	now := time.Now()
 	exp := now.Add(24 * time.Hour)

@@ -320,6 +320,8 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		defer d.wg.Done()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
+		gc := newGCTuner(gcFloorBytes)
+		gc.tune()
 		for {
 			select {
 			case <-ctx.Done():
@@ -329,6 +331,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 					d.log.Warn("sweep", "err", err)
 				}
 				d.flushDenials()
+				gc.tune()
 			}
 		}
 	}()

@@ -12,17 +12,26 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// auditState is the daemon's audit log and the kernel-denial aggregator that
-// feeds it (one record per session, reason, protocol and destination per
-// second, with a count: the ring buffer may carry thousands a second).
+// auditState is the daemon's audit log and the denial aggregators that feed
+// it: kernel denials (one record per session, reason, protocol and
+// destination per second, with a count: the ring buffer may carry thousands a
+// second) and use-time denials (POST /v1/decide: one record per session,
+// class and rule per second, with a count; an enforcer may ask thousands of
+// times a second, and a record of its own, with the log's fsync, would cost
+// each denied answer milliseconds).
 type auditState struct {
 	log     *audit.Log
 	mu      sync.Mutex
 	pending map[denialKey]uint64
+	decided map[decideKey]uint64
 }
 
 type denialKey struct {
 	session, reason, proto, dst string
+}
+
+type decideKey struct {
+	session, class, rule string
 }
 
 func (d *daemon) openAudit() error {
@@ -30,7 +39,7 @@ func (d *daemon) openAudit() error {
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
-	d.audit = &auditState{log: l, pending: map[denialKey]uint64{}}
+	d.audit = &auditState{log: l, pending: map[denialKey]uint64{}, decided: map[decideKey]uint64{}}
 	if rec := l.Recovered(); rec != nil {
 		auditErrors.WithLabelValues("recover").Inc()
 		d.log.Warn("audit log: a torn tail was repaired at start", "recovery", fmt.Sprintf("%+v", *rec))
@@ -71,6 +80,16 @@ func (d *daemon) verifyAudit() (any, error) {
 // auditAgentEvent maps the agent's lifecycle events onto audit records. An
 // error fails the step that emitted the event (fail closed).
 func (d *daemon) auditAgentEvent(e agent.Event) error {
+	if e.Kind == agent.EventUseDenied {
+		// A use-time denial: aggregated, written by flushDenials within a
+		// second (the answer is a denial either way: nothing waits on the
+		// record to be safe).
+		k := decideKey{session: e.Session, class: string(e.Class), rule: e.Rule}
+		d.audit.mu.Lock()
+		d.audit.decided[k]++
+		d.audit.mu.Unlock()
+		return nil
+	}
 	ev := audit.Event{Time: e.Time, Session: e.Session, Resource: string(e.Class), Tier: e.Tier, Provenance: e.Provenance,
 		Outcome: e.Outcome, RuleID: e.Rule, Human: e.Actor, Handle: e.Grant, Reason: e.Kind}
 	if e.ParamsSHA256 != "" {
@@ -150,19 +169,31 @@ func (d *daemon) auditKernelDenial(session string, ev backend.Event) {
 	d.audit.mu.Unlock()
 }
 
-// flushDenials writes the aggregated kernel denials (called every second).
+// flushDenials writes the aggregated kernel and use-time denials (called
+// every second).
 func (d *daemon) flushDenials() {
 	if d.audit == nil {
 		return
 	}
 	d.audit.mu.Lock()
-	pending := d.audit.pending
-	d.audit.pending = map[denialKey]uint64{}
+	pending, decided := d.audit.pending, d.audit.decided
+	d.audit.pending, d.audit.decided = map[denialKey]uint64{}, map[decideKey]uint64{}
 	d.audit.mu.Unlock()
+	if len(pending)+len(decided) == 0 {
+		return
+	}
+	// One batch: one fsync and one checkpoint for the second's records.
+	now := time.Now()
+	evs := make([]audit.Event, 0, len(pending)+len(decided))
 	for k, n := range pending {
-		if _, err := d.audit.log.Append(audit.Event{Type: audit.EventKernelDenial, Time: time.Now(), Session: k.session,
-			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n}); auditErr("append", err) != nil {
-			d.log.Error("audit kernel denial", "err", err)
-		}
+		evs = append(evs, audit.Event{Type: audit.EventKernelDenial, Time: now, Session: k.session,
+			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n})
+	}
+	for k, n := range decided {
+		evs = append(evs, audit.Event{Type: audit.EventDecision, Time: now, Session: k.session,
+			Reason: agent.EventUseDenied, Resource: k.class, RuleID: k.rule, Outcome: "denied", Count: n})
+	}
+	if err := d.audit.log.AppendBatch(evs); auditErr("append", err) != nil {
+		d.log.Error("audit denials", "err", err)
 	}
 }

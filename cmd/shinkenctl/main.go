@@ -125,7 +125,11 @@ func (c *client) dispatch(args []string) error {
 		}
 		var rows [][]string
 		for _, g := range gs {
-			rows = append(rows, []string{g.ID, g.Session, string(g.Capability.Class), g.Capability.Summary(), g.Tier.String(), string(g.Lifecycle), string(g.Phase), expires(g.Expires)})
+			phase := string(g.Phase)
+			if g.Consumed {
+				phase += " (consumed)"
+			}
+			rows = append(rows, []string{g.ID, g.Session, string(g.Capability.Class), g.Capability.Summary(), g.Tier.String(), string(g.Lifecycle), phase, expires(g.Expires)})
 		}
 		table("GRANT\tSESSION\tCLASS\tSCOPE\tTIER\tLIFECYCLE\tPHASE\tEXPIRES", rows)
 		return nil
