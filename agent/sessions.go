@@ -167,7 +167,19 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
 
-// Sessions lists the active sessions' specs.
+// Session is the spec of the active session id (false if there is none):
+// one map lookup, for the API's per-session calls (Sessions copies and
+// sorts every session).
+func (a *Agent) Session(id string) (SessionSpec, bool) {
+	a.mu.Lock()
+	defer a.unlock()
+	if s, ok := a.st.Sessions[id]; ok && s.Phase == SessionActive {
+		return s.Spec, true
+	}
+	return SessionSpec{}, false
+}
+
+// Sessions lists the active sessions' specs, sorted by id.
 func (a *Agent) Sessions() []SessionSpec {
 	a.mu.Lock()
 	defer a.unlock()
