@@ -88,7 +88,7 @@ const (
 	StepRevokeFreed       Step = "revoke.freed"        // kernel handle freed
 	StepRevokeDone        Step = "revoke.done"         // revoked record persisted
 	StepRevokeEmitted     Step = "revoke.emitted"      // event emitted
-	StepSessionIntent     Step = "session.intent"      // creating record persisted
+	StepSessionIntent     Step = "session.intent"      // creating record made (in memory only)
 	StepSessionKernel     Step = "session.kernel"      // kernel cgroup exists, not yet active
 )
 

@@ -86,12 +86,11 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	}
 	rec := &SessionRecord{Spec: spec, Phase: SessionCreating, Created: a.cfg.Now()}
 	a.st.Sessions[spec.ID] = rec
-	// Only this session's record changes here: persist just that.
+	// The creating record is not persisted (an fsync per create): after a
+	// crash before the active record below is, the kernel's session has no
+	// record, and Reconcile destroys it as an orphan, as it undoes a
+	// persisted creating record (state files of earlier agents).
 	key := "s/" + spec.ID
-	if err := a.store.saveKeys(a.st, key); err != nil {
-		delete(a.st.Sessions, spec.ID)
-		return err
-	}
 	a.crash(StepSessionIntent)
 	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
 		delete(a.st.Sessions, spec.ID)
@@ -167,7 +166,19 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
 
-// Sessions lists the active sessions' specs.
+// Session is the spec of the active session id (false if there is none):
+// one map lookup, for the API's per-session calls (Sessions copies and
+// sorts every session).
+func (a *Agent) Session(id string) (SessionSpec, bool) {
+	a.mu.Lock()
+	defer a.unlock()
+	if s, ok := a.st.Sessions[id]; ok && s.Phase == SessionActive {
+		return s.Spec, true
+	}
+	return SessionSpec{}, false
+}
+
+// Sessions lists the active sessions' specs, sorted by id.
 func (a *Agent) Sessions() []SessionSpec {
 	a.mu.Lock()
 	defer a.unlock()

@@ -100,11 +100,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	for _, sp := range s.cfg.Agent.Sessions() {
-		if sp.ID == spec.ID {
-			writeJSON(w, http.StatusCreated, s.view(sp, false))
-			return
-		}
+	if sp, ok := s.cfg.Agent.Session(spec.ID); ok {
+		writeJSON(w, http.StatusCreated, s.view(sp, false))
+		return
 	}
 	writeErr(w, http.StatusInternalServerError, errors.New("session vanished after create"))
 }
@@ -119,10 +117,8 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) find(id string) (agent.SessionSpec, error) {
-	for _, sp := range s.cfg.Agent.Sessions() {
-		if sp.ID == id {
-			return sp, nil
-		}
+	if sp, ok := s.cfg.Agent.Session(id); ok {
+		return sp, nil
 	}
 	return agent.SessionSpec{}, fmt.Errorf("%w: %q", agent.ErrUnknownSession, id)
 }

@@ -55,6 +55,8 @@ type Boundary struct {
 	ready    error // why sessions cannot be created, nil when they can
 
 	useNS, useSeccomp, useLandlock bool
+	directInit                     bool   // holders made from a thread of ours (see startHolder)
+	holderHow                      string // how holders are made, for the report
 	landlockABI                    int
 
 	// Test knobs: remove one protection to show a test fails without it.
@@ -66,12 +68,41 @@ type Boundary struct {
 	runSeq  atomic.Uint64
 }
 
+// holder is a session's pid 1 (catatonit), which holds its namespaces.
+//
+// The agent keeps no descriptor for a holder it started (its child): with
+// 10,000 sessions every fork the agent makes (each launch, each new
+// holder) would copy 10,000 descriptors and close them again at exec (a
+// millisecond per fork at 10,000). A child's pid cannot be reused before
+// its parent reaps it, and only release reaps it, so pidfd_open(pid) at
+// use names the holder. An adopted holder (started by an earlier agent;
+// its parent is now another process, which reaps it when it dies) keeps
+// the pidfd findHolder verified.
 type holder struct {
 	pid    int
-	pidfd  int
 	cgroup string // the session cgroup directory
 	uid    uint32
-	child  bool // our child: reap it on Release
+	child  bool // our child: reaped by release, never held by a pidfd
+
+	mu    sync.Mutex
+	pidfd int  // adopted holders only; -1 for our children
+	gone  bool // released: a child's pid may be reaped and reused
+}
+
+// open returns a new pidfd of the holder (close-on-exec), which the caller
+// closes; after release it fails.
+func (h *holder) open() (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.gone:
+		return -1, fmt.Errorf("holder %d: %w", h.pid, unix.ESRCH)
+	case h.pidfd >= 0:
+		return unix.FcntlInt(uintptr(h.pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	case h.child:
+		return unix.PidfdOpen(h.pid, 0)
+	}
+	return -1, fmt.Errorf("holder %d: no pidfd: %w", h.pid, unix.ESRCH)
 }
 
 // New validates cfg against the dataplane's maxSessions, opens our own
@@ -103,7 +134,13 @@ func (b *Boundary) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for n, h := range b.holders {
-		unix.Close(h.pidfd)
+		h.mu.Lock()
+		if h.pidfd >= 0 {
+			unix.Close(h.pidfd)
+			h.pidfd = -1
+		}
+		h.gone = true // not reaped: a new agent adopts it
+		h.mu.Unlock()
 		delete(b.holders, n)
 	}
 	if b.cexe != nil {
@@ -148,38 +185,6 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 		b.release(old)
 	}
 	b.holders[name] = h
-	return nil
-}
-
-func (b *Boundary) startHolder(h *holder) error {
-	cg, err := unix.Open(h.cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open session cgroup: %w", err)
-	}
-	defer unix.Close(cg)
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args(), Env: []string{child.StartEnv}}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags, UseCgroupFD: true, CgroupFD: cg, Setsid: true}
-	if err := startReporting(cmd, b.exe); err != nil {
-		return fmt.Errorf("session init: %w", err)
-	}
-	h.pid, h.child = cmd.Process.Pid, true
-	h.pidfd, err = unix.PidfdOpen(h.pid, 0)
-	_ = cmd.Process.Release() // reaped by Release, with the pidfd
-	if err != nil {
-		_ = unix.Kill(h.pid, unix.SIGKILL)
-		reap(h)
-		return fmt.Errorf("pidfd_open holder: %w", err)
-	}
-	// The status pipe also closes when the child dies before its exec
-	// (the kernel sets the new comm before it closes close-on-exec fds):
-	// make sure it is catatonit that holds the namespaces.
-	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", h.pid))
-	if want := filepath.Base(b.cfg.Catatonit); strings.TrimSpace(string(comm)) != want[:min(len(want), 15)] {
-		_ = unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
-		reap(h)
-		unix.Close(h.pidfd)
-		return fmt.Errorf("session init died before it executed %s (comm %q)", b.cfg.Catatonit, strings.TrimSpace(string(comm)))
-	}
 	return nil
 }
 
@@ -257,14 +262,21 @@ func (b *Boundary) Release(name string) {
 }
 
 func (b *Boundary) release(h *holder) {
-	if h.pidfd < 0 {
+	h.mu.Lock()
+	defer h.mu.Unlock() // open waits: it never returns a reaped pid
+	if h.gone {
 		return
 	}
-	_ = unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
-	if h.child {
+	h.gone = true
+	switch {
+	case h.child:
+		_ = unix.Kill(h.pid, unix.SIGKILL) // not reaped yet: still ours
 		reap(h)
+	case h.pidfd >= 0:
+		_ = unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
+		unix.Close(h.pidfd)
+		h.pidfd = -1
 	}
-	unix.Close(h.pidfd)
 }
 
 // reap waits (up to 5 s) for the holder, our child, to exit.
@@ -378,6 +390,13 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 		// re-executes through the host's /proc.
 		err = startReporting(cmd, exe)
 	} else {
+		var pidfd int
+		if pidfd, err = h.open(); err != nil {
+			cmd.Path, cmd.Args, cmd.Env = path, args, origEnv
+			b.removeRun(r)
+			return fmt.Errorf("boundary: launch in %s: session holder: %w", name, err)
+		}
+		defer unix.Close(pidfd)
 		errc := make(chan error, 1)
 		go func() {
 			// This thread joins the session's namespaces and is never
@@ -388,7 +407,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 				errc <- fmt.Errorf("unshare(CLONE_FS): %w", err)
 				return
 			}
-			if err := unix.Setns(h.pidfd, nsFlags); err != nil {
+			if err := unix.Setns(pidfd, nsFlags); err != nil {
 				errc <- fmt.Errorf("join session namespaces (setns pidfd): %w", err)
 				return
 			}

@@ -3,17 +3,22 @@
 //
 // Each session gets its own uid and gid (Config.UID: a pure function of the
 // dataplane's session index), and its own PID, mount and IPC namespaces,
-// created once when the session is made: the agent starts the launcher
-// binary (cmd/shinken-launch, package child; the agent's own binary if the
-// launcher is missing, as the report says) in "session-init" mode with
-// CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC straight into the session cgroup;
-// that process makes the host's root read-only (recursively), mounts a
-// fresh /proc, a private /tmp and /dev/shm and a minimal /dev, then
-// executes catatonit -P, a single-threaded pid-1 reaper that holds the
-// namespaces (one tiny process per session: this host's pid_max is 32768
-// and the product runs 10,000 sessions). The agent keeps a pidfd of it;
-// after a restart it finds it again in the session cgroup (the process
-// whose NSpid ends in 1).
+// created once when the session is made. A locked thread of the agent
+// unshares a new mount namespace, makes the host's root read-only
+// (recursively), a private /tmp and /dev/shm and a minimal /dev there,
+// starts catatonit -P from that thread with CLONE_NEWPID|CLONE_NEWIPC
+// straight into the session cgroup, and mounts a proc of catatonit's PID
+// namespace on /proc (procfs's pidns option, Linux 6.15); where the kernel
+// lacks it, the launcher binary (cmd/shinken-launch, package child; the
+// agent's own binary if the launcher is missing, as the report says) in
+// "session-init" mode, started with CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC,
+// does the mounts from inside and executes catatonit. catatonit is a
+// single-threaded pid-1 reaper that holds the namespaces (one tiny process
+// per session: this host's pid_max is 32768 and the product runs 10,000
+// sessions). The agent keeps no descriptor of a holder it started (a
+// pidfd is opened at each use: see holder); after a restart it finds each
+// holder again in the session cgroup (the process whose NSpid ends in 1)
+// and keeps a pidfd of those.
 //
 // Launch is the one path by which a process enters a session: on a locked
 // OS thread the agent unshares CLONE_FS, joins the holder's namespaces with

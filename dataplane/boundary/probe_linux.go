@@ -61,7 +61,7 @@ func (b *Boundary) probe() {
 		mntErr = b.probeInit()
 	}
 	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; each run gets its own cgroup below the session's")
-	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev")
+	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev; "+b.holderHow)
 	b.useNS = okCat && okPID && okMnt
 
 	abi, lerr := ll.LandlockGetABIVersion()
@@ -155,9 +155,21 @@ func runProbe(cmd *exec.Cmd, clone uintptr) error {
 	return nil
 }
 
-// probeInit runs the real session init once (all namespaces, all mounts,
-// catatonit) outside any session, then kills it.
+// probeInit makes a real holder once (all namespaces, all mounts,
+// catatonit) outside any session, then kills it: directly where the kernel
+// allows it (directInit), else through the launcher's init mode.
 func (b *Boundary) probeInit() error {
+	err := procPidns()
+	if err == nil {
+		h := &holder{pidfd: -1}
+		if err = b.startHolderDirect(h, -1); err == nil {
+			b.directInit = true
+			b.release(h)
+			b.holderHow = "holders made by the agent (proc pidns option)"
+			return nil
+		}
+	}
+	b.holderHow = fmt.Sprintf("holders made by the launcher's init mode (direct: %v)", err)
 	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags}
 	if err := startReporting(cmd, b.exe); err != nil {

@@ -15,7 +15,7 @@ import (
 func sessionInit(spec Init) error {
 	unix.CloseOnExec(spec.Status)
 	if !spec.NoMounts {
-		if err := sessionMounts(); err != nil {
+		if err := SessionMounts(true); err != nil {
 			return err
 		}
 	}
@@ -23,12 +23,15 @@ func sessionInit(spec Init) error {
 	return fmt.Errorf("exec %s: %w", spec.Catatonit, syscall.Exec(spec.Catatonit, argv, []string{}))
 }
 
-// sessionMounts: nothing propagates between the session and the host; the
+// SessionMounts: nothing propagates between the session and the host; the
 // host's root (and everything mounted below it) is read-only; a fresh /proc
 // shows only the session's processes; /tmp and /dev/shm are private tmpfs;
 // /dev is a tmpfs with null, zero, full, random, urandom, tty and a private
-// devpts instance.
-func sessionMounts() error {
+// devpts instance. It runs in the session's new mount namespace, as root.
+// With proc false it leaves /proc alone: a proc mount shows the PID
+// namespace of its mounter, so a caller outside the session's mounts /proc
+// itself (with the pidns option) once the session's pid 1 exists.
+func SessionMounts(proc bool) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / rprivate: %w", err)
 	}
@@ -53,6 +56,9 @@ func sessionMounts() error {
 		{true, "proc", "/proc", "proc", "", common | unix.MS_NOEXEC},
 		{true, "tmpfs", "/dev", "tmpfs", "mode=755,size=64k,nr_inodes=64", unix.MS_NOSUID | unix.MS_NOEXEC},
 		{true, "tmpfs", "/tmp", "tmpfs", "mode=1777", common},
+	}
+	if !proc {
+		steps = steps[1:]
 	}
 	for _, s := range steps {
 		if s.detach {
