@@ -61,11 +61,14 @@
 // further appends (fail closed); reopen it.
 //
 // An append therefore costs a share of two fdatasyncs (log, then checkpoint
-// slot): BenchmarkAppend measured 0.36-0.87 ms per record for a lone
-// appender and 0.11-0.31 ms with 32 concurrent appenders on this project's
-// shared 2-core machine (ext4 on a virtio disk), against 2.2-4.7 ms and
-// 0.25-0.59 ms when the checkpoint was replaced by temp file, fsync, rename
-// and directory fsync. Kernel denials
+// slot). BenchmarkAppend on this project's shared 2-core machine (ext4 on a
+// virtio disk), interleaved with the earlier design (checkpoint replaced by
+// temp file, fsync, rename and directory fsync), six runs each, medians: a
+// lone appender 0.32 ms per record against 0.58 ms, 32 concurrent appenders
+// 0.10 ms against 0.11 ms; while other jobs loaded the disk, 0.36-0.87 ms
+// against 2.2-4.7 ms for a lone appender. fsync instead of fdatasync for the
+// log measured the same (its size grows with every record, so both commit
+// the journal). Kernel denials
 // can arrive far faster than that: the daemon should aggregate them
 // (one kernel_denial record per session, reason and interval, with
 // Event.Count) rather than append one record per denied packet.
