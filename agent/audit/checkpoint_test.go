@@ -64,19 +64,23 @@ func writeTemp(t *testing.T, data []byte) string {
 	return p
 }
 
-// tearNewest overwrites the back half of the slot holding the newest
-// checkpoint, as a crash while writing it could leave it.
-func tearNewest(t *testing.T, cpPath string, pub ed25519.PublicKey) {
+// tearNewest damages the slot holding the newest checkpoint as a crash
+// while writing it could leave it: tear(newest, older) changes the newest
+// slot's bytes in place.
+func tearNewest(t *testing.T, cpPath string, pub ed25519.PublicKey, tear func(newest, older []byte)) {
 	t.Helper()
 	st, err := readCheckpoint(cpPath, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(cpPath)
-	s := data[st.slot*slotSize : (st.slot+1)*slotSize]
-	copy(s[40:], make([]byte, slotSize-40))
+	o := 1 - st.slot
+	tear(data[st.slot*slotSize:(st.slot+1)*slotSize], data[o*slotSize:(o+1)*slotSize])
 	os.WriteFile(cpPath, data, 0o600)
 }
+
+// zeroTail: the write reached the disk only up to byte 40.
+func zeroTail(newest, _ []byte) { copy(newest[40:], make([]byte, slotSize-40)) }
 
 // TestCheckpointSlots: appends alternate between the two slots; both hold
 // valid checkpoints, the newest vouches for the head, and the reader takes
@@ -103,26 +107,40 @@ func TestCheckpointSlots(t *testing.T) {
 }
 
 // TestTornNewerSlot: a crash while writing a slot leaves the older slot,
-// which covers every acknowledged record; Verify accepts it with a note and
-// Open catches the checkpoint up.
+// which covers every acknowledged record; Verify accepts it (with a note
+// when the slot is recognisably torn) and Open catches the checkpoint up.
 func TestTornNewerSlot(t *testing.T) {
-	dir, logPath, cpPath, pub := appendN(t, 5)
-	tearNewest(t, cpPath, pub)
-	rep, err := Verify(logPath, pub)
-	if err != nil || rep.Head != 5 || !strings.Contains(strings.Join(rep.Notes, "\n"), "slot is torn") {
-		t.Fatalf("verify: %v, %+v: want OK with the torn slot noted", err, rep)
+	cases := []struct {
+		name string
+		tear func(newest, older []byte)
+		note string
+	}{
+		{"zeros after byte 40", zeroTail, "slot is torn"},
+		{"nothing written", func(n, _ []byte) { copy(n, make([]byte, slotSize)) }, "behind"},
+		{"new CRC, older bytes after it", func(n, o []byte) { copy(n[20:], o[20:]) }, "slot is torn"},
+		{"older CRC, new bytes after it", func(n, o []byte) { copy(n[:8], o[:8]) }, "slot is torn"},
 	}
-	l := openLog(t, dir)
-	if head, _ := l.Head(); head != 5 {
-		t.Fatalf("head %d after open, want 5", head)
-	}
-	mustAppend(t, l, Event{Type: EventAgentStart})
-	l.Close()
-	if rep := mustVerify(t, dir); rep.Head != 6 || len(rep.Notes) != 0 {
-		t.Errorf("after open and append: %+v, want head 6 and no notes", rep)
-	}
-	if seqs := slotSeqs(t, cpPath, pub); !(seqs == [2]int64{5, 6} || seqs == [2]int64{6, 5}) {
-		t.Errorf("slot seqs %v, want 5 and 6", seqs)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, logPath, cpPath, pub := appendN(t, 5)
+			tearNewest(t, cpPath, pub, tc.tear)
+			rep, err := Verify(logPath, pub)
+			if err != nil || rep.Head != 5 || !strings.Contains(strings.Join(rep.Notes, "\n"), tc.note) {
+				t.Fatalf("verify: %v, %+v: want OK with a note saying %q", err, rep, tc.note)
+			}
+			l := openLog(t, dir)
+			if head, _ := l.Head(); head != 5 {
+				t.Fatalf("head %d after open, want 5", head)
+			}
+			mustAppend(t, l, Event{Type: EventAgentStart})
+			l.Close()
+			if rep := mustVerify(t, dir); rep.Head != 6 || len(rep.Notes) != 0 {
+				t.Errorf("after open and append: %+v, want head 6 and no notes", rep)
+			}
+			if seqs := slotSeqs(t, cpPath, pub); !(seqs == [2]int64{5, 6} || seqs == [2]int64{6, 5}) {
+				t.Errorf("slot seqs %v, want 5 and 6", seqs)
+			}
+		})
 	}
 }
 
@@ -133,7 +151,7 @@ func TestCutTail(t *testing.T) {
 		t.Run(fmt.Sprintf("torn=%v", tear), func(t *testing.T) {
 			dir, logPath, cpPath, pub := appendN(t, 5)
 			if tear {
-				tearNewest(t, cpPath, pub)
+				tearNewest(t, cpPath, pub, zeroTail)
 			}
 			lines := readLines(t, logPath)
 			os.WriteFile(logPath, bytes.Join(lines[:4], nil), 0o600)
