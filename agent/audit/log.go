@@ -67,8 +67,10 @@ type Log struct {
 	closed bool
 	failed error
 
-	syncMu sync.Mutex // one fsync + checkpoint at a time
+	syncMu sync.Mutex // one fsync + checkpoint at a time; guards what follows
 	synced uint64     // last record known durable and checkpointed
+	cpFile *os.File   // the checkpoint file, written in place
+	cpNext int        // the slot the next checkpoint goes to
 
 	recovery *Recovery
 }
@@ -107,6 +109,9 @@ func Open(cfg Config) (*Log, error) {
 	torn, err := l.recover()
 	if err != nil {
 		f.Close()
+		if l.cpFile != nil {
+			l.cpFile.Close()
+		}
 		return nil, err
 	}
 	if l.recovery != nil {
@@ -160,10 +165,13 @@ func (l *Log) recover() ([]byte, error) {
 		l.seq, l.hash = r.Seq, hash
 	}
 
-	cp, err := readCheckpoint(l.cpPath, l.pub)
+	cs, err := readCheckpoint(l.cpPath, l.pub)
+	cp := cs.cp
+	create := cs.slot < 0 // none yet, or the single-record file of earlier versions
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && nl < 0:
 		// A fresh log.
+		create = true
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("%w: %s is missing next to a non-empty log: the tail cannot be vouched for; run verify", ErrCorrupt, l.cpPath)
 	case err != nil:
@@ -172,8 +180,16 @@ func (l *Log) recover() ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s ends at seq %d but its checkpoint vouches for seq %d: records were cut from the tail", ErrCorrupt, l.path, l.seq, cp.Seq)
 	case cp.Seq == l.seq && cp.Hash != l.hash:
 		return nil, fmt.Errorf("%w: %s: the record at seq %d is not the one its checkpoint vouches for", ErrCorrupt, l.path, l.seq)
+	case cs.torn && cp.Seq == l.seq:
+		// A slot is written only after the log was synced past the other
+		// slot's seq, so a crash cannot leave this.
+		return nil, fmt.Errorf("%w: %s: the newer checkpoint slot is unreadable and the log ends at the older slot's seq %d: records may have been cut from the tail", ErrCorrupt, l.cpPath, l.seq)
 	}
 	l.synced = cp.Seq
+	if cs.torn {
+		l.cfg.Logger.Warn("audit: the newer checkpoint slot is torn (crash while writing it?); the older one is used",
+			"checkpoint", l.cpPath, "older_seq", cp.Seq, "log_head", l.seq)
+	}
 
 	var torn []byte
 	if start := nl + 1; start < size {
@@ -197,13 +213,26 @@ func (l *Log) recover() ([]byte, error) {
 		}
 		l.recovery = &Recovery{AfterSeq: l.seq, TornBytes: int64(len(torn)), TornSHA256: hex.EncodeToString(sum[:]), MovedTo: moved}
 	}
-	if l.synced != l.seq || nl < 0 {
-		// The log got ahead of its checkpoint (a crash between the two) or
-		// is new: vouch for what is durable now.
-		if err := writeCheckpoint(l.cpPath, l.priv, l.seq, l.hash, l.cfg.now()); err != nil {
+	if create {
+		// A new log, or one whose checkpoint is in the old format: from
+		// now on the two-slot file, made atomically.
+		if err := createCheckpoint(l.cpPath, l.priv, l.seq, l.hash, l.cfg.now()); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
-		l.synced = l.seq
+		l.synced, l.cpNext = l.seq, 1
+	} else {
+		l.cpNext = 1 - cs.slot
+	}
+	if l.cpFile, err = os.OpenFile(l.cpPath, os.O_RDWR, 0); err != nil {
+		return nil, fmt.Errorf("audit: open checkpoint: %w", err)
+	}
+	if l.synced != l.seq {
+		// The log got ahead of its checkpoint (a crash between the two):
+		// vouch for what is durable now.
+		if err := writeSlot(l.cpFile, l.cpNext, l.priv, l.seq, l.hash, l.cfg.now()); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		l.synced, l.cpNext = l.seq, 1-l.cpNext
 	}
 	return torn, nil
 }
@@ -316,9 +345,9 @@ func (l *Log) syncTo(seq uint64) error {
 	if failed != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, failed)
 	}
-	err := l.f.Sync()
+	err := fdatasync(l.f)
 	if err == nil {
-		err = writeCheckpoint(l.cpPath, l.priv, head, hash, l.cfg.now())
+		err = writeSlot(l.cpFile, l.cpNext, l.priv, head, hash, l.cfg.now())
 	}
 	if err != nil {
 		// After a failed fsync the page cache may hold what the disk
@@ -330,7 +359,7 @@ func (l *Log) syncTo(seq uint64) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: sync: %w", ErrFailed, err)
 	}
-	l.synced = head
+	l.synced, l.cpNext = head, 1-l.cpNext
 	return nil
 }
 
@@ -365,5 +394,5 @@ func (l *Log) Close() error {
 	if failed == nil {
 		err = l.syncTo(seq)
 	}
-	return errors.Join(err, l.f.Close())
+	return errors.Join(err, l.f.Close(), l.cpFile.Close())
 }

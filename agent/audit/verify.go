@@ -85,7 +85,8 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		sigFailed []int  // indexes into rep.Problems
 		cpHash    string // the log's hash at the checkpoint's seq
 	)
-	cp, cpErr := readCheckpoint(CheckpointPath(path), pub)
+	cpSt, cpErr := readCheckpoint(CheckpointPath(path), pub)
+	cp := cpSt.cp
 	// The hashes of the last records, to say where a broken link points.
 	const window = 256
 	recent := make(map[string]int, window)
@@ -189,10 +190,18 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 			rep.Head, rep.Records, cp.Seq, seqRange(rep.Head+1, cp.Seq))
 	case cp.Seq == 0 && cp.Hash != GenesisHash(pub), cp.Seq > 0 && cpHash != cp.Hash:
 		add(0, 0, ProblemCheckpoint, "the checkpoint vouches for a different record at seq %d than the log holds", cp.Seq)
+	case cpSt.torn && cp.Seq == rep.Head:
+		add(0, 0, ProblemTruncated, "the newer checkpoint slot is unreadable and the log ends at seq %d, where the older slot vouches: a crash cannot leave this (that slot is written only after the log holds a later record); records may have been cut from the tail", rep.Head)
 	case cp.Seq < rep.Head:
+		if cpSt.torn {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the newer checkpoint slot is torn (a crash while writing it, or an edit); the older one vouches for seq %d", cp.Seq))
+		}
 		rep.Notes = append(rep.Notes, fmt.Sprintf("checkpoint at seq %d is behind the log head %d (a crash between append and checkpoint; the next open updates it)", cp.Seq, rep.Head))
 	}
 
+	if cpErr == nil && cpSt.slot < 0 {
+		rep.Notes = append(rep.Notes, "the checkpoint is in the single-record format of an earlier version (the next open rewrites it as two slots)")
+	}
 	if len(rep.Problems) > 0 {
 		more := ""
 		if n := len(rep.Problems); n > 1 {
