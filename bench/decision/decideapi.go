@@ -151,13 +151,10 @@ func decideAPIBench() {
 		b, _ := json.Marshal(api.DecideBody{Session: id, Request: r})
 		qs = append(qs, q{b, want})
 	}
-	one := func(c *http.Client, x q) error {
-		resp, err := c.Post("http://shinken/v1/decide", "application/json", bytes.NewReader(x.body))
-		if err != nil {
-			return err
-		}
+	// answer reads and checks one response (both clients).
+	answer := func(x q, resp *http.Response) error {
 		var d agent.UseDecision
-		err = json.NewDecoder(resp.Body).Decode(&d)
+		err := json.NewDecoder(resp.Body).Decode(&d)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if err == nil && resp.StatusCode != http.StatusOK {
@@ -168,18 +165,14 @@ func decideAPIBench() {
 		}
 		return err
 	}
-	run := func(c *http.Client, n int, timed bool) []time.Duration {
-		lat := make([]time.Duration, 0, n)
-		for i := 0; i < n; i++ {
-			x := qs[i%len(qs)]
-			start := time.Now()
-			err := one(c, x)
-			if timed {
-				lat = append(lat, time.Since(start))
+	viaClient := func(c *http.Client) func(q) error {
+		return func(x q) error {
+			resp, err := c.Post("http://shinken/v1/decide", "application/json", bytes.NewReader(x.body))
+			if err != nil {
+				return err
 			}
-			chk(err)
+			return answer(x, resp)
 		}
-		return lat
 	}
 	// The raw client: the request's bytes written on one connection and the
 	// response read back by the same goroutine (no transport goroutines,
@@ -188,7 +181,7 @@ func decideAPIBench() {
 	chk(err)
 	defer rc.Close()
 	br := bufio.NewReader(rc)
-	oneRaw := func(x q) error {
+	raw := func(x q) error {
 		req := fmt.Appendf(nil, "POST /v1/decide HTTP/1.1\r\nHost: shinken\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(x.body))
 		if _, err := rc.Write(append(req, x.body...)); err != nil {
 			return err
@@ -197,24 +190,15 @@ func decideAPIBench() {
 		if err != nil {
 			return err
 		}
-		var d agent.UseDecision
-		err = json.NewDecoder(resp.Body).Decode(&d)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		if err == nil && d.Allowed != x.want {
-			err = fmt.Errorf("%s: allowed=%v want %v (%s)", x.body, d.Allowed, x.want, d.DecidedBy)
-		}
-		return err
+		return answer(x, resp)
 	}
-	runRaw := func(n int, timed bool) []time.Duration {
+	// timedRun sends n requests one at a time, timing each when timed.
+	timedRun := func(send func(q) error, n int, timed bool) []time.Duration {
 		lat := make([]time.Duration, 0, n)
 		for i := 0; i < n; i++ {
 			x := qs[i%len(qs)]
 			start := time.Now()
-			err := oneRaw(x)
+			err := send(x)
 			if timed {
 				lat = append(lat, time.Since(start))
 			}
@@ -222,6 +206,8 @@ func decideAPIBench() {
 		}
 		return lat
 	}
+	run := func(c *http.Client, n int, timed bool) []time.Duration { return timedRun(viaClient(c), n, timed) }
+	runRaw := func(n int, timed bool) []time.Duration { return timedRun(raw, n, timed) }
 	run(hc, *decideWarm, false)
 	runRaw(*decideWarm, false)
 	load0 := loadAvg()
