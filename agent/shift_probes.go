@@ -48,20 +48,8 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 			}
 		}
 		domains = sortedUnique(append(domains, "example.com"))
-		addrs := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("2001:db8::7")}
-		for _, p := range lit.ips {
-			addrs = append(addrs, neighbours(p)...)
-		}
-		ports := []uint16{443, 80, 22, 53}
-		for _, l := range lit.longs {
-			for _, d := range []int64{-1, 0, 1} {
-				if v := l + d; v > 0 && v < 65536 {
-					ports = append(ports, uint16(v))
-				}
-			}
-		}
-		ports = slices.Compact(sortedU16(ports))
-		for _, port := range ports {
+		addrs := probeAddrs(lit)
+		for _, port := range probePorts(lit, 443, 80, 22, 53) {
 			for _, d := range domains {
 				out = append(out, UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
 			}
@@ -70,19 +58,8 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 			}
 		}
 	case ClassNetInbound:
-		addrs := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("2001:db8::7")}
-		for _, p := range lit.ips {
-			addrs = append(addrs, neighbours(p)...)
-		}
-		ports := []uint16{443, 80, 8080, 22}
-		for _, l := range lit.longs {
-			for _, d := range []int64{-1, 0, 1} {
-				if v := l + d; v > 0 && v < 65536 {
-					ports = append(ports, uint16(v))
-				}
-			}
-		}
-		for _, port := range slices.Compact(sortedU16(ports)) {
+		addrs := probeAddrs(lit)
+		for _, port := range probePorts(lit, 443, 80, 8080, 22) {
 			for _, a := range addrs {
 				// "connect" too: an inbound grant must never answer an
 				// egress question.
@@ -183,4 +160,28 @@ func grantProbes(c Class, lit *literals) []Capability {
 		}
 	}
 	return out
+}
+
+// probeAddrs is the addresses the network probes try: a public, a loopback
+// and an IPv6 one, plus the neighbours of every address the policies name.
+func probeAddrs(lit *literals) []netip.Addr {
+	addrs := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("2001:db8::7")}
+	for _, p := range lit.ips {
+		addrs = append(addrs, neighbours(p)...)
+	}
+	return addrs
+}
+
+// probePorts is base plus every integer the policies name and its
+// neighbours that is a port, sorted, without repeats.
+func probePorts(lit *literals, base ...uint16) []uint16 {
+	ports := append([]uint16(nil), base...)
+	for _, l := range lit.longs {
+		for _, d := range []int64{-1, 0, 1} {
+			if v := l + d; v > 0 && v < 65536 {
+				ports = append(ports, uint16(v))
+			}
+		}
+	}
+	return slices.Compact(sortedU16(ports))
 }
