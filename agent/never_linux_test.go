@@ -6,32 +6,16 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane"
 )
 
 // TestNeverListThroughTheAgent: a 0.0.0.0/0 grant does not reach
 // 169.254.169.254 nor the agent's own listener; a grant naming the listener
 // reaches it only once an admin policy names it (its rule is NeverOK).
 func TestNeverListThroughTheAgent(t *testing.T) {
-	needZ3(t)
-	d, _ := newKernel(t)
 	own := listenTCP(t, "127.0.0.6:0") // stands for the agent's metrics listener
 	other := listenTCP(t, "127.0.0.7:0")
-	ap := netip.MustParseAddrPort(own)
-	extra := []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr(), 32), Port: ap.Port()}}
-	if err := d.SetNeverList(append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), extra...)); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := ParseManifests("never.manifest", []byte("image py\nallow net.egress cidrs=0.0.0.0/0 tier=auto\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	a := openAgent(t, d, t.TempDir(), func(c *Config) {
-		c.Manifests = map[string]*Manifest{"py": ms[0]}
-		c.NeverList = extra
-		c.PolicyDir = dir
-	})
-	mustSession(t, a, SessionSpec{ID: "s1"})
+	a, d, ap := neverAgent(t, own)
 	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}}, Lifecycle: LifecycleSession}); err != nil {
 		t.Fatal(err)
 	}
@@ -68,25 +52,8 @@ func TestNeverListThroughTheAgent(t *testing.T) {
 // exception entry: revoking one leaves the other's reach, revoking both
 // ends it.
 func TestNeverExceptionTwoGrants(t *testing.T) {
-	needZ3(t)
-	d, _ := newKernel(t)
 	own := listenTCP(t, "127.0.0.6:0") // stands for a metadata address
-	ap := netip.MustParseAddrPort(own)
-	extra := []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr(), 32), Port: ap.Port()}}
-	if err := d.SetNeverList(append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), extra...)); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := ParseManifests("never.manifest", []byte("image py\nallow net.egress cidrs=0.0.0.0/0 tier=auto\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	a := openAgent(t, d, t.TempDir(), func(c *Config) {
-		c.Manifests = map[string]*Manifest{"py": ms[0]}
-		c.NeverList = extra
-		c.PolicyDir = dir
-	})
-	mustSession(t, a, SessionSpec{ID: "s1"})
+	a, d, ap := neverAgent(t, own)
 	admin := fmt.Sprintf(`@id("admin.meta-for-s1") permit (principal == Shinken::Session::"s1", action == Shinken::Action::"use", resource == Shinken::Capability::"net.egress") when { context.request.cidr_keys.contains("%s/32") };`, ap.Addr())
 	if _, err := a.ApplyPolicies(PolicyChange{Files: map[string]string{"meta.cedar": admin}, AllowWidening: true}); err != nil {
 		t.Fatal(err)
@@ -116,4 +83,30 @@ func TestNeverExceptionTwoGrants(t *testing.T) {
 	if got := p.DoAsync("tcp " + own); got != "err EPERM" {
 		t.Fatalf("both revoked: %s, want err EPERM", got)
 	}
+}
+
+// neverAgent: a kernel whose never-list is the default plus listener, an
+// agent whose manifest allows net.egress 0.0.0.0/0 (tier auto), with a
+// policy directory, and its session s1.
+func neverAgent(t *testing.T, listener string) (*Agent, *dataplane.Dataplane, netip.AddrPort) {
+	t.Helper()
+	needZ3(t)
+	d, _ := newKernel(t)
+	ap := netip.MustParseAddrPort(listener)
+	extra := []backend.NeverEntry{{Prefix: netip.PrefixFrom(ap.Addr(), 32), Port: ap.Port()}}
+	if err := d.SetNeverList(append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), extra...)); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ParseManifests("never.manifest", []byte("image py\nallow net.egress cidrs=0.0.0.0/0 tier=auto\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := openAgent(t, d, t.TempDir(), func(c *Config) {
+		c.Manifests = map[string]*Manifest{"py": ms[0]}
+		c.NeverList = extra
+		c.PolicyDir = dir
+	})
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	return a, d, ap
 }

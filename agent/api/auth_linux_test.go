@@ -5,9 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent"
@@ -20,16 +18,7 @@ import (
 // request and on the second, over the same keep-alive connection, and a
 // caller outside is admitted on both.
 func TestAuthPerConnection(t *testing.T) {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := ""
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			own = rest
-		}
-	}
+	own := ownCgroup(t)
 	for _, tc := range []struct {
 		cgroup string
 		want   int

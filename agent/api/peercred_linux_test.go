@@ -7,20 +7,25 @@ import (
 	"testing"
 )
 
-func TestInCgroup(t *testing.T) {
+// ownCgroup is this test process's cgroup2 path (the "0::" line of
+// /proc/self/cgroup).
+func ownCgroup(t *testing.T) string {
+	t.Helper()
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := ""
 	for _, line := range strings.Split(string(data), "\n") {
 		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			own = rest
+			return rest
 		}
 	}
-	if own == "" {
-		t.Fatal("no cgroup2 line in /proc/self/cgroup")
-	}
+	t.Fatal("no cgroup2 line in /proc/self/cgroup")
+	return ""
+}
+
+func TestInCgroup(t *testing.T) {
+	own := ownCgroup(t)
 	pid := int32(os.Getpid())
 	if !inCgroup(pid, own) {
 		t.Errorf("inCgroup(self, %q) = false, want true", own)
