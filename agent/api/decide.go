@@ -35,7 +35,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, code, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	writeCompact(w, http.StatusOK, d)
 }
 
 // PolicyBody proposes policy files. Apply false: a diff (nothing changes).

@@ -132,6 +132,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc.Encode(v)
 }
 
+// writeCompact is writeJSON without the indentation, for the answer a
+// program reads on the hot path (POST /v1/decide): indenting was a tenth of
+// the handler's time.
+func writeCompact(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
 func writeErr(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, Error{Error: err.Error(), Code: http.StatusText(code)})
 }

@@ -299,11 +299,11 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ConnContext: api.ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	front := api.NewFront(srv, ln, &http.Server{ReadHeaderTimeout: 10 * time.Second}, d.log)
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := front.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("api", "err", err)
 		}
 	}()
@@ -350,7 +350,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 	d.log.Info("stopping; enforcement stays pinned in the kernel")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	hs.Shutdown(sctx)
+	front.Shutdown(sctx)
 	if ms != nil {
 		ms.Shutdown(sctx)
 	}
