@@ -14,6 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +42,7 @@ var (
 	decideClient   = flag.String("decide-client", "both", "the keep-alive client of the timed phase: http (net/http's Client), raw (HTTP/1.1 written and read on one net.Conn by the calling goroutine, as a lean enforcer would), or both (interleaved in blocks; decide_api_p99_us is the raw client's)")
 	decideSessions = flag.Int("decide-sessions", 100, "sessions, one egress grant each, for the API decisions")
 	agentBin       = flag.String("agent-bin", "../../bin/shinken-agent", "the shinken-agent binary (make bench-decision builds it)")
+	clientGCFloor  = flag.Int("decide-client-gc-floor", 64, "MiB: the benchmark client raises its own GOGC for the timed phase so its heap goal is at least this (its collections are not the agent's latency; 0: leave GOGC alone)")
 	agentLog       = flag.String("decide-agent-log", "", "diagnostic: write the daemon's log here (run with GODEBUG=gctrace=1 to see its GC cycles)")
 )
 
@@ -131,7 +135,8 @@ func decideAPIBench() {
 		}
 	}
 	type q struct {
-		body []byte
+		body []byte // the JSON body
+		raw  []byte // the whole HTTP/1.1 request, for the lean client
 		want bool
 	}
 	qs := make([]q, 0, 3**decideSessions)
@@ -149,60 +154,78 @@ func decideAPIBench() {
 			r = agent.UseRequest{Class: agent.ClassFSScope, Op: "write", Path: "/home/" + id + "/.ssh/authorized_keys"}
 		}
 		b, _ := json.Marshal(api.DecideBody{Session: id, Request: r})
-		qs = append(qs, q{b, want})
+		raw := fmt.Appendf(nil, "POST /v1/decide HTTP/1.1\r\nHost: shinken\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		qs = append(qs, q{b, raw, want})
 	}
-	// answer reads and checks one response (both clients).
-	answer := func(x q, resp *http.Response) error {
-		var d agent.UseDecision
-		err := json.NewDecoder(resp.Body).Decode(&d)
-		io.Copy(io.Discard, resp.Body)
+	// An exchange is timed from the request's first byte written to the
+	// answer's last byte read; the answer is then decoded and checked,
+	// untimed (the client's JSON decoding is not the agent's latency).
+	type reply struct {
+		code int
+		body *bytes.Buffer
+	}
+	readReply := func(resp *http.Response, rb *bytes.Buffer) (reply, error) {
+		rb.Reset()
+		_, err := rb.ReadFrom(resp.Body)
 		resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		if err == nil && d.Allowed != x.want {
-			err = fmt.Errorf("%s: allowed=%v want %v (%s)", x.body, d.Allowed, x.want, d.DecidedBy)
-		}
-		return err
+		return reply{resp.StatusCode, rb}, err
 	}
-	viaClient := func(c *http.Client) func(q) error {
-		return func(x q) error {
+	// check decodes and checks one answer (both clients).
+	check := func(x q, r reply) error {
+		if r.code != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %s", r.code, r.body)
+		}
+		var d agent.UseDecision
+		if err := json.Unmarshal(r.body.Bytes(), &d); err != nil {
+			return err
+		}
+		if d.Allowed != x.want {
+			return fmt.Errorf("%s: allowed=%v want %v (%s)", x.body, d.Allowed, x.want, d.DecidedBy)
+		}
+		return nil
+	}
+	viaClient := func(c *http.Client) func(q) (reply, error) {
+		var rb bytes.Buffer
+		return func(x q) (reply, error) {
 			resp, err := c.Post("http://shinken/v1/decide", "application/json", bytes.NewReader(x.body))
 			if err != nil {
-				return err
+				return reply{}, err
 			}
-			return answer(x, resp)
+			return readReply(resp, &rb)
 		}
 	}
-	// The raw client: the request's bytes written on one connection and the
+	// The raw client: the request's bytes (made before the timed phase, as
+	// an enforcer's fixed request head is) written on one connection and the
 	// response read back by the same goroutine (no transport goroutines,
 	// no connection pool between the caller and the socket).
 	rc, err := net.Dial("unix", sock)
 	chk(err)
 	defer rc.Close()
 	br := bufio.NewReader(rc)
-	raw := func(x q) error {
-		req := fmt.Appendf(nil, "POST /v1/decide HTTP/1.1\r\nHost: shinken\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(x.body))
-		if _, err := rc.Write(append(req, x.body...)); err != nil {
-			return err
+	var rawBuf bytes.Buffer
+	raw := func(x q) (reply, error) {
+		if _, err := rc.Write(x.raw); err != nil {
+			return reply{}, err
 		}
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			return err
+			return reply{}, err
 		}
-		return answer(x, resp)
+		return readReply(resp, &rawBuf)
 	}
-	// timedRun sends n requests one at a time, timing each when timed.
-	timedRun := func(send func(q) error, n int, timed bool) []time.Duration {
+	// timedRun sends n requests one at a time, timing each exchange when
+	// timed, and checks every answer.
+	timedRun := func(send func(q) (reply, error), n int, timed bool) []time.Duration {
 		lat := make([]time.Duration, 0, n)
 		for i := 0; i < n; i++ {
 			x := qs[i%len(qs)]
 			start := time.Now()
-			err := send(x)
+			r, err := send(x)
 			if timed {
 				lat = append(lat, time.Since(start))
 			}
 			chk(err)
+			chk(check(x, r))
 		}
 		return lat
 	}
@@ -210,6 +233,9 @@ func decideAPIBench() {
 	runRaw := func(n int, timed bool) []time.Duration { return timedRun(raw, n, timed) }
 	run(hc, *decideWarm, false)
 	runRaw(*decideWarm, false)
+	if *clientGCFloor > 0 {
+		defer debug.SetGCPercent(debug.SetGCPercent(gcPercentFor(uint64(*clientGCFloor) << 20)))
+	}
 	load0 := loadAvg()
 	var lat, httpLat []time.Duration
 	const block = 1000
@@ -259,6 +285,19 @@ func decideAPIBench() {
 		fmt.Printf("decide API, a new connection per request (reference), n=%d, load average %s before, %s after: p50=%.1fµs p90=%.1fµs p99=%.1fµs\n",
 			len(cl), load0, loadAvg(), st.p50, st.p90, st.p99)
 	}
+}
+
+// gcPercentFor is the GOGC that puts this process's heap goal at floor
+// bytes (live × (1 + GOGC/100)), at least 100.
+func gcPercentFor(floor uint64) int {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	live := s[0].Value.Uint64()
+	if live == 0 || live*2 >= floor {
+		return 100
+	}
+	return int(min(floor*100/live-100, 10000))
 }
 
 // loadAvg is the host's 1-, 5- and 15-minute load average.
