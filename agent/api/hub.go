@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"sync"
 	"time"
+
+	"github.com/shinken-agent/shinken/agent"
 )
 
 // Record is one entry of the event stream: an agent lifecycle event or a
@@ -13,6 +15,21 @@ type Record struct {
 	Source string          `json:"source"` // "agent" | "kernel" | "api"
 	Kind   string          `json:"kind"`
 	Data   json.RawMessage `json:"data"`
+
+	// value is Data not yet encoded: an agent event without a card (only
+	// value fields, so a copy cannot change) is kept as is and encoded
+	// when read. A use-time denial answered at /v1/decide publishes one,
+	// and most are never read.
+	value *agent.Event
+}
+
+// encoded returns r with Data set.
+func (r Record) encoded() Record {
+	if r.value != nil {
+		r.Data, _ = json.Marshal(r.value)
+		r.value = nil
+	}
+	return r
 }
 
 // Hub fans records out to event-stream subscribers and keeps the most recent
@@ -34,13 +51,21 @@ func NewHub(n int) *Hub {
 
 // Publish adds a record.
 func (h *Hub) Publish(source, kind string, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return
+	r := Record{Time: time.Now().UTC(), Source: source, Kind: kind}
+	if e, ok := v.(agent.Event); ok && e.Card == nil {
+		r.value = &e
+	} else {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		r.Data = data
 	}
-	r := Record{Time: time.Now().UTC(), Source: source, Kind: kind, Data: data}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.subs) > 0 {
+		r = r.encoded()
+	}
 	h.recent[h.next] = r
 	h.next = (h.next + 1) % len(h.recent)
 	if h.next == 0 {
@@ -58,12 +83,16 @@ func (h *Hub) Publish(source, kind string, v any) {
 // Recent returns the kept records, oldest first.
 func (h *Hub) Recent() []Record {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []Record
 	if h.full {
 		out = append(out, h.recent[h.next:]...)
 	}
-	return append(out, h.recent[:h.next]...)
+	out = append(out, h.recent[:h.next]...)
+	h.mu.Unlock()
+	for i := range out {
+		out[i] = out[i].encoded()
+	}
+	return out
 }
 
 // Subscribe returns a channel of new records; call the cancel func when done.
