@@ -2,7 +2,13 @@
 // authorised by the caller's kernel credentials (SO_PEERCRED and
 // SO_PEERGROUPS: root, or a member of the operator group). Processes inside a
 // session are refused whatever their uid. Paths are versioned under /v1; the
-// routes are listed in the README of this package and served by Server.
+// routes are listed in the repository's README ("Operator API") and served
+// by Server.
+//
+// The socket is served by a Front (front.go): a lean loop answers
+// POST /v1/decide on keep-alive connections (the enforcers' hot path) and
+// hands a connection to net/http's server at its first other request; both
+// paths call Server.ServeHTTP.
 //
 // It is a transport: each handler decodes a call, hands it to the agent (or,
 // for quotas, runs and counters, to the backend) and encodes the answer. The
