@@ -107,7 +107,9 @@ func (f *Front) Serve() error {
 				time.Sleep(delay)
 				continue
 			}
-			f.Shutdown(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			f.Shutdown(ctx)
+			cancel()
 			<-hsErr
 			return err
 		}
@@ -116,7 +118,6 @@ func (f *Front) Serve() error {
 			c.Close()
 			continue
 		}
-		f.wg.Add(1)
 		go f.serveConn(c)
 	}
 }
@@ -145,7 +146,8 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	return f.hs.Shutdown(ctx)
 }
 
-// track registers a new lean connection; false once shut down.
+// track registers a new lean connection and counts its loop (f.wg, under
+// f.mu so that no loop is added once Shutdown waits); false once shut down.
 func (f *Front) track(c net.Conn) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,6 +155,7 @@ func (f *Front) track(c net.Conn) bool {
 		return false
 	}
 	f.conns[c] = false
+	f.wg.Add(1)
 	return true
 }
 
