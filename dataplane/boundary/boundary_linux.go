@@ -76,17 +76,20 @@ type Boundary struct {
 // millisecond per fork at 10,000). A child's pid cannot be reused before
 // its parent reaps it, and only release reaps it, so pidfd_open(pid) at
 // use names the holder. An adopted holder (started by an earlier agent;
-// its parent is now another process, which reaps it when it dies) keeps
-// the pidfd findHolder verified.
+// its parent is now another process, which reaps it when it dies, and its
+// pid may then be reused) is named the same way, and the pidfd checked
+// before use: the process must still be pid 1 of a PID namespace one
+// level below ours, in the session's cgroup (openHolder). No descriptor is
+// kept for it either, so an agent that adopted 10,000 sessions forks as
+// cheaply as one that made them.
 type holder struct {
 	pid    int
 	cgroup string // the session cgroup directory
 	uid    uint32
-	child  bool // our child: reaped by release, never held by a pidfd
+	child  bool // our child: reaped by release
 
-	mu    sync.Mutex
-	pidfd int  // adopted holders only; -1 for our children
-	gone  bool // released: a child's pid may be reaped and reused
+	mu   sync.Mutex
+	gone bool // released: a child's pid may be reaped and reused
 }
 
 // open returns a new pidfd of the holder (close-on-exec), which the caller
@@ -97,12 +100,10 @@ func (h *holder) open() (int, error) {
 	switch {
 	case h.gone:
 		return -1, fmt.Errorf("holder %d: %w", h.pid, unix.ESRCH)
-	case h.pidfd >= 0:
-		return unix.FcntlInt(uintptr(h.pidfd), unix.F_DUPFD_CLOEXEC, 0)
 	case h.child:
 		return unix.PidfdOpen(h.pid, 0)
 	}
-	return -1, fmt.Errorf("holder %d: no pidfd: %w", h.pid, unix.ESRCH)
+	return openHolder(h.cgroup, h.pid)
 }
 
 // New validates cfg against the dataplane's maxSessions, opens our own
@@ -135,10 +136,6 @@ func (b *Boundary) Close() error {
 	defer b.mu.Unlock()
 	for n, h := range b.holders {
 		h.mu.Lock()
-		if h.pidfd >= 0 {
-			unix.Close(h.pidfd)
-			h.pidfd = -1
-		}
 		h.gone = true // not reaped: a new agent adopts it
 		h.mu.Unlock()
 		delete(b.holders, n)
@@ -173,7 +170,7 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	if err != nil {
 		return err
 	}
-	h := &holder{cgroup: cgroup, uid: uid, pidfd: -1}
+	h := &holder{cgroup: cgroup, uid: uid}
 	if b.useNS {
 		if err := b.startHolder(h); err != nil {
 			return fmt.Errorf("boundary: session %s: %w", name, err)
@@ -238,19 +235,19 @@ func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
 	if pidfd < 0 {
 		return b.Create(name, cgroup, index)
 	}
+	unix.Close(pidfd) // verified; opened again, and checked again, at each use
 	uid, err := b.UID(index)
 	if err != nil {
-		unix.Close(pidfd)
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.holders[name] = &holder{pid: pid, pidfd: pidfd, cgroup: cgroup, uid: uid}
+	b.holders[name] = &holder{pid: pid, cgroup: cgroup, uid: uid}
 	return nil
 }
 
-// Release forgets a session whose cgroup was killed: it reaps the holder
-// (when this agent started it) and closes its pidfd.
+// Release forgets a session whose cgroup was killed: it kills the holder
+// and, when this agent started it, reaps it.
 func (b *Boundary) Release(name string) {
 	b.mu.Lock()
 	h, ok := b.holders[name]
@@ -272,10 +269,11 @@ func (b *Boundary) release(h *holder) {
 	case h.child:
 		_ = unix.Kill(h.pid, unix.SIGKILL) // not reaped yet: still ours
 		reap(h)
-	case h.pidfd >= 0:
-		_ = unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
-		unix.Close(h.pidfd)
-		h.pidfd = -1
+	default: // adopted: killed through a checked pidfd (gone already: nothing to do)
+		if fd, err := openHolder(h.cgroup, h.pid); err == nil {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			unix.Close(fd)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +41,7 @@ func TestHolderNoDescriptors(t *testing.T) {
 			if err == nil {
 				t.Fatal("launch after release: want an error")
 			}
-			h := &holder{pid: os.Getpid(), child: true, pidfd: -1, gone: true}
+			h := &holder{pid: os.Getpid(), child: true, gone: true}
 			if _, err := h.open(); !errors.Is(err, unix.ESRCH) {
 				t.Errorf("open of a released holder: %v, want ESRCH", err)
 			}
@@ -55,4 +56,61 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestAdoptNoDescriptors: a restarted agent that adopts sessions keeps no
+// descriptor per holder either; a launch into an adopted session still
+// joins it, a holder that is not the session's (a pid that is no longer
+// it) is refused, and Release kills the adopted holder.
+func TestAdoptNoDescriptors(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	const n = 20
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = session(t, b, fmt.Sprintf("ad%d", i), uint32(70+i))
+	}
+	b2 := newBoundary(t, Config{}, nil) // the restarted agent
+	before := countFDs(t)
+	for i, dir := range dirs {
+		if err := b2.Adopt(fmt.Sprintf("ad%d", i), dir, uint32(70+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grew := countFDs(t) - before; grew >= n {
+		t.Errorf("%d adopted sessions: the agent holds %d more descriptors", n, grew)
+	}
+	out := runIn(t, b2, "ad4", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "cat /proc/1/comm"}, Dir: "/"}, true)
+	if strings.TrimSpace(out) != "catatonit" {
+		t.Errorf("inside an adopted session: pid 1 is %q, want catatonit", out)
+	}
+	b2.mu.Lock()
+	h := b2.holders["ad4"]
+	b2.mu.Unlock()
+	// The holder's pid, but named under another session's cgroup: refused.
+	if fd, err := openHolder(dirs[5], h.pid); err == nil {
+		unix.Close(fd)
+		t.Errorf("holder %d accepted as the holder of another session", h.pid)
+	}
+	// This process is in no session and is no PID namespace's pid 1.
+	if fd, err := openHolder(dirs[4], os.Getpid()); err == nil {
+		unix.Close(fd)
+		t.Errorf("the test process accepted as a holder")
+	}
+	b2.Release("ad4")
+	// Killed (SIGKILL is delivered when it next runs); its parent here is
+	// b, in this process, which has not reaped it: a zombie, or gone.
+	dead := false
+	for i := 0; i < 200 && !dead; i++ {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid))
+		dead = err != nil || strings.Contains(string(st), ") Z ")
+		if !dead {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !dead {
+		t.Errorf("the adopted holder %d is alive 2 s after Release", h.pid)
+	}
+	if err := b2.Launch("ad4", &exec.Cmd{Path: "/bin/true", Args: []string{"true"}}, LaunchOptions{}, true); err == nil {
+		t.Error("launch after release: want an error")
+	}
 }

@@ -161,7 +161,7 @@ func runProbe(cmd *exec.Cmd, clone uintptr) error {
 func (b *Boundary) probeInit() error {
 	err := procPidns()
 	if err == nil {
-		h := &holder{pidfd: -1}
+		h := &holder{}
 		if err = b.startHolderDirect(h, -1); err == nil {
 			b.directInit = true
 			b.release(h)
@@ -181,39 +181,51 @@ func (b *Boundary) probeInit() error {
 }
 
 // findHolder returns the holder of the session whose cgroup is cgroup (pid
-// and a pidfd), or pidfd -1 if it has none: the process of the cgroup that
-// is pid 1 of a PID namespace exactly one level below ours.
+// and a verified pidfd, which the caller closes), or pidfd -1 if it has
+// none: the process of the cgroup that is pid 1 of a PID namespace exactly
+// one level below ours.
 func findHolder(cgroup string) (int, int, error) {
-	self, err := nsPIDs("self")
-	if err != nil {
+	if _, err := nsPIDs("self"); err != nil {
 		return 0, -1, err
 	}
 	data, err := os.ReadFile(cgroup + "/cgroup.procs")
 	if err != nil {
 		return 0, -1, err
 	}
-	isHolder := func(pid int) bool {
-		ns, err := nsPIDs(strconv.Itoa(pid))
-		return err == nil && len(ns) == len(self)+1 && ns[len(ns)-1] == "1"
-	}
 	for _, f := range strings.Fields(string(data)) {
 		pid, err := strconv.Atoi(f)
-		if err != nil || !isHolder(pid) {
-			continue
-		}
-		fd, err := unix.PidfdOpen(pid, 0)
 		if err != nil {
 			continue
 		}
-		// The pidfd names one process for good: check that it is still
-		// the one we looked at, in this cgroup.
-		again, _ := os.ReadFile(cgroup + "/cgroup.procs")
-		if isHolder(pid) && slices.Contains(strings.Fields(string(again)), f) && unix.PidfdSendSignal(fd, 0, nil, 0) == nil {
+		if fd, err := openHolder(cgroup, pid); err == nil {
 			return pid, fd, nil
 		}
-		unix.Close(fd)
 	}
 	return 0, -1, nil
+}
+
+// openHolder returns a pidfd of pid if pid is the holder of the session
+// whose cgroup is cgroup: in that cgroup, and pid 1 of a PID namespace
+// exactly one level below ours. The pidfd names one process for good, and
+// that process is still alive after the checks, so they were about it
+// (its pid cannot have been reused meanwhile).
+func openHolder(cgroup string, pid int) (int, error) {
+	self, err := nsPIDs("self")
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, err
+	}
+	ns, err := nsPIDs(strconv.Itoa(pid))
+	procs, _ := os.ReadFile(cgroup + "/cgroup.procs")
+	if err == nil && len(ns) == len(self)+1 && ns[len(ns)-1] == "1" &&
+		slices.Contains(strings.Fields(string(procs)), strconv.Itoa(pid)) && unix.PidfdSendSignal(fd, 0, nil, 0) == nil {
+		return fd, nil
+	}
+	unix.Close(fd)
+	return -1, fmt.Errorf("process %d is not the holder of %s: %w", pid, cgroup, unix.ESRCH)
 }
 
 func nsPIDs(pid string) ([]string, error) {
