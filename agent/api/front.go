@@ -3,9 +3,11 @@ package api
 // The API socket's front: the accept loop in front of net/http's server.
 // An enforcer asks POST /v1/decide on one keep-alive connection, one request
 // at a time, and waits for each answer; on that path net/http's
-// per-connection machinery (a background-read goroutine started and
-// aborted around every request, a cancelable context per request) costs
-// more in hand-offs between threads than the decision itself. So a
+// per-request machinery (a read deadline armed for every header, whose
+// runtime timer wakes the network poller's thread; a background-read
+// goroutine started and aborted around every request; a cancelable
+// context) cost more in hand-offs between threads than the decision
+// itself (bench/README.md, sixth session). So a
 // connection starts on a lean loop: while its next request begins with
 // "POST /v1/decide ", the loop's goroutine reads it (net/http's request
 // parser, http.ReadRequest), serves it through the same Server.ServeHTTP as
