@@ -483,6 +483,11 @@ func dnsQuery(mode, addr string) (string, string, error) {
 	}
 	buf := make([]byte, 512)
 	n, from, err := unix.Recvfrom(fd, buf, 0)
+	for err == unix.EINTR {
+		// A socket with SO_RCVTIMEO is not restarted after a signal, and
+		// the Go runtime signals its threads (preemption): wait again.
+		n, from, err = unix.Recvfrom(fd, buf, 0)
+	}
 	if err != nil {
 		return "", "", err
 	}
