@@ -31,7 +31,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case rec := <-ch:
-			if err := enc.Encode(rec); err != nil {
+			if err := enc.Encode(rec.encoded()); err != nil {
 				return
 			}
 			if flusher != nil {

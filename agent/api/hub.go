@@ -18,12 +18,14 @@ type Record struct {
 
 	// value is Data not yet encoded: an agent event without a card (only
 	// value fields, so a copy cannot change) is kept as is and encoded
-	// when read. A use-time denial answered at /v1/decide publishes one,
-	// and most are never read.
+	// by its reader (Recent, or a follower's encoded()), never on the
+	// publisher's path. A use-time denial answered at /v1/decide publishes
+	// one, and most are never read.
 	value *agent.Event
 }
 
-// encoded returns r with Data set.
+// encoded returns r with Data set; followers call it on what Subscribe
+// delivers.
 func (r Record) encoded() Record {
 	if r.value != nil {
 		r.Data, _ = json.Marshal(r.value)
@@ -63,9 +65,6 @@ func (h *Hub) Publish(source, kind string, v any) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.subs) > 0 {
-		r = r.encoded()
-	}
 	h.recent[h.next] = r
 	h.next = (h.next + 1) % len(h.recent)
 	if h.next == 0 {
@@ -95,7 +94,8 @@ func (h *Hub) Recent() []Record {
 	return out
 }
 
-// Subscribe returns a channel of new records; call the cancel func when done.
+// Subscribe returns a channel of new records (Data set by encoded); call
+// the cancel func when done.
 func (h *Hub) Subscribe() (<-chan Record, func()) {
 	ch := make(chan Record, 1024)
 	h.mu.Lock()

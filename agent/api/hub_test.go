@@ -32,7 +32,7 @@ func TestHubEncoding(t *testing.T) {
 		return string(b)
 	}
 	for i, v := range vals[:2] {
-		r := <-ch
+		r := (<-ch).encoded() // as the events stream does
 		if string(r.Data) != want(v) {
 			t.Errorf("followed record %d: %s, want %s", i, r.Data, want(v))
 		}
