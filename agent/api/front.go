@@ -194,6 +194,7 @@ func (f *Front) serveConn(c net.Conn) {
 	cr := &limitedReader{r: c, n: -1}
 	br := bufio.NewReaderSize(cr, 4<<10)
 	lw := &leanWriter{h: http.Header{}}
+	remote := c.RemoteAddr().String()
 	var out []byte
 	for {
 		if _, err := br.Peek(1); err != nil { // idle until the next request
@@ -244,7 +245,7 @@ func (f *Front) serveConn(c net.Conn) {
 			c.Write(plainError(http.StatusBadRequest, "malformed request: "+err.Error()))
 			return
 		}
-		keep, msg := f.serveOne(ctx, c, req, lw)
+		keep, msg := f.serveOne(ctx, c, remote, req, lw)
 		if asciiEqualFold(lw.h.Get("Connection"), "close") {
 			keep = false
 		}
@@ -265,7 +266,7 @@ func (f *Front) serveConn(c net.Conn) {
 
 // serveOne serves one request into lw. keep: the connection stays open.
 // msg, when set, replaces the answer with a plain error (lw.code).
-func (f *Front) serveOne(ctx context.Context, c net.Conn, req *http.Request, lw *leanWriter) (keep bool, msg string) {
+func (f *Front) serveOne(ctx context.Context, c net.Conn, remote string, req *http.Request, lw *leanWriter) (keep bool, msg string) {
 	keep = !req.Close
 	if req.ProtoAtLeast(1, 1) && req.Host == "" {
 		lw.code = http.StatusBadRequest
@@ -283,7 +284,7 @@ func (f *Front) serveOne(ctx context.Context, c net.Conn, req *http.Request, lw 
 		lw.code = http.StatusExpectationFailed
 		return false, "unsupported Expect header"
 	}
-	req.RemoteAddr = c.RemoteAddr().String()
+	req.RemoteAddr = remote
 	req = req.WithContext(ctx)
 	body := req.Body
 	defer func() {
@@ -417,7 +418,9 @@ func headerValue(v string) string {
 
 // plainError is a whole answer that closes the connection.
 func plainError(code int, msg string) []byte {
-	body := fmt.Sprintf("{\n  \"error\": %s,\n  \"code\": %q\n}\n", strconv.Quote(msg), http.StatusText(code))
+	w := &leanWriter{h: http.Header{}}
+	writeErr(w, code, errors.New(msg)) // the API's error body, JSON-escaped
+	body := w.body
 	return fmt.Appendf(nil, "HTTP/1.1 %03d %s\r\nContent-Type: application/json\r\nDate: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		code, http.StatusText(code), httpDate(), len(body), body)
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -209,12 +210,18 @@ func TestFrontProtocol(t *testing.T) {
 		"no Host":        {"POST /v1/decide HTTP/1.1\r\nContent-Length: 0\r\n\r\n", http.StatusBadRequest},
 		"malformed":      {"POST /v1/decide HTTP/1.1\r\nHost: shinken\r\nContent-Length: x\r\n\r\n", http.StatusBadRequest},
 		"bad Expect":     {decideReq("{}", "Expect: something"), http.StatusExpectationFailed},
+		"control byte":   {"POST /v1/decide HTTP/1.1\r\nHost: shinken\r\nno colon \x01\xff here\r\n\r\n", http.StatusBadRequest},
 		"header too big": {"POST /v1/decide HTTP/1.1\r\nHost: shinken\r\nX-Big: " + strings.Repeat("a", http.DefaultMaxHeaderBytes+8192) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
 	} {
 		rc := dialRaw(t, sock)
 		go io.WriteString(rc.c, tc.req) // the server may stop reading early
-		if code, _, closing := rc.answer(); code != tc.want || !closing {
+		code, body, closing := rc.answer()
+		if code != tc.want || !closing {
 			t.Errorf("%s: %d close=%v, want %d and Connection: close", name, code, closing, tc.want)
+		}
+		var e Error
+		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" || e.Code != http.StatusText(tc.want) {
+			t.Errorf("%s: the error body %q is not the API's error JSON: %v", name, body, err)
 		}
 		if !rc.closed() {
 			t.Errorf("%s: the connection stayed open", name)
@@ -361,5 +368,48 @@ func TestFrontShutdown(t *testing.T) {
 	if c, err := net.Dial("unix", sock); err == nil {
 		c.Close()
 		t.Errorf("a connection was accepted after Shutdown")
+	}
+}
+
+// TestEventsFollow: a followed event stream (handed off to net/http by the
+// front) carries each agent event as JSON, though the hub keeps it as a
+// value until a reader encodes it.
+func TestEventsFollow(t *testing.T) {
+	hub := NewHub(8)
+	srv, err := NewServer(Config{Agent: new(agent.Agent), Backend: backend.Unsupported{}, Hub: hub, Auth: Authorizer{OperatorGID: -1, SessionsCgroup: "/shinken-no-such-cgroup"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, _ := frontOn(t, srv, nil)
+	rc := dialRaw(t, sock)
+	rc.send("GET /v1/events?follow=1 HTTP/1.1\r\nHost: shinken\r\n\r\n")
+	rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(rc.br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("follow: %v %v", resp, err)
+	}
+	ev := agent.Event{Time: time.Unix(1700000000, 0).UTC(), Kind: agent.EventUseDenied, Session: "s1", Class: agent.ClassNetEgress, Outcome: "denied", Rule: "default-deny"}
+	want, _ := json.Marshal(ev)
+	got := make(chan string, 1)
+	go func() {
+		lines := bufio.NewScanner(resp.Body)
+		if lines.Scan() {
+			got <- lines.Text()
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		hub.Publish("agent", ev.Kind, ev) // until the subscription is in place
+		select {
+		case line := <-got:
+			var rec Record
+			if err := json.Unmarshal([]byte(line), &rec); err != nil || string(rec.Data) != string(want) || rec.Kind != ev.Kind {
+				t.Fatalf("followed line %s (%v), want data %s", line, err, want)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("no event on the followed stream")
+			}
+		}
 	}
 }
