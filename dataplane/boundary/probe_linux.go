@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -183,9 +184,11 @@ func (b *Boundary) probeInit() error {
 // findHolder returns the holder of the session whose cgroup is cgroup (pid
 // and a verified pidfd, which the caller closes), or pidfd -1 if it has
 // none: the process of the cgroup that is pid 1 of a PID namespace exactly
-// one level below ours.
+// one level below ours. Only a process that looks like it is opened and
+// checked (a session may hold many processes).
 func findHolder(cgroup string) (int, int, error) {
-	if _, err := nsPIDs("self"); err != nil {
+	self, err := selfNS()
+	if err != nil {
 		return 0, -1, err
 	}
 	data, err := os.ReadFile(cgroup + "/cgroup.procs")
@@ -194,7 +197,7 @@ func findHolder(cgroup string) (int, int, error) {
 	}
 	for _, f := range strings.Fields(string(data)) {
 		pid, err := strconv.Atoi(f)
-		if err != nil {
+		if err != nil || !nsInit(pid, self) {
 			continue
 		}
 		if fd, err := openHolder(cgroup, pid); err == nil {
@@ -210,7 +213,7 @@ func findHolder(cgroup string) (int, int, error) {
 // that process is still alive after the checks, so they were about it
 // (its pid cannot have been reused meanwhile).
 func openHolder(cgroup string, pid int) (int, error) {
-	self, err := nsPIDs("self")
+	self, err := selfNS()
 	if err != nil {
 		return -1, err
 	}
@@ -218,14 +221,22 @@ func openHolder(cgroup string, pid int) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	ns, err := nsPIDs(strconv.Itoa(pid))
 	procs, _ := os.ReadFile(cgroup + "/cgroup.procs")
-	if err == nil && len(ns) == len(self)+1 && ns[len(ns)-1] == "1" &&
-		slices.Contains(strings.Fields(string(procs)), strconv.Itoa(pid)) && unix.PidfdSendSignal(fd, 0, nil, 0) == nil {
+	if nsInit(pid, self) && slices.Contains(strings.Fields(string(procs)), strconv.Itoa(pid)) && unix.PidfdSendSignal(fd, 0, nil, 0) == nil {
 		return fd, nil
 	}
 	unix.Close(fd)
 	return -1, fmt.Errorf("process %d is not the holder of %s: %w", pid, cgroup, unix.ESRCH)
+}
+
+// selfNS is this process's NSpid line, read once (it cannot change).
+var selfNS = sync.OnceValues(func() ([]string, error) { return nsPIDs("self") })
+
+// nsInit reports whether pid is pid 1 of a PID namespace exactly one level
+// below ours (self: our NSpid).
+func nsInit(pid int, self []string) bool {
+	ns, err := nsPIDs(strconv.Itoa(pid))
+	return err == nil && len(ns) == len(self)+1 && ns[len(ns)-1] == "1"
 }
 
 func nsPIDs(pid string) ([]string, error) {
