@@ -14,27 +14,30 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// Class names one of the eight capability classes of the grammar
-// (seeds/permissions.md §3.1). The zero value is not a class.
-type Class string
+// Class names one of the capability classes of the grammar
+// (seeds/permissions.md §3.1): the seam's one typed enum (backend.Class).
+// The zero value is not a class.
+type Class = backend.Class
 
 const (
-	ClassNetEgress   Class = "net.egress"
-	ClassNetInbound  Class = "net.inbound"
-	ClassFSScope     Class = "fs.scope"
-	ClassClipboard   Class = "clipboard"
-	ClassGPU         Class = "gpu"
-	ClassInstall     Class = "install.privileged"
-	ClassPersistence Class = "persistence"
-	ClassCredentials Class = "credentials"
-	ClassPeripheral  Class = "peripheral"
+	ClassNetEgress   = backend.ClassNetEgress
+	ClassNetInbound  = backend.ClassNetInbound
+	ClassFSScope     = backend.ClassFSScope
+	ClassClipboard   = backend.ClassClipboard
+	ClassGPU         = backend.ClassGPU
+	ClassInstall     = backend.ClassInstall
+	ClassPersistence = backend.ClassPersistence
+	ClassCredentials = backend.ClassCredentials
+	ClassPeripheral  = backend.ClassPeripheral
 )
 
 // Classes lists the classes in the seed's order, net.inbound after
 // net.egress.
-var Classes = []Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
+var Classes = backend.Classes
 
 // ParseClass parses a class name.
 func ParseClass(s string) (Class, error) {

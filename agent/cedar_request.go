@@ -109,7 +109,7 @@ func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
 	if r.IP.IsValid() {
 		cidrKeys = stringSet(cidrKeysOf(r.IP.Unmap(), lens))
 	}
-	if r.Class.hasPorts() {
+	if hasPorts(r.Class) {
 		portKeys = stringSet(portKeysOf(r.Port, lens))
 	}
 	return types.NewRecord(types.RecordMap{
@@ -300,4 +300,4 @@ func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
 }
 
 // hasPorts: the class's use requests carry a port (and its keys).
-func (c Class) hasPorts() bool { return c == ClassNetEgress || c == ClassNetInbound }
+func hasPorts(c Class) bool { return c == ClassNetEgress || c == ClassNetInbound }

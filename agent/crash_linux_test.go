@@ -43,9 +43,14 @@ func crashChildMain() {
 		os.Exit(3)
 	}
 	// SHK_STEP is "step" or "step#n": crash at the n-th time the step is
-	// reached (steps inside loops, such as rule-applied, recur).
+	// reached (steps inside loops, such as revoke.released, recur). A
+	// "step%k" crashes at step as a backend would die inside one Apply or
+	// Release: with k more address rules applied (grant) or released
+	// (revoke) than the agent recorded as done.
 	stepName, nth, _ := strings.Cut(os.Getenv("SHK_STEP"), "#")
+	stepName, partial, _ := strings.Cut(stepName, "%")
 	step := Step(stepName)
+	k, _ := strconv.Atoi(partial)
 	want, _ := strconv.Atoi(nth)
 	want = max(want, 1)
 	seen := 0
@@ -54,6 +59,9 @@ func crashChildMain() {
 			if s == step {
 				if seen++; seen < want {
 					return
+				}
+				if k > 0 {
+					crashPartly(d, k)
 				}
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}
@@ -73,6 +81,29 @@ func crashChildMain() {
 	}
 	fmt.Println("child: finished without crashing:", err)
 	os.Exit(4)
+}
+
+// crashPartly does what a backend killed inside Apply or Release leaves:
+// the first k rules of the grant (whose handle is the one live in the
+// kernel) added, or the first k rules of session s1 removed once the
+// grant's handle is revoked.
+func crashPartly(d *dataplane.Dataplane, k int) {
+	hs, _ := d.Handles()
+	for _, h := range hs {
+		if os.Getenv("SHK_OP") == "grant" && h.State == backend.HandleLive {
+			rules := compile(crashCap(os.Getenv("SHK_X"), os.Getenv("SHK_Y")), h.Ref).AddressRules()
+			if err := d.Apply("s1", backend.DeltaOf(rules[:k])); err != nil {
+				fmt.Println("child: partial apply:", err)
+				os.Exit(3)
+			}
+			return
+		}
+	}
+	rules, _ := d.EgressRules("s1")
+	if err := d.Release("s1", backend.HandleRef{}, backend.DeltaOf(rules[:min(k, len(rules))])); err != nil {
+		fmt.Println("child: partial release:", err)
+		os.Exit(3)
+	}
 }
 
 // crashCap is one grant with four kernel rules (two addresses × two ports),
@@ -106,7 +137,7 @@ func checkAgree(t *testing.T, a *Agent, k Kernel, session string) (liveGrants in
 		if !slices.ContainsFunc(live, func(h dataplane.Handle) bool { return h.Ref == g.Kernel }) {
 			t.Errorf("live grant %s: kernel handle %s not live", g.ID[:8], g.Kernel)
 		}
-		for _, r := range egressRules(g.Capability, g.Kernel) {
+		for _, r := range compile(g.Capability, g.Kernel).AddressRules() {
 			if !slices.ContainsFunc(rules, func(k dataplane.EgressRule) bool { return backend.SameRule(k, r) }) {
 				t.Errorf("live grant %s: rule %s missing", g.ID[:8], r)
 			}
@@ -142,8 +173,8 @@ func TestCrashGrant(t *testing.T) {
 	var steps []string
 	for _, s := range GrantSteps {
 		steps = append(steps, string(s))
-		if s == StepGrantRuleApplied { // four rules: crash after each
-			steps = append(steps, string(s)+"#2", string(s)+"#3", string(s)+"#4")
+		if s == StepGrantApplying { // four rules: a backend dying after each
+			steps = append(steps, string(s)+"%1", string(s)+"%2", string(s)+"%3", string(s)+"%4")
 		}
 	}
 	for _, step := range steps {
@@ -195,8 +226,11 @@ func TestCrashRevoke(t *testing.T) {
 	var steps []string
 	for _, s := range RevokeSteps {
 		steps = append(steps, string(s))
-		if s == StepRevokeRuleRemoved { // five rules (four + the descendant's)
-			steps = append(steps, string(s)+"#2", string(s)+"#4", string(s)+"#5")
+		if s == StepRevokePolicy { // four rules in s1: a backend dying after each
+			steps = append(steps, string(s)+"%1", string(s)+"%2", string(s)+"%4")
+		}
+		if s == StepRevokeReleased { // two grants: the descendant, then the root
+			steps = append(steps, string(s)+"#2")
 		}
 	}
 	for _, step := range steps {

@@ -77,15 +77,15 @@ const (
 	StepGrantIntent       Step = "grant.intent"        // pending record persisted
 	StepGrantHandleIssued Step = "grant.handle-issued" // kernel handle exists, not yet recorded
 	StepGrantHandleSaved  Step = "grant.handle-saved"  // kernel ref recorded
-	StepGrantRuleApplied  Step = "grant.rule-applied"  // after each kernel rule
-	StepGrantDeltaApplied Step = "grant.delta-applied" // all rules in, not yet live
+	StepGrantApplying     Step = "grant.applying"      // the Delta recorded, not yet pushed
+	StepGrantDeltaApplied Step = "grant.delta-applied" // the Delta in, not yet live
 	StepGrantLive         Step = "grant.live"          // live record persisted
 	StepGrantEmitted      Step = "grant.emitted"       // event emitted
 	StepRevokeFlipped     Step = "revoke.flipped"      // kernel bit flipped, nothing recorded
 	StepRevokeIntent      Step = "revoke.intent"       // revoking recorded
 	StepRevokePolicy      Step = "revoke.policy"       // Cedar policy removed
-	StepRevokeRuleRemoved Step = "revoke.rule-removed" // after each kernel rule
-	StepRevokeFreed       Step = "revoke.freed"        // kernel handle freed
+	StepRevokeReleased    Step = "revoke.released"     // after each grant's Delta and slot are released
+	StepRevokeFreed       Step = "revoke.freed"        // the whole subtree released
 	StepRevokeDone        Step = "revoke.done"         // revoked record persisted
 	StepRevokeEmitted     Step = "revoke.emitted"      // event emitted
 	StepSessionIntent     Step = "session.intent"      // creating record made (in memory only)
@@ -94,8 +94,8 @@ const (
 
 // GrantSteps and RevokeSteps list the steps in order.
 var (
-	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantRuleApplied, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
-	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeRuleRemoved, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
+	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantApplying, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
+	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeReleased, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
 	SessionSteps = []Step{StepSessionIntent, StepSessionKernel}
 )
 
@@ -317,20 +317,19 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 		return nil, a.rollback(rec, err)
 	}
 	a.crash(StepGrantHandleSaved)
-	// 4. Push the OS delta: record what may land in the kernel, then push.
-	rules := a.neverExceptions(rec.Session, egressRules(c, ref))
-	rec.Rules = rules
+	// 4. Push the OS delta: record what may land in the kernel, then push
+	// it in one Apply (all or nothing; a crash inside it leaves part of the
+	// recorded Delta in the kernel, which reconcile releases).
+	delta := compile(c, ref)
+	a.neverExceptions(rec.Session, delta.Egress)
+	rec.Delta = delta
 	rec.Phase = PhaseApplying
 	if err := a.persist(); err != nil {
 		return nil, a.rollback(rec, err)
 	}
-	// One rule per Apply: a crash between two leaves a prefix of the
-	// recorded rules in the kernel, which reconcile removes.
-	for _, r := range rules {
-		if err := a.kernel.Apply(rec.Session, backend.Delta{AddEgress: []backend.EgressRule{r}}); err != nil {
-			return nil, a.rollback(rec, fmt.Errorf("%w: allow egress %s: %w", ErrKernel, r, err))
-		}
-		a.crash(StepGrantRuleApplied)
+	a.crash(StepGrantApplying)
+	if err := a.kernel.Apply(rec.Session, delta); err != nil {
+		return nil, a.rollback(rec, fmt.Errorf("%w: apply %s: %w", ErrKernel, c.Class, err))
 	}
 	a.crash(StepGrantDeltaApplied)
 	if err := a.engine.PutGrant(gd); err != nil {
@@ -368,7 +367,7 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 		}
 	}
 	if len(errs) == 0 {
-		if err := a.kernel.Release(rec.Session, rec.Kernel, rec.Rules); err != nil && !handleGone(err) {
+		if err := a.kernel.Release(rec.Session, rec.Kernel, rec.Delta); err != nil && !handleGone(err) {
 			errs = append(errs, err)
 		}
 	}

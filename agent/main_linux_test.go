@@ -156,12 +156,12 @@ func listenTCP(t testing.TB, addr string) string {
 
 func liveHandles(t testing.TB, k Kernel) []dataplane.Handle {
 	t.Helper()
-	hs, err := k.Handles()
+	snap, err := k.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []dataplane.Handle
-	for _, h := range hs {
+	for _, h := range snap.Handles {
 		if h.State.Alive() {
 			out = append(out, h)
 		}
@@ -171,9 +171,9 @@ func liveHandles(t testing.TB, k Kernel) []dataplane.Handle {
 
 func kernelRules(t testing.TB, k Kernel, session string) []dataplane.EgressRule {
 	t.Helper()
-	rs, err := k.EgressRules(session)
+	snap, err := k.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rs
+	return snap.Deltas[session].AddressRules()
 }

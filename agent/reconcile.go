@@ -30,10 +30,11 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	defer a.unlock()
 	rep := &ReconcileReport{}
 	var errs []error
-	ks, err := a.kernel.Sessions()
+	snap, err := a.kernel.Snapshot()
 	if err != nil {
-		return nil, fmt.Errorf("%w: list sessions: %w", ErrKernel, err)
+		return nil, fmt.Errorf("%w: snapshot: %w", ErrKernel, err)
 	}
+	ks := snap.Sessions
 	kernelSessions := make([]string, len(ks))
 	inKernelSet := make(map[string]bool, len(ks)) // a lookup per record: 10,000 sessions are 10^8 compares as a list scan
 	for i, s := range ks {
@@ -82,10 +83,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		}
 	}
 	// Grants.
-	handles, err := a.kernel.Handles()
-	if err != nil {
-		return nil, errors.Join(append(errs, fmt.Errorf("%w: list handles: %w", ErrKernel, err))...)
-	}
+	handles := snap.Handles
 	bySlot := map[uint32]backend.Handle{}
 	for _, h := range handles {
 		bySlot[h.Ref.Slot] = h
@@ -93,18 +91,6 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 	kernelLive := func(ref backend.HandleRef) bool {
 		h, ok := bySlot[ref.Slot]
 		return ok && h.Ref == ref && h.State.Alive()
-	}
-	rulesOf := map[string][]backend.EgressRule{}
-	for id, s := range a.st.Sessions {
-		if s.Phase != SessionActive {
-			continue
-		}
-		rs, err := a.kernel.EgressRules(id)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: egress rules of %s: %w", ErrKernel, id, err))
-			continue
-		}
-		rulesOf[id] = rs
 	}
 	for _, g := range a.sortedGrants() {
 		switch g.Phase {
@@ -124,13 +110,8 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 				drift = "session gone"
 			} else if !kernelLive(g.Kernel) {
 				drift = "kernel handle not live"
-			} else {
-				for _, r := range g.Rules {
-					if !slices.ContainsFunc(rulesOf[g.Session], func(k backend.EgressRule) bool { return backend.SameRule(k, r) }) {
-						drift = "kernel rule missing: " + r.String()
-						break
-					}
-				}
+			} else if m := g.Delta.Missing(snap.Deltas[g.Session]); m != "" {
+				drift = "kernel entry missing: " + m
 			}
 			if drift != "" {
 				if err := a.revokeLocked(g, "reconcile: "+drift); err != nil {
@@ -155,9 +136,11 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 			live[g.Kernel] = true
 		}
 	}
-	if handles, err = a.kernel.Handles(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: list handles: %w", ErrKernel, err))
+	// What the steps above left: a second snapshot.
+	if snap, err = a.kernel.Snapshot(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: snapshot: %w", ErrKernel, err))
 	}
+	handles = snap.Handles
 	// Children before parents, so a slot is never freed under a live child.
 	slices.SortFunc(handles, func(x, y backend.Handle) int {
 		if x.Parent.IsZero() != y.Parent.IsZero() {
@@ -178,7 +161,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 				continue
 			}
 		}
-		if err := a.kernel.Release("", h.Ref, nil); err != nil && !handleGone(err) {
+		if err := a.kernel.Release("", h.Ref, backend.Delta{}); err != nil && !handleGone(err) {
 			errs = append(errs, err)
 			continue
 		}
@@ -189,16 +172,11 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 		if s.Phase != SessionActive {
 			continue
 		}
-		rs, err := a.kernel.EgressRules(id)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: egress rules of %s: %w", ErrKernel, id, err))
-			continue
-		}
-		for _, r := range rs {
+		for _, r := range snap.Deltas[id].AddressRules() {
 			if a.ruleAccounted(id, r) {
 				continue
 			}
-			if err := a.kernel.Apply(id, backend.Delta{RemoveEgress: []backend.EgressRule{r}}); err != nil && !errors.Is(err, backend.ErrRuleNotFound) {
+			if err := a.kernel.Release(id, backend.HandleRef{}, backend.DeltaOf([]backend.EgressRule{r})); err != nil && !errors.Is(err, backend.ErrRuleNotFound) {
 				errs = append(errs, err)
 				continue
 			}
@@ -218,7 +196,7 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 func (a *Agent) ruleAccounted(session string, r backend.EgressRule) bool {
 	for _, g := range a.st.Grants {
 		if g.Session == session && g.Phase == PhaseLive && g.Kernel == r.Handle {
-			if slices.ContainsFunc(g.Rules, func(x backend.EgressRule) bool { return backend.SameRule(x, r) }) {
+			if backend.DeltaOf([]backend.EgressRule{r}).Missing(g.Delta) == "" {
 				return true
 			}
 			// A DNS-derived entry (it carries the record's TTL) under a

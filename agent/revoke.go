@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-
-	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Revoke runs the REVOKE sequence on the grant behind a handle token and on
@@ -126,19 +124,14 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 	return errors.Join(errs...)
 }
 
-// teardown reclaims a dead grant's kernel state: its rules, one at a time
-// (a crash between two leaves the rest for reconcile), then its slot. The
-// grant's handle, or an ancestor's, must already be revoked. Every step
-// tolerates "already gone".
+// teardown reclaims a dead grant's kernel state in one Release: its Delta,
+// then its slot (a crash inside leaves the rest for reconcile). The grant's
+// handle, or an ancestor's, must already be revoked. Every step tolerates
+// "already gone".
 func (a *Agent) teardown(x *GrantRecord) error {
-	for _, r := range x.Rules {
-		if err := a.kernel.Release(x.Session, backend.HandleRef{}, []backend.EgressRule{r}); err != nil {
-			return fmt.Errorf("%w: remove egress %s: %w", ErrKernel, r, err)
-		}
-		a.crash(StepRevokeRuleRemoved)
+	if err := a.kernel.Release(x.Session, x.Kernel, x.Delta); err != nil && !handleGone(err) {
+		return fmt.Errorf("%w: release %s: %w", ErrKernel, x.Kernel, err)
 	}
-	if err := a.kernel.Release(x.Session, x.Kernel, nil); err != nil && !handleGone(err) {
-		return fmt.Errorf("%w: free %s: %w", ErrKernel, x.Kernel, err)
-	}
+	a.crash(StepRevokeReleased)
 	return nil
 }

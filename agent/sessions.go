@@ -26,6 +26,10 @@ type SessionSpec struct {
 	Home          string    `json:"home,omitempty"`      // for the protected-path forbids
 	Workspace     string    `json:"workspace,omitempty"` // for the tier table
 	Expires       time.Time `json:"expires,omitzero"`    // session end; zero: none
+	// Quotas are the session's resource bounds, set by the backend with the
+	// session (all or nothing) and kept in the record, so a restarted agent
+	// knows them.
+	Quotas backend.Limits `json:"quotas,omitzero"`
 }
 
 func (s *SessionSpec) normalize() error {
@@ -74,9 +78,15 @@ func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
 		Protected: DefaultProtected(s.Home), PolicyStore: store}
 }
 
-// CreateSession creates the session's kernel cgroup and records it.
+// CreateSession creates the session in the backend, with its quotas (a
+// quota the host cannot enforce refuses the session before anything
+// exists), and records it.
 func (a *Agent) CreateSession(spec SessionSpec) error {
 	if err := spec.normalize(); err != nil {
+		return err
+	}
+	// Quotas the host cannot enforce are refused before anything exists.
+	if err := a.kernel.CheckLimits(spec.Quotas); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -92,7 +102,7 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	// persisted creating record (state files of earlier agents).
 	key := "s/" + spec.ID
 	a.crash(StepSessionIntent)
-	if _, err := a.kernel.CreateSession(spec.ID); err != nil {
+	if _, err := a.kernel.CreateSession(spec.ID, spec.Quotas); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.saveKeys(a.st, key))
 	}

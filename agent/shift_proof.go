@@ -76,7 +76,7 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 	req := cedar.Request{Principal: sessionUID(pr.ID), Resource: capabilityUID(Class(r.Class))}
 	if r.Action == "use" {
 		u := UseRequest{Class: Class(r.Class), Op: r.Op, Domain: r.Domain, IP: r.IP, Path: r.Path, Item: r.Item, Mode: r.Mode}
-		if u.Class.hasPorts() {
+		if hasPorts(u.Class) {
 			u.Port = r.Port
 		}
 		if err := u.Validate(); err != nil {

@@ -27,7 +27,7 @@ type GrantPhase string
 const (
 	PhasePending    GrantPhase = "pending"    // intent recorded; the kernel handle may or may not exist
 	PhaseHandle     GrantPhase = "handle"     // kernel handle issued and recorded
-	PhaseApplying   GrantPhase = "applying"   // OS delta being pushed; Rules lists what may be in the kernel
+	PhaseApplying   GrantPhase = "applying"   // OS delta being pushed; Delta holds what may be in the kernel
 	PhaseLive       GrantPhase = "live"       // everything applied; the grant is in force
 	PhaseRevoking   GrantPhase = "revoking"   // the handle's bit is flipped; teardown under way
 	PhaseRevoked    GrantPhase = "revoked"    // tombstone: revoked and torn down
@@ -39,21 +39,26 @@ func (p GrantPhase) Terminal() bool { return p == PhaseRevoked || p == PhaseRoll
 
 // GrantRecord is one grant as persisted.
 type GrantRecord struct {
-	ID         string               `json:"id"` // the handle id (hex of the token's random part)
-	Session    string               `json:"session"`
-	Capability Capability           `json:"capability"`
-	Tier       Tier                 `json:"tier"`
-	Provenance Provenance           `json:"provenance"`
-	Lifecycle  Lifecycle            `json:"lifecycle"`
-	Expires    time.Time            `json:"expires,omitzero"`
-	Parent     string               `json:"parent,omitempty"` // parent grant id (attenuation)
-	Approver   string               `json:"approver,omitempty"`
-	Kernel     backend.HandleRef    `json:"kernel"`
-	Rules      []backend.EgressRule `json:"rules,omitempty"`
-	Phase      GrantPhase           `json:"phase"`
-	Created    time.Time            `json:"created"`
-	Ended      time.Time            `json:"ended,omitzero"`
-	EndReason  string               `json:"end_reason,omitempty"`
+	ID         string            `json:"id"` // the handle id (hex of the token's random part)
+	Session    string            `json:"session"`
+	Capability Capability        `json:"capability"`
+	Tier       Tier              `json:"tier"`
+	Provenance Provenance        `json:"provenance"`
+	Lifecycle  Lifecycle         `json:"lifecycle"`
+	Expires    time.Time         `json:"expires,omitzero"`
+	Parent     string            `json:"parent,omitempty"` // parent grant id (attenuation)
+	Approver   string            `json:"approver,omitempty"`
+	Kernel     backend.HandleRef `json:"kernel"`
+	// Delta is the grant's OS state (from PhaseApplying on: what may be in
+	// the kernel).
+	Delta backend.Delta `json:"delta,omitzero"`
+	// LegacyRules is the rule list of state files written before Delta
+	// (net.egress and net.inbound rules); it is moved into Delta on load.
+	LegacyRules []backend.EgressRule `json:"rules,omitempty"`
+	Phase       GrantPhase           `json:"phase"`
+	Created     time.Time            `json:"created"`
+	Ended       time.Time            `json:"ended,omitzero"`
+	EndReason   string               `json:"end_reason,omitempty"`
 }
 
 // SessionPhase is where a session stands.
@@ -161,6 +166,12 @@ func (s *store) load() (*state, error) {
 	s.sbytes = int64(len(data))
 	if err := s.replay(st); err != nil {
 		return nil, err
+	}
+	for _, g := range st.Grants {
+		if len(g.LegacyRules) > 0 && g.Delta.IsEmpty() {
+			g.Delta = backend.DeltaOf(g.LegacyRules)
+		}
+		g.LegacyRules = nil
 	}
 	s.seen = map[string][32]byte{}
 	for _, r := range st.records() {

@@ -96,7 +96,7 @@ func TestAdoption(t *testing.T) {
 	if h2.Slot == rules[0].Handle.Slot && h2.Generation == rules[0].Handle.Generation {
 		t.Errorf("new handle %s repeats an adopted one", h2)
 	}
-	s2, err := d.CreateSession("ad2")
+	s2, err := d.CreateSession("ad2", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestAdoptOtherMode(t *testing.T) {
 		}
 		if i == 0 {
 			t.Cleanup(func() { Remove(cfg) })
-			if _, err := d.CreateSession("am"); err != nil {
+			if _, err := d.CreateSession("am", Limits{}); err != nil {
 				t.Fatal(err)
 			}
 			h := mustHandle(t, d, HandleRef{}, time.Time{})

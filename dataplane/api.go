@@ -40,6 +40,8 @@ type (
 	Limits      = backend.Limits
 	NeverEntry  = backend.NeverEntry
 	Occupancy   = backend.Occupancy
+	Denials     = backend.Denials
+	Delta       = backend.Delta
 )
 
 const (

@@ -37,45 +37,36 @@ func (d *Dataplane) Launch(session string, cmd *exec.Cmd, opts backend.LaunchOpt
 	return d.launch(s, cmd, opts)
 }
 
-// Apply pushes a grant's egress delta: the removals, then the additions. It
-// is all or nothing: if an addition fails, the additions made so far are
-// taken back and the removals restored, and the error says what failed.
+// Apply pushes a grant's Delta: every rule of its sections, in order. It is
+// all or nothing: if one fails, the rules added so far are taken back and
+// the error says what failed.
 func (d *Dataplane) Apply(session string, delta backend.Delta) error {
-	var removed, added []EgressRule
-	undo := func(cause error) error {
-		var errs []error
-		for i := len(added) - 1; i >= 0; i-- {
-			errs = append(errs, d.RemoveEgress(session, added[i]))
-		}
-		for _, r := range removed {
-			errs = append(errs, d.AllowEgress(session, r))
-		}
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("%w (undo incomplete: %v)", cause, err)
-		}
-		return cause
+	if err := delta.Validate(); err != nil {
+		return err
 	}
-	for _, r := range delta.RemoveEgress {
-		if err := d.RemoveEgress(session, r); err != nil {
-			return undo(err)
-		}
-		removed = append(removed, r)
-	}
-	for _, r := range delta.AddEgress {
+	var added []EgressRule
+	for _, r := range delta.AddressRules() {
 		if err := d.AllowEgress(session, r); err != nil {
-			return undo(err)
+			var errs []error
+			for i := len(added) - 1; i >= 0; i-- {
+				errs = append(errs, d.RemoveEgress(session, added[i]))
+			}
+			if uerr := errors.Join(errs...); uerr != nil {
+				return fmt.Errorf("%w (undo incomplete: %v)", err, uerr)
+			}
+			return err
 		}
 		added = append(added, r)
 	}
 	return nil
 }
 
-// Release reclaims what a dead grant held: its egress rules in session, then
-// its handle slot. It writes no revoke and runs no sweep: the handle, or an
-// ancestor of it, must already be revoked (Revoke did that, and cut the
-// flows). Rules and slots already gone are not an error.
-func (d *Dataplane) Release(session string, ref HandleRef, rules []EgressRule) error {
-	for _, r := range rules {
+// Release reclaims what a dead grant held: the rules of its Delta in
+// session, then its handle slot. It writes no revoke and runs no sweep: the
+// handle, or an ancestor of it, must already be revoked (Revoke did that, and
+// cut the flows). Rules and slots already gone are not an error.
+func (d *Dataplane) Release(session string, ref HandleRef, delta backend.Delta) error {
+	for _, r := range delta.AddressRules() {
 		err := d.RemoveEgress(session, r)
 		if err != nil && !errors.Is(err, ErrRuleNotFound) && !errors.Is(err, ErrSessionNotFound) {
 			return fmt.Errorf("release %s: remove %s: %w", ref, r, err)
@@ -103,6 +94,32 @@ func (d *Dataplane) Release(session string, ref HandleRef, rules []EgressRule) e
 		}
 	}
 	return d.freeLocked(ref)
+}
+
+// Snapshot reads the sessions, the handle table and every session's rules.
+func (d *Dataplane) Snapshot() (backend.Snapshot, error) {
+	ss, err := d.Sessions()
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	hs, err := d.Handles()
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	snap := backend.Snapshot{Sessions: ss, Handles: hs, Deltas: map[string]backend.Delta{}}
+	for _, s := range ss {
+		rs, err := d.EgressRules(s.Name)
+		if errors.Is(err, ErrSessionNotFound) {
+			continue // destroyed meanwhile
+		}
+		if err != nil {
+			return backend.Snapshot{}, err
+		}
+		if len(rs) > 0 {
+			snap.Deltas[s.Name] = backend.DeltaOf(rs)
+		}
+	}
+	return snap, nil
 }
 
 // ancestorRevoked reports whether some ancestor of h is revoked, freed or

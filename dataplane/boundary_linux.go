@@ -68,8 +68,23 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 // boundary on, gives it its namespaces. The holder starts without the
 // dataplane's lock held (it takes milliseconds; a revoke must not wait for
 // it); until it runs, Launch refuses the session. If it cannot start, the
-// session is destroyed again.
-func (d *Dataplane) CreateSession(name string) (Session, error) {
+// session is destroyed again. Quotas in l are checked before anything is
+// made and set before the call returns; a failure destroys the session.
+func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
+	if err := d.CheckLimits(l); err != nil {
+		return Session{}, err
+	}
+	s, err := d.createSession(name)
+	if err != nil || l.IsZero() {
+		return s, err
+	}
+	if err := d.setLimits(name, l); err != nil {
+		return Session{}, errors.Join(err, d.DestroySession(name))
+	}
+	return s, nil
+}
+
+func (d *Dataplane) createSession(name string) (Session, error) {
 	if d.bnd != nil {
 		if err := d.bnd.Ready(); err != nil {
 			return Session{}, err

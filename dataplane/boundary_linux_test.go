@@ -67,11 +67,11 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 		cmd.Wait()
 		return out.String()
 	}
-	a, err := d.CreateSession("bnd-a")
+	a, err := d.CreateSession("bnd-a", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.CreateSession("bnd-b")
+	_, err = d.CreateSession("bnd-b", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 	if err := d2.DestroySession("bnd-a"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := d2.CreateSession("bnd-c")
+	c, err := d2.CreateSession("bnd-c", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

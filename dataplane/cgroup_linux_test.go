@@ -95,7 +95,7 @@ func TestLimitsUnsupportedWithoutControllers(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "memory, pids") {
 		t.Errorf("the error does not name the missing controllers: %v", err)
 	}
-	if err := d.SetLimits("sess", l); !errors.Is(err, ErrLimitsUnsupported) {
+	if err := d.setLimits("sess", l); !errors.Is(err, ErrLimitsUnsupported) {
 		t.Fatalf("SetLimits without the controllers: %v, want ErrLimitsUnsupported", err)
 	}
 	for _, dir := range []string{root, filepath.Join(root, "parent")} {
@@ -123,7 +123,7 @@ func TestLimitsUnsupportedWithoutControllers(t *testing.T) {
 
 func TestSetLimitsWritesQuotas(t *testing.T) {
 	d, root := fakeCgroupTree(t, "cpuset cpu io memory pids")
-	if err := d.SetLimits("sess", Limits{MemoryBytes: 268435456, Pids: 64, CPUPercent: 150}); err != nil {
+	if err := d.setLimits("sess", Limits{MemoryBytes: 268435456, Pids: 64, CPUPercent: 150}); err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{root, filepath.Join(root, "parent")} {
@@ -145,7 +145,7 @@ func TestSetLimitsWritesQuotas(t *testing.T) {
 
 	// Only the quotas set are written, and only their controllers enabled.
 	d, root = fakeCgroupTree(t, "cpu memory pids")
-	if err := d.SetLimits("sess", Limits{Pids: 10}); err != nil {
+	if err := d.setLimits("sess", Limits{Pids: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTrim(t, filepath.Join(root, "cgroup.subtree_control")); got != "+pids" {
@@ -156,7 +156,7 @@ func TestSetLimitsWritesQuotas(t *testing.T) {
 			t.Errorf("%s written for a pids-only quota", f)
 		}
 	}
-	if err := d.SetLimits("nosuch", Limits{Pids: 10}); !errors.Is(err, ErrSessionNotFound) {
+	if err := d.setLimits("nosuch", Limits{Pids: 10}); !errors.Is(err, ErrSessionNotFound) {
 		t.Errorf("unknown session: %v, want ErrSessionNotFound", err)
 	}
 }

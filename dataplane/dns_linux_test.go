@@ -62,7 +62,7 @@ func fakeResolver(t *testing.T) uint16 {
 // and the reply appears to come from the server the session asked.
 func TestDNSRedirect(t *testing.T) {
 	d := newDataplane(t, testConfig(t))
-	s, _ := d.CreateSession("dns")
+	s, _ := d.CreateSession("dns", Limits{})
 	p := startProbe(t, s, ProcOptions{})
 
 	// Off: DNS is ordinary egress, denied without a rule.
@@ -92,7 +92,7 @@ func TestDNSRedirect(t *testing.T) {
 		})
 	}
 	// Another session is told apart by its address.
-	s2, _ := d.CreateSession("dns2")
+	s2, _ := d.CreateSession("dns2", Limits{})
 	p2 := startProbe(t, s2, ProcOptions{})
 	if got := p2.Do("dns udp 127.0.0.53:53"); !strings.HasSuffix(got, "A="+SessionDNSAddr(s2.Index).String()) {
 		t.Errorf("second session: %s", got)

@@ -21,7 +21,7 @@ func portOf(t testing.TB, addr string) uint16 {
 // EPERM, over IPv4, IPv6 and v4-mapped IPv6, TCP and UDP, connected or not.
 func TestEgressAllowDeny(t *testing.T) {
 	d := newDataplane(t, testConfig(t))
-	s, err := d.CreateSession("s1")
+	s, err := d.CreateSession("s1", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestEgressAllowDeny(t *testing.T) {
 // destination and reason, and a counter.
 func TestEventsAndCounters(t *testing.T) {
 	d := newDataplane(t, testConfig(t))
-	s, err := d.CreateSession("ev")
+	s, err := d.CreateSession("ev", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func testRevoke(t *testing.T, mode FlowMode) {
 	if d.FlowMode() != mode {
 		t.Fatalf("flow mode %s, want %s", d.FlowMode(), mode)
 	}
-	s, _ := d.CreateSession("rv")
+	s, _ := d.CreateSession("rv", Limits{})
 	srv := listenTCP(t, "127.0.0.2:0")
 	us := listenUDP(t, "127.0.0.2:0")
 	h := mustHandle(t, d, HandleRef{}, time.Time{})
@@ -236,7 +236,7 @@ func TestMembrane(t *testing.T) { forModes(t, testMembrane) }
 
 func testMembrane(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, _ := d.CreateSession("mb")
+	s, _ := d.CreateSession("mb", Limits{})
 	a := listenTCP(t, "127.0.0.2:0")
 	b := listenTCP(t, "127.0.0.3:0")
 	root := mustHandle(t, d, HandleRef{}, time.Time{})
@@ -296,7 +296,7 @@ func TestExpiry(t *testing.T) { forModes(t, testExpiry) }
 
 func testExpiry(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, _ := d.CreateSession("ex")
+	s, _ := d.CreateSession("ex", Limits{})
 	a := listenTCP(t, "127.0.0.2:0")
 	b := listenTCP(t, "127.0.0.3:0")
 	c := listenTCP(t, "127.0.0.4:0")
@@ -342,7 +342,7 @@ func testExpiry(t *testing.T, mode FlowMode) {
 // revives entries or sockets that named the old handle.
 func TestRecycledSlot(t *testing.T) {
 	d := newDataplane(t, testConfig(t))
-	s, _ := d.CreateSession("rc")
+	s, _ := d.CreateSession("rc", Limits{})
 	a := listenTCP(t, "127.0.0.2:0")
 	old := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "rc", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: old})
@@ -387,7 +387,7 @@ func TestBadInput(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxEgress4 = 4
 	d := newDataplane(t, cfg)
-	if _, err := d.CreateSession("bi"); err != nil {
+	if _, err := d.CreateSession("bi", Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	h := mustHandle(t, d, HandleRef{}, time.Time{})
@@ -456,11 +456,11 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("bad session names", func(t *testing.T) {
 		for _, n := range []string{"", ".", "..", "a/b", "-x", strings.Repeat("a", 65), "a\x00b"} {
-			if _, err := d.CreateSession(n); !isErr(err, ErrInvalidSession) {
+			if _, err := d.CreateSession(n, Limits{}); !isErr(err, ErrInvalidSession) {
 				t.Errorf("session %q: %v, want ErrInvalidSession", n, err)
 			}
 		}
-		if _, err := d.CreateSession("bi"); !isErr(err, ErrSessionExists) {
+		if _, err := d.CreateSession("bi", Limits{}); !isErr(err, ErrSessionExists) {
 			t.Errorf("duplicate session: %v", err)
 		}
 		if err := d.DestroySession("nope"); !isErr(err, ErrSessionNotFound) {
@@ -495,7 +495,7 @@ func snapshot(t testing.TB, d *Dataplane, sess string) string {
 // a covering prefix still applies when a longer prefix's rules do not match.
 func TestCoverChain(t *testing.T) {
 	d := newDataplane(t, testConfig(t))
-	s, _ := d.CreateSession("cv")
+	s, _ := d.CreateSession("cv", Limits{})
 	a := listenTCP(t, "127.0.0.2:0")
 	h := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "cv", EgressRule{Prefix: pfx("127.0.0.0/8"), Proto: ProtoTCP, Ports: Port(portOf(t, a.addr())), Handle: h})
@@ -520,7 +520,7 @@ func TestCoverChain(t *testing.T) {
 func TestSessionLifecycle(t *testing.T) {
 	d := newDataplane(t, testConfig(t))
 	a := listenTCP(t, "127.0.0.2:0")
-	s1, _ := d.CreateSession("one")
+	s1, _ := d.CreateSession("one", Limits{})
 	h := mustHandle(t, d, HandleRef{}, time.Time{})
 	mustAllow(t, d, "one", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: h})
 	p := startProbe(t, s1, ProcOptions{})
@@ -548,7 +548,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := os.Stat(s1.Path); !os.IsNotExist(err) {
 		t.Errorf("session cgroup still there: %v", err)
 	}
-	s2, err := d.CreateSession("two")
+	s2, err := d.CreateSession("two", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestInbound(t *testing.T) { forModes(t, testInbound) }
 
 func testInbound(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, _ := d.CreateSession("in")
+	s, _ := d.CreateSession("in", Limits{})
 	p := startProbe(t, s, ProcOptions{})
 	rd, err := d.Events()
 	if err != nil {

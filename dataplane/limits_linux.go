@@ -44,10 +44,10 @@ func (d *Dataplane) CheckLimits(l Limits) error {
 	return nil
 }
 
-// SetLimits enables the needed controllers down to the session and writes its
+// setLimits enables the needed controllers down to the session and writes its
 // quotas, through the containerd cgroup2 manager. On error the session's
-// quotas may be partly set; the caller ends the session (fail closed).
-func (d *Dataplane) SetLimits(session string, l Limits) error {
+// quotas may be partly set; CreateSession ends the session (fail closed).
+func (d *Dataplane) setLimits(session string, l Limits) error {
 	if err := d.CheckLimits(l); err != nil {
 		return err
 	}

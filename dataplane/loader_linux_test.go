@@ -32,7 +32,7 @@ func loaderMain() {
 	if err != nil {
 		fail(err)
 	}
-	if _, err := d.CreateSession("ad"); err != nil {
+	if _, err := d.CreateSession("ad", Limits{}); err != nil {
 		fail(err)
 	}
 	h, err := d.NewHandle(HandleRef{}, time.Time{})

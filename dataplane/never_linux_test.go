@@ -16,7 +16,7 @@ func TestNeverList(t *testing.T) { forModes(t, testNeverList) }
 
 func testNeverList(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, err := d.CreateSession("nv")
+	s, err := d.CreateSession("nv", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestNeverExceptionShared(t *testing.T) {
 	// The exception's bookkeeping is the same in both flow modes: the
 	// first this kernel has (Debian 12's 6.1 has no sweep mode).
 	d := newDataplane(t, modeConfig(t, flowModes(t)[0]))
-	s, err := d.CreateSession("nvs")
+	s, err := d.CreateSession("nvs", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestNeverExceptionShared(t *testing.T) {
 		if err := d.Revoke(h); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Release("nvs", h, []EgressRule{r}); err != nil {
+		if err := d.Release("nvs", h, backend.DeltaOf([]EgressRule{r})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestNeverExceptionShared(t *testing.T) {
 		if got := connect(); got != "ok" {
 			t.Fatalf("one of two grants revoked (first=%v), before its release: %s, want ok (the other still names it)", firstGoesFirst, got)
 		}
-		if err := d.Release("nvs", a, []EgressRule{ra}); err != nil {
+		if err := d.Release("nvs", a, backend.DeltaOf([]EgressRule{ra})); err != nil {
 			t.Fatal(err)
 		}
 		if got := connect(); got != "ok" {

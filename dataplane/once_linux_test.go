@@ -14,7 +14,7 @@ func TestOnceMeansOnce(t *testing.T) { forModes(t, testOnce) }
 
 func testOnce(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, err := d.CreateSession("once")
+	s, err := d.CreateSession("once", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -358,8 +358,8 @@ func (d *Dataplane) Handles() ([]Handle, error) {
 
 // Counters returns the session's denial counts by reason, summed over CPUs.
 // Index 0 of the kernel table ("no session") is read with index 0.
-func (d *Dataplane) Counters(index uint32) ([NumReasons]uint64, error) {
-	var out [NumReasons]uint64
+func (d *Dataplane) Counters(index uint32) (Denials, error) {
+	var out Denials
 	if index >= d.cfg.MaxSessions {
 		return out, fmt.Errorf("%w: index %d", ErrSessionNotFound, index)
 	}

@@ -27,7 +27,7 @@ func TestScale(t *testing.T) {
 
 	createTimed := func(name string) time.Duration {
 		start := time.Now()
-		if _, err := d.CreateSession(name); err != nil {
+		if _, err := d.CreateSession(name, Limits{}); err != nil {
 			t.Fatal(err)
 		}
 		return time.Since(start)

@@ -17,7 +17,7 @@ func TestThreatModel(t *testing.T) { forModes(t, testThreatModel) }
 
 func testThreatModel(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, err := d.CreateSession("tm")
+	s, err := d.CreateSession("tm", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestHandshakeAfterRevoke(t *testing.T) { forModes(t, testHandshakeAfterRevo
 
 func testHandshakeAfterRevoke(t *testing.T, mode FlowMode) {
 	d := newDataplane(t, modeConfig(t, mode))
-	s, _ := d.CreateSession("hs")
+	s, _ := d.CreateSession("hs", Limits{})
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

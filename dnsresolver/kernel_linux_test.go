@@ -209,7 +209,7 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 	dp := kerneltest.Open(t, func() (*dataplane.Dataplane, error) {
 		return dataplane.Open(dataplane.Config{Parent: parent, PinPath: pin, MaxSessions: 64, MaxHandles: 256, MaxEgress4: 1024, MaxEgress6: 1024})
 	})
-	sess, err := dp.CreateSession("dns1")
+	sess, err := dp.CreateSession("dns1", dataplane.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestRedirectedSession(t *testing.T) {
 
 	// A second session, with no DNS policy: its queries arrive on its own
 	// address, are refused, and write nothing, for it or for the first.
-	s2, err := e.dp.CreateSession("dns2")
+	s2, err := e.dp.CreateSession("dns2", dataplane.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,17 +36,11 @@ type SessionView struct {
 	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
 }
 
-// sessionUIDer is a backend that knows the uid a session's processes run
-// as (the Linux dataplane: the session boundary's uid).
-type sessionUIDer interface {
-	SessionUID(session string) (uint32, error)
-}
-
 func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	v := SessionView{SessionSpec: spec}
 	if ks, err := s.cfg.Backend.Session(spec.ID); err == nil {
 		v.Index, v.CgroupID, v.Path = ks.Index, ks.CgroupID, ks.Path
-		if b, ok := s.cfg.Backend.(sessionUIDer); ok {
+		if b, ok := s.cfg.Backend.(backend.SessionIdentity); ok {
 			if uid, err := b.SessionUID(spec.ID); err == nil {
 				v.UID = &uid
 			}
@@ -72,11 +66,8 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	return v
 }
 
-// CreateSessionBody is a session spec plus its cgroup quotas.
-type CreateSessionBody struct {
-	agent.SessionSpec
-	Quotas backend.Limits `json:"quotas,omitzero"`
-}
+// CreateSessionBody is a session spec; its Quotas are set with the session.
+type CreateSessionBody = agent.SessionSpec
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	var body CreateSessionBody
@@ -84,19 +75,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	spec := body.SessionSpec
-	// Quotas the host cannot enforce are refused before anything exists.
-	if err := s.cfg.Backend.CheckLimits(body.Quotas); err != nil {
-		writeErr(w, statusFor(err), err)
-		return
-	}
+	spec := body
 	if err := s.cfg.Agent.CreateSession(spec); err != nil {
-		writeErr(w, statusFor(err), err)
-		return
-	}
-	if err := s.cfg.Backend.SetLimits(spec.ID, body.Quotas); err != nil {
-		// Fail closed: no session without the quotas it was asked with.
-		err = errors.Join(err, s.cfg.Agent.EndSession(spec.ID))
 		writeErr(w, statusFor(err), err)
 		return
 	}

@@ -1,7 +1,9 @@
 package backend
 
 import (
+	"fmt"
 	"os/exec"
+	"slices"
 	"time"
 )
 
@@ -23,13 +25,35 @@ const (
 	Unavailable Level = "unavailable"
 )
 
+// Class names a capability class: the one typed enum of class names for
+// the whole tree (the grammar, the registry, the backends' probe rows).
+// The zero value is not a class.
+type Class string
+
+// The classes of the grammar (seeds/permissions.md §3.1), plus net.inbound.
+const (
+	ClassNetEgress   Class = "net.egress"
+	ClassNetInbound  Class = "net.inbound"
+	ClassFSScope     Class = "fs.scope"
+	ClassClipboard   Class = "clipboard"
+	ClassGPU         Class = "gpu"
+	ClassInstall     Class = "install.privileged"
+	ClassPersistence Class = "persistence"
+	ClassCredentials Class = "credentials"
+	ClassPeripheral  Class = "peripheral"
+)
+
+// Classes lists the classes in the seed's order, net.inbound after
+// net.egress.
+var Classes = []Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
+
 // Enforceable reports whether the level enforces anything.
 func (l Level) Enforceable() bool { return l != Unavailable && l != "" }
 
 // Strength says how one capability class (or one mechanism of the session
 // boundary) is enforced on this host, as probed when the backend opened.
 type Strength struct {
-	Class     string `json:"class"`
+	Class     Class  `json:"class"`
 	Level     Level  `json:"level"`
 	Mechanism string `json:"mechanism"`
 	// Reason says why the level is not stronger (for Unavailable: why the
@@ -53,7 +77,7 @@ type Report struct {
 
 // Class returns the strength reported for class c, Unavailable if the
 // backend does not name it.
-func (r Report) Class(c string) Strength {
+func (r Report) Class(c Class) Strength {
 	for _, s := range r.Classes {
 		if s.Class == c {
 			return s
@@ -62,11 +86,81 @@ func (r Report) Class(c string) Strength {
 	return Strength{Class: c, Level: Unavailable, Mechanism: "none", Reason: "the " + r.Backend + " backend has no mechanism for this class"}
 }
 
-// Delta is the OS change of one grant in one session: what to add and what
-// to remove. A backend applies it all or not at all.
+// Delta is the OS state of one grant: one section per capability class
+// the backend enforces. A grant compiles to exactly one Delta; the agent
+// persists it in the grant record, pushes it with one Apply and reclaims it
+// with one Release, and reconcile compares it, section by section, with the
+// backend's Snapshot. A class that lands adds its section here (files,
+// devices, budgets, credentials next), a table in each backend and a row in
+// each backend's probe.
 type Delta struct {
-	AddEgress    []EgressRule
-	RemoveEgress []EgressRule
+	// Egress is the net.egress section: destinations the session may reach.
+	Egress []EgressRule `json:"egress,omitempty"`
+	// Inbound is the net.inbound section: peers that may open flows to the
+	// session's own ports (every rule has Inbound set).
+	Inbound []EgressRule `json:"inbound,omitempty"`
+}
+
+// IsEmpty reports whether the delta holds nothing.
+func (d Delta) IsEmpty() bool { return len(d.Egress) == 0 && len(d.Inbound) == 0 }
+
+// AddressRules returns the rules of the sections that live in the address
+// tables (egress, then inbound), in order.
+func (d Delta) AddressRules() []EgressRule {
+	return append(append(make([]EgressRule, 0, len(d.Egress)+len(d.Inbound)), d.Egress...), d.Inbound...)
+}
+
+// Validate checks every section's shape: each rule valid, inbound rules
+// only in the inbound section.
+func (d Delta) Validate() error {
+	for _, r := range d.Egress {
+		if r.Inbound {
+			return fmt.Errorf("%w: %s: an inbound rule in the egress section", ErrInvalidPrefix, r)
+		}
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	for _, r := range d.Inbound {
+		if !r.Inbound {
+			return fmt.Errorf("%w: %s: an egress rule in the inbound section", ErrInvalidPrefix, r)
+		}
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Missing names the first entry of d that have does not hold, section by
+// section ("" when have holds all of d). Reconcile uses it to find a live
+// grant whose OS state drifted.
+func (d Delta) Missing(have Delta) string {
+	sections := []struct {
+		name       string
+		want, have []EgressRule
+	}{{"egress", d.Egress, have.Egress}, {"inbound", d.Inbound, have.Inbound}}
+	for _, s := range sections {
+		for _, r := range s.want {
+			if !slices.ContainsFunc(s.have, func(k EgressRule) bool { return SameRule(k, r) }) {
+				return s.name + " " + r.String()
+			}
+		}
+	}
+	return ""
+}
+
+// DeltaOf sorts address rules into their sections.
+func DeltaOf(rules []EgressRule) Delta {
+	var d Delta
+	for _, r := range rules {
+		if r.Inbound {
+			d.Inbound = append(d.Inbound, r)
+		} else {
+			d.Egress = append(d.Egress, r)
+		}
+	}
+	return d
 }
 
 // LaunchOptions says who a session process runs as.
@@ -88,74 +182,125 @@ type Ops struct {
 	Sweeps       uint64 `json:"sweeps"`
 }
 
-// Backend is one operating system's enforcement: the only way the control
-// plane touches the OS. Implementations are safe for concurrent use.
-type Backend interface {
+// Snapshot is what a backend holds, read in one pass: its sessions, its
+// handle table, and per session the Delta entries in force (each rule
+// carries its handle). Reconcile compares it with the agent's records.
+type Snapshot struct {
+	Sessions []Session
+	Handles  []Handle
+	// Deltas maps a session name to what the backend enforces for it; a
+	// session with nothing has no entry.
+	Deltas map[string]Delta
+}
+
+// Denials counts a session's kernel denials by Reason (index = Reason).
+type Denials [NumReasons]uint64
+
+// Prober reports what a backend found on this host.
+type Prober interface {
 	// Probe returns what the backend found on this host when it opened.
 	Probe() Report
+}
 
-	// Sessions. A session is the unit of authority: created empty (it can
-	// do nothing that needs a grant), ended with everything in it killed.
-	CreateSession(name string) (Session, error)
+// Sessions is the session role. A session is the unit of authority:
+// created empty (it can do nothing that needs a grant) with its quotas,
+// ended with everything in it killed.
+type Sessions interface {
+	// CreateSession makes a session with the quotas in l, all or nothing:
+	// a quota the host cannot enforce fails the call (wrapping
+	// ErrLimitsUnsupported) and leaves nothing behind.
+	CreateSession(name string, l Limits) (Session, error)
 	DestroySession(name string) error
 	Session(name string) (Session, error)
 	SessionByIndex(index uint32) (Session, error)
 	Sessions() ([]Session, error)
 	// CheckLimits says whether every quota in l can be enforced here,
-	// changing nothing; SetLimits applies them to a session.
+	// changing nothing.
 	CheckLimits(l Limits) error
-	SetLimits(session string, l Limits) error
-	// Launch starts cmd inside the session: the one path by which a
-	// process enters a session.
-	Launch(session string, cmd *exec.Cmd, opts LaunchOptions) error
+}
 
-	// Grants. NewHandle issues a live caretaker handle (a child of parent
-	// when parent is not zero). Apply pushes a grant's OS delta, all or
-	// nothing. Revoke kills a handle and its whole subtree with one write
-	// and cuts the flows that no live grant covers any more, at most one
-	// sweep, before it returns; revoking a dead handle is a no-op. Release
-	// reclaims what a dead grant held (its rules, then its slot), with no
-	// further revoke write or sweep.
+// Launcher is the one path by which a process enters a session.
+type Launcher interface {
+	Launch(session string, cmd *exec.Cmd, opts LaunchOptions) error
+}
+
+// Grants is the caretaker role: handles and the Deltas they carry.
+type Grants interface {
+	// NewHandle issues a live caretaker handle (a child of parent when
+	// parent is not zero).
 	NewHandle(parent HandleRef, expires time.Time) (HandleRef, error)
 	// NewOnceHandle issues an approve-once handle (HandleOnce): the first
 	// allowed use in the kernel consumes it atomically; a backend that
 	// cannot consume at use time refuses it (ErrNotSupported), never
 	// issues a many-use handle instead.
 	NewOnceHandle(parent HandleRef, expires time.Time) (HandleRef, error)
+	// Apply pushes a grant's Delta into session, all or nothing: when one
+	// entry fails, those added so far are taken back.
 	Apply(session string, d Delta) error
+	// Revoke kills a handle and its whole subtree with one write and cuts
+	// the flows that no live grant covers any more, at most one sweep,
+	// before it returns; revoking a dead handle is a no-op.
 	Revoke(ref HandleRef) error
-	Release(session string, ref HandleRef, rules []EgressRule) error
-	// SetNeverList replaces the never-list (DefaultNeverList is in force
-	// from the start): destinations refused before any grant is consulted.
-	SetNeverList(entries []NeverEntry) error
-	// AllowEgress adds one rule (the DNS resolver's path: answers become
-	// rules under the grant's handle, with the record's TTL).
-	AllowEgress(session string, r EgressRule) error
-
-	// Snapshot of the kernel's state, for reconcile and status.
-	Handles() ([]Handle, error)
+	// Release reclaims what a dead grant held in session: the entries of d
+	// (those already gone are no error), then ref's slot when ref is not
+	// zero, with no further revoke write or sweep. ref, or an ancestor of
+	// it, must already be revoked.
+	Release(session string, ref HandleRef, d Delta) error
 	// HandleState reads one handle's state word (an approve-once handle
 	// reads HandleUsed once the kernel consumed it); a freed or recycled
 	// slot is HandleFree.
 	HandleState(ref HandleRef) (HandleState, error)
-	EgressRules(session string) ([]EgressRule, error)
+	// SetNeverList replaces the never-list (DefaultNeverList is in force
+	// from the start): destinations refused before any grant is consulted.
+	SetNeverList(entries []NeverEntry) error
+	// Snapshot reads what the backend holds, for reconcile and status.
+	Snapshot() (Snapshot, error)
+}
 
-	// Telemetry.
-	Counters(index uint32) ([NumReasons]uint64, error)
+// Telemetry is the denial and table telemetry role.
+type Telemetry interface {
+	// Counters returns a session's denial counts (never dependent on the
+	// event ring keeping up); index 0 counts what no session owns.
+	Counters(index uint32) (Denials, error)
 	RingbufDrops() (uint64, error)
 	SweepStats() SweepStats
 	Occupancy() []Occupancy
 	Ops() Ops
 	Events() (EventReader, error)
+}
 
-	// DNS: send every session DNS query to the resolver on port (0: off).
+// DNS is the resolver's role: every session DNS query goes to the agent's
+// resolver, whose answers become rules.
+type DNS interface {
+	// SetDNSRedirect sends every session DNS query to the resolver on port
+	// (0: off).
 	SetDNSRedirect(port uint16) error
 	DNSRedirect() (uint16, error)
+	// AllowEgress adds one egress rule (answers become rules under the
+	// grant's handle, with the record's TTL).
+	AllowEgress(session string, r EgressRule) error
+}
 
+// Backend is one operating system's enforcement: the only way the control
+// plane touches the OS, made of the roles above. Consumers take the role
+// they use. Implementations are safe for concurrent use.
+type Backend interface {
+	Prober
+	Sessions
+	Launcher
+	Grants
+	Telemetry
+	DNS
 	// Close stops the backend's goroutines and closes its descriptors;
 	// what is pinned keeps enforcing. Uninstall removes everything.
 	Close() error
 	Uninstall() error
+}
+
+// SessionIdentity is an optional role: a backend whose sessions run as an
+// identity of their own (the Linux session boundary's uid) says which.
+type SessionIdentity interface {
+	SessionUID(session string) (uint32, error)
 }
 
 // Config is what every backend is opened with; fields a backend does not

@@ -21,14 +21,14 @@ func unsupported(what string) error {
 // Probe reports every class unavailable.
 func (Unsupported) Probe() Report {
 	r := Report{OS: runtime.GOOS, Backend: "none"}
-	for _, c := range []string{"net.egress", "net.inbound", "fs.scope", "clipboard", "gpu", "install.privileged", "persistence", "credentials", "peripheral"} {
+	for _, c := range Classes {
 		r.Classes = append(r.Classes, Strength{Class: c, Level: Unavailable, Mechanism: "none",
 			Reason: "no enforcement backend for " + runtime.GOOS + " in this build"})
 	}
 	return r
 }
 
-func (Unsupported) CreateSession(string) (Session, error) {
+func (Unsupported) CreateSession(string, Limits) (Session, error) {
 	return Session{}, unsupported("create session")
 }
 func (Unsupported) DestroySession(string) error     { return unsupported("destroy session") }
@@ -36,9 +36,8 @@ func (Unsupported) Session(string) (Session, error) { return Session{}, unsuppor
 func (Unsupported) SessionByIndex(uint32) (Session, error) {
 	return Session{}, unsupported("session")
 }
-func (Unsupported) Sessions() ([]Session, error)   { return nil, unsupported("sessions") }
-func (Unsupported) CheckLimits(Limits) error       { return unsupported("limits") }
-func (Unsupported) SetLimits(string, Limits) error { return unsupported("limits") }
+func (Unsupported) Sessions() ([]Session, error) { return nil, unsupported("sessions") }
+func (Unsupported) CheckLimits(Limits) error     { return unsupported("limits") }
 func (Unsupported) Launch(string, *exec.Cmd, LaunchOptions) error {
 	return unsupported("launch")
 }
@@ -51,24 +50,21 @@ func (Unsupported) NewOnceHandle(HandleRef, time.Time) (HandleRef, error) {
 func (Unsupported) NewHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, unsupported("new handle")
 }
-func (Unsupported) Apply(string, Delta) error                     { return unsupported("apply") }
-func (Unsupported) Revoke(HandleRef) error                        { return unsupported("revoke") }
-func (Unsupported) Release(string, HandleRef, []EgressRule) error { return unsupported("release") }
-func (Unsupported) AllowEgress(string, EgressRule) error          { return unsupported("allow egress") }
-func (Unsupported) Handles() ([]Handle, error)                    { return nil, unsupported("handles") }
+func (Unsupported) Apply(string, Delta) error              { return unsupported("apply") }
+func (Unsupported) Revoke(HandleRef) error                 { return unsupported("revoke") }
+func (Unsupported) Release(string, HandleRef, Delta) error { return unsupported("release") }
+func (Unsupported) AllowEgress(string, EgressRule) error   { return unsupported("allow egress") }
 func (Unsupported) HandleState(HandleRef) (HandleState, error) {
 	return HandleFree, unsupported("handle state")
 }
-func (Unsupported) EgressRules(string) ([]EgressRule, error) { return nil, unsupported("egress rules") }
-func (Unsupported) Counters(uint32) ([NumReasons]uint64, error) {
-	return [NumReasons]uint64{}, unsupported("counters")
-}
-func (Unsupported) RingbufDrops() (uint64, error) { return 0, unsupported("ring buffer") }
-func (Unsupported) SweepStats() SweepStats        { return SweepStats{} }
-func (Unsupported) Occupancy() []Occupancy        { return nil }
-func (Unsupported) Ops() Ops                      { return Ops{} }
-func (Unsupported) Events() (EventReader, error)  { return nil, unsupported("events") }
-func (Unsupported) SetDNSRedirect(uint16) error   { return unsupported("dns redirect") }
-func (Unsupported) DNSRedirect() (uint16, error)  { return 0, unsupported("dns redirect") }
-func (Unsupported) Close() error                  { return nil }
-func (Unsupported) Uninstall() error              { return unsupported("uninstall") }
+func (Unsupported) Snapshot() (Snapshot, error)      { return Snapshot{}, unsupported("snapshot") }
+func (Unsupported) Counters(uint32) (Denials, error) { return Denials{}, unsupported("counters") }
+func (Unsupported) RingbufDrops() (uint64, error)    { return 0, unsupported("ring buffer") }
+func (Unsupported) SweepStats() SweepStats           { return SweepStats{} }
+func (Unsupported) Occupancy() []Occupancy           { return nil }
+func (Unsupported) Ops() Ops                         { return Ops{} }
+func (Unsupported) Events() (EventReader, error)     { return nil, unsupported("events") }
+func (Unsupported) SetDNSRedirect(uint16) error      { return unsupported("dns redirect") }
+func (Unsupported) DNSRedirect() (uint16, error)     { return 0, unsupported("dns redirect") }
+func (Unsupported) Close() error                     { return nil }
+func (Unsupported) Uninstall() error                 { return unsupported("uninstall") }

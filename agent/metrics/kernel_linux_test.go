@@ -85,11 +85,11 @@ func TestRealDenialsScraped(t *testing.T) {
 	cfg := testConfig()
 	cfg.EventRingBytes = 4096 // the smallest ring: a flood overflows it
 	d := newDataplane(t, cfg)
-	s, err := d.CreateSession("m-deny")
+	s, err := d.CreateSession("m-deny", dataplane.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.CreateSession("m-quiet"); err != nil {
+	if _, err := d.CreateSession("m-quiet", dataplane.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := New(Config{Source: d, Logger: quiet(), NoProcessMetrics: true})
@@ -193,7 +193,7 @@ func BenchmarkScrape10k(b *testing.B) {
 	start := time.Now()
 	var sessions []dataplane.Session
 	for i := 0; i < n; i++ {
-		s, err := d.CreateSession(fmt.Sprintf("s%05d", i))
+		s, err := d.CreateSession(fmt.Sprintf("s%05d", i), dataplane.Limits{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -20,7 +20,7 @@ var ErrNoSource = errors.New("metrics: no kernel source")
 // Every backend.Backend is one.
 type Source interface {
 	Sessions() ([]backend.Session, error)
-	Counters(index uint32) ([backend.NumReasons]uint64, error)
+	Counters(index uint32) (backend.Denials, error)
 	RingbufDrops() (uint64, error)
 }
 
@@ -151,10 +151,10 @@ func (m *Metrics) SetGrantsLive(class string, n int) {
 func (m *Metrics) SetEnforcement(r backend.Report) {
 	m.enforcement.Reset()
 	for _, s := range r.Classes {
-		m.enforcement.WithLabelValues(s.Class, s.Mechanism, string(s.Level)).Set(1)
+		m.enforcement.WithLabelValues(string(s.Class), s.Mechanism, string(s.Level)).Set(1)
 	}
 	for _, s := range r.Boundary {
-		m.enforcement.WithLabelValues("session.boundary", s.Class, string(s.Level)).Set(1)
+		m.enforcement.WithLabelValues("session.boundary", string(s.Class), string(s.Level)).Set(1)
 	}
 }
 

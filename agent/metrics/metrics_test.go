@@ -31,7 +31,7 @@ func (f *fakeSource) Sessions() ([]dataplane.Session, error) {
 	return append([]dataplane.Session(nil), f.sessions...), f.sessionsErr
 }
 
-func (f *fakeSource) Counters(index uint32) ([dataplane.NumReasons]uint64, error) {
+func (f *fakeSource) Counters(index uint32) (dataplane.Denials, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.countersErr[index]; err != nil {

@@ -68,7 +68,7 @@ func openSink(mode string) (*sink, error) {
 		n := "shinken-benchdns-" + hex.EncodeToString(b)
 		dp, err := dataplane.Open(dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 16, MaxHandles: 64, MaxEgress4: 1 << 16, MaxEgress6: 1 << 10})
 		if err == nil {
-			sess, err1 := dp.CreateSession("bench")
+			sess, err1 := dp.CreateSession("bench", dataplane.Limits{})
 			h, err2 := dp.NewHandle(dataplane.HandleRef{}, time.Time{})
 			if err := errors.Join(err1, err2); err != nil {
 				dp.Uninstall()

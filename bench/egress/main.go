@@ -202,7 +202,7 @@ func (b *bench) run() error {
 	for i := 0; i < *flagSessions; i++ {
 		name := fmt.Sprintf("s%d", i)
 		t0 := time.Now()
-		if _, err := b.dp.CreateSession(name); err != nil {
+		if _, err := b.dp.CreateSession(name, dataplane.Limits{}); err != nil {
 			return err
 		}
 		if i < 10 {
@@ -219,7 +219,7 @@ func (b *bench) run() error {
 	var at10k []float64
 	for i := 0; i < 10; i++ {
 		t0 := time.Now()
-		if _, err := b.dp.CreateSession(fmt.Sprintf("late%d", i)); err != nil {
+		if _, err := b.dp.CreateSession(fmt.Sprintf("late%d", i), dataplane.Limits{}); err != nil {
 			return err
 		}
 		at10k = append(at10k, float64(time.Since(t0).Microseconds()))
@@ -246,7 +246,7 @@ func (b *bench) run() error {
 	connAddr := connSrv.addr
 	sinkAddr := netip.MustParseAddrPort(sink.Addr().String())
 
-	bs, err := b.dp.CreateSession("bench")
+	bs, err := b.dp.CreateSession("bench", dataplane.Limits{})
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 // bench revokes the handle and takes CLOCK_MONOTONIC as the map write returns; the
 // worker reports CLOCK_MONOTONIC of its first EPERM.
 func (b *bench) revokeLatency() (lat, whole []float64, err error) {
-	s, err := b.dp.CreateSession("revoke")
+	s, err := b.dp.CreateSession("revoke", dataplane.Limits{})
 	if err != nil {
 		return nil, nil, err
 	}

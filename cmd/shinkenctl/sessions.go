@@ -43,7 +43,8 @@ func (c *client) session(args []string) error {
 		if *exp > 0 {
 			spec.Expires = time.Now().Add(*exp)
 		}
-		body := api.CreateSessionBody{SessionSpec: spec, Quotas: backend.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}}
+		spec.Quotas = backend.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}
+		body := api.CreateSessionBody(spec)
 		var v api.SessionView
 		if _, err := c.call("POST", "/v1/sessions", body, &v); err != nil {
 			return err

@@ -22,7 +22,7 @@ import (
 func (b *Boundary) probe() {
 	var rows []backend.Strength
 	add := func(mech string, ok error, mechanism string) bool {
-		s := backend.Strength{Class: mech, Level: backend.FixedAtExec, Mechanism: mechanism}
+		s := backend.Strength{Class: backend.Class(mech), Level: backend.FixedAtExec, Mechanism: mechanism}
 		if ok != nil {
 			s.Level, s.Reason = backend.Unavailable, ok.Error()
 		}
@@ -79,9 +79,9 @@ func (b *Boundary) probe() {
 	var missing []string
 	for _, r := range rows {
 		// AllowUserNS is the operator's explicit acceptance of that row.
-		accepted := c.accepts(r.Class) || (r.Class == MechUserNS && c.AllowUserNS)
+		accepted := c.accepts(string(r.Class)) || (r.Class == MechUserNS && c.AllowUserNS)
 		if r.Level == backend.Unavailable && !accepted {
-			missing = append(missing, r.Class+": "+r.Reason)
+			missing = append(missing, string(r.Class)+": "+r.Reason)
 		}
 	}
 	if len(missing) > 0 {
