@@ -233,7 +233,8 @@ func (d *Dataplane) readHandle(ref HandleRef) (shkShkHandle, error) {
 // attenuated from it: one map write of the handle's slot, after which every
 // new connect and send under it fails. In sweep mode Revoke then destroys the
 // session sockets whose peers no live grant covers any more, before it
-// returns, and follow-up sweeps run over the next second (see FlowSweep).
+// returns, and follow-up sweeps run over the next second, on the sweeper's
+// one goroutine, shared by every revoke of a burst (followUpSweeps).
 // Revoking a handle that is already revoked, freed or recycled is a no-op.
 func (d *Dataplane) Revoke(ref HandleRef) error { return d.RevokeThen(ref, nil) }
 
