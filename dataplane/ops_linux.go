@@ -89,15 +89,7 @@ func (d *Dataplane) DestroySession(name string) error {
 	}
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
-	var errs []error
-	for k := range d.neverRefs {
-		if k.Session == s.Index {
-			delete(d.neverRefs, k)
-			if err := d.objs.ShkNeverOks.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, fmt.Errorf("never-list exception: %w", err))
-			}
-		}
-	}
+	errs := []error{d.dropSessionNeverOKs(s.Index)}
 	for p := range d.prefixes[s.Index] {
 		err := d.deleteEntry(s.Index, p)
 		if err == nil {
@@ -282,7 +274,7 @@ func (d *Dataplane) revoke(ref HandleRef) (bool, error) {
 	d.ops.revokeWrites.Add(1)
 	// An exception shared with other grants must not die with this one:
 	// point it at a handle still live (the rules leave with Release).
-	if err := d.repointNeverOKs(); err != nil {
+	if err := d.repointNeverOKs(ref); err != nil {
 		return true, fmt.Errorf("revoke %s: handle revoked, but a shared never-list exception kept pointing at it: %w", ref, err)
 	}
 	return true, nil
