@@ -14,13 +14,15 @@ var _ backend.Backend = (*Dataplane)(nil)
 
 // opCounters count the kernel operations behind backend.Ops.
 type opCounters struct {
-	revokeWrites atomic.Uint64 // handle-state writes that revoke
-	sweeps       atomic.Uint64 // flow sweeps run by Revoke
+	revokeWrites   atomic.Uint64 // handle-state writes that revoke
+	sweeps         atomic.Uint64 // flow sweeps run by Revoke
+	followUpSweeps atomic.Uint64 // follow-up sweeps run after revokes (flows_linux.go)
 }
 
-// Ops reports how many revoke writes and revoke sweeps ran since Open.
+// Ops reports how many revoke writes, revoke sweeps and follow-up sweeps ran
+// since Open.
 func (d *Dataplane) Ops() backend.Ops {
-	return backend.Ops{RevokeWrites: d.ops.revokeWrites.Load(), Sweeps: d.ops.sweeps.Load()}
+	return backend.Ops{RevokeWrites: d.ops.revokeWrites.Load(), Sweeps: d.ops.sweeps.Load(), FollowUpSweeps: d.ops.followUpSweeps.Load()}
 }
 
 // Probe returns what Open found on this host.

@@ -51,6 +51,8 @@ type Dataplane struct {
 	nEntries  [4]int                           // entries in prefixes: egress4, exact4, egress6, exact6
 	handleGen []uint32                         // last generation issued per slot
 	slots     idPool                           // handle slots
+
+	never neverIndex // who names each never-list exception, by handle (never_ok_linux.go)
 }
 
 type progAttach struct {
@@ -108,6 +110,7 @@ func Open(cfg Config) (*Dataplane, error) {
 		byIndex:   map[uint32]*Session{},
 		prefixes:  map[uint32]map[netip.Prefix]struct{}{},
 		neverRefs: map[shkShkNeverOkKey][]HandleRef{},
+		never:     newNeverIndex(),
 		indices:   newIDPool("sessions", cfg.MaxSessions),
 		slots:     newIDPool("handles", cfg.MaxHandles),
 	}

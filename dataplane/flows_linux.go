@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -15,13 +16,6 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 )
-
-// Follow-up sweeps after each revoke. A UDP connect() allowed just before a
-// revoke finishes connecting outside the connect hook, so the sweep that
-// follows the map write can see its socket before it has a peer; these later
-// sweeps find it connected and destroy it. (A TCP connect in the same window
-// cannot complete: the ingress hook checks its SYN-ACK against the handles.)
-var followUpSweeps = []time.Duration{5 * time.Millisecond, 100 * time.Millisecond, time.Second}
 
 // kernelHasSockDestroy reports whether the running kernel exports the
 // bpf_sock_destroy kfunc (Linux 6.5+), which sweep mode needs.
@@ -77,20 +71,26 @@ func resolveFlowMode(want FlowMode) (FlowMode, error) {
 	return 0, fmt.Errorf("dataplane config: unknown flow mode %d", want)
 }
 
-// sweeper runs the socket iterators of sweep mode.
+// sweeper runs the socket iterators of sweep mode, and one goroutine that
+// runs the follow-up sweeps of every revoke (followup.go).
 type sweeper struct {
 	mu       sync.Mutex // one sweep at a time
 	tcp, udp *link.Iter
 	closed   bool
 
-	statMu    sync.Mutex
+	statMu    sync.Mutex // the counters, the follow-up schedule, the deadline timers
 	sweeps    uint64
 	destroyed uint64
 	errors    uint64
 	lastErr   error
-	follow    *time.Timer // pending follow-up chain, nil when none
-	followIdx int
+	follow    followSchedule
 	timers    map[*time.Timer]struct{} // handle deadlines
+
+	epoch     time.Time      // follow-up due times are offsets from it
+	followUps *atomic.Uint64 // follow-up sweeps run (Ops.FollowUpSweeps)
+	wake      chan struct{}  // the schedule gained a due time
+	stop      chan struct{}  // closed by close: the goroutine ends
+	done      chan struct{}  // closed when it has
 }
 
 func (d *Dataplane) startSweeper() error {
@@ -103,18 +103,24 @@ func (d *Dataplane) startSweeper() error {
 		tcp.Close()
 		return fmt.Errorf("attach UDP socket iterator: %w", err)
 	}
-	d.sweep = &sweeper{tcp: tcp, udp: udp, timers: map[*time.Timer]struct{}{}}
+	d.sweep = &sweeper{
+		tcp: tcp, udp: udp, timers: map[*time.Timer]struct{}{},
+		follow: newFollowSchedule(followUpSweeps), epoch: time.Now(), followUps: &d.ops.followUpSweeps,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go d.sweep.followLoop()
 	return nil
 }
 
+// close ends the follow-up goroutine (a sweep it is running finishes
+// first), stops the deadline timers and closes the iterators.
 func (s *sweeper) close() {
+	close(s.stop)
+	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
 	s.statMu.Lock()
-	if s.follow != nil {
-		s.follow.Stop()
-	}
 	for t := range s.timers {
 		t.Stop()
 	}
@@ -125,13 +131,15 @@ func (s *sweeper) close() {
 
 // run walks every TCP and UDP socket of the agent's network namespace once
 // and destroys each session socket whose peer no live grant covers. It
-// returns how many it destroyed.
+// returns how many it destroyed. It serves the follow-ups due before it
+// started.
 func (s *sweeper) run() (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return 0, os.ErrClosed
 	}
+	start := time.Since(s.epoch)
 	n := 0
 	var errs []error
 	for _, it := range []*link.Iter{s.tcp, s.udp} {
@@ -156,31 +164,59 @@ func (s *sweeper) run() (int, error) {
 		s.errors++
 		s.lastErr = err
 	}
+	// A failed sweep serves the follow-ups too: the error is counted, and
+	// trying again at once would only spin.
+	s.follow.served(start)
 	s.statMu.Unlock()
 	return n, err
 }
 
-// followUp (re)starts the chain of follow-up sweeps.
+// followUp schedules the follow-up sweeps of a revoke that happened now.
 func (s *sweeper) followUp() {
 	s.statMu.Lock()
-	defer s.statMu.Unlock()
-	if s.follow != nil {
-		s.follow.Stop()
+	s.follow.add(time.Since(s.epoch))
+	s.statMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending already
 	}
-	s.followIdx = 0
-	s.follow = time.AfterFunc(followUpSweeps[0], s.nextFollowUp)
 }
 
-func (s *sweeper) nextFollowUp() {
-	s.run() //nolint:errcheck // recorded in the stats
+// nextFollowUp returns when the next follow-up sweep must start, if any.
+func (s *sweeper) nextFollowUp() (time.Duration, bool) {
 	s.statMu.Lock()
 	defer s.statMu.Unlock()
-	s.followIdx++
-	if s.followIdx >= len(followUpSweeps) {
-		s.follow = nil
-		return
+	return s.follow.next()
+}
+
+// followLoop is the sweeper's goroutine, until close: it sleeps until some
+// follow-up's window is about to close with no sweep run in it, then runs
+// one sweep, which serves every follow-up whose window has opened.
+func (s *sweeper) followLoop() {
+	defer close(s.done)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		var fire <-chan time.Time
+		if next, ok := s.nextFollowUp(); ok {
+			t.Reset(next - time.Since(s.epoch)) // fires at once if due
+			fire = t.C
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+			continue
+		case <-fire:
+		}
+		if next, ok := s.nextFollowUp(); !ok || next > time.Since(s.epoch) {
+			continue // another sweep served them meanwhile
+		}
+		if _, err := s.run(); !errors.Is(err, os.ErrClosed) {
+			s.followUps.Add(1) // its error, if any, is in the stats
+		}
 	}
-	s.follow = time.AfterFunc(followUpSweeps[s.followIdx]-followUpSweeps[s.followIdx-1], s.nextFollowUp)
 }
 
 // at sweeps once shortly after deadline (a handle's expiry).
@@ -222,7 +258,9 @@ func (d *Dataplane) Sweep() (int, error) {
 	return d.sweep.run()
 }
 
-// cutFlows runs after a revoke's map write.
+// cutFlows runs after a revoke's map write: one sweep now (counted in
+// Ops.Sweeps), and the revoke's follow-ups scheduled on the sweeper's
+// goroutine (counted in Ops.FollowUpSweeps when they run).
 func (d *Dataplane) cutFlows() error {
 	if d.sweep == nil {
 		return nil

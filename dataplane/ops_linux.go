@@ -89,15 +89,7 @@ func (d *Dataplane) DestroySession(name string) error {
 	}
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
-	var errs []error
-	for k := range d.neverRefs {
-		if k.Session == s.Index {
-			delete(d.neverRefs, k)
-			if err := d.objs.ShkNeverOks.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, fmt.Errorf("never-list exception: %w", err))
-			}
-		}
-	}
+	errs := []error{d.dropSessionNeverOKs(s.Index)}
 	for p := range d.prefixes[s.Index] {
 		err := d.deleteEntry(s.Index, p)
 		if err == nil {
@@ -233,7 +225,8 @@ func (d *Dataplane) readHandle(ref HandleRef) (shkShkHandle, error) {
 // attenuated from it: one map write of the handle's slot, after which every
 // new connect and send under it fails. In sweep mode Revoke then destroys the
 // session sockets whose peers no live grant covers any more, before it
-// returns, and follow-up sweeps run over the next second (see FlowSweep).
+// returns, and follow-up sweeps run over the next second, on the sweeper's
+// one goroutine, shared by every revoke of a burst (followUpSweeps).
 // Revoking a handle that is already revoked, freed or recycled is a no-op.
 func (d *Dataplane) Revoke(ref HandleRef) error { return d.RevokeThen(ref, nil) }
 
@@ -281,7 +274,7 @@ func (d *Dataplane) revoke(ref HandleRef) (bool, error) {
 	d.ops.revokeWrites.Add(1)
 	// An exception shared with other grants must not die with this one:
 	// point it at a handle still live (the rules leave with Release).
-	if err := d.repointNeverOKs(); err != nil {
+	if err := d.repointNeverOKs(ref); err != nil {
 		return true, fmt.Errorf("revoke %s: handle revoked, but a shared never-list exception kept pointing at it: %w", ref, err)
 	}
 	return true, nil

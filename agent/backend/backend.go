@@ -174,12 +174,16 @@ type LaunchOptions struct {
 }
 
 // Ops counts the kernel operations a backend performed since it opened: the
-// handle-state writes that revoke (each one cuts a whole subtree) and the
-// sweeps that cut open flows. Tests use it to hold the revoke path to one
-// write and one sweep.
+// handle-state writes that revoke (each one cuts a whole subtree), the sweeps
+// that cut open flows before Revoke returns, and the follow-up sweeps that
+// run after revokes (the Linux backend's catch the UDP sockets that finish
+// connecting just after a revoke; a burst of revokes shares them). Tests use
+// it to hold the revoke path to one write and one sweep: follow-ups run
+// later, on the backend's own schedule, and are counted apart.
 type Ops struct {
-	RevokeWrites uint64 `json:"revoke_writes"`
-	Sweeps       uint64 `json:"sweeps"`
+	RevokeWrites   uint64 `json:"revoke_writes"`
+	Sweeps         uint64 `json:"sweeps"`
+	FollowUpSweeps uint64 `json:"follow_up_sweeps"`
 }
 
 // Snapshot is what a backend holds, read in one pass: its sessions, its
