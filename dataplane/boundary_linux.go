@@ -54,9 +54,7 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 		r.Facts["session_boundary"] = "complete"
 	}
 	r.Facts["session_launcher"] = d.bnd.Launcher()
-	if n, err := boundary.FilterLen(d.cfg.Boundary.AllowUserNS); err == nil {
-		r.Facts["seccomp_filter_instructions"] = fmt.Sprint(n)
-	}
+	r.Facts["seccomp_filter_instructions"] = fmt.Sprint(d.bnd.FilterLen())
 	if d.bndAdoptErr != "" {
 		r.Facts["session_boundary_adopt_errors"] = d.bndAdoptErr
 	}

@@ -121,7 +121,7 @@ func New(cfg Config, maxSessions uint32) (*Boundary, error) {
 	}
 	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
 	b.cexe, b.launcher = openExec(cfg.Exec, cfg.Launcher, what)
-	if b.filter, err = rawFilter(cfg.AllowUserNS); err != nil {
+	if b.filter, err = rawFilter(cfg.filterOptions()); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -148,6 +148,10 @@ func (b *Boundary) Close() error {
 
 // Report is the boundary's rows of the enforcement report, as probed.
 func (b *Boundary) Report() []backend.Strength { return append([]backend.Strength(nil), b.report...) }
+
+// FilterLen is the number of BPF instructions of the seccomp filter the
+// boundary installs in every session process.
+func (b *Boundary) FilterLen() int { return len(b.filter) / 8 }
 
 // Ready says why sessions cannot be created on this host (nil if they can).
 func (b *Boundary) Ready() error { return b.ready }

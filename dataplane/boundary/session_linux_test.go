@@ -401,7 +401,8 @@ func TestFilter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range append(append([]string(nil), refusedSyscalls...), "unshare", "clone", "clone3") {
+		names := append(append(append([]string(nil), refusedSyscalls...), refusedMounts...), ioURingSyscalls...)
+		for _, name := range append(names, "unshare", "clone", "clone3", "socket", "socketpair") {
 			if _, ok := info.SyscallNames[name]; !ok {
 				t.Errorf("%s has no syscall %s", a, name)
 			}
@@ -480,7 +481,7 @@ func TestGoLaunchMode(t *testing.T) {
 		t.Skip("already the Go launch mode")
 	}
 	tests := []string{"TestCrossSession", "TestCrossSessionLayers", "TestInsideSession", "TestNoPrivilegeGain",
-		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter",
+		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter", "TestSessionSyscalls",
 		"TestLauncherFallback", "TestLaunchError"}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), goLaunchEnv+"=1")
