@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -146,4 +147,35 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 		t.Fatalf("a new session sees %q in /tmp", lookOut.String())
 	}
 	t.Logf("verified: index %d (uid %s) handed out again only after its session was destroyed, with fresh namespaces", c.Index, fmt.Sprint(boundary.DefaultUIDBase+c.Index))
+}
+
+// TestLaunchIdentityNoBoundary: without the session boundary (tests of the
+// hooks alone) Launch still names no identity but the sessions' shared
+// nobody, and never leaves the root group by omission.
+func TestLaunchIdentityNoBoundary(t *testing.T) {
+	d := newDataplane(t, testConfig(t))
+	if _, err := d.CreateSession("nobnd"); err != nil {
+		t.Fatal(err)
+	}
+	id := func(opts ProcOptions) (string, error) {
+		cmd := exec.Command("/usr/bin/id")
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr, cmd.Dir = &out, &out, "/"
+		if err := d.Launch("nobnd", cmd, opts); err != nil {
+			return "", err
+		}
+		err := cmd.Wait()
+		return strings.TrimSpace(out.String()), err
+	}
+	for _, opts := range []ProcOptions{{UID: 1000}, {UID: Nobody, GID: 42}, {GID: 0xFFFFFFFF}} {
+		if out, err := id(opts); !errors.Is(err, boundary.ErrIdentity) {
+			t.Errorf("uid %d gid %d: %v %q, want ErrIdentity", opts.UID, opts.GID, err, out)
+		}
+	}
+	for _, opts := range []ProcOptions{{}, {UID: Nobody}} {
+		out, err := id(opts)
+		if err != nil || !strings.HasPrefix(out, fmt.Sprintf("uid=%d(", Nobody)) || !strings.Contains(out, fmt.Sprintf(" gid=%d(", Nobody)) {
+			t.Errorf("uid %d gid %d: %v %q, want uid and gid %d", opts.UID, opts.GID, err, out, Nobody)
+		}
+	}
 }

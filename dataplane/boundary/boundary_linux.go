@@ -303,7 +303,9 @@ type run struct {
 }
 
 // Launch starts cmd inside session name: the one path by which a process
-// enters a session. The child is created directly in the session cgroup
+// enters a session. It runs as the session's uid and gid with no
+// supplementary group; opts may name them (0: the default) but no other
+// (ErrIdentity). The child is created directly in the session cgroup
 // (with ownRun, in a new cgroup of its own below it), in the session's
 // mount, IPC and PID namespaces, and confined before it executes cmd.Path
 // (resolved inside the session).
@@ -331,14 +333,10 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if b.useLandlock {
 		spec.Landlock = landlockScopes
 	}
-	if opts.UID != 0 || opts.GID != 0 {
-		if opts.UID == 0 && !opts.Privileged {
-			return fmt.Errorf("boundary: launch in %s: uid 0 requires privileged", name)
-		}
-		spec.UID, spec.GID = opts.UID, opts.GID
-		if spec.GID == 0 && !opts.Privileged {
-			spec.GID = h.uid // never the root group by omission
-		}
+	// A uid or gid of 0 is the default, the session's own; any other
+	// must be that too (the launcher sets no supplementary group).
+	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {
+		return fmt.Errorf("%w: launch in %s as uid %d gid %d (the session's: %d)", ErrIdentity, name, opts.UID, opts.GID, h.uid)
 	}
 	dir := h.cgroup
 	var r *run

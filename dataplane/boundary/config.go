@@ -94,6 +94,12 @@ func (c *Config) SetDefaults() {
 // ErrUIDRange is wrapped by every identity range error.
 var ErrUIDRange = errors.New("boundary: session uid range")
 
+// ErrIdentity is wrapped by Launch's refusal of a uid or gid that is not
+// the session's own: a process started as another session's uid would hold
+// that session's files and signals, one with a host group (shadow, disk,
+// docker) that group's files and sockets.
+var ErrIdentity = errors.New("boundary: a session's processes run as its own uid and gid only")
+
 // Validate checks the range against the largest session index the
 // dataplane can hand out (indices are 1..maxSessions-1): it must hold every
 // index and never contain 0 (root), 65534 (nobody) or 2^32-1 (the invalid
