@@ -21,8 +21,9 @@ import (
 )
 
 // nsFlags are the namespaces each session owns; the network namespace stays
-// the host's so the cgroup hooks see every socket.
-const nsFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+// the host's so the cgroup hooks see every socket. The cgroup namespace is
+// rooted at the session cgroup: its processes see their own subtree only.
+const nsFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP
 
 // mainCalled is set by Main: New refuses to run in a binary that would not
 // recognise its own re-executed modes (it would start a second agent).

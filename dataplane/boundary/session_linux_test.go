@@ -481,7 +481,7 @@ func TestGoLaunchMode(t *testing.T) {
 		t.Skip("already the Go launch mode")
 	}
 	tests := []string{"TestCrossSession", "TestCrossSessionLayers", "TestInsideSession", "TestNoPrivilegeGain",
-		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter", "TestSessionSyscalls",
+		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter", "TestSessionSyscalls", "TestCgroupView",
 		"TestLauncherFallback", "TestLaunchError"}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), goLaunchEnv+"=1")
