@@ -13,6 +13,7 @@ import (
 
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
+	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 // TestBoundaryThroughDataplane: with the session boundary on, processes
@@ -157,25 +158,23 @@ func TestLaunchIdentityNoBoundary(t *testing.T) {
 	if _, err := d.CreateSession("nobnd"); err != nil {
 		t.Fatal(err)
 	}
-	id := func(opts ProcOptions) (string, error) {
-		cmd := exec.Command("/usr/bin/id")
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr, cmd.Dir = &out, &out, "/"
-		if err := d.Launch("nobnd", cmd, opts); err != nil {
-			return "", err
-		}
-		err := cmd.Wait()
-		return strings.TrimSpace(out.String()), err
-	}
 	for _, opts := range []ProcOptions{{UID: 1000}, {UID: Nobody, GID: 42}, {GID: 0xFFFFFFFF}} {
-		if out, err := id(opts); !errors.Is(err, boundary.ErrIdentity) {
-			t.Errorf("uid %d gid %d: %v %q, want ErrIdentity", opts.UID, opts.GID, err, out)
+		cmd := exec.Command(probe.Binary(t))
+		cmd.Env = []string{probe.EnvVar + "=1"}
+		err := d.Launch("nobnd", cmd, opts)
+		if err == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if !errors.Is(err, boundary.ErrIdentity) {
+			t.Errorf("uid %d gid %d: %v, want ErrIdentity", opts.UID, opts.GID, err)
 		}
 	}
+	want := fmt.Sprintf("ok %d %d ", Nobody, Nobody) // no supplementary group
 	for _, opts := range []ProcOptions{{}, {UID: Nobody}} {
-		out, err := id(opts)
-		if err != nil || !strings.HasPrefix(out, fmt.Sprintf("uid=%d(", Nobody)) || !strings.Contains(out, fmt.Sprintf(" gid=%d(", Nobody)) {
-			t.Errorf("uid %d gid %d: %v %q, want uid and gid %d", opts.UID, opts.GID, err, out, Nobody)
+		p := probe.Start(t, func(c *exec.Cmd) error { return d.Launch("nobnd", c, opts) })
+		if got := p.Do("ids"); got != want {
+			t.Errorf("uid %d gid %d: runs as %q, want %q", opts.UID, opts.GID, got, want)
 		}
 	}
 }

@@ -37,6 +37,7 @@
 //	cpu N                 pin this process to CPU N
 //	tid                   answers "ok TID" (the thread every command runs on)
 //	pid                   answers "ok PID"
+//	ids                   answers "ok UID GID GROUPS" (GROUPS: the supplementary groups, comma-separated)
 package probe
 
 import (
@@ -126,6 +127,13 @@ func (p *prober) do(f []string) string {
 		return result(strconv.Itoa(unix.Gettid()), nil)
 	case "pid":
 		return result(strconv.Itoa(os.Getpid()), nil)
+	case "ids":
+		groups, err := unix.Getgroups()
+		g := make([]string, len(groups))
+		for i, n := range groups {
+			g[i] = strconv.Itoa(n)
+		}
+		return result(fmt.Sprintf("%d %d %s", unix.Getuid(), unix.Getgid(), strings.Join(g, ",")), err)
 	case "tcp", "tcp6", "mptcp":
 		proto := 0
 		if f[0] == "mptcp" {
