@@ -21,6 +21,35 @@
 #include "events.bpf.h"
 
 /*
+ * An unspecified destination is loopback. The kernel turns 0.0.0.0 (and
+ * ::ffff:0.0.0.0) into 127.0.0.1, or into the address the socket is bound
+ * to, and :: into ::1 (or ::ffff:127.0.0.1), after these hooks have run:
+ * judged as written, a connect to 0.0.0.0:P would pass a 0.0.0.0/0 grant
+ * and reach a never-listed listener on 127.0.0.1:P. So the hook rewrites
+ * it to 127.0.0.1 (::ffff:127.0.0.1, ::1) before deciding: the address it
+ * checks is the one the kernel uses, whatever the socket is bound to (a
+ * socket bound to another local address then reaches 127.0.0.1, not that
+ * address). daddr is updated the same way (IPv4 in daddr[0]).
+ */
+static __always_inline void unspecified_to_loopback(struct bpf_sock_addr *ctx, int v6, int mapped, __u32 *daddr)
+{
+	if (!v6) {
+		if (daddr[0] == 0) {
+			daddr[0] = bpf_htonl(0x7f000001);
+			ctx->user_ip4 = daddr[0];
+		}
+	} else if (mapped) {
+		if (daddr[0] == 0) {
+			daddr[0] = bpf_htonl(0x7f000001);
+			ctx->user_ip6[3] = daddr[0];
+		}
+	} else if ((daddr[0] | daddr[1] | daddr[2] | daddr[3]) == 0) {
+		daddr[3] = bpf_htonl(1);
+		ctx->user_ip6[3] = daddr[3];
+	}
+}
+
+/*
  * The one decision of every connect and unconnected send. connect says
  * whether to remember the allowing handle on the socket.
  */
@@ -58,6 +87,7 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 		       family == AF_INET6 ? 4 : 1, 1);
 		return 0;
 	}
+	unspecified_to_loopback(ctx, v6, mapped, daddr);
 
 	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
 		int r = -1;

@@ -54,9 +54,7 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 		r.Facts["session_boundary"] = "complete"
 	}
 	r.Facts["session_launcher"] = d.bnd.Launcher()
-	if n, err := boundary.FilterLen(d.cfg.Boundary.AllowUserNS); err == nil {
-		r.Facts["seccomp_filter_instructions"] = fmt.Sprint(n)
-	}
+	r.Facts["seccomp_filter_instructions"] = fmt.Sprint(d.bnd.FilterLen())
 	if d.bndAdoptErr != "" {
 		r.Facts["session_boundary_adopt_errors"] = d.bndAdoptErr
 	}
@@ -122,9 +120,16 @@ func (d *Dataplane) releaseBoundary(name string) {
 
 // launch is Launch through the boundary: every launch gets its own cgroup
 // below the session's, so killing it (a run's timeout) kills its whole
-// tree.
+// tree. Without a boundary every session's processes run as nobody, and
+// Launch names no other identity either (boundary.ErrIdentity).
 func (d *Dataplane) launch(s Session, cmd *exec.Cmd, opts ProcOptions) error {
 	if d.bnd == nil {
+		if (opts.UID != 0 && opts.UID != Nobody) || (opts.GID != 0 && opts.GID != Nobody) {
+			return fmt.Errorf("%w: launch in %s as uid %d gid %d (sessions without a boundary run as %d)", boundary.ErrIdentity, s.Name, opts.UID, opts.GID, Nobody)
+		}
+		if !opts.Privileged {
+			opts.UID, opts.GID = Nobody, Nobody // never gid 0 by omission
+		}
 		return StartIn(s, cmd, opts)
 	}
 	return d.bnd.Launch(s.Name, cmd, opts, true)

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
+	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
 // TestBoundaryThroughDataplane: with the session boundary on, processes
@@ -146,4 +148,33 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 		t.Fatalf("a new session sees %q in /tmp", lookOut.String())
 	}
 	t.Logf("verified: index %d (uid %s) handed out again only after its session was destroyed, with fresh namespaces", c.Index, fmt.Sprint(boundary.DefaultUIDBase+c.Index))
+}
+
+// TestLaunchIdentityNoBoundary: without the session boundary (tests of the
+// hooks alone) Launch still names no identity but the sessions' shared
+// nobody, and never leaves the root group by omission.
+func TestLaunchIdentityNoBoundary(t *testing.T) {
+	d := newDataplane(t, testConfig(t))
+	if _, err := d.CreateSession("nobnd", Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []ProcOptions{{UID: 1000}, {UID: Nobody, GID: 42}, {GID: 0xFFFFFFFF}} {
+		cmd := exec.Command(probe.Binary(t))
+		cmd.Env = []string{probe.EnvVar + "=1"}
+		err := d.Launch("nobnd", cmd, opts)
+		if err == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if !errors.Is(err, boundary.ErrIdentity) {
+			t.Errorf("uid %d gid %d: %v, want ErrIdentity", opts.UID, opts.GID, err)
+		}
+	}
+	want := fmt.Sprintf("ok %d %d ", Nobody, Nobody) // no supplementary group
+	for _, opts := range []ProcOptions{{}, {UID: Nobody}} {
+		p := probe.Start(t, func(c *exec.Cmd) error { return d.Launch("nobnd", c, opts) })
+		if got := p.Do("ids"); got != want {
+			t.Errorf("uid %d gid %d: runs as %q, want %q", opts.UID, opts.GID, got, want)
+		}
+	}
 }

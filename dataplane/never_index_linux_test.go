@@ -62,7 +62,7 @@ func (p neverProbe) revoke(h HandleRef) int {
 // stays until its release; a session's end empties the index.
 func TestNeverRepointOnlyAffected(t *testing.T) {
 	d := newDataplane(t, modeConfig(t, flowModes(t)[0]))
-	s, err := d.CreateSession("nvi")
+	s, err := d.CreateSession("nvi", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestNeverRepointOnlyAffected(t *testing.T) {
 	p.revoke(once)
 	p.wantPoints(rb, x, "all three revoked (the first named)")
 	for _, h := range []HandleRef{x, once, y} {
-		if err := d.Release("nvi", h, []EgressRule{exception("127.0.9.200", port, h)}); err != nil {
+		if err := d.Release("nvi", h, Delta{Egress: []EgressRule{exception("127.0.9.200", port, h)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestNeverIndexAdopted(t *testing.T) {
 			t.Errorf("uninstall: %v", err)
 		}
 	})
-	s, err := d.CreateSession("nva")
+	s, err := d.CreateSession("nva", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

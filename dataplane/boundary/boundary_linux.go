@@ -21,8 +21,9 @@ import (
 )
 
 // nsFlags are the namespaces each session owns; the network namespace stays
-// the host's so the cgroup hooks see every socket.
-const nsFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+// the host's so the cgroup hooks see every socket. The cgroup namespace is
+// rooted at the session cgroup: its processes see their own subtree only.
+const nsFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP
 
 // mainCalled is set by Main: New refuses to run in a binary that would not
 // recognise its own re-executed modes (it would start a second agent).
@@ -121,7 +122,7 @@ func New(cfg Config, maxSessions uint32) (*Boundary, error) {
 	}
 	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
 	b.cexe, b.launcher = openExec(cfg.Exec, cfg.Launcher, what)
-	if b.filter, err = rawFilter(cfg.AllowUserNS); err != nil {
+	if b.filter, err = rawFilter(cfg.filterOptions()); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -148,6 +149,10 @@ func (b *Boundary) Close() error {
 
 // Report is the boundary's rows of the enforcement report, as probed.
 func (b *Boundary) Report() []backend.Strength { return append([]backend.Strength(nil), b.report...) }
+
+// FilterLen is the number of BPF instructions of the seccomp filter the
+// boundary installs in every session process.
+func (b *Boundary) FilterLen() int { return len(b.filter) / 8 }
 
 // Ready says why sessions cannot be created on this host (nil if they can).
 func (b *Boundary) Ready() error { return b.ready }
@@ -299,7 +304,9 @@ type run struct {
 }
 
 // Launch starts cmd inside session name: the one path by which a process
-// enters a session. The child is created directly in the session cgroup
+// enters a session. It runs as the session's uid and gid with no
+// supplementary group; opts may name them (0: the default) but no other
+// (ErrIdentity). The child is created directly in the session cgroup
 // (with ownRun, in a new cgroup of its own below it), in the session's
 // mount, IPC and PID namespaces, and confined before it executes cmd.Path
 // (resolved inside the session).
@@ -327,14 +334,10 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if b.useLandlock {
 		spec.Landlock = landlockScopes
 	}
-	if opts.UID != 0 || opts.GID != 0 {
-		if opts.UID == 0 && !opts.Privileged {
-			return fmt.Errorf("boundary: launch in %s: uid 0 requires privileged", name)
-		}
-		spec.UID, spec.GID = opts.UID, opts.GID
-		if spec.GID == 0 && !opts.Privileged {
-			spec.GID = h.uid // never the root group by omission
-		}
+	// A uid or gid of 0 is the default, the session's own; any other
+	// must be that too (the launcher sets no supplementary group).
+	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {
+		return fmt.Errorf("%w: launch in %s as uid %d gid %d (the session's: %d)", ErrIdentity, name, opts.UID, opts.GID, h.uid)
 	}
 	dir := h.cgroup
 	var r *run

@@ -34,6 +34,7 @@ const (
 	MechCatatonit = "session init (catatonit)"
 	MechLandlock  = "landlock scoping"
 	MechCaps      = "capabilities and no_new_privs"
+	MechIOURing   = "io_uring"
 )
 
 // Config is the session boundary's configuration. The zero value is the
@@ -47,6 +48,12 @@ type Config struct {
 	// AllowUserNS lets session processes create user namespaces (refused
 	// by the seccomp filter otherwise).
 	AllowUserNS bool
+	// AllowIOURing lets session processes use io_uring (io_uring_setup,
+	// io_uring_enter and io_uring_register return ENOSYS otherwise). Its
+	// operations are not system calls the seccomp filter sees: with it a
+	// session can make sockets of the families the filter refuses
+	// (IORING_OP_SOCKET), and the report's io_uring row says so.
+	AllowIOURing bool
 	// Accept names mechanisms (the Mech* constants) whose weaker level on
 	// this host the operator accepts; any other mechanism that cannot be
 	// applied makes session creation fail with the reason.
@@ -86,6 +93,12 @@ func (c *Config) SetDefaults() {
 
 // ErrUIDRange is wrapped by every identity range error.
 var ErrUIDRange = errors.New("boundary: session uid range")
+
+// ErrIdentity is wrapped by Launch's refusal of a uid or gid that is not
+// the session's own: a process started as another session's uid would hold
+// that session's files and signals, one with a host group (shadow, disk,
+// docker) that group's files and sockets.
+var ErrIdentity = errors.New("boundary: a session's processes run as its own uid and gid only")
 
 // Validate checks the range against the largest session index the
 // dataplane can hand out (indices are 1..maxSessions-1): it must hold every
@@ -135,7 +148,7 @@ func (c Config) accepts(mech string) bool {
 
 func knownMech(m string) bool {
 	switch m {
-	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechCaps:
+	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechCaps, MechIOURing:
 		return true
 	}
 	return false

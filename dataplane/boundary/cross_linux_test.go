@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,4 +152,44 @@ func TestNoSharedPlaces(t *testing.T) {
 		t.Fatalf("session b sees session a's files or segment: %q", out)
 	}
 	t.Logf("verified: session b sees none of a's /tmp, /dev/shm files or SysV segment:\n%s", out)
+}
+
+// TestCgroupView (issue 22, build item 5, cgroup part): a session's view of
+// the cgroup2 hierarchy is its own subtree (a cgroup namespace rooted at
+// the session cgroup, and cgroup2 mounted from inside it, read-only):
+// another session's name appears nowhere under the cgroup2 mount, in
+// /proc/self/cgroup or in /proc/self/mountinfo, while the session still
+// reads its own cpu.stat. Both holder paths (the agent's thread where
+// procfs has the pidns option, the launcher's init mode) are tested.
+func TestCgroupView(t *testing.T) {
+	setup(t)
+	root, err := cgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, init := range []bool{false, true} {
+		t.Run(fmt.Sprintf("init-mode=%v", init), func(t *testing.T) {
+			b := newBoundary(t, Config{}, func(b *Boundary) {
+				if init {
+					b.directInit = false
+				}
+			})
+			tag := fmt.Sprintf("%v", init)
+			session(t, b, "cgv-a-"+tag, 95)
+			other := session(t, b, "cgv-b-"+tag, 96)
+			script := fmt.Sprintf("cat /proc/self/cgroup /proc/self/mountinfo; find %s; head -1 %s/cpu.stat; touch %s/x 2>&1", root, root, root)
+			out := runIn(t, b, "cgv-a-"+tag, &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: "/"}, true)
+			t.Logf("session a's view:\n%s", out)
+			for _, leak := range []string{filepath.Base(other), filepath.Base(cgParent)} {
+				if strings.Contains(out, leak) {
+					t.Errorf("session a reads %q", leak)
+				}
+			}
+			if !strings.Contains(out, "\n0::/run-") || !strings.Contains(out, "usage_usec") || !strings.Contains(out, "Read-only file system") {
+				t.Errorf("session a: want /proc/self/cgroup 0::/run-N, its own cpu.stat readable and the mount read-only")
+			} else {
+				t.Logf("verified: session a sees its own subtree only, read-only")
+			}
+		})
+	}
 }

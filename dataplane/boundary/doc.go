@@ -2,16 +2,21 @@
 // another session's authority (issue 12).
 //
 // Each session gets its own uid and gid (Config.UID: a pure function of the
-// dataplane's session index), and its own PID, mount and IPC namespaces,
-// created once when the session is made. A locked thread of the agent
+// dataplane's session index), and its own PID, mount, IPC and cgroup
+// namespaces, created once when the session is made (the cgroup namespace
+// is rooted at the session cgroup, and the session's cgroup2 mounts are
+// made from it, read-only: it lists its own subtree, not the other
+// sessions). A locked thread of the agent
 // unshares a new mount namespace, makes the host's root read-only
 // (recursively), a private /tmp and /dev/shm and a minimal /dev there,
-// starts catatonit -P from that thread with CLONE_NEWPID|CLONE_NEWIPC
-// straight into the session cgroup, and mounts a proc of catatonit's PID
-// namespace on /proc (procfs's pidns option, Linux 6.15); where the kernel
+// starts catatonit -P from that thread with
+// CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWCGROUP straight into the session
+// cgroup, mounts cgroup2 from catatonit's cgroup namespace and a proc of
+// its PID namespace on /proc (procfs's pidns option, Linux 6.15); where the kernel
 // lacks it, the launcher binary (cmd/shinken-launch, package child; the
 // agent's own binary if the launcher is missing, as the report says) in
-// "session-init" mode, started with CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC,
+// "session-init" mode, started with CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC|
+// CLONE_NEWCGROUP,
 // does the mounts from inside and executes catatonit. catatonit is a
 // single-threaded pid-1 reaper that holds the namespaces (one tiny process
 // per session: this host's pid_max is 32768 and the product runs 10,000

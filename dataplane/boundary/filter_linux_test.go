@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
+	"github.com/shinken-agent/shinken/agent/backend"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -21,62 +22,108 @@ import (
 // syscall (i386 ptrace through int 0x80 on amd64) killed rather than let
 // through to the default allow.
 func TestFilterVerdicts(t *testing.T) {
-	prog, err := filterProgram(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := bpf.NewVM(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
 	native, _ := arch.GetInfo("")
 	nr := func(name string) uint32 { return uint32(native.SyscallNames[name]) }
 	// struct seccomp_data as the kernel lays it out on a little-endian
 	// machine (the low word of an argument first), each 32-bit word
 	// written big-endian because the interpreter loads in network order
 	// where the kernel loads in host order.
-	data := func(auditArch, nr uint32, arg0 uint64) []byte {
+	data := func(auditArch, nr uint32, args ...uint64) []byte {
 		b := make([]byte, 64)
 		binary.BigEndian.PutUint32(b[0:], nr)
 		binary.BigEndian.PutUint32(b[4:], auditArch)
-		binary.BigEndian.PutUint32(b[16:], uint32(arg0))
-		binary.BigEndian.PutUint32(b[20:], uint32(arg0>>32))
+		for i, a := range args {
+			binary.BigEndian.PutUint32(b[16+8*i:], uint32(a))
+			binary.BigEndian.PutUint32(b[20+8*i:], uint32(a>>32))
+		}
 		return b
 	}
 	foreign := uint32(arch.I386.ID)
 	if native.ID == arch.AARCH64.ID {
 		foreign = uint32(arch.ARM.ID)
 	}
-	eperm, enosys := uint32(unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM)), uint32(unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
-	cases := []struct {
+	errno := func(e unix.Errno) uint32 { return uint32(unix.SECCOMP_RET_ERRNO | uint32(e)) }
+	eperm, enosys, eafnosupport := errno(unix.EPERM), errno(unix.ENOSYS), errno(unix.EAFNOSUPPORT)
+	call := func(name string, args ...uint64) []byte { return data(uint32(native.ID), nr(name), args...) }
+	type verdict struct {
 		what string
 		data []byte
 		want uint32
-	}{
-		{"read", data(uint32(native.ID), nr("read"), 0), unix.SECCOMP_RET_ALLOW},
-		{"ptrace", data(uint32(native.ID), nr("ptrace"), 0), eperm},
-		{"pidfd_getfd", data(uint32(native.ID), nr("pidfd_getfd"), 0), eperm},
-		{"process_vm_readv", data(uint32(native.ID), nr("process_vm_readv"), 0), eperm},
-		{"bpf", data(uint32(native.ID), nr("bpf"), 0), eperm},
-		{"clone (fork)", data(uint32(native.ID), nr("clone"), uint64(unix.SIGCHLD)), unix.SECCOMP_RET_ALLOW},
-		{"clone CLONE_NEWUSER", data(uint32(native.ID), nr("clone"), unix.CLONE_NEWUSER|uint64(unix.SIGCHLD)), eperm},
-		{"unshare CLONE_NEWNS", data(uint32(native.ID), nr("unshare"), unix.CLONE_NEWNS), unix.SECCOMP_RET_ALLOW},
-		{"unshare CLONE_NEWUSER", data(uint32(native.ID), nr("unshare"), unix.CLONE_NEWUSER), eperm},
-		{"clone3", data(uint32(native.ID), nr("clone3"), 0), enosys},
-		{"foreign-ABI syscall 26 (i386 ptrace)", data(foreign, 26, 0), unix.SECCOMP_RET_KILL_PROCESS},
 	}
-	for _, c := range cases {
-		got, err := vm.Run(c.data)
+	cases := []verdict{
+		{"read", call("read"), unix.SECCOMP_RET_ALLOW},
+		{"ptrace", call("ptrace"), eperm},
+		{"pidfd_getfd", call("pidfd_getfd"), eperm},
+		{"process_vm_readv", call("process_vm_readv"), eperm},
+		{"bpf", call("bpf"), eperm},
+		{"clone (fork)", call("clone", uint64(unix.SIGCHLD)), unix.SECCOMP_RET_ALLOW},
+		{"clone CLONE_NEWUSER", call("clone", unix.CLONE_NEWUSER|uint64(unix.SIGCHLD)), eperm},
+		{"unshare CLONE_NEWNS", call("unshare", unix.CLONE_NEWNS), unix.SECCOMP_RET_ALLOW},
+		{"unshare CLONE_NEWUSER", call("unshare", unix.CLONE_NEWUSER), eperm},
+		{"clone3", call("clone3"), enosys},
+		{"foreign-ABI syscall 26 (i386 ptrace)", data(foreign, 26, 0), unix.SECCOMP_RET_KILL_PROCESS},
+		// Socket families: an allowlist.
+		{"socket AF_UNIX", call("socket", unix.AF_UNIX, unix.SOCK_STREAM, 0), unix.SECCOMP_RET_ALLOW},
+		{"socket AF_INET", call("socket", unix.AF_INET, unix.SOCK_STREAM, 0), unix.SECCOMP_RET_ALLOW},
+		{"socket AF_INET6 UDP", call("socket", unix.AF_INET6, unix.SOCK_DGRAM, unix.IPPROTO_UDP), unix.SECCOMP_RET_ALLOW},
+		{"socket AF_NETLINK NETLINK_ROUTE", call("socket", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE), unix.SECCOMP_RET_ALLOW},
+		{"socket AF_NETLINK NETLINK_SOCK_DIAG", call("socket", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG), eafnosupport},
+		{"socket AF_NETLINK NETLINK_AUDIT", call("socket", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT), eafnosupport},
+		{"socket AF_NETLINK NETLINK_ROUTE, high bits in the protocol", call("socket", unix.AF_NETLINK, unix.SOCK_RAW, 1<<32), eafnosupport},
+		{"socket AF_VSOCK", call("socket", unix.AF_VSOCK, unix.SOCK_STREAM, 0), eafnosupport},
+		{"socket AF_PACKET", call("socket", unix.AF_PACKET, unix.SOCK_RAW, 0), eafnosupport},
+		{"socket AF_ALG", call("socket", unix.AF_ALG, unix.SOCK_SEQPACKET, 0), eafnosupport},
+		{"socket AF_UNSPEC", call("socket", unix.AF_UNSPEC, unix.SOCK_STREAM, 0), eafnosupport},
+		{"socket AF_VSOCK spelled AF_INET in the low word (high bits set)", call("socket", 1<<32|unix.AF_INET, unix.SOCK_STREAM, 0), eafnosupport},
+		{"socketpair AF_UNIX", call("socketpair", unix.AF_UNIX, unix.SOCK_STREAM, 0), unix.SECCOMP_RET_ALLOW},
+		{"socketpair AF_VSOCK", call("socketpair", unix.AF_VSOCK, unix.SOCK_STREAM, 0), eafnosupport},
+		{"socketpair AF_NETLINK NETLINK_SOCK_DIAG", call("socketpair", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG), eafnosupport},
+		// io_uring and the mount API.
+		{"io_uring_setup", call("io_uring_setup"), enosys},
+		{"io_uring_enter", call("io_uring_enter"), enosys},
+		{"io_uring_register", call("io_uring_register"), enosys},
+	}
+	for _, m := range refusedMounts {
+		cases = append(cases, verdict{m, call(m), eperm})
+	}
+	run := func(o filterOptions, cases []verdict) {
+		t.Helper()
+		prog, err := filterProgram(o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if uint32(got) != c.want {
-			t.Errorf("%s: verdict %#x, want %#x", c.what, uint32(got), c.want)
-		} else {
-			t.Logf("verified: %s -> %#x", c.what, c.want)
+		vm, err := bpf.NewVM(prog)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, c := range cases {
+			got, err := vm.Run(c.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uint32(got) != c.want {
+				t.Errorf("%+v: %s: verdict %#x, want %#x", o, c.what, uint32(got), c.want)
+			} else {
+				t.Logf("verified (%+v): %s -> %#x", o, c.what, c.want)
+			}
+		}
+		t.Logf("filter (%+v): %d instructions", o, len(prog))
 	}
-	t.Logf("filter: %d instructions", len(prog))
+	run(filterOptions{}, cases)
+	// The operator's knobs loosen their rules and nothing else.
+	run(filterOptions{allowIOURing: true}, []verdict{
+		{"io_uring_setup", call("io_uring_setup"), unix.SECCOMP_RET_ALLOW},
+		{"io_uring_enter", call("io_uring_enter"), unix.SECCOMP_RET_ALLOW},
+		{"socket AF_VSOCK", call("socket", unix.AF_VSOCK, unix.SOCK_STREAM, 0), eafnosupport},
+		{"fsopen", call("fsopen"), eperm},
+		{"clone3", call("clone3"), enosys},
+	})
+	run(filterOptions{allowUserNS: true}, []verdict{
+		{"unshare CLONE_NEWUSER", call("unshare", unix.CLONE_NEWUSER), unix.SECCOMP_RET_ALLOW},
+		{"clone3", call("clone3"), unix.SECCOMP_RET_ALLOW},
+		{"io_uring_setup", call("io_uring_setup"), enosys},
+		{"mount", call("mount"), eperm},
+	})
 }
 
 const i386Src = `package main
@@ -129,4 +176,63 @@ func TestForeignABIKilled(t *testing.T) {
 		t.Fatalf("i386 program in a session: %v, output %q; want killed by SIGSYS", err, out.String())
 	}
 	t.Logf("verified: in a session the i386 program is killed by SIGSYS at its first syscall (output %q)", out.String())
+}
+
+// TestSessionSyscalls (issue 22, build item 4): inside a session,
+// socket() makes AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE sockets only
+// (AF_VSOCK, NETLINK_SOCK_DIAG, AF_PACKET: EAFNOSUPPORT), io_uring_setup
+// returns ENOSYS and the mount API EPERM; on the host, outside any
+// session, the same program gets every one of them (so the test can
+// fail). With Config.AllowIOURing, io_uring works in the session and the
+// report's io_uring row says it is not refused.
+func TestSessionSyscalls(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	host := helper("syscalls", nil)
+	out, err := host.CombinedOutput()
+	if err != nil {
+		t.Fatalf("on the host: %v %s", err, out)
+	}
+	hostRes := results(string(out))
+	t.Logf("on the host:\n%s", out)
+	for _, op := range []string{"af_vsock", "netlink_sock_diag", "io_uring_setup", "open_tree"} {
+		if !strings.HasPrefix(hostRes[op], "ok=true") {
+			t.Errorf("on the host %s: %s (this kernel cannot show the filter refusing it)", op, hostRes[op])
+		}
+	}
+	const (
+		eafnosupport = "ok=false err=address family not supported by protocol"
+		enosys       = "ok=false err=function not implemented"
+		eperm        = "ok=false err=operation not permitted"
+	)
+	want := map[string]string{
+		"af_inet": "ok=true", "af_inet6": "ok=true", "af_unix": "ok=true", "netlink_route": "ok=true",
+		"socketpair_unix": "ok=true", "interfaces": "ok=true",
+		"af_vsock": eafnosupport, "netlink_sock_diag": eafnosupport, "af_packet": eafnosupport,
+		"socketpair_vsock": eafnosupport, "io_uring_setup": enosys, "open_tree": eperm,
+	}
+	check := func(b *Boundary, name string, index uint32, want map[string]string) {
+		t.Helper()
+		session(t, b, name, index)
+		out := runIn(t, b, name, helper("syscalls", nil), true)
+		res := results(out)
+		for op, w := range want {
+			if !strings.HasPrefix(res[op], w) {
+				t.Errorf("%s: in a session %s: %q, want %q", name, op, res[op], w)
+			} else {
+				t.Logf("verified: %s: in a session %s: %s", name, op, res[op])
+			}
+		}
+	}
+	check(b, "sys", 91, want)
+
+	ur := newBoundary(t, Config{AllowIOURing: true}, nil)
+	if err := ur.Ready(); err != nil {
+		t.Fatalf("io_uring allowed by the config: %v", err)
+	}
+	for _, r := range ur.Report() {
+		if r.Class == MechIOURing && (r.Level != backend.Unavailable || !strings.Contains(r.Reason, "IORING_OP_SOCKET")) {
+			t.Errorf("io_uring allowed: reported %s %q", r.Level, r.Reason)
+		}
+	}
+	check(ur, "sys-uring", 92, map[string]string{"io_uring_setup": "ok=true", "af_vsock": eafnosupport, "open_tree": eperm})
 }

@@ -30,6 +30,8 @@ func runHelper(mode string, args []string) int {
 		return inside()
 	case "caps":
 		return caps()
+	case "syscalls":
+		return syscalls()
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", mode)
 	return 2
@@ -214,4 +216,60 @@ func caps() int {
 	}
 	result("raw_socket", err == nil, err)
 	return 0
+}
+
+// syscalls: the socket families, io_uring and the mount API, as a session
+// process gets them. ok=true means the kernel did it.
+func syscalls() int {
+	sock := func(op string, family, typ, proto int) {
+		fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+		if err == nil {
+			unix.Close(fd)
+		}
+		result(op, err == nil, err)
+	}
+	sock("af_inet", unix.AF_INET, unix.SOCK_STREAM, 0)
+	sock("af_inet6", unix.AF_INET6, unix.SOCK_DGRAM, 0)
+	sock("af_unix", unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	sock("netlink_route", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)
+	sock("af_vsock", unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+	sock("netlink_sock_diag", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG)
+	sock("af_packet", unix.AF_PACKET, unix.SOCK_DGRAM, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+	}
+	result("socketpair_unix", err == nil, err)
+	_, err = unix.Socketpair(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	result("socketpair_vsock", err == nil, err) // the kernel has none: EOPNOTSUPP without the filter
+	// getifaddrs' way (NETLINK_ROUTE): the interfaces, loopback among them.
+	ifs, err := net.Interfaces()
+	result("interfaces", err == nil && len(ifs) > 0, err)
+	// io_uring_setup(1, &params): a ring, on a kernel that has io_uring.
+	var params [120]byte
+	fd, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	if e == 0 {
+		unix.Close(int(fd))
+	}
+	result("io_uring_setup", e == 0, errOf(e))
+	// open_tree without OPEN_TREE_CLONE needs no privilege (an O_PATH
+	// descriptor): the one call of the mount API a process without
+	// capabilities gets from the kernel.
+	fd, err = openTree("/")
+	if err == nil {
+		unix.Close(int(fd))
+	}
+	result("open_tree", err == nil, err)
+	return 0
+}
+
+func openTree(path string) (uintptr, error) {
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return 0, err
+	}
+	dirfd := unix.AT_FDCWD
+	fd, _, e := unix.Syscall(unix.SYS_OPEN_TREE, uintptr(dirfd), uintptr(unsafe.Pointer(p)), unix.O_CLOEXEC)
+	return fd, errOf(e)
 }

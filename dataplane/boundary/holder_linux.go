@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -18,14 +19,16 @@ import (
 //   - directly (directInit, the default where the kernel has procfs's
 //     pidns option, Linux 6.15): a thread of the agent unshares a new mount
 //     namespace, builds the session's mounts in it (package child's
-//     SessionMounts, less /proc), clones catatonit from it into new PID and
-//     IPC namespaces and the session cgroup, then mounts a proc instance of
-//     catatonit's PID namespace on /proc (fsopen, pidns=, fsmount,
-//     move_mount); the thread ends with the call. One fork and one exec of
+//     SessionMounts, less /proc), clones catatonit from it into new PID,
+//     IPC and cgroup namespaces and the session cgroup, joins that cgroup
+//     namespace and mounts cgroup2 from it (the session's own subtree),
+//     then mounts a proc instance of catatonit's PID namespace on /proc
+//     (fsopen, pidns=, fsmount, move_mount); the thread ends with the call. One fork and one exec of
 //     catatonit: no Go process starts.
 //   - through the launcher binary in init mode (child.Init): the child
 //     starts in its new namespaces, mounts everything (/proc from inside
-//     its PID namespace) and executes catatonit. One more exec, and a Go
+//     its PID namespace, cgroup2 from inside its cgroup namespace) and
+//     executes catatonit. One more exec, and a Go
 //     start-up (about a millisecond).
 
 // startHolder starts h's catatonit, the pid 1 of the session's namespaces,
@@ -63,7 +66,7 @@ func (b *Boundary) holderFromThread(h *holder, cg int) error {
 		return fmt.Errorf("session init: %w", err)
 	}
 	cmd := &exec.Cmd{Path: b.cfg.Catatonit, Args: []string{"catatonit", "-P"}, Env: []string{}}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC, Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP, Setsid: true}
 	if cg >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg
 	}
@@ -75,12 +78,33 @@ func (b *Boundary) holderFromThread(h *holder, cg int) error {
 	// Our child, reaped by release alone (see holder).
 	h.pid, h.child = cmd.Process.Pid, true
 	_ = cmd.Process.Release()
+	if err := mountCgroup(h.pid); err != nil {
+		_ = unix.Kill(h.pid, unix.SIGKILL)
+		reap(h)
+		return fmt.Errorf("session init: %w", err)
+	}
 	if err := mountProc(h.pid); err != nil {
 		_ = unix.Kill(h.pid, unix.SIGKILL)
 		reap(h)
 		return fmt.Errorf("session init: %w", err)
 	}
 	return nil
+}
+
+// mountCgroup joins pid's cgroup namespace (rooted at the session cgroup,
+// where clone put pid) on this thread and mounts the session's view of the
+// cgroup2 hierarchy from it (child.CgroupMounts). /proc is still the
+// host's here, so it names pid.
+func mountCgroup(pid int) error {
+	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/cgroup", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open cgroup namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	if err := unix.Setns(ns, unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("join cgroup namespace: %w", err)
+	}
+	return child.CgroupMounts("/proc/thread-self/mountinfo", strconv.Itoa(pid))
 }
 
 // mountProc replaces /proc of this thread's mount namespace with a proc

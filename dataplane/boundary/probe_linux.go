@@ -36,12 +36,19 @@ func (b *Boundary) probe() {
 
 	add(MechCaps, capsProbe(), "securebits locked, bounding/inheritable/ambient sets emptied, no_new_privs")
 
-	n, ferr := FilterLen(c.AllowUserNS)
-	serr := seccompAvailable()
-	if serr == nil {
-		serr = ferr
+	b.useSeccomp = add(MechSeccomp, seccompAvailable(), fmt.Sprintf(
+		"seccomp filter, TSYNC, %d BPF instructions: %s refused (EPERM); the mount API (%s) refused (EPERM); "+
+			"socket and socketpair only for AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK with NETLINK_ROUTE (any other: EAFNOSUPPORT)",
+		b.FilterLen(), strings.Join(refusedSyscalls, ", "), strings.Join(refusedMounts, ", ")))
+
+	switch {
+	case c.AllowIOURing:
+		add(MechIOURing, errors.New("allowed in sessions by the operator's configuration: its operations pass no seccomp check, so a session can make sockets of any family (IORING_OP_SOCKET)"), "none")
+	case b.useSeccomp:
+		add(MechIOURing, nil, "refused by the seccomp filter ("+strings.Join(ioURingSyscalls, ", ")+": ENOSYS)")
+	default:
+		add(MechIOURing, errors.New("seccomp is unavailable, so io_uring cannot be refused"), "none")
 	}
-	b.useSeccomp = add(MechSeccomp, serr, fmt.Sprintf("seccomp filter, TSYNC, %d BPF instructions: %s refused", n, strings.Join(refusedSyscalls, ", ")))
 
 	userns := usernsAllowed()
 	switch {
@@ -62,7 +69,7 @@ func (b *Boundary) probe() {
 		mntErr = b.probeInit()
 	}
 	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; each run gets its own cgroup below the session's")
-	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev; "+b.holderHow)
+	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev, cgroup2 showing the session's own subtree (cgroup namespace rooted at the session cgroup); "+b.holderHow)
 	b.useNS = okCat && okPID && okMnt
 
 	abi, lerr := ll.LandlockGetABIVersion()
@@ -78,8 +85,9 @@ func (b *Boundary) probe() {
 	b.report = rows
 	var missing []string
 	for _, r := range rows {
-		// AllowUserNS is the operator's explicit acceptance of that row.
-		accepted := c.accepts(string(r.Class)) || (r.Class == MechUserNS && c.AllowUserNS)
+		// AllowUserNS and AllowIOURing are the operator's explicit
+		// acceptance of their rows.
+		accepted := c.accepts(string(r.Class)) || (r.Class == MechUserNS && c.AllowUserNS) || (r.Class == MechIOURing && c.AllowIOURing)
 		if r.Level == backend.Unavailable && !accepted {
 			missing = append(missing, string(r.Class)+": "+r.Reason)
 		}

@@ -22,28 +22,96 @@ var refusedSyscalls = []string{
 	"open_by_handle_at",
 }
 
-// policy is the session filter: default allow; the syscalls above refused;
-// new user namespaces refused unless allowed (unshare and clone check their
-// flags; clone3 passes its flags in memory a filter cannot read, so it
-// returns ENOSYS and libc and Go fall back to clone).
-func policy(allowUserNS bool) seccomp.Policy {
+// refusedMounts are the mount API, refused with EPERM: without
+// capabilities every one of them fails anyway, but they become live the day
+// a session may hold capabilities in a user namespace of its own
+// (Config.AllowUserNS), and a filter that names them keeps it that way.
+var refusedMounts = []string{
+	"mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick",
+	"move_mount", "open_tree", "open_tree_attr", "mount_setattr",
+}
+
+// ioURingSyscalls are refused with ENOSYS (a kernel without io_uring, which
+// programs fall back from) unless the operator allows io_uring: its
+// operations reach the kernel without a system call the filter sees
+// (IORING_OP_SOCKET makes a socket of any family, for one), so each
+// syscall refused here would need an opcode refused there too.
+var ioURingSyscalls = []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}
+
+// Socket families a session may create (socket, socketpair); every other
+// family is refused with EAFNOSUPPORT, as a kernel without it answers.
+// AF_NETLINK only with protocol NETLINK_ROUTE (interfaces, addresses and
+// routes, read by getifaddrs and getaddrinfo); its other protocols
+// (NETLINK_SOCK_DIAG lists the host's sockets, audit, uevents, generic
+// netlink families) are refused.
+const (
+	afUnix, afInet, afInet6, afNetlink = unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK
+	netlinkRoute                       = unix.NETLINK_ROUTE
+)
+
+// socketFamilies are the socket rules: the refusals' conditions. Each
+// argument is compared as 64 bits, so a value with stray high bits (the
+// kernel reads an int) differs from every allowed family and is refused.
+func socketFamilies() []seccomp.NameWithConditions {
+	other := seccomp.ArgumentConditions{
+		{Argument: 0, Operation: seccomp.NotEqual, Value: afUnix},
+		{Argument: 0, Operation: seccomp.NotEqual, Value: afInet},
+		{Argument: 0, Operation: seccomp.NotEqual, Value: afInet6},
+		{Argument: 0, Operation: seccomp.NotEqual, Value: afNetlink},
+	}
+	netlink := seccomp.ArgumentConditions{
+		{Argument: 0, Operation: seccomp.Equal, Value: afNetlink},
+		{Argument: 2, Operation: seccomp.NotEqual, Value: netlinkRoute},
+	}
+	var out []seccomp.NameWithConditions
+	for _, name := range []string{"socket", "socketpair"} {
+		out = append(out, seccomp.NameWithConditions{Name: name, Conditions: other},
+			seccomp.NameWithConditions{Name: name, Conditions: netlink})
+	}
+	return out
+}
+
+// filterOptions are what the operator may loosen (Config).
+type filterOptions struct {
+	allowUserNS, allowIOURing bool
+}
+
+func (c Config) filterOptions() filterOptions {
+	return filterOptions{allowUserNS: c.AllowUserNS, allowIOURing: c.AllowIOURing}
+}
+
+// policy is the session filter: default allow; the syscalls above refused
+// (the mount API, and io_uring unless allowed); socket families outside the
+// allowlist refused; new user namespaces refused unless allowed (unshare
+// and clone check their flags; clone3 passes its flags in memory a filter
+// cannot read, so it returns ENOSYS and libc and Go fall back to clone).
+func policy(o filterOptions) seccomp.Policy {
+	eperm := seccomp.ActionErrno | seccomp.Action(unix.EPERM)
 	p := seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
-			{Names: refusedSyscalls, Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM)},
+			{Names: append(append([]string(nil), refusedSyscalls...), refusedMounts...), Action: eperm},
+			{NamesWithCondtions: socketFamilies(), Action: seccomp.ActionErrno | seccomp.Action(unix.EAFNOSUPPORT)},
 		},
 	}
-	if !allowUserNS {
+	enosys := []string{}
+	if !o.allowIOURing {
+		enosys = append(enosys, ioURingSyscalls...)
+	}
+	if !o.allowUserNS {
+		enosys = append(enosys, "clone3")
 		newUser := seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_NEWUSER}}
 		p.Syscalls = append(p.Syscalls,
-			seccomp.SyscallGroup{Names: []string{"clone3"}, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)},
 			seccomp.SyscallGroup{
 				NamesWithCondtions: []seccomp.NameWithConditions{
 					{Name: "unshare", Conditions: newUser},
 					{Name: "clone", Conditions: newUser},
 				},
-				Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
+				Action: eperm,
 			})
+	}
+	if len(enosys) > 0 {
+		p.Syscalls = append(p.Syscalls, seccomp.SyscallGroup{Names: enosys, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)})
 	}
 	return p
 }
@@ -53,12 +121,12 @@ func policy(allowUserNS bool) seccomp.Policy {
 // int 0x80 on amd64, AArch32 on arm64) through to the default action, which
 // would number ptrace differently and so skip every rule: three
 // instructions in front kill a process that uses a foreign ABI.
-func filterProgram(allowUserNS bool) ([]bpf.Instruction, error) {
+func filterProgram(o filterOptions) ([]bpf.Instruction, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, err
 	}
-	p := policy(allowUserNS)
+	p := policy(o)
 	body, err := p.Assemble()
 	if err != nil {
 		return nil, fmt.Errorf("seccomp policy: %w", err)
@@ -71,17 +139,19 @@ func filterProgram(allowUserNS bool) ([]bpf.Instruction, error) {
 	return append(prog, body...), nil
 }
 
-// FilterLen is the number of BPF instructions of the session filter.
+// FilterLen is the number of BPF instructions of the session filter with
+// io_uring refused (the default); Boundary.FilterLen is that of the filter
+// a boundary installs.
 func FilterLen(allowUserNS bool) (int, error) {
-	p, err := filterProgram(allowUserNS)
+	p, err := filterProgram(filterOptions{allowUserNS: allowUserNS})
 	return len(p), err
 }
 
 // rawFilter is the filter as the kernel takes it, an array of struct
 // sock_filter (little-endian: the agent builds for amd64 and arm64), for
 // the launcher to install.
-func rawFilter(allowUserNS bool) ([]byte, error) {
-	insts, err := filterProgram(allowUserNS)
+func rawFilter(o filterOptions) ([]byte, error) {
+	insts, err := filterProgram(o)
 	if err != nil {
 		return nil, err
 	}

@@ -401,7 +401,8 @@ func TestFilter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range append(append([]string(nil), refusedSyscalls...), "unshare", "clone", "clone3") {
+		names := append(append(append([]string(nil), refusedSyscalls...), refusedMounts...), ioURingSyscalls...)
+		for _, name := range append(names, "unshare", "clone", "clone3", "socket", "socketpair") {
 			if _, ok := info.SyscallNames[name]; !ok {
 				t.Errorf("%s has no syscall %s", a, name)
 			}
@@ -480,7 +481,7 @@ func TestGoLaunchMode(t *testing.T) {
 		t.Skip("already the Go launch mode")
 	}
 	tests := []string{"TestCrossSession", "TestCrossSessionLayers", "TestInsideSession", "TestNoPrivilegeGain",
-		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter",
+		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter", "TestSessionSyscalls", "TestCgroupView",
 		"TestLauncherFallback", "TestLaunchError"}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), goLaunchEnv+"=1")
@@ -494,4 +495,48 @@ func TestGoLaunchMode(t *testing.T) {
 		}
 	}
 	t.Logf("%d protection tests passed through the Go launcher's launch mode", len(tests))
+}
+
+// TestRunIdentity (issue 22, build item 6): a launch names the session's
+// own uid and gid or neither; another session's uid, a host user or a host
+// group (shadow) is refused with ErrIdentity before anything starts, and
+// the process gets no supplementary group.
+func TestRunIdentity(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	dir := session(t, b, "ida", 93)
+	session(t, b, "idb", 94)
+	own, _ := b.UID(93)
+	other, _ := b.UID(94)
+	id := func(opts LaunchOptions) (string, error) {
+		cmd := &exec.Cmd{Path: "/usr/bin/id", Args: []string{"id"}, Dir: "/"}
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := b.Launch("ida", cmd, opts, true); err != nil {
+			return "", err
+		}
+		err := cmd.Wait()
+		return strings.TrimSpace(out.String()), err
+	}
+	for _, opts := range []LaunchOptions{
+		{UID: other}, {UID: other, GID: other}, {UID: own, GID: other}, {GID: other},
+		{UID: own, GID: 42}, {GID: 42}, {UID: 65534, GID: 65534}, {UID: 1000}, {UID: own, GID: 0xFFFFFFFF},
+	} {
+		out, err := id(opts)
+		if !errors.Is(err, ErrIdentity) {
+			t.Errorf("launch as uid %d gid %d: %v %q, want ErrIdentity", opts.UID, opts.GID, err, out)
+		} else {
+			t.Logf("verified: uid %d gid %d refused: %v", opts.UID, opts.GID, err)
+		}
+	}
+	if runs, _ := filepath.Glob(filepath.Join(dir, "run-*")); len(runs) != 0 {
+		t.Errorf("refused launches left run cgroups: %v", runs)
+	}
+	want := fmt.Sprintf("uid=%d gid=%d groups=%d", own, own, own)
+	for _, opts := range []LaunchOptions{{}, {UID: own}, {GID: own}, {UID: own, GID: own}} {
+		out, err := id(opts)
+		if err != nil || out != want {
+			t.Errorf("launch as uid %d gid %d: %v %q, want %q", opts.UID, opts.GID, err, out, want)
+		}
+	}
+	t.Logf("verified: the session's own identity (named or by default) runs as %q", want)
 }

@@ -11,6 +11,7 @@
 //
 //	tcp ADDR              connect a TCP socket, then close it
 //	tcp6 ADDR             connect from an AF_INET6 socket (IPv4 ADDR is sent v4-mapped)
+//	tcpfrom SRC ADDR      bind a TCP socket to SRC (ip:port), then connect it to ADDR
 //	udp ADDR              sendto from an unconnected UDP socket
 //	udp6 ADDR             sendto from an AF_INET6 UDP socket (v4-mapped for IPv4)
 //	cudp ADDR             connect a UDP socket, then send on it
@@ -36,6 +37,7 @@
 //	cpu N                 pin this process to CPU N
 //	tid                   answers "ok TID" (the thread every command runs on)
 //	pid                   answers "ok PID"
+//	ids                   answers "ok UID GID GROUPS" (GROUPS: the supplementary groups, comma-separated)
 package probe
 
 import (
@@ -125,6 +127,13 @@ func (p *prober) do(f []string) string {
 		return result(strconv.Itoa(unix.Gettid()), nil)
 	case "pid":
 		return result(strconv.Itoa(os.Getpid()), nil)
+	case "ids":
+		groups, err := unix.Getgroups()
+		g := make([]string, len(groups))
+		for i, n := range groups {
+			g[i] = strconv.Itoa(n)
+		}
+		return result(fmt.Sprintf("%d %d %s", unix.Getuid(), unix.Getgid(), strings.Join(g, ",")), err)
 	case "tcp", "tcp6", "mptcp":
 		proto := 0
 		if f[0] == "mptcp" {
@@ -135,6 +144,20 @@ func (p *prober) do(f []string) string {
 			return result("", err)
 		}
 		defer unix.Close(fd)
+		return result("", unix.Connect(fd, sa))
+	case "tcpfrom":
+		fd, sa, err := p.socket(arg(2), false, unix.SOCK_STREAM, 0)
+		if err != nil {
+			return result("", err)
+		}
+		defer unix.Close(fd)
+		src, _, err := sockaddr(arg(1), false)
+		if err == nil {
+			err = unix.Bind(fd, src)
+		}
+		if err != nil {
+			return result("", err)
+		}
 		return result("", unix.Connect(fd, sa))
 	case "udp", "udp6":
 		fd, sa, err := p.socket(arg(1), f[0] == "udp6", unix.SOCK_DGRAM, 0)

@@ -10,12 +10,15 @@ import (
 )
 
 // sessionInit runs as pid 1 of the session's new PID namespace, in its new
-// mount and IPC namespaces, as root: it builds the session's view of the
+// mount, IPC and cgroup namespaces, as root: it builds the session's view of the
 // filesystem and executes catatonit -P, which holds the namespaces.
 func sessionInit(spec Init) error {
 	unix.CloseOnExec(spec.Status)
 	if !spec.NoMounts {
 		if err := SessionMounts(true); err != nil {
+			return err
+		}
+		if err := CgroupMounts("/proc/self/mountinfo", "self"); err != nil {
 			return err
 		}
 	}
