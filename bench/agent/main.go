@@ -5,7 +5,8 @@
 // sessions through the API (each with its namespaces and holder), times the
 // last creations one at a time (session_create_p99_ms), times /metrics
 // scrapes and session listings (`shinkenctl -o json session ls`), reads the
-// daemon's resident memory, and times a launch of /bin/true through the
+// daemon's resident memory, times net.egress grants through the API one at
+// a time (grant_p99_ms, grant.go), and times a launch of /bin/true through the
 // session launcher against a plain spawn (run_spawn_overhead_ratio). It
 // removes everything it made.
 package main
@@ -38,6 +39,7 @@ var (
 	flagWorkers  = flag.Int("workers", 4, "concurrent session creations")
 	flagTimed    = flag.Int("timed", 500, "the last sessions are created one at a time and timed (at most half of -sessions)")
 	flagSpawns   = flag.Int("spawns", 200, "timed launches of /bin/true, and as many plain spawns, interleaved")
+	flagGrants   = flag.Int("grants", 500, "timed net.egress grants through the API, one at a time, each to another session (0: none)")
 )
 
 func main() {
@@ -183,6 +185,12 @@ func run() error {
 		return fmt.Errorf("session ls listed %d sessions, want %d", listed, *flagSessions)
 	}
 	rss := rssMiB(cmd.Process.Pid)
+	var grants []float64
+	if *flagGrants > 0 {
+		if grants, err = timeGrants(hc, *flagSessions, *flagGrants); err != nil {
+			return err
+		}
+	}
 	apiRun, err := timeAPIRun(hc)
 	if err != nil {
 		return err
@@ -200,7 +208,14 @@ func run() error {
 	fmt.Printf("run /bin/true through the API (POST /v1/sessions/s0/run: HTTP, audit record with its fsync, launcher, wait): median %.2f ms over %d\n", median(apiRun), len(apiRun))
 	fmt.Printf("launch /bin/true in a session through the launcher (own run cgroup, wait): median %.3f ms, p99 %.3f ms; plain spawn (no session): median %.3f ms, p99 %.3f ms; %d each, interleaved\n",
 		median(launch), quantile(launch, 0.99), median(plain), quantile(plain, 0.99), len(launch))
+	if len(grants) > 0 {
+		fmt.Printf("grant (POST /v1/requests, net.egress one /32 port 443, Auto tier) one at a time at %d live sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d (revoked afterwards)\n",
+			*flagSessions, median(grants), quantile(grants, 0.99), maxOf(grants), len(grants))
+	}
 	fmt.Printf("session_create_p99_ms=%.2f\n", quantile(creates, 0.99))
+	if len(grants) > 0 {
+		fmt.Printf("grant_p99_ms=%.2f\n", quantile(grants, 0.99))
+	}
 	fmt.Printf("run_spawn_overhead_ratio=%.2f\n", median(launch)/median(plain))
 	return nil
 }
