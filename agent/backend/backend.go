@@ -166,7 +166,8 @@ func DeltaOf(rules []EgressRule) Delta {
 // LaunchOptions says who a session process runs as.
 type LaunchOptions struct {
 	// UID and GID of the process; both zero means the session's own
-	// identity. UID 0 is refused unless Privileged.
+	// identity, and a backend with session identities (SessionIdentity)
+	// refuses any other.
 	UID, GID uint32
 	// Privileged keeps the caller's credentials (root). Only for tests of
 	// what a privileged process could do; never the default.
