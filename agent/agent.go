@@ -188,9 +188,30 @@ func (a *Agent) crash(s Step) {
 	}
 }
 
+// persist writes every record that changed (found by encoding each one:
+// it costs the whole state) and fsyncs once. The hot paths name what they
+// changed instead (persistKeys).
 func (a *Agent) persist() error {
 	a.syncBreakers()
 	return a.store.save(a.st)
+}
+
+// persistKeys writes the records named by keys ("g/ID", "s/ID", "a/ID"),
+// and the sessions whose breaker moved, and fsyncs: a call that knows what
+// it changed pays for that, not for the whole state.
+func (a *Agent) persistKeys(keys ...string) error {
+	return a.store.writeKeys(a.st, true, append(keys, a.syncBreakers()...))
+}
+
+// persistIntent is persistKeys without the fsync, for intent records whose
+// loss reconcile repairs in the fail-closed direction (a pending grant, a
+// handle recorded, a Delta about to be pushed, a revocation begun: kernel
+// state nobody accounts for is revoked and released at the next start; a
+// power loss that drops the record drops the kernel state with it). The
+// write still reaches the page cache before the kernel step, so a kill -9
+// leaves it for reconcile to report.
+func (a *Agent) persistIntent(keys ...string) error {
+	return a.store.writeKeys(a.st, false, append(keys, a.syncBreakers()...))
 }
 
 func (a *Agent) emit(e Event) error {

@@ -100,14 +100,16 @@ func (a *Agent) countDenial(session string) bool {
 
 // syncBreakers copies the live breaker counters into the session records,
 // so a state write carries them; a.mu held.
-func (a *Agent) syncBreakers() {
+func (a *Agent) syncBreakers() (changed []string) {
 	a.bmu.Lock()
 	defer a.bmu.Unlock()
 	for id, b := range a.breaker {
-		if rec, ok := a.st.Sessions[id]; ok {
+		if rec, ok := a.st.Sessions[id]; ok && rec.Breaker != *b {
 			rec.Breaker = *b
+			changed = append(changed, "s/"+id)
 		}
 	}
+	return changed
 }
 
 // denied counts a denial; on reaching a threshold the breaker trips: a

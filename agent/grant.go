@@ -246,7 +246,7 @@ func (a *Agent) grantLocked(ctx context.Context, req GrantRequest, approver stri
 		stored := req
 		stored.Parent = ""
 		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: stored, ParentGrant: rec.Parent, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
-		if perr := a.persist(); perr != nil {
+		if perr := a.persistKeys("a/" + id); perr != nil {
 			delete(a.st.Approvals, id)
 			return nil, perr
 		}
@@ -288,7 +288,8 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// 3. Issue the handle: intent first, then the kernel, then the record.
 	rec.Phase = PhasePending
 	a.st.Grants[id] = rec
-	if err := a.persist(); err != nil {
+	key := "g/" + id
+	if err := a.persistIntent(key); err != nil {
 		delete(a.st.Grants, id)
 		return nil, err
 	}
@@ -313,7 +314,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	}
 	a.crash(StepGrantHandleIssued)
 	rec.Phase = PhaseHandle
-	if err := a.persist(); err != nil {
+	if err := a.persistIntent(key); err != nil {
 		return nil, a.rollback(rec, err)
 	}
 	a.crash(StepGrantHandleSaved)
@@ -324,7 +325,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	a.neverExceptions(rec.Session, delta.Egress)
 	rec.Delta = delta
 	rec.Phase = PhaseApplying
-	if err := a.persist(); err != nil {
+	if err := a.persistIntent(key); err != nil {
 		return nil, a.rollback(rec, err)
 	}
 	a.crash(StepGrantApplying)
@@ -339,7 +340,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	sess := a.st.Sessions[rec.Session]
 	oldIng := sess.Ingredients
 	sess.Ingredients = sess.Ingredients.With(c, rec.Provenance)
-	if err := a.persist(); err != nil {
+	if err := a.persistKeys(key, "s/"+rec.Session); err != nil {
 		sess.Ingredients = oldIng
 		return nil, a.rollback(rec, err)
 	}
@@ -379,7 +380,7 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 	}
 	rec.Ended = a.cfg.Now()
 	rec.EndReason = "rollback: " + cause.Error()
-	errs = append(errs, a.persist())
+	errs = append(errs, a.persistKeys("g/"+rec.ID, "s/"+rec.Session))
 	a.emit(Event{Kind: "grant.rollback", Session: rec.Session, Grant: rec.ID, Class: rec.Capability.Class, Outcome: cause.Error()})
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w (rollback incomplete: %v)", cause, err)

@@ -65,10 +65,16 @@ func (a *Agent) descendants(g *GrantRecord) []*GrantRecord {
 }
 
 func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
-	if g.Phase.Terminal() {
-		return nil
-	}
 	subtree := append([]*GrantRecord{g}, a.descendants(g)...)
+	keys := make([]string, len(subtree))
+	for i, x := range subtree {
+		keys[i] = "g/" + x.ID
+	}
+	if g.Phase.Terminal() {
+		// Done before; a revocation whose last write failed (a full disk)
+		// is recorded now. Records already on disk cost nothing.
+		return a.persistKeys(keys...)
+	}
 	var errs []error
 	// 1. Flip the caretaker bit: one kernel write kills g and, through the
 	// parent chain the kernel walks, every descendant; the backend cuts the
@@ -85,7 +91,7 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 			x.EndReason = reason
 		}
 	}
-	if err := a.persist(); err != nil {
+	if err := a.persistIntent(keys...); err != nil {
 		errs = append(errs, err)
 	}
 	a.crash(StepRevokeIntent)
@@ -110,7 +116,7 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 		x.Ended = a.cfg.Now()
 	}
 	a.crash(StepRevokeFreed)
-	if err := a.persist(); err != nil {
+	if err := a.persistKeys(keys...); err != nil {
 		errs = append(errs, err)
 	}
 	a.crash(StepRevokeDone)

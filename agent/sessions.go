@@ -135,10 +135,16 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownSession, id)
 	}
+	// Record the intent; if that fails (a full disk) nothing has changed and
+	// the session stays as it was.
+	old := rec.Phase
 	rec.Phase = SessionEnding
-	if err := a.persist(); err != nil {
+	key := "s/" + id
+	if err := a.persistKeys(key); err != nil {
+		rec.Phase = old
 		return err
 	}
+	keys := []string{key}
 	var errs []error
 	// Oldest first: a root is revoked before its descendants, and revoking
 	// it takes its whole subtree (descendants in other sessions included).
@@ -150,6 +156,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	for k, ap := range a.st.Approvals {
 		if ap.Request.Session == id {
 			delete(a.st.Approvals, k)
+			keys = append(keys, "a/"+k)
 		}
 	}
 	// Approved patterns answer for this session only: a later session that
@@ -157,6 +164,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	for k, p := range a.st.Patterns {
 		if p.Session == id {
 			delete(a.st.Patterns, k)
+			keys = append(keys, "p/"+k)
 		}
 	}
 	if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {
@@ -166,13 +174,16 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 		return errors.Join(err, a.persist())
 	}
 	delete(a.st.Sessions, id)
+	if err := a.persistKeys(keys...); err != nil {
+		// Kept, ending: a retry of EndSession finishes the removal (every
+		// step above is idempotent) once the write goes through.
+		a.st.Sessions[id] = rec
+		return err
+	}
 	a.engine.DropSession(id)
 	a.bmu.Lock()
 	delete(a.breaker, id)
 	a.bmu.Unlock()
-	if err := a.persist(); err != nil {
-		return err
-	}
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
 

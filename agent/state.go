@@ -126,7 +126,12 @@ func newState() *state {
 // Replaying a journal over a snapshot that already holds its changes is
 // harmless: every line carries a whole record or a deletion.
 type store struct {
-	dir     string
+	dir string
+	// fault, when set (tests), is asked before every write and sync of the
+	// store's files ("journal.write", "journal.sync", "snapshot"); an error
+	// it returns is that write's error, as a full disk (ENOSPC) or a
+	// failing device (EIO) would give.
+	fault   func(op string) error
 	seen    map[string][32]byte // record key -> SHA-256 of its last persisted form
 	journal *os.File
 	jbytes  int64 // journal size
@@ -273,23 +278,46 @@ func (s *store) save(st *state) error {
 		s.seen = next
 		return nil
 	}
-	if err := s.appendJournal(buf.Bytes()); err != nil {
+	if err := s.appendJournal(buf.Bytes(), true); err != nil {
 		return err
 	}
 	s.seen = next
 	return nil
 }
 
-// appendJournal writes lines to the journal and fsyncs it; on a failed write
-// it cuts what it wrote, so no half line is left for the next append.
-func (s *store) appendJournal(lines []byte) error {
-	if _, err := s.journal.Write(lines); err != nil {
+// faultAt is the test hook's verdict on one write (nil without a hook).
+func (s *store) faultAt(op string) error {
+	if s.fault == nil {
+		return nil
+	}
+	return s.fault(op)
+}
+
+// appendJournal writes lines to the journal and, when sync, fsyncs it; on
+// a failed write or sync it cuts what it wrote, so no half line is left for
+// the next append and a record that was not acknowledged is not replayed.
+// An unsynced append is an intent a crash of the process keeps (the page
+// cache survives a kill -9) and a power loss may drop: only records whose
+// loss reconcile repairs are written so (see persistIntent).
+func (s *store) appendJournal(lines []byte, sync bool) error {
+	cut := func(err error) error {
 		s.journal.Truncate(s.jbytes)
 		s.journal.Seek(s.jbytes, io.SeekStart)
 		return fmt.Errorf("%w: journal: %w", ErrState, err)
 	}
-	if err := s.journal.Sync(); err != nil {
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	if err := s.faultAt("journal.write"); err != nil {
+		return cut(err)
+	}
+	if _, err := s.journal.Write(lines); err != nil {
+		return cut(err)
+	}
+	if sync {
+		if err := s.faultAt("journal.sync"); err != nil {
+			return cut(err)
+		}
+		if err := s.journal.Sync(); err != nil {
+			return cut(err)
+		}
 	}
 	s.jbytes += int64(len(lines))
 	return nil
@@ -300,6 +328,11 @@ func (s *store) appendJournal(lines []byte) error {
 // not the whole state. A record a caller changed but did not name would be
 // lost on a crash, so only call sites that touch one known record use it.
 func (s *store) saveKeys(st *state, keys ...string) error {
+	return s.writeKeys(st, true, keys)
+}
+
+// writeKeys is saveKeys, with the journal fsynced only when sync.
+func (s *store) writeKeys(st *state, sync bool, keys []string) error {
 	var buf bytes.Buffer
 	type upd struct {
 		key string
@@ -333,7 +366,7 @@ func (s *store) saveKeys(st *state, keys ...string) error {
 	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
 		return s.save(st) // folds everything into a new snapshot
 	}
-	if err := s.appendJournal(buf.Bytes()); err != nil {
+	if err := s.appendJournal(buf.Bytes(), sync); err != nil {
 		return err
 	}
 	for _, u := range ups {
@@ -382,6 +415,9 @@ func (s *store) compact(st *state) error {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("%w: encode: %w", ErrState, err)
+	}
+	if err := s.faultAt("snapshot"); err != nil {
+		return fmt.Errorf("%w: snapshot: %w", ErrState, err)
 	}
 	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
 		return err

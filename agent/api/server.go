@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent"
@@ -166,7 +167,10 @@ func statusFor(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, backend.ErrLimitsUnsupported):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, backend.ErrMapFull), errors.Is(err, backend.ErrRulesFull):
+	case errors.Is(err, backend.ErrMapFull), errors.Is(err, backend.ErrRulesFull),
+		errors.Is(err, agent.ErrState) && errors.Is(err, syscall.ENOSPC):
+		// A full table, or a full disk under the agent's state: nothing
+		// changed; the same call succeeds once there is room.
 		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError

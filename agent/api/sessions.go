@@ -113,11 +113,9 @@ func (s *Server) showSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	// Straight to the agent: a removal that failed half way (the session
+	// is ending) is finished by the same call again.
 	id := r.PathValue("id")
-	if _, err := s.find(id); err != nil {
-		writeErr(w, statusFor(err), err)
-		return
-	}
 	if err := s.cfg.Agent.EndSession(id); err != nil {
 		writeErr(w, statusFor(err), err)
 		return
