@@ -34,6 +34,12 @@ type Event struct {
 	Rule         string    `json:"rule,omitempty"`
 	Actor        string    `json:"actor,omitempty"`
 	Card         *Card     `json:"card,omitempty"` // card.* events: the card as it stands
+	// Tool is the program of a process.run event; Args its argv, which
+	// never leave the agent but for the audit log (it hashes them).
+	Tool string   `json:"tool,omitempty"`
+	Args []string `json:"-"`
+	// Denial is the kernel's event of a kernel.deny.
+	Denial *backend.Event `json:"denial,omitempty"`
 }
 
 // EventSink receives lifecycle events; an error fails the step that emitted
@@ -129,6 +135,8 @@ type Agent struct {
 	mu sync.Mutex // serializes every state change
 	st *state
 
+	never []backend.NeverEntry // under mu: the never-list in force (SetNeverList)
+
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
 
@@ -168,6 +176,11 @@ func Open(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	if err := a.checkRestartPolicy(); err != nil {
+		return nil, err
+	}
+	// The agent owns the never-list: the backend's is set from the config
+	// before anything is reconciled or granted.
+	if err := a.setNeverLocked(nil); err != nil {
 		return nil, err
 	}
 	if _, err := a.Reconcile(); err != nil {

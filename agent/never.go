@@ -7,7 +7,6 @@ package agent
 // permits the use: then its rule is NeverOK. A 0.0.0.0/0 grant never is.
 
 import (
-	"slices"
 	"strings"
 	"time"
 
@@ -16,9 +15,8 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-func (a *Agent) neverList() []backend.NeverEntry {
-	return append(slices.Clone(backend.DefaultNeverList), a.cfg.NeverList...)
-}
+// neverList is the never-list in force; a.mu held.
+func (a *Agent) neverList() []backend.NeverEntry { return a.never }
 
 // neverListed reports whether addr:port is on the never-list.
 func neverListed(list []backend.NeverEntry, r backend.EgressRule) bool {

@@ -153,7 +153,8 @@ func statusFor(err error) int {
 		errors.Is(err, backend.ErrInvalidPorts), errors.Is(err, backend.ErrInvalidSession),
 		errors.Is(err, agent.ErrForgedHandle), errors.Is(err, agent.ErrInvalidCapability),
 		errors.Is(err, backend.ErrInvalidProto), errors.Is(err, backend.ErrInvalidHandle),
-		errors.Is(err, backend.ErrChainTooDeep), errors.Is(err, backend.ErrCoverTooDeep):
+		errors.Is(err, backend.ErrChainTooDeep), errors.Is(err, backend.ErrCoverTooDeep),
+		errors.Is(err, agent.ErrLaunch):
 		return http.StatusBadRequest
 	case errors.Is(err, agent.ErrUnknownSession), errors.Is(err, backend.ErrSessionNotFound),
 		errors.Is(err, agent.ErrUnknownApproval), errors.Is(err, agent.ErrUnknownHandle), errors.Is(err, agent.ErrUnknownCard):

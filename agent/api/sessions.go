@@ -181,15 +181,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	ks, err := s.cfg.Backend.Session(id)
-	if err != nil {
-		writeErr(w, statusFor(err), err)
-		return
-	}
-	if err := s.cfg.Audit("run", map[string]any{"actor": actor(r), "session": id, "tool": req.Argv[0], "params": req.Argv, "outcome": "started"}); err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
@@ -198,12 +189,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Stdin = strings.NewReader(req.Stdin)
-	if err := s.cfg.Backend.Launch(ks.Name, cmd, backend.LaunchOptions{UID: req.UID, GID: req.GID}); err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+	if err := s.cfg.Agent.Launch(id, cmd, backend.LaunchOptions{UID: req.UID, GID: req.GID}, actor(r)); err != nil {
+		writeErr(w, statusFor(err), err)
 		return
 	}
-	s.cfg.Hub.Publish("api", "session.run", map[string]any{"session": id, "argv0": req.Argv[0], "pid": cmd.Process.Pid, "actor": actor(r)})
-	err = cmd.Wait()
+	err := cmd.Wait()
 	res := RunResult{Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), Truncated: stdout.truncated || stderr.truncated, PID: cmd.Process.Pid}
 	var ee *exec.ExitError
 	switch {

@@ -138,11 +138,23 @@ type daemon struct {
 // eventSink receives the agent's lifecycle events: the event stream, and the
 // audit log when one is attached.
 type eventSink struct {
-	hub   *api.Hub
-	audit func(agent.Event) error
+	hub          *api.Hub
+	audit        func(agent.Event) error
+	kernelDenial func(session string, ev backend.Event) // aggregated for the audit log
 }
 
 func (s *eventSink) Emit(e agent.Event) error {
+	if e.Kind == agent.EventKernelDeny && e.Denial != nil {
+		// The stream's record as it has always been; the audit log gets
+		// the denials aggregated per second (flushDenials).
+		ev := *e.Denial
+		s.hub.Publish("kernel", "kernel.deny", map[string]any{"session": e.Session, "pid": ev.PID, "comm": ev.Comm, "reason": ev.Reason.String(),
+			"proto": ev.Proto.String(), "dst": ev.Dst.String(), "time": ev.Time})
+		if s.kernelDenial != nil {
+			s.kernelDenial(e.Session, ev)
+		}
+		return nil
+	}
 	if e.Card != nil {
 		// Card notices: the stream carries the card, under the source it
 		// has always had; the API audits who decided a card, the agent's
@@ -246,12 +258,11 @@ func (d *daemon) startResolver() error {
 	if err := d.dp.SetDNSRedirect(r.Port()); err != nil {
 		return err
 	}
-	// The never-list: metadata and link-local addresses, and the agent's own
-	// listeners (the resolver is reached only through the redirect, which
-	// comes first in the kernel).
-	never := append(append([]backend.NeverEntry(nil), backend.DefaultNeverList...), listenerNever(d.cfg.MetricsAddr)...)
-	never = append(never, portEverywhere(r.Port())...)
-	return d.dp.SetNeverList(never)
+	// The never-list (the agent owns it): metadata and link-local
+	// addresses, the agent's own listeners (agent.Config.NeverList), and the
+	// resolver's port, reached only through the redirect, which comes first
+	// in the kernel.
+	return d.ag.SetNeverList(portEverywhere(r.Port()))
 }
 
 // listenerNever is the never-list entry of a TCP listener: its address, or
@@ -372,28 +383,10 @@ func (d *daemon) readKernelEvents() {
 			if err != nil {
 				return
 			}
-			sess := ""
-			if s, err := d.dp.SessionByIndex(ev.Session); err == nil {
-				sess = s.Name
-			}
-			rec := map[string]any{"session": sess, "pid": ev.PID, "comm": ev.Comm, "reason": ev.Reason.String(),
-				"proto": ev.Proto.String(), "dst": ev.Dst.String(), "time": ev.Time}
-			d.hub.Publish("kernel", "kernel.deny", rec)
-			d.auditKernelDenial(sess, ev)
-			// Escalation on denial: where the session's manifest asks for
-			// it, a destination no rule covers becomes one Ask card (one per
-			// burst: the agent rate-limits per session and destination).
-			if ev.Reason == backend.ReasonNoRule && sess != "" {
-				if _, _, err := d.ag.EscalateDenial(context.Background(), sess, ev.Dst); err != nil {
-					d.log.Warn("escalation", "session", sess, "dst", ev.Dst, "err", err)
-				}
-			}
-			// A peer refused at the session's listener (Dst: the peer's
-			// address, the session's port): a net.inbound card.
-			if ev.Reason == backend.ReasonNoInbound && sess != "" {
-				if _, _, err := d.ag.EscalateInbound(context.Background(), sess, ev.Dst.Addr(), ev.Dst.Port()); err != nil {
-					d.log.Warn("escalation", "session", sess, "peer", ev.Dst, "err", err)
-				}
+			// The agent records it (the sink publishes and aggregates it)
+			// and decides on escalation.
+			if err := d.ag.KernelDenial(context.Background(), ev); err != nil {
+				d.log.Warn("escalation", "pid", ev.PID, "dst", ev.Dst, "err", err)
 			}
 		}
 	}()

@@ -45,6 +45,7 @@ func (d *daemon) openAudit() error {
 		d.log.Warn("audit log: a torn tail was repaired at start", "recovery", fmt.Sprintf("%+v", *rec))
 	}
 	d.sink.audit = d.auditAgentEvent
+	d.sink.kernelDenial = d.auditKernelDenial
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
 }
@@ -98,6 +99,11 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		ev.Params = []byte(e.ParamsSHA256)
 	}
 	switch {
+	case e.Kind == agent.EventRun:
+		// A process started in a session: the record the API wrote before
+		// the agent was the one door (its argv hashed by the log).
+		ev.Type, ev.Action, ev.Tool, ev.Reason = audit.EventDecision, "run", e.Tool, ""
+		ev.Params, _ = json.Marshal(e.Args)
 	case e.Kind == "session.create":
 		ev.Type = audit.EventSessionCreate
 	case e.Kind == "session.end":

@@ -1,0 +1,95 @@
+package agent
+
+// The agent is the one door to the backend: besides sessions and grants,
+// the processes that enter a session (Launch), the never-list
+// (SetNeverList) and the kernel's denials (KernelDenial, which decides on
+// escalation) pass through it, so every state-changing step is in its one
+// event stream before the backend acts.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// Event kinds of the door.
+const (
+	// EventRun: a process is about to be started in a session (Tool is
+	// argv[0]; Args, never shown on the event stream, go to the audit log,
+	// which hashes them).
+	EventRun = "process.run"
+	// EventKernelDeny: the kernel refused a use (Denial says what).
+	EventKernelDeny = "kernel.deny"
+)
+
+// Launch starts cmd inside an active session through the backend's
+// launcher. The start is recorded first: if the record cannot be written,
+// nothing starts.
+func (a *Agent) Launch(session string, cmd *exec.Cmd, opts backend.LaunchOptions, actor string) error {
+	if _, ok := a.Session(session); !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownSession, session)
+	}
+	if len(cmd.Args) == 0 {
+		return fmt.Errorf("%w: no argv", ErrInvalidRequest)
+	}
+	if err := a.emit(Event{Kind: EventRun, Session: session, Actor: actor, Tool: cmd.Args[0], Args: slices.Clone(cmd.Args), Outcome: "started"}); err != nil {
+		return err
+	}
+	if err := a.kernel.Launch(session, cmd, opts); err != nil {
+		return fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
+	return nil
+}
+
+// ErrLaunch wraps the backend's refusal to start a process (a uid not the
+// session's, a program that cannot be executed, a session not ready).
+var ErrLaunch = errors.New("agent: launch refused")
+
+// SetNeverList makes the never-list backend.DefaultNeverList, the
+// configured Config.NeverList and extra (the resolver's port, once it
+// listens), in the backend and in the agent's own view that decides
+// never-list exceptions, in one step.
+func (a *Agent) SetNeverList(extra []backend.NeverEntry) error {
+	a.mu.Lock()
+	defer a.unlock()
+	return a.setNeverLocked(extra)
+}
+
+func (a *Agent) setNeverLocked(extra []backend.NeverEntry) error {
+	list := append(append(slices.Clone(backend.DefaultNeverList), a.cfg.NeverList...), extra...)
+	if err := a.kernel.SetNeverList(list); err != nil {
+		return fmt.Errorf("%w: never-list: %w", ErrKernel, err)
+	}
+	a.never = list
+	return nil
+}
+
+// KernelDenial takes one kernel denial event: it goes into the event stream
+// (the daemon aggregates it for the audit log), and where the session's
+// manifest asks for escalation, a destination no rule covers becomes an Ask
+// card (a peer refused at the session's listener, a net.inbound card),
+// rate-limited per session and destination.
+func (a *Agent) KernelDenial(ctx context.Context, ev backend.Event) error {
+	session := ""
+	if s, err := a.kernel.SessionByIndex(ev.Session); err == nil {
+		session = s.Name
+	}
+	d := ev
+	a.emit(Event{Kind: EventKernelDeny, Session: session, Rule: ev.Reason.String(), Denial: &d})
+	if session == "" {
+		return nil
+	}
+	var err error
+	switch ev.Reason {
+	case backend.ReasonNoRule:
+		_, _, err = a.EscalateDenial(ctx, session, ev.Dst)
+	case backend.ReasonNoInbound:
+		// Dst: the peer's address, the session's port.
+		_, _, err = a.EscalateInbound(ctx, session, ev.Dst.Addr(), ev.Dst.Port())
+	}
+	return err
+}
