@@ -30,6 +30,21 @@
 // and one (modelled) sweep, counted in Ops; Apply is all or nothing;
 // Release reclaims a dead grant's entries and slot.
 //
+// Where the Linux backend departs from the seam's contract ("a call that
+// fails leaves the kernel as it was"), the model keeps the contract, and
+// the conformance suite checks only what both do:
+//
+//   - a failed Apply puts back exactly what was there: the Linux backend's
+//     undo removes every entry the Delta named, so an entry that was
+//     already there (the same rule under the same handle) goes too, and a
+//     Delta naming one entry twice fails its undo ("undo incomplete");
+//   - Release refuses a live handle before removing anything: the Linux
+//     backend removes the Delta's entries first, then refuses to free the
+//     slot.
+//
+// The agent never makes these calls; TestContractWhereLinuxDeviates pins
+// the model's side.
+//
 // For the agent's crash and fault tests, FailNext makes a chosen call fail
 // with a chosen error, and CrashAfter makes the next Apply or Release panic
 // after k of its entries, leaving them as a backend that died there would.
