@@ -30,20 +30,19 @@
 // and one (modelled) sweep, counted in Ops; Apply is all or nothing;
 // Release reclaims a dead grant's entries and slot.
 //
-// Where the Linux backend departs from the seam's contract ("a call that
-// fails leaves the kernel as it was"), the model keeps the contract, and
-// the conformance suite checks only what both do:
+// The Linux backend is the reference, its quirks included: where it departs
+// from the seam's contract ("a call that fails leaves the kernel as it
+// was"), the model does the same, so the agent behaves on both alike, and
+// TestLinuxQuirks pins each one (fix both together):
 //
-//   - a failed Apply puts back exactly what was there: the Linux backend's
-//     undo removes every entry the Delta named, so an entry that was
-//     already there (the same rule under the same handle) goes too, and a
-//     Delta naming one entry twice fails its undo ("undo incomplete");
-//   - Release refuses a live handle before removing anything: the Linux
-//     backend removes the Delta's entries first, then refuses to free the
-//     slot.
+//   - a failed Apply removes every entry of the Delta it added before the
+//     failure, so an entry that was already there (the same rule under the
+//     same handle) goes too, and a Delta naming one entry twice fails its
+//     undo ("undo incomplete");
+//   - Release removes the Delta's entries first, then refuses to free a
+//     live handle's slot (ErrInvalidHandle).
 //
-// The agent never makes these calls; TestContractWhereLinuxDeviates pins
-// the model's side.
+// The conformance suite checks only what the contract says.
 //
 // For the agent's crash and fault tests, FailNext makes a chosen call fail
 // with a chosen error, and CrashAfter makes the next Apply or Release panic

@@ -148,55 +148,43 @@ func (b *Backend) Revoke(ref backend.HandleRef) error {
 	return nil
 }
 
-// Release reclaims what a dead grant held: the entries of d in session
-// (those gone, or a session gone, are no error), then ref's slot when ref
-// is not zero. ref or an ancestor must already be revoked; otherwise the
-// call is refused (ErrInvalidHandle) before anything is removed. A freed or
-// recycled ref is no error.
+// Release reclaims what a dead grant held, in the Linux backend's order:
+// the entries of d in session first (those gone, or a session gone, are no
+// error), then ref's slot when ref is not zero. ref or an ancestor must
+// already be revoked; otherwise the slot is refused (ErrInvalidHandle),
+// after the entries were removed, as on Linux (see the package doc). A
+// freed or recycled ref is no error.
 func (b *Backend) Release(name string, ref backend.HandleRef, d backend.Delta) error {
 	rules := d.AddressRules()
-	for _, r := range rules {
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("release %s: %w", ref, err)
-		}
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.fault(OpRelease); err != nil {
 		return err
 	}
-	free := false
-	if !ref.IsZero() {
-		h, err := b.readHandle(ref)
-		switch {
-		case errors.Is(err, backend.ErrHandleNotLive):
-			// freed or recycled already
-		case err != nil:
-			return err
-		case h.state != backend.HandleRevoked && !b.ancestorRevoked(h):
-			return fmt.Errorf("%w: release %s: the handle and its ancestors are live; revoke it first", backend.ErrInvalidHandle, ref)
-		default:
-			free = true
-		}
-	}
 	crash := b.crashPlan(OpRelease, len(rules))
-	if s, ok := b.sessions[name]; ok {
-		for i, r := range rules {
-			crash.at(i)
-			if err := b.remove(s, r); err != nil && !errors.Is(err, backend.ErrRuleNotFound) {
-				return fmt.Errorf("release %s: remove %s: %w", ref, r, err)
-			}
-		}
-	} else {
-		for i := range rules {
-			crash.at(i)
+	for i, r := range rules {
+		crash.at(i)
+		err := b.removeFrom(name, r)
+		if err != nil && !errors.Is(err, backend.ErrRuleNotFound) && !errors.Is(err, backend.ErrSessionNotFound) {
+			return fmt.Errorf("release %s: remove %s: %w", ref, r, err)
 		}
 	}
 	crash.at(len(rules))
-	if free {
-		b.handles[ref.Slot].state = backend.HandleFree
-		b.slots.put(ref.Slot)
+	if ref.IsZero() {
+		return nil
 	}
+	h, err := b.readHandle(ref)
+	if errors.Is(err, backend.ErrHandleNotLive) {
+		return nil // freed or recycled already
+	}
+	if err != nil {
+		return err
+	}
+	if h.state != backend.HandleRevoked && !b.ancestorRevoked(h) {
+		return fmt.Errorf("%w: release %s: the handle and its ancestors are live; revoke it first", backend.ErrInvalidHandle, ref)
+	}
+	b.handles[ref.Slot].state = backend.HandleFree
+	b.slots.put(ref.Slot)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -77,9 +78,6 @@ func (b *Backend) insert(s *session, r backend.EgressRule) error {
 // remove takes one rule out of s's table (ErrRuleNotFound if absent); the
 // entry goes with its last rule; b.mu held.
 func (b *Backend) remove(s *session, r backend.EgressRule) error {
-	if err := r.Validate(); err != nil {
-		return err
-	}
 	if e, ok := s.entries[r.Prefix]; ok {
 		for i, o := range e.rules {
 			if !backend.SameRule(o, r) {
@@ -99,10 +97,23 @@ func (b *Backend) remove(s *session, r backend.EgressRule) error {
 	return fmt.Errorf("%w: %s in session %s", backend.ErrRuleNotFound, r, s.Name)
 }
 
-// Apply pushes a grant's Delta, all or nothing: the whole Delta is checked
-// first, then its rules are added in order (egress, then inbound); if one
-// fails, the session's table and its exceptions are put back exactly as
-// they were (an entry the Delta repeated keeps its expiry).
+// removeFrom is RemoveEgress: one rule out of the named session's table;
+// b.mu held.
+func (b *Backend) removeFrom(name string, r backend.EgressRule) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	s, ok := b.sessions[name]
+	if !ok {
+		return fmt.Errorf("%w: %s", backend.ErrSessionNotFound, name)
+	}
+	return b.remove(s, r)
+}
+
+// Apply pushes a grant's Delta as the Linux backend does: the Delta's shape
+// is checked, then its rules are added in order (egress, then inbound);
+// when one fails, the rules added so far are removed again, last first,
+// and the error says what failed (and what the undo could not remove).
 func (b *Backend) Apply(name string, d backend.Delta) error {
 	if err := d.Validate(); err != nil {
 		return err
@@ -113,61 +124,24 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 	if err := b.fault(OpApply); err != nil {
 		return err
 	}
-	if len(rules) == 0 {
-		return nil
-	}
-	s, ok := b.sessions[name]
-	if !ok {
-		return fmt.Errorf("%w: %s", backend.ErrSessionNotFound, name)
-	}
-	undo := b.saveFor(s, rules)
 	crash := b.crashPlan(OpApply, len(rules))
+	var added []backend.EgressRule
 	for i, r := range rules {
 		crash.at(i)
 		if err := b.allow(name, r); err != nil {
-			undo()
+			var errs []error
+			for k := len(added) - 1; k >= 0; k-- {
+				errs = append(errs, b.removeFrom(name, added[k]))
+			}
+			if uerr := errors.Join(errs...); uerr != nil {
+				return fmt.Errorf("%w (undo incomplete: %v)", err, uerr)
+			}
 			return err
 		}
+		added = append(added, r)
 	}
 	crash.at(len(rules))
 	return nil
-}
-
-// saveFor records what adding rules to s may change (their entries, their
-// exceptions, the table counts) and returns the function that puts it
-// back; b.mu held.
-func (b *Backend) saveFor(s *session, rules []backend.EgressRule) func() {
-	entries := map[netip.Prefix]*entry{}
-	oks := map[neverKey]*neverOK{}
-	for _, r := range rules {
-		if e, ok := s.entries[r.Prefix]; ok {
-			entries[r.Prefix] = &entry{rules: slices.Clone(e.rules)}
-		} else {
-			entries[r.Prefix] = nil
-		}
-		if r.NeverOK {
-			k := neverKeyOf(s.Index, r)
-			oks[k] = b.neverOKs[k].clone()
-		}
-	}
-	counts := b.nEntries
-	return func() {
-		for p, e := range entries {
-			if e == nil {
-				delete(s.entries, p)
-			} else {
-				s.entries[p] = e
-			}
-		}
-		for k, n := range oks {
-			if n == nil {
-				delete(b.neverOKs, k)
-			} else {
-				b.neverOKs[k] = n
-			}
-		}
-		b.nEntries = counts
-	}
 }
 
 // Snapshot reads the sessions (by index), the handle table (by slot) and
@@ -309,13 +283,6 @@ type neverOK struct {
 	refs   []backend.HandleRef
 	chains map[backend.HandleRef][]backend.HandleRef
 	cur    backend.HandleRef
-}
-
-func (n *neverOK) clone() *neverOK {
-	if n == nil {
-		return nil
-	}
-	return &neverOK{refs: slices.Clone(n.refs), chains: maps.Clone(n.chains), cur: n.cur}
 }
 
 func (n *neverOK) unname(h backend.HandleRef) {
