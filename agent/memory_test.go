@@ -96,15 +96,22 @@ func newMemoryAgentOn(t testing.TB, b *memory.Backend, mods ...func(*Config)) *m
 	return m
 }
 
-// reopen opens a new agent on the same state directory and backend (the
-// old one is abandoned, as a crashed process would leave it).
+// reopen closes the agent and opens a new one on the same state directory
+// and backend, as a restart does.
 func (m *memoryAgent) reopen(t testing.TB) {
 	t.Helper()
+	if m.Agent != nil {
+		if err := m.Agent.Close(); err != nil {
+			t.Fatalf("close agent: %v", err)
+		}
+		m.Agent = nil
+	}
 	a, err := m.open(t)
 	if err != nil {
 		t.Fatalf("open agent: %v", err)
 	}
 	m.Agent = a
+	t.Cleanup(func() { a.Close() })
 }
 
 func (m *memoryAgent) open(t testing.TB) (*Agent, error) {
