@@ -178,6 +178,9 @@ func TestCrashAfter(t *testing.T) {
 	h := handle(t, b, backend.HandleRef{})
 	d := backend.Delta{Egress: []backend.EgressRule{rule("127.0.0.2/32", 80, h), rule("127.0.0.3/32", 80, h), rule("127.0.0.4/32", 80, h)}}
 	b.CrashAfter(memory.OpApply, 2, crashed{})
+	if crash(func() { b.Apply("s1", backend.Delta{}) }) {
+		t.Fatal("an empty Apply crashed")
+	}
 	if !crash(func() { b.Apply("s1", d) }) {
 		t.Fatal("Apply did not crash")
 	}

@@ -124,6 +124,9 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 	if err := b.fault(OpApply); err != nil {
 		return err
 	}
+	if len(rules) == 0 {
+		return nil
+	}
 	crash := b.crashPlan(OpApply, len(rules))
 	var added []backend.EgressRule
 	for i, r := range rules {
