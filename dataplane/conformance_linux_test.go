@@ -1,0 +1,65 @@
+package dataplane
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/backend/backendtest"
+	"github.com/shinken-agent/shinken/dataplane/probe"
+)
+
+// TestConformance runs the seam's conformance suite (the one the memory
+// backend passes) against the real dataplane, as root: a private dataplane
+// per subtest, uses made by real connects from a probe process inside the
+// session, the denial reason read from the session's kernel counters.
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newDataplane(t, testConfig(t)) },
+		backendtest.WithUser(func(t *testing.T, b backend.Backend) backendtest.User {
+			return &probeUser{t: t, d: b.(*Dataplane), procs: map[string]*probe.Proc{}}
+		}))
+}
+
+// probeUser makes a use as a session process does: a TCP connect ("tcp")
+// or a connected UDP send ("cudp") from a probe process in the session.
+// Anything but EPERM is allowed (nothing listens: the peer refuses); an
+// EPERM is denied, for the reason whose counter the denial moved.
+type probeUser struct {
+	t     *testing.T
+	d     *Dataplane
+	procs map[string]*probe.Proc
+}
+
+func (u *probeUser) Connect(session string, dst netip.AddrPort, proto backend.Proto) (backend.Reason, error) {
+	s, err := u.d.Session(session)
+	if err != nil {
+		return 0, err
+	}
+	p := u.procs[session]
+	if p == nil {
+		p = startProbe(u.t, s, ProcOptions{})
+		u.procs[session] = p
+	}
+	before, err := u.d.Counters(s.Index)
+	if err != nil {
+		return 0, err
+	}
+	cmd := "tcp "
+	if proto == backend.ProtoUDP {
+		cmd = "cudp "
+	}
+	if got := p.Do(cmd + dst.String()); got != "err EPERM" {
+		return backend.ReasonNone, nil
+	}
+	after, err := u.d.Counters(s.Index)
+	if err != nil {
+		return 0, err
+	}
+	for r := range after {
+		if after[r] > before[r] {
+			return backend.Reason(r), nil
+		}
+	}
+	u.t.Fatalf("connect %s from %s: EPERM, but no denial counter of the session moved", dst, session)
+	return 0, nil
+}
