@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/backend/memory"
 )
 
 // Fault injection on the store: every write the store makes during a grant,
@@ -24,6 +26,10 @@ import (
 
 const faultManifest = "image py\nallow net.egress cidrs=127.0.0.0/24,::1/128\n"
 
+type faultSink struct{}
+
+func (faultSink) Emit(Event) error { return nil }
+
 // faultOp is one state-changing call, set up on a fresh agent.
 type faultOp struct {
 	name  string
@@ -33,28 +39,28 @@ type faultOp struct {
 
 var faultOps = []faultOp{
 	{"grant", func(t *testing.T, a *Agent) string { return "" }, func(a *Agent, _ string) error {
-		_, err := a.Grant(ctx, GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
+		_, err := a.Grant(context.Background(), GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
 			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.7/32")}, Ports: []PortRange{{443, 443}, {8443, 8443}}}}})
 		return err
 	}},
 	{"revoke", func(t *testing.T, a *Agent) string {
-		g, err := a.Grant(ctx, GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
+		g, err := a.Grant(context.Background(), GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
 			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/32")}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A descendant: the membrane's records are written too.
-		if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
+		if _, err := a.Attenuate(context.Background(), g.Handle, GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
 			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/32")}, Ports: []PortRange{{80, 80}}}}}); err != nil {
 			t.Fatal(err)
 		}
 		return g.Handle
-	}, func(a *Agent, token string) error { return a.Revoke(ctx, token) }},
+	}, func(a *Agent, token string) error { return a.Revoke(context.Background(), token) }},
 	{"session-create", func(t *testing.T, a *Agent) string { return "" }, func(a *Agent, _ string) error {
 		return a.CreateSession(SessionSpec{ID: "s2", Image: "py"})
 	}},
 	{"session-remove", func(t *testing.T, a *Agent) string {
-		if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
+		if _, err := a.Grant(context.Background(), GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
 			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.9/32")}}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +75,7 @@ func testStoreFaults(t *testing.T, newKernel func(t *testing.T) Kernel) {
 	}
 	open := func(t *testing.T) *Agent {
 		a, err := Open(Config{StateDir: t.TempDir(), Kernel: newKernel(t), Manifests: map[string]*Manifest{"py": ms[0]},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: discardSink{}})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: faultSink{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,4 +259,16 @@ func (v faultSnap) checkAgree(t *testing.T) {
 			t.Errorf("backend session %s is not recorded", s)
 		}
 	}
+}
+
+// TestStoreFaultsMemory runs the store's fault injection on the memory
+// backend, without root.
+func TestStoreFaultsMemory(t *testing.T) {
+	testStoreFaults(t, func(t *testing.T) Kernel {
+		b, err := memory.New(memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
 }

@@ -278,7 +278,7 @@ func TestFrontAuth(t *testing.T) {
 		decide int // a zero Agent: an admitted decide of an unknown session panics into a 500
 		other  int
 	}{{own, http.StatusForbidden, http.StatusForbidden}, {"/shinken-no-such-cgroup", http.StatusInternalServerError, http.StatusNotFound}} {
-		srv, err := NewServer(Config{Agent: new(agent.Agent), Backend: backend.Unsupported{}, Hub: NewHub(4), Auth: Authorizer{OperatorGID: -1, SessionsCgroup: tc.cgroup}})
+		srv, err := NewServer(Config{Agent: new(agent.Agent), Backend: backend.Unsupported{}, Hub: NewHub(4), Auth: Authorizer{OperatorGID: callerGroup(), SessionsCgroup: tc.cgroup}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,7 +376,7 @@ func TestFrontShutdown(t *testing.T) {
 // value until a reader encodes it.
 func TestEventsFollow(t *testing.T) {
 	hub := NewHub(8)
-	srv, err := NewServer(Config{Agent: new(agent.Agent), Backend: backend.Unsupported{}, Hub: hub, Auth: Authorizer{OperatorGID: -1, SessionsCgroup: "/shinken-no-such-cgroup"}})
+	srv, err := NewServer(Config{Agent: new(agent.Agent), Backend: backend.Unsupported{}, Hub: hub, Auth: Authorizer{OperatorGID: callerGroup(), SessionsCgroup: "/shinken-no-such-cgroup"}})
 	if err != nil {
 		t.Fatal(err)
 	}
