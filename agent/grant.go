@@ -367,10 +367,14 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == 0 {
-		if err := a.kernel.Release(rec.Session, rec.Kernel, rec.Delta); err != nil && !handleGone(err) {
-			errs = append(errs, err)
-		}
+	// The entries go whatever happened; the slot only once its handle is
+	// revoked (a failed revoke write leaves it to reconcile).
+	ref := rec.Kernel
+	if len(errs) > 0 {
+		ref = backend.HandleRef{}
+	}
+	if err := a.kernel.Release(rec.Session, ref, rec.Delta); err != nil && !handleGone(err) {
+		errs = append(errs, err)
 	}
 	a.engine.RemoveGrant(rec.Session, rec.ID)
 	if len(errs) == 0 {

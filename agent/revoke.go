@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Revoke runs the REVOKE sequence on the grant behind a handle token and on
@@ -135,7 +137,16 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 // handle, or an ancestor's, must already be revoked. Every step tolerates
 // "already gone".
 func (a *Agent) teardown(x *GrantRecord) error {
-	if err := a.kernel.Release(x.Session, x.Kernel, x.Delta); err != nil && !handleGone(err) {
+	err := a.kernel.Release(x.Session, x.Kernel, x.Delta)
+	if errors.Is(err, backend.ErrHandleLive) {
+		// The revoke write failed: take the entries out now, so nothing
+		// stays reachable; the slot waits for a retry (or reconcile).
+		if rerr := a.kernel.Release(x.Session, backend.HandleRef{}, x.Delta); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("%w: release %s: %w", ErrKernel, x.Kernel, err)
+	}
+	if err != nil && !handleGone(err) {
 		return fmt.Errorf("%w: release %s: %w", ErrKernel, x.Kernel, err)
 	}
 	a.crash(StepRevokeReleased)

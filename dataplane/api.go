@@ -18,6 +18,7 @@ var (
 	ErrInvalidProto      = backend.ErrInvalidProto
 	ErrInvalidHandle     = backend.ErrInvalidHandle
 	ErrHandleNotLive     = backend.ErrHandleNotLive
+	ErrHandleLive        = backend.ErrHandleLive
 	ErrChainTooDeep      = backend.ErrChainTooDeep
 	ErrMapFull           = backend.ErrMapFull
 	ErrRulesFull         = backend.ErrRulesFull

@@ -40,15 +40,19 @@ func (d *Dataplane) Launch(session string, cmd *exec.Cmd, opts backend.LaunchOpt
 }
 
 // Apply pushes a grant's Delta: every rule of its sections, in order. It is
-// all or nothing: if one fails, the rules added so far are taken back and
-// the error says what failed.
+// all or nothing: if one fails, the rules it added are taken back (a rule
+// that was there before the call stays) and the error says what failed.
 func (d *Dataplane) Apply(session string, delta backend.Delta) error {
 	if err := delta.Validate(); err != nil {
 		return err
 	}
 	var added []EgressRule
 	for _, r := range delta.AddressRules() {
-		if err := d.AllowEgress(session, r); err != nil {
+		isNew, err := d.allowEgress(session, r)
+		if !isNew && err == nil {
+			continue
+		}
+		if err != nil {
 			var errs []error
 			for i := len(added) - 1; i >= 0; i-- {
 				errs = append(errs, d.RemoveEgress(session, added[i]))
@@ -66,34 +70,46 @@ func (d *Dataplane) Apply(session string, delta backend.Delta) error {
 // Release reclaims what a dead grant held: the rules of its Delta in
 // session, then its handle slot. It writes no revoke and runs no sweep: the
 // handle, or an ancestor of it, must already be revoked (Revoke did that, and
-// cut the flows). Rules and slots already gone are not an error.
+// cut the flows); a live one is refused (ErrHandleLive) before anything is
+// removed. Rules and slots already gone are not an error.
 func (d *Dataplane) Release(session string, ref HandleRef, delta backend.Delta) error {
+	free := false
+	if !ref.IsZero() {
+		d.mu.Lock()
+		h, err := d.readHandle(ref)
+		switch {
+		case errors.Is(err, ErrHandleNotLive): // freed or recycled already
+		case err != nil:
+			d.mu.Unlock()
+			return err
+		case h.State != uint32(HandleRevoked):
+			dead, err := d.ancestorRevoked(h)
+			if err != nil || !dead {
+				d.mu.Unlock()
+				if err == nil {
+					err = fmt.Errorf("%w: release %s: the handle and its ancestors are live", ErrHandleLive, ref)
+				}
+				return err
+			}
+			free = true
+		default:
+			free = true
+		}
+		d.mu.Unlock()
+	}
 	for _, r := range delta.AddressRules() {
 		err := d.RemoveEgress(session, r)
 		if err != nil && !errors.Is(err, ErrRuleNotFound) && !errors.Is(err, ErrSessionNotFound) {
 			return fmt.Errorf("release %s: remove %s: %w", ref, r, err)
 		}
 	}
-	if ref.IsZero() {
+	if !free {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h, err := d.readHandle(ref)
-	if errors.Is(err, ErrHandleNotLive) {
-		return nil // freed or recycled already
-	}
-	if err != nil {
-		return err
-	}
-	if h.State != uint32(HandleRevoked) {
-		dead, err := d.ancestorRevoked(h)
-		if err != nil {
-			return err
-		}
-		if !dead {
-			return fmt.Errorf("%w: release %s: the handle and its ancestors are live; revoke it first", ErrInvalidHandle, ref)
-		}
+	if _, err := d.readHandle(ref); errors.Is(err, ErrHandleNotLive) {
+		return nil // freed meanwhile
 	}
 	return d.freeLocked(ref)
 }

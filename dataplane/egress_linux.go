@@ -17,30 +17,43 @@ import (
 // already there (same prefix, protocol, ports and handle) only extends its
 // expiry (never shortens it). On error the maps are unchanged.
 func (d *Dataplane) AllowEgress(session string, rule EgressRule) error {
+	_, err := d.allowEgress(session, rule)
+	return err
+}
+
+// allowEgress is AllowEgress; added says whether the rule is new (false:
+// it was there, and at most its expiry moved).
+func (d *Dataplane) allowEgress(session string, rule EgressRule) (added bool, err error) {
 	if err := rule.Validate(); err != nil {
-		return err
+		return false, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sessions[session]
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+		return false, fmt.Errorf("%w: %s", ErrSessionNotFound, session)
 	}
 	if rule.NeverOK && (rule.Prefix.Bits() != rule.Prefix.Addr().BitLen() || rule.Ports.Lo != rule.Ports.Hi) {
-		return fmt.Errorf("%w: a never-list exception names one address and one port (or every port): %s", ErrInvalidPrefix, rule)
+		return false, fmt.Errorf("%w: a never-list exception names one address and one port (or every port): %s", ErrInvalidPrefix, rule)
 	}
 	if _, err := d.chainDepth(rule.Handle); err != nil {
-		return err
+		return false, err
 	}
-	if err := d.allowLocked(s, rule); err != nil {
-		return err
+	if added, err = d.allowLocked(s, rule); err != nil {
+		return false, err
 	}
 	if rule.NeverOK {
 		if err := d.addNeverOK(neverOKKey(s.Index, rule), rule.Handle); err != nil {
-			return fmt.Errorf("never-list exception %s: %w", rule, err)
+			if added {
+				// Take the entry back: the call fails as a whole.
+				if rerr := d.removeLocked(s, rule); rerr != nil {
+					return false, fmt.Errorf("never-list exception %s: %w (undo: %v)", rule, err, rerr)
+				}
+			}
+			return false, fmt.Errorf("never-list exception %s: %w", rule, err)
 		}
 	}
-	return nil
+	return added, nil
 }
 
 // neverOKKey is the shk_never_oks key of an admin-named exception.
@@ -60,11 +73,11 @@ func neverOKKey(session uint32, r EgressRule) shkShkNeverOkKey {
 }
 
 // allowLocked is AllowEgress's map write; d.mu held.
-func (d *Dataplane) allowLocked(s *Session, rule EgressRule) error {
+func (d *Dataplane) allowLocked(s *Session, rule EgressRule) (added bool, err error) {
 	p := rule.Prefix
 	val, exists, err := d.lookupEntry(s.Index, p)
 	if err != nil {
-		return err
+		return false, err
 	}
 	r := encodeRule(rule)
 	if exists {
@@ -74,29 +87,29 @@ func (d *Dataplane) allowLocked(s *Session, rule EgressRule) error {
 				// A refresh keeps the later expiry: two names may resolve
 				// to one address with different TTLs. Zero is "never".
 				if o.ExpiresNs == 0 || (r.ExpiresNs != 0 && r.ExpiresNs <= o.ExpiresNs) {
-					return nil
+					return false, nil
 				}
 				val.Rules[i].ExpiresNs = r.ExpiresNs
-				return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+				return false, d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
 			}
 		}
 		if val.Nrules >= MaxRules {
-			return fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, s.Name)
+			return false, fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, s.Name)
 		}
 		val.Rules[val.Nrules] = r
 		val.Nrules++
-		return d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+		return true, d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
 	}
 	if err := d.checkCover(s.Index, p); err != nil {
-		return err
+		return false, err
 	}
 	val = shkShkEgressValue{Prefixlen: uint32(p.Bits()), Nrules: 1}
 	val.Rules[0] = r
 	if err := d.writeEntry(s.Index, p, &val, ebpf.UpdateNoExist); err != nil {
-		return err
+		return false, err
 	}
 	d.indexPrefix(s.Index, p)
-	return nil
+	return true, nil
 }
 
 // RemoveEgress removes one rule; the entry goes when its last rule does.
@@ -110,6 +123,11 @@ func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
 	}
+	return d.removeLocked(s, rule)
+}
+
+// removeLocked is RemoveEgress's map write; d.mu held.
+func (d *Dataplane) removeLocked(s *Session, rule EgressRule) error {
 	val, exists, err := d.lookupEntry(s.Index, rule.Prefix)
 	if err != nil {
 		return err
@@ -139,7 +157,7 @@ func (d *Dataplane) RemoveEgress(session string, rule EgressRule) error {
 			return d.writeEntry(s.Index, rule.Prefix, &val, ebpf.UpdateExist)
 		}
 	}
-	return fmt.Errorf("%w: %s in session %s", ErrRuleNotFound, rule, session)
+	return fmt.Errorf("%w: %s in session %s", ErrRuleNotFound, rule, s.Name)
 }
 
 // EgressRules lists the session's rules.

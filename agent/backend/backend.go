@@ -111,8 +111,14 @@ func (d Delta) AddressRules() []EgressRule {
 }
 
 // Validate checks every section's shape: each rule valid, inbound rules
-// only in the inbound section.
+// only in the inbound section, no entry named twice.
 func (d Delta) Validate() error {
+	all := d.AddressRules()
+	for i, r := range all {
+		if slices.ContainsFunc(all[:i], func(o EgressRule) bool { return SameRule(o, r) }) {
+			return fmt.Errorf("%w: %s: the delta names this entry twice", ErrInvalidPrefix, r)
+		}
+	}
 	for _, r := range d.Egress {
 		if r.Inbound {
 			return fmt.Errorf("%w: %s: an inbound rule in the egress section", ErrInvalidPrefix, r)
@@ -240,7 +246,8 @@ type Grants interface {
 	// issues a many-use handle instead.
 	NewOnceHandle(parent HandleRef, expires time.Time) (HandleRef, error)
 	// Apply pushes a grant's Delta into session, all or nothing: when one
-	// entry fails, those added so far are taken back.
+	// entry fails, those it added are taken back (an entry that was there
+	// before the call stays).
 	Apply(session string, d Delta) error
 	// Revoke kills a handle and its whole subtree with one write and cuts
 	// the flows that no live grant covers any more, at most one sweep,
@@ -249,7 +256,8 @@ type Grants interface {
 	// Release reclaims what a dead grant held in session: the entries of d
 	// (those already gone are no error), then ref's slot when ref is not
 	// zero, with no further revoke write or sweep. ref, or an ancestor of
-	// it, must already be revoked.
+	// it, must already be revoked: otherwise Release changes nothing and
+	// returns ErrHandleLive.
 	Release(session string, ref HandleRef, d Delta) error
 	// HandleState reads one handle's state word (an approve-once handle
 	// reads HandleUsed once the kernel consumed it); a freed or recycled

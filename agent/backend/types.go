@@ -22,11 +22,14 @@ var (
 	ErrInvalidProto    = errors.New("dataplane: invalid protocol")
 	ErrInvalidHandle   = errors.New("dataplane: invalid handle reference")
 	ErrHandleNotLive   = errors.New("dataplane: handle is not live")
-	ErrChainTooDeep    = errors.New("dataplane: handle parent chain too deep")
-	ErrMapFull         = errors.New("dataplane: map full")
-	ErrRulesFull       = errors.New("dataplane: too many rules on one prefix")
-	ErrCoverTooDeep    = errors.New("dataplane: too many nested prefixes cover this one")
-	ErrRuleNotFound    = errors.New("dataplane: no such egress rule")
+	// ErrHandleLive refuses to release what a live handle holds: revoke it
+	// first.
+	ErrHandleLive   = errors.New("dataplane: handle is live; revoke it first")
+	ErrChainTooDeep = errors.New("dataplane: handle parent chain too deep")
+	ErrMapFull      = errors.New("dataplane: map full")
+	ErrRulesFull    = errors.New("dataplane: too many rules on one prefix")
+	ErrCoverTooDeep = errors.New("dataplane: too many nested prefixes cover this one")
+	ErrRuleNotFound = errors.New("dataplane: no such egress rule")
 	// ErrLimitsUnsupported is returned when the host cannot enforce a quota
 	// (on hybrid cgroup hosts the controllers sit on v1).
 	ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")

@@ -71,6 +71,10 @@ func testApplyAllOrNothing(t *testing.T, s *suite) {
 		{"egress rule in the inbound section", "s1", backend.Delta{Egress: good, Inbound: []backend.EgressRule{egress("127.0.0.5", 80, h)}}, backend.ErrInvalidPrefix},
 		{"fifth rule on one prefix", "s1", backend.Delta{Egress: append(append([]backend.EgressRule{}, good...), append(tooMany, egress("127.0.0.2", 84, h))...)}, backend.ErrRulesFull},
 		{"unknown session", "nosuch", backend.Delta{Egress: good}, backend.ErrSessionNotFound},
+		// An entry the session holds already, repeated by a failing delta,
+		// stays; an entry named twice is refused before anything changes.
+		{"an entry already there, then a bad one", "s1", backend.Delta{Egress: []backend.EgressRule{before.Egress[0], egress("127.0.0.5", 80, dead)}}, backend.ErrHandleNotLive},
+		{"an entry named twice", "s1", backend.Delta{Egress: append(append([]backend.EgressRule{}, good...), good[0])}, backend.ErrInvalidPrefix},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,8 +130,12 @@ func testRelease(t *testing.T, s *suite) {
 	mustApply(t, b, "s1", d)
 
 	err := b.Release("s1", h, backend.Delta{})
-	wantErr(t, "release a live handle", err, backend.ErrInvalidHandle)
+	wantErr(t, "release a live handle", err, backend.ErrHandleLive)
 	wantState(t, b, h, backend.HandleLive)
+	wantDelta(t, b, "s1", d)
+	// Refused before anything is removed.
+	err = b.Release("s1", h, d)
+	wantErr(t, "release a live handle's delta", err, backend.ErrHandleLive)
 	wantDelta(t, b, "s1", d)
 
 	ops := opsDelta(b, func() { mustRevoke(t, b, h) })

@@ -161,6 +161,19 @@ func (b *Backend) Release(name string, ref backend.HandleRef, d backend.Delta) e
 	if err := b.fault(OpRelease); err != nil {
 		return err
 	}
+	free := false
+	if !ref.IsZero() {
+		h, err := b.readHandle(ref)
+		switch {
+		case errors.Is(err, backend.ErrHandleNotLive): // freed or recycled already
+		case err != nil:
+			return err
+		case h.state != backend.HandleRevoked && !b.ancestorRevoked(h):
+			return fmt.Errorf("%w: release %s: the handle and its ancestors are live", backend.ErrHandleLive, ref)
+		default:
+			free = true
+		}
+	}
 	crash := b.crashPlan(OpRelease, len(rules))
 	for i, r := range rules {
 		crash.at(i)
@@ -170,18 +183,8 @@ func (b *Backend) Release(name string, ref backend.HandleRef, d backend.Delta) e
 		}
 	}
 	crash.at(len(rules))
-	if ref.IsZero() {
+	if !free {
 		return nil
-	}
-	h, err := b.readHandle(ref)
-	if errors.Is(err, backend.ErrHandleNotLive) {
-		return nil // freed or recycled already
-	}
-	if err != nil {
-		return err
-	}
-	if h.state != backend.HandleRevoked && !b.ancestorRevoked(h) {
-		return fmt.Errorf("%w: release %s: the handle and its ancestors are live; revoke it first", backend.ErrInvalidHandle, ref)
 	}
 	b.handles[ref.Slot].state = backend.HandleFree
 	b.slots.put(ref.Slot)

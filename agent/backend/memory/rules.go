@@ -131,6 +131,7 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 	var added []backend.EgressRule
 	for i, r := range rules {
 		crash.at(i)
+		had := b.has(name, r)
 		if err := b.allow(name, r); err != nil {
 			var errs []error
 			for k := len(added) - 1; k >= 0; k-- {
@@ -141,10 +142,22 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 			}
 			return err
 		}
-		added = append(added, r)
+		if !had {
+			added = append(added, r)
+		}
 	}
 	crash.at(len(rules))
 	return nil
+}
+
+// has reports whether session name holds r already; b.mu held.
+func (b *Backend) has(name string, r backend.EgressRule) bool {
+	s, ok := b.sessions[name]
+	if !ok {
+		return false
+	}
+	e, ok := s.entries[r.Prefix]
+	return ok && slices.ContainsFunc(e.rules, func(o backend.EgressRule) bool { return backend.SameRule(o, r) })
 }
 
 // Snapshot reads the sessions (by index), the handle table (by slot) and
