@@ -37,10 +37,8 @@ var shippedPolicy embed.FS
 
 // Errors of the decision layer.
 var (
-	ErrPolicy         = errors.New("agent: invalid policy")
-	ErrPolicyWidens   = errors.New("agent: policy edit widens authority")
-	ErrUnknownSession = errors.New("agent: unknown session")
-	ErrDenied         = errors.New("agent: denied by policy")
+	ErrPolicy       = errors.New("agent: invalid policy")
+	ErrPolicyWidens = errors.New("agent: policy edit widens authority")
 )
 
 // PolicyError is one error at one place of one policy file.
@@ -250,7 +248,7 @@ func (e *Engine) Reload(opts ReloadOptions) (*ShiftReport, error) {
 	old := e.base.Load()
 	rep := e.CheckShift(old.policies, nb.policies)
 	if rep.Widens() && !opts.AllowWiden {
-		return rep, rep.widenErr()
+		return rep, WidensError(rep)
 	}
 	e.base.Store(nb)
 	return rep, nil
@@ -279,7 +277,7 @@ func (e *Engine) PutSession(s SessionAttrs) {
 	}
 	ns.uid = sessionUID(s.ID)
 	ns.uidValue = ns.uid
-	ns.entity = s.entityWith(e.intern)
+	ns.entity = sessionEntityWith(s, e.intern)
 	ns.entities[ns.uid] = ns.entity
 	e.sessions[s.ID] = ns
 }
@@ -389,7 +387,7 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),
-		Context:   r.contextLens(now, &lens),
+		Context:   useContextLens(r, now, &lens),
 	})
 	out := decision(d, diag)
 	if out.Allowed && len(s.once) > 0 {

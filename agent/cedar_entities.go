@@ -32,23 +32,11 @@ func capabilityUID(c Class) types.EntityUID {
 }
 func grantUID(id string) types.EntityUID { return types.NewEntityUID(typeGrant, types.String(id)) }
 
-// SessionAttrs is what policies know about a session (the Session entity).
-type SessionAttrs struct {
-	ID            string
-	Image         string
-	TrustTier     string // low | normal | high
-	Risk          string // normal | high
-	Headless      bool
-	TLSInspection bool
-	Protected     []string // paths no write may touch
-	PolicyStore   []string // the policy store: no write may touch it
-}
+func sessionEntity(s SessionAttrs) types.Entity { return sessionEntityWith(s, nil) }
 
-func (s SessionAttrs) entity() types.Entity { return s.entityWith(nil) }
-
-// entityWith builds the Session entity, sharing equal attribute values with
+// sessionEntityWith builds the Session entity, sharing equal attribute values with
 // other entities through in (nil: none shared).
-func (s SessionAttrs) entityWith(in *interner) types.Entity {
+func sessionEntityWith(s SessionAttrs, in *interner) types.Entity {
 	return types.Entity{
 		UID: sessionUID(s.ID),
 		Attributes: types.NewRecord(types.RecordMap{

@@ -56,7 +56,7 @@ func (e *Engine) adminPermits(session string, r UseRequest, now time.Time) (stri
 		return "", false
 	}
 	d, diag := cedar.Authorize(e.base.Load().policies, s.entities, cedar.Request{
-		Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now),
+		Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: useContext(r, now),
 	})
 	if d != cedar.Allow {
 		return "", false

@@ -18,28 +18,11 @@ import (
 	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
 )
 
-// PolicyChange proposes policy files: base name (*.cedar) -> content. A
-// file of the policy directory with the same name is replaced; others stay.
-type PolicyChange struct {
-	Files map[string]string `json:"files"`
-	// AllowWidening applies a change the gate finds wider (or cannot
-	// prove not wider); the report, counterexample included, is audited.
-	AllowWidening bool   `json:"allow_widening,omitempty"`
-	Actor         string `json:"-"`
-}
-
-// PolicyReport is the gate's answer to a change.
-type PolicyReport struct {
-	Applied bool         `json:"applied"`
-	Widens  bool         `json:"widens"`
-	Summary string       `json:"summary"`
-	Shift   *ShiftReport `json:"shift"`
-}
-
 // ErrNoPolicyDir: a change was proposed but the agent has no policy directory.
 var ErrNoPolicyDir = errors.New("agent: no policy directory configured")
 
-func (c PolicyChange) overlay() (map[string][]byte, error) {
+// overlay is a change's files by base name, each a *.cedar base name.
+func overlay(c PolicyChange) (map[string][]byte, error) {
 	if len(c.Files) == 0 {
 		return nil, fmt.Errorf("%w: no policy files", ErrInvalidRequest)
 	}
@@ -64,7 +47,7 @@ func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policyBase, error) 
 	if a.cfg.PolicyDir == "" {
 		return nil, nil, ErrNoPolicyDir
 	}
-	ov, err := c.overlay()
+	ov, err := overlay(c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +73,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 		return rep, err
 	}
 	if rep.Widens && !c.AllowWidening {
-		err := rep.Shift.widenErr()
+		err := WidensError(rep.Shift)
 		a.emit(Event{Kind: "policy.apply", Actor: c.Actor, Outcome: "refused: " + rep.Summary})
 		return rep, err
 	}
@@ -167,7 +150,7 @@ func (a *Agent) checkRestartPolicy() error {
 		rep := a.engine.CheckShift(last, a.engine.base.Load().policies)
 		if rep.Widens() {
 			if !a.cfg.AcceptPolicyWidening {
-				return fmt.Errorf("%w (the policy directory changed while the agent was down; start with -accept-policy-widening to accept it)", rep.widenErr())
+				return fmt.Errorf("%w (the policy directory changed while the agent was down; start with -accept-policy-widening to accept it)", WidensError(rep))
 			}
 			a.emit(Event{Kind: "policy.restart", Outcome: "accepted at start: " + rep.Summary()})
 		} else if !rep.Proved || rep.Solver != "" {

@@ -10,31 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-)
 
-func opsOf(c Class) []string {
-	switch c {
-	case ClassNetEgress:
-		return []string{"connect"}
-	case ClassNetInbound:
-		return []string{"accept"}
-	case ClassFSScope:
-		return []string{"read", "write"}
-	case ClassClipboard:
-		return []string{"paste_in", "copy_out"}
-	case ClassGPU:
-		return []string{"use"}
-	case ClassInstall:
-		return []string{"pkg", "any"}
-	case ClassPersistence:
-		return []string{"persist"}
-	case ClassCredentials:
-		return []string{"broker"}
-	case ClassPeripheral:
-		return []string{"camera", "mic", "usb", "input_inject"}
-	}
-	return nil
-}
+	"github.com/shinken-agent/shinken/agent/capability"
+)
 
 func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 	var out []UseRequest
@@ -43,7 +21,7 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 		var domains []string
 		for _, s := range lit.strs {
 			s = strings.TrimPrefix(strings.TrimPrefix(strings.ToLower(s), "**."), "*.")
-			if validateDomainPattern(s) == nil {
+			if capability.ValidateDomainPattern(s) == nil {
 				domains = append(domains, s, "x."+s)
 			}
 		}
@@ -73,11 +51,11 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 		paths = append(paths, pr.Protected...)
 		paths = append(paths, pr.PolicyStore...)
 		for _, s := range lit.strs {
-			if validatePath(s) == nil {
+			if capability.ValidatePath(s) == nil {
 				paths = append(paths, s, filepath.Join(s, "x"))
 			}
 		}
-		for _, op := range opsOf(c) {
+		for _, op := range capability.Ops(c) {
 			for _, p := range sortedUnique(paths) {
 				out = append(out, UseRequest{Class: c, Op: op, Path: p})
 			}
@@ -85,7 +63,7 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 	default:
 		items := []string{"", "0"}
 		for _, s := range lit.strs {
-			if validateToken("item", s) == nil && len(items) < 24 {
+			if capability.ValidateToken("item", s) == nil && len(items) < 24 {
 				items = append(items, s)
 			}
 		}
@@ -93,7 +71,7 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 		if c == ClassGPU {
 			modes = []string{GPUModeCompute, GPUModeRender, GPUModeRaw}
 		}
-		for _, op := range opsOf(c) {
+		for _, op := range capability.Ops(c) {
 			for _, it := range sortedUnique(items) {
 				for _, m := range modes {
 					out = append(out, UseRequest{Class: c, Op: op, Item: it, Mode: m})
@@ -135,11 +113,11 @@ func grantProbes(c Class, lit *literals) []Capability {
 			Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}})
 	case ClassNetInbound:
 		out = append(out, Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
-			Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []PortRange{{8080, 8080}}}})
+			Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []PortRange{{Lo: 8080, Hi: 8080}}}})
 	case ClassFSScope, ClassPersistence:
 		paths := []string{"/work", "/"}
 		for _, s := range lit.strs {
-			if validatePath(s) == nil {
+			if capability.ValidatePath(s) == nil {
 				paths = append(paths, s)
 			}
 		}
@@ -184,4 +162,13 @@ func probePorts(lit *literals, base ...uint16) []uint16 {
 		}
 	}
 	return slices.Compact(sortedU16(ports))
+}
+
+func sortedUnique(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	cedar "github.com/cedar-policy/cedar-go"
@@ -83,7 +82,7 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 			return nil, fmt.Errorf("%w: %s: %v", errUnconfirmed, r, err)
 		}
 		ce.Use = &u
-		req.Action, req.Context = actionUse, u.context(r.Now)
+		req.Action, req.Context = actionUse, useContext(u, r.Now)
 	} else {
 		ce.Grant = fmt.Sprintf("tier=%s provenance=%s lifecycle=%s scope{write_keys=%q tls_inspect=%t mode=%q flags=%q}",
 			r.Tier, r.Provenance, r.Lifecycle, r.WriteKeys, r.TLSInspect, r.ScopeMode, r.Flags)
@@ -97,7 +96,7 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 			}),
 		})
 	}
-	ents := types.EntityMap{sessionUID(pr.ID): pr.entity()}
+	ents := types.EntityMap{sessionUID(pr.ID): sessionEntity(pr)}
 	nd, diag := cedar.Authorize(neu, ents, req)
 	od, _ := cedar.Authorize(old, ents, req)
 	if nd != cedar.Allow || od != cedar.Deny {
@@ -109,35 +108,12 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 	return ce, nil
 }
 
-// widenErr is the refusal of a widening edit: the counterexample, or why
-// non-widening could not be proven.
-func (r *ShiftReport) widenErr() error {
+// WidensError is the refusal of a widening edit: an error wrapping
+// ErrPolicyWidens with the counterexample, or with why non-widening could
+// not be proven.
+func WidensError(r *ShiftReport) error {
 	if r.Counterexample != nil {
 		return fmt.Errorf("%w: %s", ErrPolicyWidens, r.Counterexample)
 	}
 	return fmt.Errorf("%w: not proven non-widening (treated as widening): %s", ErrPolicyWidens, r.Unproved)
-}
-
-// Summary is one line for the audit log.
-func (r *ShiftReport) Summary() string {
-	switch {
-	case r == nil:
-		return "no check"
-	case r.Counterexample != nil:
-		return "widening: " + r.Counterexample.String()
-	case r.Unproved != "":
-		return "not proven non-widening: " + r.Unproved
-	case r.Proved && r.Solver == "":
-		return "non-widening by construction (adds forbids / removes permits only)"
-	case r.Proved:
-		return "proven non-widening (solver: unsat" + abstractedNote(r.Abstracted) + ")"
-	}
-	return "no widening found"
-}
-
-func abstractedNote(a []string) string {
-	if len(a) == 0 {
-		return ""
-	}
-	return "; unchanged policies outside the provable subset treated as unknown: " + strings.Join(a, ", ")
 }
