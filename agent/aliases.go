@@ -1,13 +1,21 @@
 package agent
 
-// The agent's names for the vocabulary it shares with its callers. The
-// grammar and the types that cross the API live in agent/capability (so the
-// operator CLI links neither Cedar nor the resolver); these aliases keep
-// agent.Capability, agent.GrantRequest, agent.ErrWidens ... meaning what
-// they meant, for the agent's own files, its tests, the daemon and bench/.
-// New code outside the agent imports agent/capability directly.
+// The agent's names for the vocabulary it shares with its callers and for
+// the policy engine it drives. The grammar and the types that cross the API
+// live in agent/capability (so the operator CLI links neither Cedar nor the
+// resolver), the Cedar engine in agent/policy; these aliases keep
+// agent.Capability, agent.GrantRequest, agent.Engine, agent.ErrWidens ...
+// meaning what they meant, for the agent's own files, its tests, the daemon
+// and bench/. New code outside the agent imports those packages directly.
 
-import "github.com/shinken-agent/shinken/agent/capability"
+import (
+	"time"
+
+	cedar "github.com/cedar-policy/cedar-go"
+
+	"github.com/shinken-agent/shinken/agent/capability"
+	"github.com/shinken-agent/shinken/agent/policy"
+)
 
 // The grammar (capability.go, capability_render.go, capability_within.go).
 type (
@@ -173,3 +181,35 @@ var (
 	ErrUnknownSession    = capability.ErrUnknownSession
 	ErrDenied            = capability.ErrDenied
 )
+
+// The policy engine (agent/policy).
+type (
+	Engine        = policy.Engine
+	Decision      = policy.Decision
+	GrantData     = policy.GrantData
+	ReloadOptions = policy.ReloadOptions
+	PolicyError   = policy.PolicyError
+	PolicyErrors  = policy.PolicyErrors
+)
+
+var (
+	ErrPolicy       = policy.ErrPolicy
+	ErrPolicyWidens = policy.ErrPolicyWidens
+	ErrProof        = policy.ErrProof
+)
+
+// NewEngine loads the schema, the shipped policies and policyDir's.
+func NewEngine(policyDir string) (*Engine, error) { return policy.NewEngine(policyDir) }
+
+// ProveGrant is step 2 of GRANT: the grant's compiled policy permits
+// nothing its capability does not cover (policy.ProveGrant).
+func ProveGrant(g GrantData, now time.Time) error { return policy.ProveGrant(g, now) }
+
+// DefaultProtected returns the paths no session may write for a home
+// directory.
+func DefaultProtected(home string) []string { return policy.DefaultProtected(home) }
+
+// CedarRequest is the Cedar request Decide evaluates for a use-time request.
+func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
+	return policy.CedarRequest(session, r, now)
+}

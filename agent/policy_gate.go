@@ -16,6 +16,7 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 
 	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
+	"github.com/shinken-agent/shinken/agent/policy"
 )
 
 // ErrNoPolicyDir: a change was proposed but the agent has no policy directory.
@@ -43,7 +44,7 @@ func (a *Agent) PolicyDiff(c PolicyChange) (*PolicyReport, error) {
 	return rep, err
 }
 
-func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policyBase, error) {
+func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policy.Set, error) {
 	if a.cfg.PolicyDir == "" {
 		return nil, nil, ErrNoPolicyDir
 	}
@@ -51,11 +52,11 @@ func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policyBase, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	nb, err := a.engine.loadWith(a.cfg.PolicyDir, ov)
+	nb, err := a.engine.LoadSet(a.cfg.PolicyDir, ov)
 	if err != nil {
 		return nil, nil, err
 	}
-	sr := a.engine.CheckShift(a.engine.base.Load().policies, nb.policies)
+	sr := a.engine.CheckShift(a.engine.Policies(), nb.Policies())
 	return &PolicyReport{Widens: sr.Widens(), Summary: sr.Summary(), Shift: sr}, nb, nil
 }
 
@@ -73,7 +74,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 		return rep, err
 	}
 	if rep.Widens && !c.AllowWidening {
-		err := WidensError(rep.Shift)
+		err := policy.WidensError(rep.Shift)
 		a.emit(Event{Kind: "policy.apply", Actor: c.Actor, Outcome: "refused: " + rep.Summary})
 		return rep, err
 	}
@@ -87,7 +88,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 			return rep, fmt.Errorf("%w: write %s: %w", ErrPolicy, name, err)
 		}
 	}
-	a.engine.base.Store(nb)
+	a.engine.Install(nb)
 	a.dnsDecisionsChanged()
 	rep.Applied = true
 	out := "applied: " + rep.Summary
@@ -104,7 +105,7 @@ const appliedFile = "policy.applied.json"
 
 func (a *Agent) recordApplied() error {
 	set := map[string]string{}
-	for id, p := range a.engine.base.Load().policies {
+	for id, p := range a.engine.Policies() {
 		set[string(id)] = string(p.MarshalCedar())
 	}
 	data, err := json.Marshal(set)
@@ -147,10 +148,10 @@ func (a *Agent) checkRestartPolicy() error {
 		return err
 	}
 	if ok {
-		rep := a.engine.CheckShift(last, a.engine.base.Load().policies)
+		rep := a.engine.CheckShift(last, a.engine.Policies())
 		if rep.Widens() {
 			if !a.cfg.AcceptPolicyWidening {
-				return fmt.Errorf("%w (the policy directory changed while the agent was down; start with -accept-policy-widening to accept it)", WidensError(rep))
+				return fmt.Errorf("%w (the policy directory changed while the agent was down; start with -accept-policy-widening to accept it)", policy.WidensError(rep))
 			}
 			a.emit(Event{Kind: "policy.restart", Outcome: "accepted at start: " + rep.Summary()})
 		} else if !rep.Proved || rep.Solver != "" {

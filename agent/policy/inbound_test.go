@@ -1,8 +1,10 @@
-package agent
+package policy
 
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 // TestInboundPolicy: the Cedar policy of net.inbound: an inbound grant
@@ -10,7 +12,7 @@ import (
 // else; an egress grant never answers "accept". The grammar half is
 // agent/capability's TestInboundGrammar.
 func TestInboundPolicy(t *testing.T) {
-	ms, err := ParseManifests("m", []byte("image web\nallow net.inbound cidrs=10.0.0.0/8,192.0.2.7 ports=8080,9000-9010 tier=ask\n"))
+	ms, err := capability.ParseManifests("m", []byte("image web\nallow net.inbound cidrs=10.0.0.0/8,192.0.2.7 ports=8080,9000-9010 tier=ask\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"bytes"
@@ -96,7 +96,7 @@ func (l *literals) collect(p *cedar.Policy) {
 // the old one denied: no proof, but every counterexample it reports is
 // real. CheckShift decides with the solver; the tests keep this search as a
 // cross-check of the solver (agent/README.md §5).
-func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *ShiftReport {
+func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *capability.ShiftReport {
 	oldKeys := map[string]cedar.Effect{}
 	for _, p := range old {
 		oldKeys[policyKey(p)] = p.Effect()
@@ -116,7 +116,7 @@ func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *ShiftReport {
 		}
 	}
 	if onlyNarrowing {
-		return &ShiftReport{Proved: true}
+		return &capability.ShiftReport{Proved: true}
 	}
 
 	var lit literals
@@ -126,9 +126,9 @@ func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *ShiftReport {
 	for _, p := range neu {
 		lit.collect(p)
 	}
-	rep := &ShiftReport{}
+	rep := &capability.ShiftReport{}
 	now := time.Now()
-	try := func(ents types.EntityMap, pr SessionAttrs, req cedar.Request, ce *Counterexample) bool {
+	try := func(ents types.EntityMap, pr capability.SessionAttrs, req cedar.Request, ce *capability.Counterexample) bool {
 		if rep.Checked >= MaxShiftChecks {
 			rep.Truncated = true
 			return false
@@ -151,23 +151,23 @@ func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *ShiftReport {
 	}
 	for _, pr := range e.shiftPrincipals(&lit) {
 		ents := types.EntityMap{sessionUID(pr.ID): sessionEntity(pr)}
-		for _, c := range Classes {
+		for _, c := range capability.Classes {
 			for _, u := range useProbes(c, &lit, pr) {
 				u := u
 				req := cedar.Request{Principal: sessionUID(pr.ID), Action: actionUse, Resource: capabilityUID(c), Context: useContext(u, now)}
-				if !try(ents, pr, req, &Counterexample{Action: "use", Class: c, Use: &u}) {
+				if !try(ents, pr, req, &capability.Counterexample{Action: "use", Class: c, Use: &u}) {
 					return rep
 				}
 			}
 			for _, g := range grantProbes(c, &lit) {
-				for _, tier := range []Tier{TierAuto, TierNotify, TierAsk, TierBlock} {
-					for _, prov := range []Provenance{FirstParty, External} {
-						for _, lc := range []Lifecycle{LifecycleOnce, LifecycleSession, LifecycleStanding} {
+				for _, tier := range []capability.Tier{capability.TierAuto, capability.TierNotify, capability.TierAsk, capability.TierBlock} {
+					for _, prov := range []capability.Provenance{capability.FirstParty, capability.External} {
+						for _, lc := range []capability.Lifecycle{capability.LifecycleOnce, capability.LifecycleSession, capability.LifecycleStanding} {
 							req := cedar.Request{Principal: sessionUID(pr.ID), Action: actionGrant, Resource: capabilityUID(c), Context: types.NewRecord(types.RecordMap{
 								"now": types.NewDatetime(now), "tier": types.String(tier.String()), "provenance": types.String(string(prov)),
 								"lifecycle": types.String(string(lc)), "scope": grantScope(g),
 							})}
-							ce := &Counterexample{Action: "grant", Class: c, Grant: fmt.Sprintf("%s tier=%s provenance=%s lifecycle=%s", g, tier, prov, lc)}
+							ce := &capability.Counterexample{Action: "grant", Class: c, Grant: fmt.Sprintf("%s tier=%s provenance=%s lifecycle=%s", g, tier, prov, lc)}
 							if !try(ents, pr, req, ce) {
 								return rep
 							}
@@ -183,8 +183,8 @@ func (e *Engine) SearchShift(old, neu cedar.PolicyMap) *ShiftReport {
 // shiftPrincipals: the live sessions (with their real attributes), the
 // sessions the policies name, and synthetic sessions across every
 // trust/risk/inspection/headless combination and every image literal.
-func (e *Engine) shiftPrincipals(lit *literals) []SessionAttrs {
-	var out []SessionAttrs
+func (e *Engine) shiftPrincipals(lit *literals) []capability.SessionAttrs {
+	var out []capability.SessionAttrs
 	e.mu.RLock()
 	for _, s := range e.sessions {
 		for uid, ent := range s.entities {
@@ -210,7 +210,7 @@ func (e *Engine) shiftPrincipals(lit *literals) []SessionAttrs {
 				for _, risk := range []string{"normal", "high"} {
 					for _, tls := range []bool{false, true} {
 						for _, headless := range []bool{false, true} {
-							out = append(out, SessionAttrs{ID: id, Image: img, TrustTier: trust, Risk: risk, TLSInspection: tls, Headless: headless,
+							out = append(out, capability.SessionAttrs{ID: id, Image: img, TrustTier: trust, Risk: risk, TLSInspection: tls, Headless: headless,
 								Protected: DefaultProtected("/home/agent"), PolicyStore: []string{"/etc/shinken"}})
 						}
 					}
@@ -221,8 +221,8 @@ func (e *Engine) shiftPrincipals(lit *literals) []SessionAttrs {
 	return out
 }
 
-func attrsFromEntity(ent types.Entity) SessionAttrs {
-	a := SessionAttrs{ID: string(ent.UID.ID)}
+func attrsFromEntity(ent types.Entity) capability.SessionAttrs {
+	a := capability.SessionAttrs{ID: string(ent.UID.ID)}
 	get := func(k string) types.Value { v, _ := ent.Attributes.Get(types.String(k)); return v }
 	str := func(k string) string { s, _ := get(k).(types.String); return string(s) }
 	boo := func(k string) bool { b, _ := get(k).(types.Boolean); return bool(b) }
@@ -250,13 +250,13 @@ func attrsFromEntity(ent types.Entity) SessionAttrs {
 // bounded test, not a proof over all requests.
 func ProveGrant(g GrantData, now time.Time) error {
 	pol := cedar.PolicyMap{"grant": grantPolicy(g)}
-	ents := types.EntityMap{grantUID(g.ID): grantEntity(g), sessionUID(g.Session): sessionEntity(SessionAttrs{ID: g.Session})}
+	ents := types.EntityMap{grantUID(g.ID): grantEntity(g), sessionUID(g.Session): sessionEntity(capability.SessionAttrs{ID: g.Session})}
 	var lit literals
 	c := g.Capability.Normalized()
 	var buf bytes.Buffer
 	buf.WriteString(c.String())
 	switch c.Class {
-	case ClassNetEgress:
+	case capability.ClassNetEgress:
 		for _, d := range c.Egress.Domains {
 			base := strings.TrimPrefix(strings.TrimPrefix(d, "**."), "*.")
 			lit.strs = append(lit.strs, base, "y."+base, "x"+base)
@@ -269,30 +269,30 @@ func ProveGrant(g GrantData, now time.Time) error {
 			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
 		}
 		lit.longs = append(lit.longs, 1, 65534)
-	case ClassNetInbound:
+	case capability.ClassNetInbound:
 		lit.ips = c.Inbound.CIDRs
 		for _, p := range c.Inbound.Ports {
 			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
 		}
 		lit.longs = append(lit.longs, 1, 65534)
-	case ClassFSScope:
+	case capability.ClassFSScope:
 		for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny} {
 			for _, p := range l {
 				lit.strs = append(lit.strs, p, p+"x", filepath.Dir(p))
 			}
 		}
-	case ClassPersistence:
+	case capability.ClassPersistence:
 		for _, p := range c.Persistence.Paths {
 			lit.strs = append(lit.strs, p, p+"x", filepath.Dir(p))
 		}
-	case ClassGPU:
+	case capability.ClassGPU:
 		lit.strs = append(lit.strs, c.GPU.DeviceIDs...)
-	case ClassCredentials:
+	case capability.ClassCredentials:
 		lit.strs = append(lit.strs, c.Credentials.BrokerScopes...)
-	case ClassPeripheral:
+	case capability.ClassPeripheral:
 		lit.strs = append(lit.strs, c.Peripheral.USB...)
 	}
-	for _, u := range useProbes(c.Class, &lit, SessionAttrs{ID: g.Session}) {
+	for _, u := range useProbes(c.Class, &lit, capability.SessionAttrs{ID: g.Session}) {
 		d, _ := cedar.Authorize(pol, ents, cedar.Request{Principal: sessionUID(g.Session), Action: actionUse, Resource: capabilityUID(c.Class), Context: useContext(u, now)})
 		if d == cedar.Allow && !c.Allows(u) {
 			return fmt.Errorf("%w: the policy of %s permits %+v, which the capability does not cover", ErrProof, c, u)

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"fmt"

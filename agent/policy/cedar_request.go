@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: request encoding. A use-time request (UseRequest) becomes a
 // Cedar context of precomputed keys (path ancestors, domain suffixes, covering
@@ -15,6 +15,8 @@ import (
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 // keyLens says which prefix lengths of the request's address and port the
@@ -61,9 +63,11 @@ func (k *keyLens) has(a netip.Addr, bits int) bool {
 	return k.v6[bits/64]&(1<<(bits%64)) != 0
 }
 
-func useContext(r UseRequest, now time.Time) types.Record { return useContextLens(r, now, nil) }
+func useContext(r capability.UseRequest, now time.Time) types.Record {
+	return useContextLens(r, now, nil)
+}
 
-func useContextLens(r UseRequest, now time.Time, lens *keyLens) types.Record {
+func useContextLens(r capability.UseRequest, now time.Time, lens *keyLens) types.Record {
 	// Empty key sets are the one boxed empty set: boxing a Set allocates.
 	pathKeys, domainKeys, cidrKeys, portKeys := emptySetValue, emptySetValue, emptySetValue, emptySetValue
 	if r.Path != "" {
@@ -210,7 +214,7 @@ func portKeysOf(p uint16, lens *keyLens) []string {
 
 // portBlocks decomposes port ranges into aligned blocks (as a range becomes
 // CIDRs); no ranges means every port ("0/0").
-func portBlocks(rs []PortRange) []string {
+func portBlocks(rs []capability.PortRange) []string {
 	if len(rs) == 0 {
 		return []string{"0/0"}
 	}
@@ -230,26 +234,26 @@ func portBlocks(rs []PortRange) []string {
 }
 
 // grantScope summarizes a capability for the grant-time base policies.
-func grantScope(c Capability) types.Record {
+func grantScope(c capability.Capability) types.Record {
 	c = c.Normalized()
 	var writes []string
 	var flags []string
 	mode := ""
 	tls := false
 	switch c.Class {
-	case ClassFSScope:
+	case capability.ClassFSScope:
 		for _, p := range c.FS.Write {
 			writes = append(writes, pathAncestors(p)...)
 		}
-	case ClassPersistence:
+	case capability.ClassPersistence:
 		for _, p := range c.Persistence.Paths {
 			writes = append(writes, pathAncestors(p)...)
 		}
-	case ClassNetEgress:
+	case capability.ClassNetEgress:
 		tls = c.Egress.TLSInspect
-	case ClassGPU:
+	case capability.ClassGPU:
 		mode = c.GPU.Mode
-	case ClassInstall:
+	case capability.ClassInstall:
 		mode = c.Install.Scope
 	}
 	return types.NewRecord(types.RecordMap{
@@ -261,9 +265,11 @@ func grantScope(c Capability) types.Record {
 }
 
 // CedarRequest is the Cedar request Decide evaluates for a use-time request.
-func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
+func CedarRequest(session string, r capability.UseRequest, now time.Time) cedar.Request {
 	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: useContext(r, now)}
 }
 
 // hasPorts: the class's use requests carry a port (and its keys).
-func hasPorts(c Class) bool { return c == ClassNetEgress || c == ClassNetInbound }
+func hasPorts(c capability.Class) bool {
+	return c == capability.ClassNetEgress || c == capability.ClassNetInbound
+}

@@ -1,16 +1,16 @@
-package agent
+package policy
 
 import (
 	"errors"
-
-	cedar "github.com/cedar-policy/cedar-go"
-	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -27,6 +27,10 @@ func newTestEngine(t *testing.T, dir string) *Engine {
 		t.Fatal(err)
 	}
 	return e
+}
+
+func fsCap(read, write, deny []string) Capability {
+	return Capability{Class: ClassFSScope, FS: &FSScope{Read: read, Write: write, Deny: deny}}
 }
 
 func egress(cidrs []string, ports []PortRange, domains ...string) Capability {
@@ -182,7 +186,9 @@ func TestHardDenyForbids(t *testing.T) {
 			}
 		})
 	}
-	fsw := func(p string) Capability { return Capability{Class: ClassFSScope, FS: &FSScope{Write: []string{p}}} }
+	fsw := func(p string) Capability {
+		return Capability{Class: ClassFSScope, FS: &FSScope{Write: []string{p}}}
+	}
 	grant := []struct {
 		name, session string
 		c             Capability

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 
+	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/agent/shiftproof"
 )
 
@@ -26,9 +27,9 @@ var ShiftProofTimeout = 10 * time.Second
 // unknown, a timeout, a construct outside the provable subset or an
 // unconfirmed model leave Unproved set, and the edit is treated as widening.
 // See agent/README.md §5.
-func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *ShiftReport {
+func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *capability.ShiftReport {
 	start := time.Now()
-	rep := &ShiftReport{}
+	rep := &capability.ShiftReport{}
 	defer func() { rep.Elapsed = time.Since(start) }()
 	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout})
 	if err != nil {
@@ -65,16 +66,16 @@ var errUnconfirmed = errors.New("the solver's counterexample was not confirmed b
 // confirm turns the solver's request into the agent's Counterexample by the
 // agent's own request encoding (UseRequest.context) and checks it with
 // cedar-go: allowed by the new set, denied by the old.
-func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, error) {
+func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*capability.Counterexample, error) {
 	if r == nil {
 		return nil, fmt.Errorf("%w: no model", errUnconfirmed)
 	}
-	pr := SessionAttrs{ID: r.Session.ID, Image: r.Session.Image, TrustTier: r.Session.TrustTier, Risk: r.Session.Risk,
+	pr := capability.SessionAttrs{ID: r.Session.ID, Image: r.Session.Image, TrustTier: r.Session.TrustTier, Risk: r.Session.Risk,
 		Headless: r.Session.Headless, TLSInspection: r.Session.TLSInspection, Protected: r.Session.Protected, PolicyStore: r.Session.PolicyStore}
-	ce := &Counterexample{Principal: pr, Action: r.Action, Class: Class(r.Class)}
-	req := cedar.Request{Principal: sessionUID(pr.ID), Resource: capabilityUID(Class(r.Class))}
+	ce := &capability.Counterexample{Principal: pr, Action: r.Action, Class: capability.Class(r.Class)}
+	req := cedar.Request{Principal: sessionUID(pr.ID), Resource: capabilityUID(capability.Class(r.Class))}
 	if r.Action == "use" {
-		u := UseRequest{Class: Class(r.Class), Op: r.Op, Domain: r.Domain, IP: r.IP, Path: r.Path, Item: r.Item, Mode: r.Mode}
+		u := capability.UseRequest{Class: capability.Class(r.Class), Op: r.Op, Domain: r.Domain, IP: r.IP, Path: r.Path, Item: r.Item, Mode: r.Mode}
 		if hasPorts(u.Class) {
 			u.Port = r.Port
 		}
@@ -111,7 +112,7 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 // WidensError is the refusal of a widening edit: an error wrapping
 // ErrPolicyWidens with the counterexample, or with why non-widening could
 // not be proven.
-func WidensError(r *ShiftReport) error {
+func WidensError(r *capability.ShiftReport) error {
 	if r.Counterexample != nil {
 		return fmt.Errorf("%w: %s", ErrPolicyWidens, r.Counterexample)
 	}
