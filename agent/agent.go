@@ -19,29 +19,6 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// Event is one lifecycle step for the audit trail. It never carries a
-// secret: scopes are hashed (ParamsSHA256) and summarized by class.
-type Event struct {
-	Time         time.Time `json:"time"`
-	Kind         string    `json:"kind"` // session.create, grant.request, grant.issue, grant.rollback, grant.revoke, approval.*, card.*, breaker.trip, deny, reconcile.*
-	Session      string    `json:"session,omitempty"`
-	Grant        string    `json:"grant,omitempty"`
-	Class        Class     `json:"class,omitempty"`
-	Tier         string    `json:"tier,omitempty"`
-	Provenance   string    `json:"provenance,omitempty"`
-	ParamsSHA256 string    `json:"params_sha256,omitempty"`
-	Outcome      string    `json:"outcome,omitempty"`
-	Rule         string    `json:"rule,omitempty"`
-	Actor        string    `json:"actor,omitempty"`
-	Card         *Card     `json:"card,omitempty"` // card.* events: the card as it stands
-	// Tool is the program of a process.run event; Args its argv, which
-	// never leave the agent but for the audit log (it hashes them).
-	Tool string   `json:"tool,omitempty"`
-	Args []string `json:"-"`
-	// Denial is the kernel's event of a kernel.deny.
-	Denial *backend.Event `json:"denial,omitempty"`
-}
-
 // EventSink receives lifecycle events; an error fails the step that emitted
 // it (fail closed).
 type EventSink interface {

@@ -24,7 +24,7 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if d.Allowed && len(d.once) > 0 && a.onceSpent(d.once) {
+	if d.Allowed && len(d.Once) > 0 && a.onceSpent(d.Once) {
 		// Only approve-once grants allowed, and the kernel consumed every
 		// one of them (its first connect or send): once means once here too.
 		d = Decision{Reasons: append([]string{ConsumedOnce}, d.Reasons...), Errors: d.Errors}
@@ -36,7 +36,7 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 		}
 		a.bmu.Unlock()
 	} else {
-		a.emit(Event{Kind: EventUseDenied, Session: session, Class: r.Class, Outcome: "denied", Rule: d.decidedBy()})
+		a.emit(Event{Kind: EventUseDenied, Session: session, Class: r.Class, Outcome: "denied", Rule: d.DecidedBy()})
 		if a.countDenial(session) {
 			a.mu.Lock()
 			a.trip(session)

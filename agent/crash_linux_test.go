@@ -112,7 +112,7 @@ func crashCap(x, y string) Capability {
 	ax, ay := netip.MustParseAddrPort(x), netip.MustParseAddrPort(y)
 	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
 		CIDRs: []netip.Prefix{netip.PrefixFrom(ax.Addr(), 32), netip.PrefixFrom(ay.Addr(), 32)},
-		Ports: []PortRange{{ax.Port(), ax.Port()}, {ay.Port(), ay.Port()}},
+		Ports: []PortRange{{Lo: ax.Port(), Hi: ax.Port()}, {Lo: ay.Port(), Hi: ay.Port()}},
 	}}
 }
 

@@ -41,7 +41,7 @@ func (a *Agent) dnsPolicyLocked(session string) (p dnsresolver.Policy, ok bool) 
 			}
 		}
 		for _, dom := range e.Domains {
-			for _, pr := range e.portRanges() {
+			for _, pr := range kernelPorts(e.Ports) {
 				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: backend.ProtoAny, Ports: pr, AllowNonPublic: nonPublic})
 			}
 		}

@@ -115,7 +115,7 @@ func newDecideEnv(t *testing.T, files map[string]string) *decideEnv {
 	}
 	e.a = openAgent(t, d, t.TempDir(), func(c *Config) { c.PolicyDir = e.dir })
 	mustSession(t, e.a, SessionSpec{ID: "s1"})
-	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{443, 443}}}}
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
 	_, err := e.a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if errors.As(err, &are) {

@@ -57,7 +57,7 @@ func TestDNSFollowsGrants(t *testing.T) {
 	if doms, ok := f.domains("s1"); !ok || len(doms) != 0 {
 		t.Fatalf("at attach: %v %v", doms, ok)
 	}
-	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"api.example.com"}, Ports: []PortRange{{443, 443}}}}
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"api.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
 	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) {

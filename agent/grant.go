@@ -10,14 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Errors of the grant protocol.
 var (
-	ErrInvalidRequest    = errors.New("agent: invalid request")
 	ErrSessionExists     = errors.New("agent: session already exists")
 	ErrSessionInactive   = errors.New("agent: session is not active")
 	ErrBlockTier         = errors.New("agent: Block tier is never grantable in-session")
@@ -40,32 +38,6 @@ func (e *ApprovalRequiredError) Error() string {
 	return fmt.Sprintf("%v: pending approval %s (tier %s)", ErrApprovalRequired, e.ID, e.Tier)
 }
 func (e *ApprovalRequiredError) Unwrap() error { return ErrApprovalRequired }
-
-// GrantRequest asks for one capability for one session.
-type GrantRequest struct {
-	Session    string        `json:"session"`
-	Capability Capability    `json:"capability"`
-	Provenance Provenance    `json:"provenance"`
-	Lifecycle  Lifecycle     `json:"lifecycle"`        // once | session (standing is refused)
-	TTL        time.Duration `json:"ttl,omitempty"`    // 0: once → DefaultOnceTTL; session → until session end
-	Parent     string        `json:"parent,omitempty"` // a handle token: attenuate that grant
-	Requester  string        `json:"requester,omitempty"`
-	// Escalation marks a request the agent made from a kernel denial
-	// (EscalateDenial): it always goes to a human (at least Ask), never
-	// auto-granted, whatever the tier table says.
-	Escalation bool `json:"-"`
-}
-
-// Grant is what a caller gets back for an issued grant.
-type Grant struct {
-	Handle    string    `json:"handle"` // the unforgeable token
-	ID        string    `json:"id"`
-	Session   string    `json:"session"`
-	Tier      Tier      `json:"tier"`
-	Lifecycle Lifecycle `json:"lifecycle"`
-	Expires   time.Time `json:"expires,omitzero"`
-	Parent    string    `json:"parent,omitempty"`
-}
 
 // Step names one step of GRANT or REVOKE, for crash injection.
 type Step string

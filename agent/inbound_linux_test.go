@@ -62,7 +62,7 @@ escalate net.inbound
 	if _, err := a.Grant(ctx, GrantRequest{Session: "w", Lifecycle: LifecycleSession, Capability: inbound("127.0.1.5/32")}); !errors.Is(err, ErrApprovalRequired) {
 		t.Errorf("net.inbound at its default tier: %v, want %v", err, ErrApprovalRequired)
 	}
-	g, err := a.Grant(ctx, GrantRequest{Session: "w", Lifecycle: LifecycleSession, Capability: inbound("127.0.0.12/32", PortRange{port, port})})
+	g, err := a.Grant(ctx, GrantRequest{Session: "w", Lifecycle: LifecycleSession, Capability: inbound("127.0.0.12/32", PortRange{Lo: port, Hi: port})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +74,12 @@ escalate net.inbound
 	}
 	// Attenuation: a child may narrow, never widen (a wider prefix, another
 	// port, every port).
-	for _, c := range []Capability{inbound("127.0.0.0/24", PortRange{port, port}), inbound("127.0.0.12/32", PortRange{port + 1, port + 1}), inbound("127.0.0.12/32")} {
+	for _, c := range []Capability{inbound("127.0.0.0/24", PortRange{Lo: port, Hi: port}), inbound("127.0.0.12/32", PortRange{Lo: port + 1, Hi: port + 1}), inbound("127.0.0.12/32")} {
 		if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "w", Lifecycle: LifecycleSession, Capability: c}); !errors.Is(err, ErrWidens) {
 			t.Errorf("attenuate to %s: %v, want %v", c, err, ErrWidens)
 		}
 	}
-	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "w", Lifecycle: LifecycleSession, Capability: inbound("127.0.0.12/32", PortRange{port, port})}); err != nil {
+	if _, err := a.Attenuate(ctx, g.Handle, GrantRequest{Session: "w", Lifecycle: LifecycleSession, Capability: inbound("127.0.0.12/32", PortRange{Lo: port, Hi: port})}); err != nil {
 		t.Errorf("attenuate to the same scope: %v", err)
 	}
 	if err := a.Revoke(ctx, g.Handle); err != nil {

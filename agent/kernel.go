@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -12,20 +11,6 @@ import (
 // kernel handles and removes egress rules that its state does not account
 // for.
 type Kernel = backend.Backend
-
-// ErrNotEnforceable is returned for a grant of a class this host cannot
-// enforce: the grant is refused rather than issued as an advisory promise.
-var ErrNotEnforceable = errors.New("agent: the host cannot enforce this capability class")
-
-// Enforcement says how one class is enforced on this host, as the backend
-// probed it when it opened.
-type Enforcement struct {
-	Class     Class         `json:"class"`
-	Grantable bool          `json:"grantable"`
-	Level     backend.Level `json:"level"`
-	Mechanism string        `json:"mechanism"`
-	Reason    string        `json:"reason,omitempty"`
-}
 
 // Enforcement reports, per capability class, the mechanism and strength the
 // backend found on this host (principle 2 of DESIGN.md: honest
@@ -40,11 +25,6 @@ func (a *Agent) Enforcement() []Enforcement {
 	}
 	return out
 }
-
-// ErrTLSInspection: TLS inspection is asked for (a session's
-// tls_inspection, an egress grant's tls_inspect) but no proxy on this host
-// inspects anything; accepting the flag would promise what nothing keeps.
-var ErrTLSInspection = fmt.Errorf("%w: tls inspection: not enforceable on this host (no TLS-inspecting proxy runs here)", ErrNotEnforceable)
 
 func (a *Agent) enforceable(c Capability) error {
 	if c.Class == ClassNetEgress && c.Egress != nil && c.Egress.TLSInspect {
@@ -92,7 +72,7 @@ func compile(c Capability, ref backend.HandleRef) backend.Delta {
 func compileEgress(c Capability, ref backend.HandleRef) backend.Delta {
 	var d backend.Delta
 	for _, p := range c.Egress.CIDRs {
-		for _, pr := range c.Egress.portRanges() {
+		for _, pr := range kernelPorts(c.Egress.Ports) {
 			d.Egress = append(d.Egress, backend.EgressRule{Prefix: p, Proto: backend.ProtoAny, Ports: pr, Handle: ref})
 		}
 	}
@@ -104,20 +84,20 @@ func compileEgress(c Capability, ref backend.HandleRef) backend.Delta {
 func compileInbound(c Capability, ref backend.HandleRef) backend.Delta {
 	var d backend.Delta
 	for _, p := range c.Inbound.CIDRs {
-		for _, pr := range (&EgressScope{Ports: c.Inbound.Ports}).portRanges() {
+		for _, pr := range kernelPorts(c.Inbound.Ports) {
 			d.Inbound = append(d.Inbound, backend.EgressRule{Prefix: p, Proto: backend.ProtoAny, Ports: pr, Handle: ref, Inbound: true})
 		}
 	}
 	return d
 }
 
-// portRanges is the scope's ports as kernel ranges: any port when none.
-func (s *EgressScope) portRanges() []backend.PortRange {
-	if len(s.Ports) == 0 {
+// kernelPorts is a scope's ports as kernel ranges: any port when none.
+func kernelPorts(ports []PortRange) []backend.PortRange {
+	if len(ports) == 0 {
 		return []backend.PortRange{backend.AnyPort}
 	}
-	out := make([]backend.PortRange, 0, len(s.Ports))
-	for _, p := range s.Ports {
+	out := make([]backend.PortRange, 0, len(ports))
+	for _, p := range ports {
 		out = append(out, backend.PortRange{Lo: p.Lo, Hi: p.Hi})
 	}
 	return out

@@ -13,15 +13,6 @@ import (
 	"time"
 )
 
-// Lifecycle says how long a grant lives (seeds/permissions.md §6.3).
-type Lifecycle string
-
-const (
-	LifecycleOnce     Lifecycle = "once"     // one action; dies after its first use (or its short TTL)
-	LifecycleSession  Lifecycle = "session"  // until the session ends (or the TTL)
-	LifecycleStanding Lifecycle = "standing" // admin policy only; never issued in-session
-)
-
 // DefaultOnceTTL bounds a once grant whose use is never reported.
 const DefaultOnceTTL = 5 * time.Minute
 

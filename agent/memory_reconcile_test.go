@@ -114,7 +114,7 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 		m.wantDenied(t, "s1", x)
 	}
 	five := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
-		Ports: []PortRange{{8080, 8080}, {1001, 1001}, {1002, 1002}, {1003, 1003}, {1004, 1004}}}}
+		Ports: []PortRange{{Lo: 8080, Hi: 8080}, {Lo: 1001, Hi: 1001}, {Lo: 1002, Hi: 1002}, {Lo: 1003, Hi: 1003}, {Lo: 1004, Hi: 1004}}}}
 	_, err := m.Grant(memBG, GrantRequest{Session: "s1", Capability: five, Lifecycle: LifecycleSession})
 	if !errors.Is(err, ErrKernel) || !errors.Is(err, backend.ErrRulesFull) {
 		t.Fatalf("err = %v, want ErrKernel wrapping ErrRulesFull", err)
@@ -150,7 +150,7 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 
 	// A delegation chain deeper than the backend walks (domain-only
 	// grants: handles and no rules).
-	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{443, 443}}}}
+	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
 	_, err = m.Grant(memBG, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) {

@@ -223,7 +223,7 @@ func memEgress(addr string) Capability {
 	ap := netip.MustParseAddrPort(addr)
 	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
 		CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), ap.Addr().BitLen())},
-		Ports: []PortRange{{ap.Port(), ap.Port()}},
+		Ports: []PortRange{{Lo: ap.Port(), Hi: ap.Port()}},
 	}}
 }
 

@@ -7,11 +7,6 @@ package agent
 // permits the use: then its rule is NeverOK. A 0.0.0.0/0 grant never is.
 
 import (
-	"strings"
-	"time"
-
-	cedar "github.com/cedar-policy/cedar-go"
-
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
@@ -38,31 +33,9 @@ func (a *Agent) neverExceptions(session string, rules []backend.EgressRule) []ba
 			continue
 		}
 		u := UseRequest{Class: ClassNetEgress, Op: "connect", IP: r.Prefix.Addr(), Port: r.Ports.Lo}
-		if _, ok := a.engine.adminPermits(session, u, a.cfg.Now()); ok {
+		if _, ok := a.engine.AdminPermit(session, u, a.cfg.Now()); ok {
 			rules[i].NeverOK = true
 		}
 	}
 	return rules
-}
-
-// adminPermits evaluates a use request against the base set only (shipped
-// and policy-directory policies, no grants) and returns the admin permit
-// that allowed it.
-func (e *Engine) adminPermits(session string, r UseRequest, now time.Time) (string, bool) {
-	s, err := e.session(session)
-	if err != nil {
-		return "", false
-	}
-	d, diag := cedar.Authorize(e.base.Load().policies, s.entities, cedar.Request{
-		Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now),
-	})
-	if d != cedar.Allow {
-		return "", false
-	}
-	for _, reason := range diag.Reasons {
-		if !strings.HasPrefix(string(reason.PolicyID), "grant:") {
-			return string(reason.PolicyID), true
-		}
-	}
-	return "", false
 }

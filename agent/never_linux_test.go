@@ -28,7 +28,7 @@ func TestNeverListThroughTheAgent(t *testing.T) {
 	if got := p.DoAsync("tcp " + other); got != "ok" {
 		t.Fatalf("an ordinary destination under 0.0.0.0/0: %s", got)
 	}
-	named := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), 32)}, Ports: []PortRange{{ap.Port(), ap.Port()}}}}
+	named := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), 32)}, Ports: []PortRange{{Lo: ap.Port(), Hi: ap.Port()}}}}
 	if _, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: named, Lifecycle: LifecycleSession}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestNeverExceptionTwoGrants(t *testing.T) {
 	if _, err := a.ApplyPolicies(PolicyChange{Files: map[string]string{"meta.cedar": admin}, AllowWidening: true}); err != nil {
 		t.Fatal(err)
 	}
-	named := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), 32)}, Ports: []PortRange{{ap.Port(), ap.Port()}}}}
+	named := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), 32)}, Ports: []PortRange{{Lo: ap.Port(), Hi: ap.Port()}}}}
 	g1, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: named, Lifecycle: LifecycleSession})
 	if err != nil {
 		t.Fatal(err)

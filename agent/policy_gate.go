@@ -16,30 +16,14 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 
 	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
+	"github.com/shinken-agent/shinken/agent/policy"
 )
-
-// PolicyChange proposes policy files: base name (*.cedar) -> content. A
-// file of the policy directory with the same name is replaced; others stay.
-type PolicyChange struct {
-	Files map[string]string `json:"files"`
-	// AllowWidening applies a change the gate finds wider (or cannot
-	// prove not wider); the report, counterexample included, is audited.
-	AllowWidening bool   `json:"allow_widening,omitempty"`
-	Actor         string `json:"-"`
-}
-
-// PolicyReport is the gate's answer to a change.
-type PolicyReport struct {
-	Applied bool         `json:"applied"`
-	Widens  bool         `json:"widens"`
-	Summary string       `json:"summary"`
-	Shift   *ShiftReport `json:"shift"`
-}
 
 // ErrNoPolicyDir: a change was proposed but the agent has no policy directory.
 var ErrNoPolicyDir = errors.New("agent: no policy directory configured")
 
-func (c PolicyChange) overlay() (map[string][]byte, error) {
+// overlay is a change's files by base name, each a *.cedar base name.
+func overlay(c PolicyChange) (map[string][]byte, error) {
 	if len(c.Files) == 0 {
 		return nil, fmt.Errorf("%w: no policy files", ErrInvalidRequest)
 	}
@@ -60,19 +44,19 @@ func (a *Agent) PolicyDiff(c PolicyChange) (*PolicyReport, error) {
 	return rep, err
 }
 
-func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policyBase, error) {
+func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policy.Set, error) {
 	if a.cfg.PolicyDir == "" {
 		return nil, nil, ErrNoPolicyDir
 	}
-	ov, err := c.overlay()
+	ov, err := overlay(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	nb, err := a.engine.loadWith(a.cfg.PolicyDir, ov)
+	nb, err := a.engine.LoadSet(a.cfg.PolicyDir, ov)
 	if err != nil {
 		return nil, nil, err
 	}
-	sr := a.engine.CheckShift(a.engine.base.Load().policies, nb.policies)
+	sr := a.engine.CheckShift(a.engine.Policies(), nb.Policies())
 	return &PolicyReport{Widens: sr.Widens(), Summary: sr.Summary(), Shift: sr}, nb, nil
 }
 
@@ -90,7 +74,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 		return rep, err
 	}
 	if rep.Widens && !c.AllowWidening {
-		err := rep.Shift.widenErr()
+		err := policy.WidensError(rep.Shift)
 		a.emit(Event{Kind: "policy.apply", Actor: c.Actor, Outcome: "refused: " + rep.Summary})
 		return rep, err
 	}
@@ -104,7 +88,7 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 			return rep, fmt.Errorf("%w: write %s: %w", ErrPolicy, name, err)
 		}
 	}
-	a.engine.base.Store(nb)
+	a.engine.Install(nb)
 	a.dnsDecisionsChanged()
 	rep.Applied = true
 	out := "applied: " + rep.Summary
@@ -121,7 +105,7 @@ const appliedFile = "policy.applied.json"
 
 func (a *Agent) recordApplied() error {
 	set := map[string]string{}
-	for id, p := range a.engine.base.Load().policies {
+	for id, p := range a.engine.Policies() {
 		set[string(id)] = string(p.MarshalCedar())
 	}
 	data, err := json.Marshal(set)
@@ -164,10 +148,10 @@ func (a *Agent) checkRestartPolicy() error {
 		return err
 	}
 	if ok {
-		rep := a.engine.CheckShift(last, a.engine.base.Load().policies)
+		rep := a.engine.CheckShift(last, a.engine.Policies())
 		if rep.Widens() {
 			if !a.cfg.AcceptPolicyWidening {
-				return fmt.Errorf("%w (the policy directory changed while the agent was down; start with -accept-policy-widening to accept it)", rep.widenErr())
+				return fmt.Errorf("%w (the policy directory changed while the agent was down; start with -accept-policy-widening to accept it)", policy.WidensError(rep))
 			}
 			a.emit(Event{Kind: "policy.restart", Outcome: "accepted at start: " + rep.Summary()})
 		} else if !rep.Proved || rep.Solver != "" {

@@ -8,61 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sort"
-	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
-
-// SessionSpec describes a session at creation.
-type SessionSpec struct {
-	ID            string    `json:"id"` // also the kernel session (cgroup) name
-	Image         string    `json:"image"`
-	TrustTier     string    `json:"trust_tier"` // low | normal | high; default normal
-	Risk          string    `json:"risk"`       // normal | high; default normal
-	Headless      bool      `json:"headless"`
-	TLSInspection bool      `json:"tls_inspection"`
-	Home          string    `json:"home,omitempty"`      // for the protected-path forbids
-	Workspace     string    `json:"workspace,omitempty"` // for the tier table
-	Expires       time.Time `json:"expires,omitzero"`    // session end; zero: none
-	// Quotas are the session's resource bounds, set by the backend with the
-	// session (all or nothing) and kept in the record, so a restarted agent
-	// knows them.
-	Quotas backend.Limits `json:"quotas,omitzero"`
-}
-
-func (s *SessionSpec) normalize() error {
-	if err := backend.ValidSessionName(s.ID); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	if s.TLSInspection {
-		return ErrTLSInspection
-	}
-	if err := validateToken("image", s.Image); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	if s.TrustTier == "" {
-		s.TrustTier = "normal"
-	}
-	if s.Risk == "" {
-		s.Risk = "normal"
-	}
-	if !slices.Contains([]string{"low", "normal", "high"}, s.TrustTier) {
-		return fmt.Errorf("%w: trust tier %q", ErrInvalidRequest, s.TrustTier)
-	}
-	if !slices.Contains([]string{"normal", "high"}, s.Risk) {
-		return fmt.Errorf("%w: risk %q", ErrInvalidRequest, s.Risk)
-	}
-	for _, p := range []string{s.Home, s.Workspace} {
-		if p != "" {
-			if err := validatePath(p); err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-			}
-		}
-	}
-	return nil
-}
 
 func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
 	// The policy store: agent state, admin policies and image manifests.
@@ -82,7 +31,7 @@ func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
 // quota the host cannot enforce refuses the session before anything
 // exists), and records it.
 func (a *Agent) CreateSession(spec SessionSpec) error {
-	if err := spec.normalize(); err != nil {
+	if err := spec.Normalize(); err != nil {
 		return err
 	}
 	// Quotas the host cannot enforce are refused before anything exists.

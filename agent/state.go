@@ -19,24 +19,6 @@ import (
 // ErrState wraps failures to read or write the durable state.
 var ErrState = errors.New("agent: state")
 
-// GrantPhase is where a grant stands in the GRANT / REVOKE sequences. The
-// phase is persisted before the kernel step it announces, so after a crash
-// reconcile knows what may have been applied.
-type GrantPhase string
-
-const (
-	PhasePending    GrantPhase = "pending"    // intent recorded; the kernel handle may or may not exist
-	PhaseHandle     GrantPhase = "handle"     // kernel handle issued and recorded
-	PhaseApplying   GrantPhase = "applying"   // OS delta being pushed; Delta holds what may be in the kernel
-	PhaseLive       GrantPhase = "live"       // everything applied; the grant is in force
-	PhaseRevoking   GrantPhase = "revoking"   // the handle's bit is flipped; teardown under way
-	PhaseRevoked    GrantPhase = "revoked"    // tombstone: revoked and torn down
-	PhaseRolledBack GrantPhase = "rolledback" // tombstone: a grant that never went live
-)
-
-// Terminal reports whether the phase is a tombstone.
-func (p GrantPhase) Terminal() bool { return p == PhaseRevoked || p == PhaseRolledBack }
-
 // GrantRecord is one grant as persisted.
 type GrantRecord struct {
 	ID         string            `json:"id"` // the handle id (hex of the token's random part)
@@ -69,13 +51,6 @@ const (
 	SessionActive   SessionPhase = "active"
 	SessionEnding   SessionPhase = "ending"
 )
-
-// BreakerState is a session's denial circuit breaker.
-type BreakerState struct {
-	Consecutive int  `json:"consecutive"`
-	Total       int  `json:"total"`
-	Tripped     bool `json:"tripped"`
-}
 
 // SessionRecord is one session as persisted.
 type SessionRecord struct {

@@ -40,7 +40,7 @@ type faultOp struct {
 var faultOps = []faultOp{
 	{"grant", func(t *testing.T, a *Agent) string { return "" }, func(a *Agent, _ string) error {
 		_, err := a.Grant(context.Background(), GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
-			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.7/32")}, Ports: []PortRange{{443, 443}, {8443, 8443}}}}})
+			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.7/32")}, Ports: []PortRange{{Lo: 443, Hi: 443}, {Lo: 8443, Hi: 8443}}}}})
 		return err
 	}},
 	{"revoke", func(t *testing.T, a *Agent) string {
@@ -51,7 +51,7 @@ var faultOps = []faultOp{
 		}
 		// A descendant: the membrane's records are written too.
 		if _, err := a.Attenuate(context.Background(), g.Handle, GrantRequest{Session: "s1", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassNetEgress,
-			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/32")}, Ports: []PortRange{{80, 80}}}}}); err != nil {
+			Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/32")}, Ports: []PortRange{{Lo: 80, Hi: 80}}}}}); err != nil {
 			t.Fatal(err)
 		}
 		return g.Handle

@@ -30,11 +30,6 @@ func (s *Server) showCard(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
-// ApproveBody says how far an approval reaches.
-type ApproveBody struct {
-	Mode string `json:"mode"` // once | session | pattern
-}
-
 func (s *Server) approveCard(w http.ResponseWriter, r *http.Request) {
 	var body ApproveBody
 	if err := decode(r, &body); err != nil {

@@ -12,12 +12,6 @@ import (
 	"github.com/shinken-agent/shinken/agent"
 )
 
-// DecideBody is one use-time question.
-type DecideBody struct {
-	Session string           `json:"session"`
-	Request agent.UseRequest `json:"request"`
-}
-
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	var body DecideBody
 	if err := decode(r, &body); err != nil {
@@ -36,19 +30,6 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeCompact(w, http.StatusOK, d)
-}
-
-// PolicyBody proposes policy files. Apply false: a diff (nothing changes).
-type PolicyBody struct {
-	Files         map[string]string `json:"files"`
-	Apply         bool              `json:"apply"`
-	AllowWidening bool              `json:"allow_widening,omitempty"`
-}
-
-// PolicyResult is the gate's answer; Error is set when the change was refused.
-type PolicyResult struct {
-	*agent.PolicyReport
-	Error string `json:"error,omitempty"`
 }
 
 func (s *Server) policies(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,8 @@
 // domain logic behind the calls (approval cards, patterns, batching, the DNS
 // policy that follows the grants) is the agent's.
 //
-// Only cmd/shinken-agent (the daemon) and cmd/shinkenctl (the client side
-// types) import this package.
+// Its request and response bodies are agent/api/wire's (aliased here under
+// their old names), so a client speaks the API without linking the server:
+// cmd/shinken-agent (the daemon) imports this package, and bench/ for the
+// old names; cmd/shinkenctl imports agent/api/wire and agent/capability.
 package api

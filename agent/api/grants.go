@@ -13,21 +13,6 @@ import (
 
 // ---- requests, grants ----
 
-// RequestBody asks for one or more capabilities. Requests that need a human
-// are batched into cards: one card per session and tier.
-type RequestBody struct {
-	Requests []agent.GrantRequest `json:"requests"`
-}
-
-// RequestResult is the outcome of one request.
-type RequestResult struct {
-	Outcome string       `json:"outcome"` // granted | pending | denied | invalid
-	Grant   *agent.Grant `json:"grant,omitempty"`
-	Card    string       `json:"card,omitempty"`
-	Reason  string       `json:"reason,omitempty"`
-	Status  int          `json:"status"`
-}
-
 func (s *Server) request(w http.ResponseWriter, r *http.Request) {
 	var body RequestBody
 	if err := decode(r, &body); err != nil {
@@ -105,12 +90,6 @@ func (s *Server) listGrants(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// RevokeBody names a grant by handle token or by grant id.
-type RevokeBody struct {
-	Handle string `json:"handle,omitempty"`
-	ID     string `json:"id,omitempty"`
-}
-
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 	var body RevokeBody
 	if err := decode(r, &body); err != nil {
@@ -137,12 +116,6 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"revoked": body.Handle + body.ID})
-}
-
-// AttenuateBody derives a narrower grant from Parent (a handle token).
-type AttenuateBody struct {
-	Parent  string             `json:"parent"`
-	Request agent.GrantRequest `json:"request"`
 }
 
 func (s *Server) attenuate(w http.ResponseWriter, r *http.Request) {

@@ -8,30 +8,23 @@ import (
 	"github.com/shinken-agent/shinken/agent"
 )
 
-// Record is one entry of the event stream: an agent lifecycle event or a
-// kernel denial.
-type Record struct {
-	Time   time.Time       `json:"time"`
-	Source string          `json:"source"` // "agent" | "kernel" | "api"
-	Kind   string          `json:"kind"`
-	Data   json.RawMessage `json:"data"`
-
-	// value is Data not yet encoded: an agent event without a card (only
-	// value fields, so a copy cannot change) is kept as is and encoded
-	// by its reader (Recent, or a follower's encoded()), never on the
-	// publisher's path. A use-time denial answered at /v1/decide publishes
-	// one, and most are never read.
+// entry is a record as the hub keeps it. value is Data not yet encoded:
+// an agent event without a card (only value fields, so a copy cannot
+// change) is kept as is and encoded by its reader (Recent, or a follower's
+// encoded()), never on the publisher's path. A use-time denial answered at
+// /v1/decide publishes one, and most are never read.
+type entry struct {
+	Record
 	value *agent.Event
 }
 
-// encoded returns r with Data set; followers call it on what Subscribe
-// delivers.
-func (r Record) encoded() Record {
-	if r.value != nil {
-		r.Data, _ = json.Marshal(r.value)
-		r.value = nil
+// encoded returns the record with Data set; followers call it on what
+// Subscribe delivers.
+func (e entry) encoded() Record {
+	if e.value != nil {
+		e.Data, _ = json.Marshal(e.value)
 	}
-	return r
+	return e.Record
 }
 
 // Hub fans records out to event-stream subscribers and keeps the most recent
@@ -39,21 +32,21 @@ func (r Record) encoded() Record {
 // (counted) rather than slowing the agent down.
 type Hub struct {
 	mu      sync.Mutex
-	recent  []Record
+	recent  []entry
 	next    int
 	full    bool
-	subs    map[chan Record]struct{}
+	subs    map[chan entry]struct{}
 	dropped uint64
 }
 
 // NewHub keeps the last n records.
 func NewHub(n int) *Hub {
-	return &Hub{recent: make([]Record, n), subs: map[chan Record]struct{}{}}
+	return &Hub{recent: make([]entry, n), subs: map[chan entry]struct{}{}}
 }
 
 // Publish adds a record.
 func (h *Hub) Publish(source, kind string, v any) {
-	r := Record{Time: time.Now().UTC(), Source: source, Kind: kind}
+	r := entry{Record: Record{Time: time.Now().UTC(), Source: source, Kind: kind}}
 	if e, ok := v.(agent.Event); ok && e.Card == nil {
 		r.value = &e
 	} else {
@@ -82,22 +75,23 @@ func (h *Hub) Publish(source, kind string, v any) {
 // Recent returns the kept records, oldest first.
 func (h *Hub) Recent() []Record {
 	h.mu.Lock()
-	var out []Record
+	var kept []entry
 	if h.full {
-		out = append(out, h.recent[h.next:]...)
+		kept = append(kept, h.recent[h.next:]...)
 	}
-	out = append(out, h.recent[:h.next]...)
+	kept = append(kept, h.recent[:h.next]...)
 	h.mu.Unlock()
-	for i := range out {
-		out[i] = out[i].encoded()
+	out := make([]Record, len(kept))
+	for i, e := range kept {
+		out[i] = e.encoded()
 	}
 	return out
 }
 
-// Subscribe returns a channel of new records (Data set by encoded); call
-// the cancel func when done.
-func (h *Hub) Subscribe() (<-chan Record, func()) {
-	ch := make(chan Record, 1024)
+// Subscribe returns a channel of new records (a follower sets Data with
+// encoded); call the cancel func when done.
+func (h *Hub) Subscribe() (<-chan entry, func()) {
+	ch := make(chan entry, 1024)
 	h.mu.Lock()
 	h.subs[ch] = struct{}{}
 	h.mu.Unlock()

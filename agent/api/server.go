@@ -119,12 +119,6 @@ func sanitize(s string) string {
 
 // ---- responses ----
 
-// Error is the body of every non-2xx response.
-type Error struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

@@ -23,19 +23,6 @@ const MaxRunOutput = 1 << 20
 
 // ---- sessions ----
 
-// SessionView is a session as the API shows it.
-type SessionView struct {
-	agent.SessionSpec
-	Index    uint32                         `json:"index"`
-	CgroupID uint64                         `json:"cgroup_id"`
-	Path     string                         `json:"cgroup"`
-	UID      *uint32                        `json:"uid,omitempty"` // its processes' default uid
-	Denials  map[string]uint64              `json:"denials,omitempty"`
-	Grants   []agent.GrantInfo              `json:"grants,omitempty"`
-	Breaker  *agent.BreakerState            `json:"breaker,omitempty"`
-	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
-}
-
 func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	v := SessionView{SessionSpec: spec}
 	if ks, err := s.cfg.Backend.Session(spec.ID); err == nil {
@@ -65,9 +52,6 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 	}
 	return v
 }
-
-// CreateSessionBody is a session spec; its Quotas are set with the session.
-type CreateSessionBody = agent.SessionSpec
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	var body CreateSessionBody
@@ -121,25 +105,6 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
-}
-
-// RunRequest runs a command inside a session.
-type RunRequest struct {
-	Argv     []string `json:"argv"`
-	Stdin    string   `json:"stdin,omitempty"`
-	TimeoutS float64  `json:"timeout_s,omitempty"` // default 60, at most 3600
-	UID      uint32   `json:"uid,omitempty"`       // default: the session's own uid; never 0
-	GID      uint32   `json:"gid,omitempty"`
-}
-
-// RunResult is what the command did.
-type RunResult struct {
-	ExitCode  int    `json:"exit_code"`
-	Stdout    string `json:"stdout"`
-	Stderr    string `json:"stderr"`
-	Truncated bool   `json:"truncated,omitempty"`
-	TimedOut  bool   `json:"timed_out,omitempty"`
-	PID       int    `json:"pid"`
 }
 
 type capped struct {

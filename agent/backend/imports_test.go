@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,17 +22,28 @@ func goList(t *testing.T, args ...string) []string {
 }
 
 // TestImportGraph holds the layering: the seam is standard library only;
-// the control plane, its API and the resolver reach the OS only through the
-// seam (no Linux dataplane package, even transitively); the daemon and the
-// CLI import no dataplane package directly (the daemon gets its backend from
-// agent/backend/host).
+// the capability grammar and the API's wire types import only the standard
+// library and the seam; the control plane, its API and the resolver reach
+// the OS only through the seam (no Linux dataplane package, even
+// transitively); the daemon and the CLI import no dataplane package
+// directly (the daemon gets its backend from agent/backend/host); and the
+// operator CLI links neither the policy engine nor the resolver: it speaks
+// the API through agent/capability and agent/api/wire only.
 func TestImportGraph(t *testing.T) {
-	for _, dep := range goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+"agent/backend") {
-		if dep != module+"agent/backend" {
-			t.Errorf("agent/backend depends on %s: the seam must be standard library only", dep)
+	// Packages that may depend on nothing but the standard library and the
+	// packages listed with them.
+	for pkg, allowed := range map[string][]string{
+		"agent/backend":    nil,
+		"agent/capability": {"agent/backend"},
+		"agent/api/wire":   {"agent/backend", "agent/capability"},
+	} {
+		for _, dep := range goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+pkg) {
+			if dep != module+pkg && !slices.Contains(allowed, strings.TrimPrefix(dep, module)) {
+				t.Errorf("%s depends on %s: it may import only the standard library and %v", pkg, dep, allowed)
+			}
 		}
 	}
-	for _, pkg := range []string{"agent", "agent/api", "agent/metrics", "agent/audit", "dnsresolver", "cmd/shinkenctl"} {
+	for _, pkg := range []string{"agent", "agent/policy", "agent/api", "agent/metrics", "agent/audit", "dnsresolver", "cmd/shinkenctl"} {
 		for _, dep := range goList(t, "-deps", module+pkg) {
 			if strings.HasPrefix(dep, module+"dataplane") {
 				t.Errorf("%s depends on %s: it must reach the OS through agent/backend", pkg, dep)
@@ -45,4 +57,31 @@ func TestImportGraph(t *testing.T) {
 			}
 		}
 	}
+	// The operator CLI and its panel are clients: neither the agent, its
+	// server, the policy engine (Cedar, the shift prover) nor the resolver
+	// (miekg/dns), even transitively.
+	for _, pkg := range []string{"cmd/shinkenctl", "cmd/shinkenctl/panel"} {
+		for _, dep := range goList(t, "-deps", module+pkg) {
+			if why := clientForbids(dep); why != "" {
+				t.Errorf("%s depends on %s (%s): a client speaks the API through agent/capability and agent/api/wire", pkg, dep, why)
+			}
+		}
+	}
+}
+
+// clientForbids says why the operator CLI must not depend on dep ("" when
+// it may).
+func clientForbids(dep string) string {
+	switch {
+	case dep == module+"agent":
+		return "the agent itself"
+	case dep == module+"agent/api":
+		return "the API server"
+	case dep == module+"agent/policy", dep == module+"agent/shiftproof",
+		dep == "github.com/cedar-policy/cedar-go", strings.HasPrefix(dep, "github.com/cedar-policy/cedar-go/"):
+		return "the policy engine"
+	case dep == module+"dnsresolver", dep == "github.com/miekg/dns", strings.HasPrefix(dep, "github.com/miekg/dns/"):
+		return "the DNS resolver"
+	}
+	return ""
 }

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
 )
 
 type client struct {
@@ -68,7 +68,7 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 	}
 	// A refused policy change (409) carries its report in the body.
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusConflict && path == "/v1/policies") {
-		var e api.Error
+		var e wire.Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}
 		}

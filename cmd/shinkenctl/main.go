@@ -26,8 +26,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/cmd/shinkenctl/panel"
 )
 
@@ -115,7 +115,7 @@ func (c *client) dispatch(args []string) error {
 		if len(args) > 1 {
 			path += "?session=" + args[1]
 		}
-		var gs []agent.GrantInfo
+		var gs []capability.GrantInfo
 		if _, err := c.call("GET", path, nil, &gs); err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func (c *client) dispatch(args []string) error {
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		body := api.RevokeBody{ID: *id}
+		body := wire.RevokeBody{ID: *id}
 		if *id == "" {
 			if fs.NArg() != 1 {
 				return errors.New("usage: revoke HANDLE | revoke -id GRANT")
@@ -161,7 +161,7 @@ func (c *client) dispatch(args []string) error {
 		if len(args) > 1 && args[1] == "-all" {
 			path += "?all=1"
 		}
-		var cards []api.Card
+		var cards []capability.Card
 		if _, err := c.call("GET", path, nil, &cards); err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func (c *client) dispatch(args []string) error {
 			return fmt.Errorf("approve: %q: want --once, --session or --pattern", args[2])
 		}
 		var res map[string]any
-		if _, err := c.call("POST", "/v1/cards/"+args[1]+"/approve", api.ApproveBody{Mode: mode}, &res); err != nil {
+		if _, err := c.call("POST", "/v1/cards/"+args[1]+"/approve", wire.ApproveBody{Mode: mode}, &res); err != nil {
 			return err
 		}
 		if c.output == "json" {
@@ -202,7 +202,7 @@ func (c *client) dispatch(args []string) error {
 		if len(args) != 2 {
 			return fmt.Errorf("usage: %s CARD", args[0])
 		}
-		var cd api.Card
+		var cd capability.Card
 		if _, err := c.call("POST", "/v1/cards/"+args[1]+"/"+args[0], nil, &cd); err != nil {
 			return err
 		}
@@ -312,7 +312,7 @@ func (c *client) events(follow bool) error {
 			fmt.Println(sc.Text())
 			continue
 		}
-		var r api.Record
+		var r wire.Record
 		if json.Unmarshal(sc.Bytes(), &r) != nil {
 			continue
 		}

@@ -11,8 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 func (c *client) decide(args []string) error {
@@ -29,7 +29,7 @@ func (c *client) decide(args []string) error {
 	if err := fs.Parse(args[3:]); err != nil {
 		return err
 	}
-	req := agent.UseRequest{Class: agent.Class(args[1]), Op: args[2], Domain: *domain, Path: *path, Item: *item, Mode: *mode, Port: uint16(*port)}
+	req := capability.UseRequest{Class: capability.Class(args[1]), Op: args[2], Domain: *domain, Path: *path, Item: *item, Mode: *mode, Port: uint16(*port)}
 	if *port > 65535 {
 		return fmt.Errorf("-port %d: out of range", *port)
 	}
@@ -40,8 +40,8 @@ func (c *client) decide(args []string) error {
 		}
 		req.IP = a
 	}
-	var d agent.UseDecision
-	if _, err := c.call("POST", "/v1/decide", api.DecideBody{Session: args[0], Request: req}, &d); err != nil {
+	var d capability.UseDecision
+	if _, err := c.call("POST", "/v1/decide", wire.DecideBody{Session: args[0], Request: req}, &d); err != nil {
 		return err
 	}
 	if c.output == "json" {
@@ -71,7 +71,7 @@ func (c *client) policy(args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	body := api.PolicyBody{Files: map[string]string{}, Apply: args[0] == "apply", AllowWidening: *widen}
+	body := wire.PolicyBody{Files: map[string]string{}, Apply: args[0] == "apply", AllowWidening: *widen}
 	for _, f := range fs.Args() {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -82,7 +82,7 @@ func (c *client) policy(args []string) error {
 	if len(body.Files) == 0 {
 		return errors.New("policy: no files")
 	}
-	var res api.PolicyResult
+	var res wire.PolicyResult
 	if _, err := c.call("POST", "/v1/policies", body, &res); err != nil {
 		return err
 	}

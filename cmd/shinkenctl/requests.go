@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 type multi []string
@@ -38,15 +38,15 @@ func (c *client) request(args []string, parent string) error {
 	if err := fs.Parse(args[2:]); err != nil {
 		return err
 	}
-	capab := agent.Capability{Class: agent.Class(class)}
+	capab := capability.Capability{Class: capability.Class(class)}
 	if *scopeJSON != "" {
 		dec := json.NewDecoder(strings.NewReader(*scopeJSON))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&capab); err != nil {
 			return fmt.Errorf("-json: %w", err)
 		}
-	} else if class == string(agent.ClassNetEgress) || class == string(agent.ClassNetInbound) {
-		e := &agent.EgressScope{Domains: domains}
+	} else if class == string(capability.ClassNetEgress) || class == string(capability.ClassNetInbound) {
+		e := &capability.EgressScope{Domains: domains}
 		for _, s := range cidrs {
 			p, err := netip.ParsePrefix(s)
 			if err != nil {
@@ -64,24 +64,24 @@ func (c *client) request(args []string, parent string) error {
 			if err1 != nil || err2 != nil {
 				return fmt.Errorf("-port %q: want N or LO-HI", s)
 			}
-			e.Ports = append(e.Ports, agent.PortRange{Lo: uint16(l), Hi: uint16(h)})
+			e.Ports = append(e.Ports, capability.PortRange{Lo: uint16(l), Hi: uint16(h)})
 		}
-		if class == string(agent.ClassNetInbound) {
+		if class == string(capability.ClassNetInbound) {
 			if len(e.Domains) > 0 {
 				return errors.New("net.inbound takes no -domain (peers are named by -cidr)")
 			}
-			capab.Inbound = &agent.InboundScope{CIDRs: e.CIDRs, Ports: e.Ports}
+			capab.Inbound = &capability.InboundScope{CIDRs: e.CIDRs, Ports: e.Ports}
 		} else {
 			capab.Egress = e
 		}
 	}
-	req := agent.GrantRequest{Session: session, Capability: capab, Lifecycle: agent.Lifecycle(*lc), TTL: *ttl}
+	req := capability.GrantRequest{Session: session, Capability: capab, Lifecycle: capability.Lifecycle(*lc), TTL: *ttl}
 	if *external {
 		req.Provenance = "external"
 	}
 	if parent != "" {
-		var g agent.Grant
-		if _, err := c.call("POST", "/v1/grants/attenuate", api.AttenuateBody{Parent: parent, Request: req}, &g); err != nil {
+		var g capability.Grant
+		if _, err := c.call("POST", "/v1/grants/attenuate", wire.AttenuateBody{Parent: parent, Request: req}, &g); err != nil {
 			return err
 		}
 		if c.output == "json" {
@@ -91,8 +91,8 @@ func (c *client) request(args []string, parent string) error {
 		fmt.Printf("granted %s handle=%s tier=%s expires=%s\n", g.ID, g.Handle, g.Tier, expires(g.Expires))
 		return nil
 	}
-	var res []api.RequestResult
-	if _, err := c.call("POST", "/v1/requests", api.RequestBody{Requests: []agent.GrantRequest{req}}, &res); err != nil {
+	var res []wire.RequestResult
+	if _, err := c.call("POST", "/v1/requests", wire.RequestBody{Requests: []capability.GrantRequest{req}}, &res); err != nil {
 		return err
 	}
 	refused := false
@@ -118,7 +118,7 @@ func (c *client) request(args []string, parent string) error {
 	return nil
 }
 
-func printResult(r api.RequestResult) {
+func printResult(r wire.RequestResult) {
 	switch r.Outcome {
 	case "granted":
 		fmt.Printf("granted %s handle=%s tier=%s expires=%s\n", r.Grant.ID, r.Grant.Handle, r.Grant.Tier, expires(r.Grant.Expires))
@@ -131,7 +131,7 @@ func printResult(r api.RequestResult) {
 
 func printResults(v any) error {
 	b, _ := json.Marshal(v)
-	var rs []api.RequestResult
+	var rs []wire.RequestResult
 	if err := json.Unmarshal(b, &rs); err != nil {
 		return err
 	}

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 func (c *client) session(args []string) error {
@@ -39,13 +39,13 @@ func (c *client) session(args []string) error {
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
-		spec := agent.SessionSpec{ID: args[1], Image: *image, TrustTier: *trust, Risk: *risk, Headless: *headless, TLSInspection: *tls, Workspace: *ws, Home: *home}
+		spec := capability.SessionSpec{ID: args[1], Image: *image, TrustTier: *trust, Risk: *risk, Headless: *headless, TLSInspection: *tls, Workspace: *ws, Home: *home}
 		if *exp > 0 {
 			spec.Expires = time.Now().Add(*exp)
 		}
 		spec.Quotas = backend.Limits{MemoryBytes: *mem, Pids: *pids, CPUPercent: uint32(*cpu)}
-		body := api.CreateSessionBody(spec)
-		var v api.SessionView
+		body := wire.CreateSessionBody(spec)
+		var v wire.SessionView
 		if _, err := c.call("POST", "/v1/sessions", body, &v); err != nil {
 			return err
 		}
@@ -56,7 +56,7 @@ func (c *client) session(args []string) error {
 		fmt.Printf("session %s created (index %d, cgroup %s)\n", v.ID, v.Index, v.Path)
 		return nil
 	case "ls", "list":
-		var vs []api.SessionView
+		var vs []wire.SessionView
 		if _, err := c.call("GET", "/v1/sessions", nil, &vs); err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func (c *client) session(args []string) error {
 		if len(args) != 2 {
 			return errors.New("usage: session show ID")
 		}
-		var v api.SessionView
+		var v wire.SessionView
 		if _, err := c.call("GET", "/v1/sessions/"+args[1], nil, &v); err != nil {
 			return err
 		}
@@ -118,8 +118,8 @@ func (c *client) run(args []string) error {
 	if len(argv) == 0 {
 		return errors.New("usage: run SESSION [-timeout S] -- CMD [ARG...]")
 	}
-	var res api.RunResult
-	if _, err := c.call("POST", "/v1/sessions/"+session+"/run", api.RunRequest{Argv: argv, TimeoutS: *timeout, UID: uint32(*uid), GID: uint32(*gid)}, &res); err != nil {
+	var res wire.RunResult
+	if _, err := c.call("POST", "/v1/sessions/"+session+"/run", wire.RunRequest{Argv: argv, TimeoutS: *timeout, UID: uint32(*uid), GID: uint32(*gid)}, &res); err != nil {
 		return err
 	}
 	if c.output == "json" {

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 // callTimeout bounds one API call (a run may take long; the panel makes none).
@@ -71,7 +71,7 @@ func (c *agentClient) call(ctx context.Context, method, path string, body, out a
 		if out != nil {
 			json.Unmarshal(data, out)
 		}
-		var e api.Error
+		var e wire.Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			return &apiError{resp.StatusCode, e.Error}
 		}
@@ -88,9 +88,9 @@ func (c *agentClient) call(ctx context.Context, method, path string, body, out a
 // status is GET /v1/status: the per-class report, the backend's report and
 // the remaining daemon facts.
 type status struct {
-	Enforcement []agent.Enforcement `json:"enforcement"`
-	Backend     backend.Report      `json:"backend"`
-	Other       map[string]any      `json:"-"`
+	Enforcement []capability.Enforcement `json:"enforcement"`
+	Backend     backend.Report           `json:"backend"`
+	Other       map[string]any           `json:"-"`
 }
 
 func (c *agentClient) status() (status, error) {
@@ -122,7 +122,7 @@ func (c *agentClient) status() (status, error) {
 // session is a session as the API lists it (UID: nil when the backend
 // does not say).
 type session struct {
-	api.SessionView
+	wire.SessionView
 }
 
 func (c *agentClient) sessions(ctx context.Context) ([]session, error) {
@@ -131,14 +131,14 @@ func (c *agentClient) sessions(ctx context.Context) ([]session, error) {
 	return out, err
 }
 
-func (c *agentClient) grants(ctx context.Context) ([]agent.GrantInfo, error) {
-	var out []agent.GrantInfo
+func (c *agentClient) grants(ctx context.Context) ([]capability.GrantInfo, error) {
+	var out []capability.GrantInfo
 	err := c.call(ctx, "GET", "/v1/grants", nil, &out)
 	return out, err
 }
 
-func (c *agentClient) cards(ctx context.Context) ([]api.Card, error) {
-	var out []api.Card
+func (c *agentClient) cards(ctx context.Context) ([]capability.Card, error) {
+	var out []capability.Card
 	err := c.call(ctx, "GET", "/v1/cards", nil, &out)
 	return out, err
 }
@@ -162,9 +162,9 @@ func (c *agentClient) verify(ctx context.Context) (verifyResult, error) {
 }
 
 // recent returns the events the agent keeps (oldest first).
-func (c *agentClient) recent(ctx context.Context) ([]api.Record, error) {
-	var out []api.Record
-	err := c.stream(ctx, "/v1/events", func(r api.Record, _ []byte) error {
+func (c *agentClient) recent(ctx context.Context) ([]wire.Record, error) {
+	var out []wire.Record
+	err := c.stream(ctx, "/v1/events", func(r wire.Record, _ []byte) error {
 		out = append(out, r)
 		return nil
 	})
@@ -173,7 +173,7 @@ func (c *agentClient) recent(ctx context.Context) ([]api.Record, error) {
 
 // stream reads the agent's NDJSON event stream at path, calling fn per line
 // until the stream or ctx ends.
-func (c *agentClient) stream(ctx context.Context, path string, fn func(api.Record, []byte) error) error {
+func (c *agentClient) stream(ctx context.Context, path string, fn func(wire.Record, []byte) error) error {
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://shinken"+path, nil)
 	if err != nil {
 		return err
@@ -191,7 +191,7 @@ func (c *agentClient) stream(ctx context.Context, path string, fn func(api.Recor
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
 	for sc.Scan() {
-		var r api.Record
+		var r wire.Record
 		if json.Unmarshal(sc.Bytes(), &r) != nil {
 			continue
 		}

@@ -11,15 +11,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 //go:embed assets
 var assets embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"scope": agent.Capability.Summary,
+	"scope": capability.Capability.Summary,
 	"until": until,
 	"json": func(v any) string {
 		b, _ := json.Marshal(v)
@@ -72,7 +72,7 @@ type sessionRow struct {
 
 func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	ss, err := s.agent.sessions(r.Context())
-	var gs []agent.GrantInfo
+	var gs []capability.GrantInfo
 	var st status
 	if err == nil {
 		gs, err = s.agent.grants(r.Context())
@@ -80,7 +80,7 @@ func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		st, err = s.agent.status()
 	}
-	level := map[agent.Class]string{}
+	level := map[capability.Class]string{}
 	for _, e := range st.Enforcement {
 		level[e.Class] = string(e.Level)
 	}
@@ -90,9 +90,9 @@ func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) {
 		if sv.UID != nil {
 			row.UIDText = fmt.Sprint(*sv.UID)
 		}
-		classes := map[agent.Class]bool{}
+		classes := map[capability.Class]bool{}
 		for _, g := range gs {
-			if g.Session == sv.ID && g.Phase == agent.PhaseLive {
+			if g.Session == sv.ID && g.Phase == capability.PhaseLive {
 				row.Live++
 				classes[g.Capability.Class] = true
 			}
@@ -111,13 +111,13 @@ func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) {
 
 // node is a grant in the handle tree: attenuated children under parents.
 type node struct {
-	G        agent.GrantInfo
+	G        capability.GrantInfo
 	Children []*node
 }
 
 // grantTree groups the grants that are not tombstones by session, each
 // session's grants as a forest (a child whose parent is gone is a root).
-func grantTree(gs []agent.GrantInfo) map[string][]*node {
+func grantTree(gs []capability.GrantInfo) map[string][]*node {
 	byID := map[string]*node{}
 	var order []*node
 	for _, g := range gs {
@@ -162,14 +162,14 @@ func (s *Server) cardsPage(w http.ResponseWriter, r *http.Request) {
 
 // denialRow is one denial as the page shows it: who, why, and the rest.
 type denialRow struct {
-	api.Record
+	wire.Record
 	Session, Reason, Detail string
 }
 
 // summarize picks the session and the reason out of a record's data (kernel,
 // DNS and agent records name them differently) and lists the other fields.
 // panel.js does the same for the live rows.
-func summarize(rec api.Record) denialRow {
+func summarize(rec wire.Record) denialRow {
 	row := denialRow{Record: rec}
 	var m map[string]any
 	if json.Unmarshal(rec.Data, &m) != nil {
@@ -215,7 +215,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, "events", "Denials", den, err)
 }
 
-func isDenial(r api.Record) bool {
+func isDenial(r wire.Record) bool {
 	return strings.HasSuffix(r.Kind, "deny") || strings.HasSuffix(r.Kind, ".denied")
 }
 
@@ -232,7 +232,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, ": shinken denial stream\n\n")
 	fl.Flush()
-	err := s.agent.stream(r.Context(), "/v1/events?follow=1", func(rec api.Record, line []byte) error {
+	err := s.agent.stream(r.Context(), "/v1/events?follow=1", func(rec wire.Record, line []byte) error {
 		if !all && !isDenial(rec) {
 			return nil
 		}
@@ -305,7 +305,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res any
-	err := s.agent.call(r.Context(), "POST", "/v1/grants/revoke", api.RevokeBody{ID: body.ID}, &res)
+	err := s.agent.call(r.Context(), "POST", "/v1/grants/revoke", wire.RevokeBody{ID: body.ID}, &res)
 	answer(w, res, err)
 }
 
@@ -319,7 +319,7 @@ func (s *Server) decideCard(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch action {
 	case "approve-once", "approve-session", "approve-pattern":
-		err = s.agent.call(r.Context(), "POST", "/v1/cards/"+id+"/approve", api.ApproveBody{Mode: strings.TrimPrefix(action, "approve-")}, &res)
+		err = s.agent.call(r.Context(), "POST", "/v1/cards/"+id+"/approve", wire.ApproveBody{Mode: strings.TrimPrefix(action, "approve-")}, &res)
 	case "deny":
 		err = s.agent.call(r.Context(), "POST", "/v1/cards/"+id+"/deny", nil, &res)
 	default:

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"errors"
@@ -74,13 +74,13 @@ when { context.request.cidr_keys.contains("10.0.0.0/8") && context.request.port_
 		t.Fatalf("counterexample %s is not in 10/8 minus 10.1/16 on port 443 for s1", ce)
 	}
 	// checked, not trusted: evaluate it again here with the real authorizer
-	ents := types.EntityMap{sessionUID(ce.Principal.ID): ce.Principal.entity()}
+	ents := types.EntityMap{sessionUID(ce.Principal.ID): sessionEntity(ce.Principal)}
 	testNow := time.Now()
 	for _, c := range []struct {
 		set  cedar.PolicyMap
 		want cedar.Decision
 	}{{old, cedar.Allow}, {neu, cedar.Deny}} {
-		d, _ := cedar.Authorize(c.set, ents, cedar.Request{Principal: sessionUID(ce.Principal.ID), Action: actionUse, Resource: capabilityUID(ce.Class), Context: ce.Use.context(testNow)})
+		d, _ := cedar.Authorize(c.set, ents, cedar.Request{Principal: sessionUID(ce.Principal.ID), Action: actionUse, Resource: capabilityUID(ce.Class), Context: useContext(*ce.Use, testNow)})
 		if d != c.want {
 			t.Fatalf("authorizer says %v, want %v", d, c.want)
 		}

@@ -1,4 +1,4 @@
-package agent
+package capability
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ func TestEmptyDefaults(t *testing.T) {
 				t.Fatalf("empty %s is not auto", c)
 			}
 			// The empty capability allows no request of its class.
-			for _, op := range opsOf(c) {
+			for _, op := range Ops(c) {
 				if e.Allows(UseRequest{Class: c, Op: op, Path: "/x", IP: netip.MustParseAddr("1.2.3.4"), Port: 443, Domain: "a.example", Item: "0", Mode: "compute"}) {
 					t.Fatalf("empty %s allows %s", c, op)
 				}
@@ -322,60 +322,47 @@ allow credentials broker_scopes=hf:read never_raw=true
 	}
 }
 
-func TestHandleTokens(t *testing.T) {
-	m := minter{key: []byte("0123456789abcdef0123456789abcdef")}
-	other := minter{key: []byte("fedcba9876543210fedcba9876543210")}
-	id, tok, err := m.mint()
-	if err != nil {
-		t.Fatal(err)
+func egress(cidrs []string, ports []PortRange, domains ...string) Capability {
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: domains, Ports: ports}}
+	for _, s := range cidrs {
+		c.Egress.CIDRs = append(c.Egress.CIDRs, netip.MustParsePrefix(s))
 	}
-	if got, err := m.verify(tok); err != nil || got != id {
-		t.Fatalf("verify own token: %v %v", got, err)
-	}
-	if m.tokenFor(id) != tok {
-		t.Fatal("tokenFor does not re-derive the token")
-	}
-	flip := []byte(tok)
-	flip[len(flip)-1] ^= 1
-	if flip[len(flip)-1] == tok[len(tok)-1] {
-		t.Fatal("no flip")
-	}
-	_, otherTok, _ := other.mint()
-	forged := []struct{ name, tok string }{
-		{"empty", ""},
-		{"no prefix", strings.TrimPrefix(tok, handlePrefix)},
-		{"bit flip", string(flip)},
-		{"truncated", tok[:len(tok)-4]},
-		{"other agent's key", otherTok},
-		{"guessed id with zero mac", handlePrefix + strings.Repeat("a", len(tok)-len(handlePrefix))},
-	}
-	for _, tc := range forged {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := m.verify(tc.tok); !errors.Is(err, ErrForgedHandle) {
-				t.Fatalf("verify(%q) = %v, want ErrForgedHandle", tc.tok, err)
-			}
-		})
-	}
+	return c
 }
 
-func TestPortBlocks(t *testing.T) {
-	for _, r := range []PortRange{{1, 65535}, {443, 443}, {8000, 8100}, {1023, 1025}, {65535, 65535}} {
-		blocks := portBlocks([]PortRange{r})
-		for _, port := range []uint16{r.Lo - 1, r.Lo, r.Hi, r.Hi + 1, (r.Lo + r.Hi) / 2} {
-			if port == 0 {
-				continue
+// FuzzParseManifests: the parser never panics; an error names a line of the
+// input and wraps ErrManifest; what it accepts validates and round-trips.
+func FuzzParseManifests(f *testing.F) {
+	f.Add("image py\nallow net.egress domains=**.github.qkg1.top cidrs=10.0.0.0/8 ports=443,8000-8100 tier=ask\n")
+	f.Add("image a\nallow fs.scope read=/work write=/work/out deny=/work/.git # c\nallow clipboard paste_in=true\n")
+	f.Add("image a\nallow credentials broker_scopes=x never_raw=false\n")
+	f.Add("allow gpu\n")
+	f.Add("image a\nallow net.egres\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		ms, err := ParseManifests("f.manifest", []byte(text))
+		if err != nil {
+			var me *ManifestError
+			if !errors.As(err, &me) || !errors.Is(err, ErrManifest) {
+				t.Fatalf("error %v is not a *ManifestError", err)
 			}
-			in := r.Lo <= port && port <= r.Hi
-			keys := portKeysOf(port, nil)
-			hit := false
-			for _, k := range keys {
-				for _, b := range blocks {
-					hit = hit || k == b
+			if me.Line < 1 || me.Line > strings.Count(text, "\n")+1 {
+				t.Fatalf("error line %d outside the input", me.Line)
+			}
+			return
+		}
+		for _, m := range ms {
+			for _, e := range m.Entries {
+				if err := e.Capability.Validate(); err != nil {
+					t.Fatalf("accepted an invalid capability %s: %v", e.Capability, err)
+				}
+				again, err := ParseManifests("g", []byte("image x\nallow "+e.Capability.String()+"\n"))
+				if err != nil {
+					t.Fatalf("%q does not re-parse: %v", e.Capability.String(), err)
+				}
+				if got := again[0].Entries[0].Capability; got.Within(e.Capability) != nil || e.Capability.Within(got) != nil {
+					t.Fatalf("round trip changed %s into %s", e.Capability, got)
 				}
 			}
-			if hit != in {
-				t.Errorf("range %v port %d: matched=%v want %v (blocks %v)", r, port, hit, in, blocks)
-			}
 		}
-	}
+	})
 }

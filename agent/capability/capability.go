@@ -1,4 +1,4 @@
-package agent
+package capability
 
 // Decision layer: the capability grammar. The nine classes (the seed's
 // eight, plus net.inbound, the seed's NetworkGrant.inbound as its own grant), their typed
@@ -338,7 +338,7 @@ func (c Capability) Validate() error {
 	switch c.Class {
 	case ClassNetEgress:
 		for _, d := range c.Egress.Domains {
-			if err := validateDomainPattern(d); err != nil {
+			if err := ValidateDomainPattern(d); err != nil {
 				return err
 			}
 		}
@@ -366,7 +366,7 @@ func (c Capability) Validate() error {
 	case ClassFSScope:
 		for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny} {
 			for _, p := range l {
-				if err := validatePath(p); err != nil {
+				if err := ValidatePath(p); err != nil {
 					return err
 				}
 			}
@@ -382,7 +382,7 @@ func (c Capability) Validate() error {
 			return fmt.Errorf("%w: gpu mode %q (want compute, render or raw)", ErrInvalidCapability, c.GPU.Mode)
 		}
 		for _, id := range c.GPU.DeviceIDs {
-			if err := validateToken("gpu device id", id); err != nil {
+			if err := ValidateToken("gpu device id", id); err != nil {
 				return err
 			}
 		}
@@ -394,7 +394,7 @@ func (c Capability) Validate() error {
 		}
 	case ClassPersistence:
 		for _, p := range c.Persistence.Paths {
-			if err := validatePath(p); err != nil {
+			if err := ValidatePath(p); err != nil {
 				return err
 			}
 		}
@@ -403,13 +403,13 @@ func (c Capability) Validate() error {
 			return fmt.Errorf("%w: credentials never_raw must be true (a plaintext secret is never handed to a session)", ErrInvalidCapability)
 		}
 		for _, s := range c.Credentials.BrokerScopes {
-			if err := validateToken("broker scope", s); err != nil {
+			if err := ValidateToken("broker scope", s); err != nil {
 				return err
 			}
 		}
 	case ClassPeripheral:
 		for _, u := range c.Peripheral.USB {
-			if err := validateToken("usb id", u); err != nil {
+			if err := ValidateToken("usb id", u); err != nil {
 				return err
 			}
 		}
@@ -468,7 +468,10 @@ func (c Capability) IsEmpty() bool {
 	return true
 }
 
-func validateToken(what, s string) error {
+// ValidateToken accepts a plain token (an image name, a gpu device id, a
+// broker scope, a usb id): 1 to 128 characters of [A-Za-z0-9._:/@-]; what
+// names it in the error.
+func ValidateToken(what, s string) error {
 	if s == "" || len(s) > 128 {
 		return fmt.Errorf("%w: %s %q", ErrInvalidCapability, what, s)
 	}
@@ -480,8 +483,8 @@ func validateToken(what, s string) error {
 	return nil
 }
 
-// validatePath accepts absolute, clean paths without control characters.
-func validatePath(p string) error {
+// ValidatePath accepts absolute, clean paths without control characters.
+func ValidatePath(p string) error {
 	if p == "" || p[0] != '/' || path.Clean(p) != p {
 		return fmt.Errorf("%w: path %q is not absolute and clean", ErrInvalidCapability, p)
 	}
@@ -493,11 +496,11 @@ func validatePath(p string) error {
 	return nil
 }
 
-// validateDomainPattern accepts "name", "*.name" and "**.name" where name is a
+// ValidateDomainPattern accepts "name", "*.name" and "**.name" where name is a
 // DNS name of at least two labels (a bare "*" or "*.com"-style TLD wildcard is
 // refused) made of [a-z0-9-] labels; the check runs before any allowlist use,
 // so NUL, percent-encoding and control characters never get through.
-func validateDomainPattern(d string) error {
+func ValidateDomainPattern(d string) error {
 	name := strings.TrimPrefix(strings.TrimPrefix(d, "**."), "*.")
 	if len(d) > 253 || name == "" {
 		return fmt.Errorf("%w: domain %q", ErrInvalidCapability, d)

@@ -1,4 +1,4 @@
-package agent
+package capability
 
 // Decision layer: the capability grammar's renderings: manifest syntax
 // (String) and the one-line scope of tables and the panel (Summary).

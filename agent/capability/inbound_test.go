@@ -1,4 +1,4 @@
-package agent
+package capability
 
 import (
 	"errors"
@@ -7,9 +7,8 @@ import (
 )
 
 // TestInboundGrammar: net.inbound in the manifest syntax, its rendering,
-// containment (a child never widens it), its default tier, and its Cedar
-// policy: an inbound grant answers "accept" from a covered peer to a covered
-// local port and nothing else; an egress grant never answers "accept".
+// containment (a child never widens it) and its default tier. Its Cedar
+// policy is agent/policy's TestInboundPolicy.
 func TestInboundGrammar(t *testing.T) {
 	ms, err := ParseManifests("m", []byte("image web\nallow net.inbound cidrs=10.0.0.0/8,192.0.2.7 ports=8080,9000-9010 tier=ask\nescalate net.inbound\n"))
 	if err != nil {
@@ -47,37 +46,5 @@ func TestInboundGrammar(t *testing.T) {
 	}
 	if !(Ingredients{}).With(in("0.0.0.0/0"), FirstParty).ExternalCommunication {
 		t.Error("inbound from anywhere is no external communication")
-	}
-
-	e := newTestEngine(t, "")
-	e.PutSession(testSession("s1"))
-	for _, g := range []GrantData{
-		{ID: "g-in", Session: "s1", Capability: c},
-		{ID: "g-out", Session: "s1", Capability: egress([]string{"203.0.113.0/24"}, nil)},
-	} {
-		if err := e.PutGrant(g); err != nil {
-			t.Fatal(err)
-		}
-		if err := ProveGrant(g, t0); err != nil {
-			t.Errorf("ProveGrant(%s): %v", g.ID, err)
-		}
-	}
-	for _, tc := range []struct {
-		req  UseRequest
-		want bool
-	}{
-		{UseRequest{Class: ClassNetInbound, Op: "accept", IP: netip.MustParseAddr("10.2.3.4"), Port: 8080}, true},
-		{UseRequest{Class: ClassNetInbound, Op: "accept", IP: netip.MustParseAddr("192.0.2.7"), Port: 9005}, true},
-		{UseRequest{Class: ClassNetInbound, Op: "accept", IP: netip.MustParseAddr("10.2.3.4"), Port: 8081}, false},
-		{UseRequest{Class: ClassNetInbound, Op: "accept", IP: netip.MustParseAddr("11.0.0.1"), Port: 8080}, false},
-		{UseRequest{Class: ClassNetInbound, Op: "connect", IP: netip.MustParseAddr("10.2.3.4"), Port: 8080}, false},
-		{UseRequest{Class: ClassNetEgress, Op: "connect", IP: netip.MustParseAddr("10.2.3.4"), Port: 8080}, false},
-		{UseRequest{Class: ClassNetInbound, Op: "accept", IP: netip.MustParseAddr("203.0.113.9"), Port: 8080}, false},
-		{UseRequest{Class: ClassNetEgress, Op: "connect", IP: netip.MustParseAddr("203.0.113.9"), Port: 8080}, true},
-	} {
-		d, err := e.Decide("s1", tc.req, t0)
-		if err != nil || d.Allowed != tc.want {
-			t.Errorf("%+v: allowed %v (%v), want %v", tc.req, d.Allowed, err, tc.want)
-		}
 	}
 }

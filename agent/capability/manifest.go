@@ -1,4 +1,4 @@
-package agent
+package capability
 
 import (
 	"bufio"
@@ -117,7 +117,7 @@ func ParseManifests(file string, data []byte) ([]*Manifest, error) {
 			if len(fields) != 2 {
 				return nil, fail("want \"image <name>\"")
 			}
-			if err := validateToken("image", fields[1]); err != nil {
+			if err := ValidateToken("image", fields[1]); err != nil {
 				return nil, fail("image name %q is not a plain token", fields[1])
 			}
 			if l, dup := seen[fields[1]]; dup {

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ func BenchmarkDecide(b *testing.B) {
 		id := fmt.Sprintf("s%d", i)
 		e.PutSession(SessionAttrs{ID: id, Image: "py", TrustTier: "normal", Risk: "normal", TLSInspection: true, Protected: DefaultProtected("/home/x"), PolicyStore: []string{"/etc/shinken"}})
 		for j := 0; j < 5; j++ {
-			c := egress([]string{fmt.Sprintf("10.%d.%d.0/24", i>>8, i&255)}, []PortRange{{443, 443}})
+			c := egress([]string{fmt.Sprintf("10.%d.%d.0/24", i>>8, i&255)}, []PortRange{{Lo: 443, Hi: 443}})
 			if j == 2 {
 				c = fsCap([]string{"/work"}, []string{"/work/out"}, nil)
 			}

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: the Cedar entity model. Entity type and action names, the
 // Session entity (SessionAttrs), the Grant entity that carries a live grant's
@@ -13,6 +13,7 @@ import (
 	"github.com/cedar-policy/cedar-go/types"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 // Cedar names.
@@ -27,28 +28,16 @@ var (
 )
 
 func sessionUID(id string) types.EntityUID { return types.NewEntityUID(typeSession, types.String(id)) }
-func capabilityUID(c Class) types.EntityUID {
+func capabilityUID(c capability.Class) types.EntityUID {
 	return types.NewEntityUID(typeCapability, types.String(c))
 }
 func grantUID(id string) types.EntityUID { return types.NewEntityUID(typeGrant, types.String(id)) }
 
-// SessionAttrs is what policies know about a session (the Session entity).
-type SessionAttrs struct {
-	ID            string
-	Image         string
-	TrustTier     string // low | normal | high
-	Risk          string // normal | high
-	Headless      bool
-	TLSInspection bool
-	Protected     []string // paths no write may touch
-	PolicyStore   []string // the policy store: no write may touch it
-}
+func sessionEntity(s capability.SessionAttrs) types.Entity { return sessionEntityWith(s, nil) }
 
-func (s SessionAttrs) entity() types.Entity { return s.entityWith(nil) }
-
-// entityWith builds the Session entity, sharing equal attribute values with
+// sessionEntityWith builds the Session entity, sharing equal attribute values with
 // other entities through in (nil: none shared).
-func (s SessionAttrs) entityWith(in *interner) types.Entity {
+func sessionEntityWith(s capability.SessionAttrs, in *interner) types.Entity {
 	return types.Entity{
 		UID: sessionUID(s.ID),
 		Attributes: types.NewRecord(types.RecordMap{
@@ -151,7 +140,7 @@ func stringSet(s []string) types.Set {
 type GrantData struct {
 	ID         string
 	Session    string
-	Capability Capability
+	Capability capability.Capability
 	Expires    time.Time // zero: never
 	// Once is the kernel handle of an approve-once grant (zero for any
 	// other): Decide reports which once grants allowed, so the agent can
@@ -183,33 +172,33 @@ func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entit
 		}
 	}
 	switch c.Class {
-	case ClassNetEgress:
+	case capability.ClassNetEgress:
 		domains = c.Egress.Domains
 		for _, p := range c.Egress.CIDRs {
 			cidrs = append(cidrs, p.String())
 		}
 		ports = portBlocks(c.Egress.Ports)
 		setFlag("tls_inspect", c.Egress.TLSInspect)
-	case ClassNetInbound:
+	case capability.ClassNetInbound:
 		for _, p := range c.Inbound.CIDRs {
 			cidrs = append(cidrs, p.String())
 		}
 		ports = portBlocks(c.Inbound.Ports)
-	case ClassFSScope:
+	case capability.ClassFSScope:
 		read, write, deny = c.FS.Read, c.FS.Write, c.FS.Deny
-	case ClassClipboard:
+	case capability.ClassClipboard:
 		setFlag("paste_in", c.Clipboard.PasteIn)
 		setFlag("copy_out", c.Clipboard.CopyOut)
-	case ClassGPU:
+	case capability.ClassGPU:
 		items, mode = c.GPU.DeviceIDs, c.GPU.Mode
-	case ClassInstall:
+	case capability.ClassInstall:
 		mode = c.Install.Scope
-	case ClassPersistence:
+	case capability.ClassPersistence:
 		write = c.Persistence.Paths
 		setFlag("survives_session", c.Persistence.SurvivesSession)
-	case ClassCredentials:
+	case capability.ClassCredentials:
 		items = c.Credentials.BrokerScopes
-	case ClassPeripheral:
+	case capability.ClassPeripheral:
 		setFlag("camera", c.Peripheral.Camera)
 		setFlag("mic", c.Peripheral.Mic)
 		setFlag("input_inject", c.Peripheral.InputInject)

@@ -1,4 +1,4 @@
-package agent
+package capability
 
 // Decision layer: containment. Within is the exact, field-by-field check that a
 // capability conveys nothing its bound does not (the manifest check and

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: the probe requests and capabilities of the bounded checks
 // (ProveGrant, the permissiveness search): each class's ops, use requests
@@ -10,40 +10,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
-func opsOf(c Class) []string {
+func useProbes(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
+	var out []capability.UseRequest
 	switch c {
-	case ClassNetEgress:
-		return []string{"connect"}
-	case ClassNetInbound:
-		return []string{"accept"}
-	case ClassFSScope:
-		return []string{"read", "write"}
-	case ClassClipboard:
-		return []string{"paste_in", "copy_out"}
-	case ClassGPU:
-		return []string{"use"}
-	case ClassInstall:
-		return []string{"pkg", "any"}
-	case ClassPersistence:
-		return []string{"persist"}
-	case ClassCredentials:
-		return []string{"broker"}
-	case ClassPeripheral:
-		return []string{"camera", "mic", "usb", "input_inject"}
-	}
-	return nil
-}
-
-func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
-	var out []UseRequest
-	switch c {
-	case ClassNetEgress:
+	case capability.ClassNetEgress:
 		var domains []string
 		for _, s := range lit.strs {
 			s = strings.TrimPrefix(strings.TrimPrefix(strings.ToLower(s), "**."), "*.")
-			if validateDomainPattern(s) == nil {
+			if capability.ValidateDomainPattern(s) == nil {
 				domains = append(domains, s, "x."+s)
 			}
 		}
@@ -51,52 +29,52 @@ func useProbes(c Class, lit *literals, pr SessionAttrs) []UseRequest {
 		addrs := probeAddrs(lit)
 		for _, port := range probePorts(lit, 443, 80, 22, 53) {
 			for _, d := range domains {
-				out = append(out, UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
+				out = append(out, capability.UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
 			}
 			for _, a := range addrs {
-				out = append(out, UseRequest{Class: c, Op: "connect", IP: a, Port: port})
+				out = append(out, capability.UseRequest{Class: c, Op: "connect", IP: a, Port: port})
 			}
 		}
-	case ClassNetInbound:
+	case capability.ClassNetInbound:
 		addrs := probeAddrs(lit)
 		for _, port := range probePorts(lit, 443, 80, 8080, 22) {
 			for _, a := range addrs {
 				// "connect" too: an inbound grant must never answer an
 				// egress question.
 				for _, op := range []string{"accept", "connect"} {
-					out = append(out, UseRequest{Class: c, Op: op, IP: a, Port: port})
+					out = append(out, capability.UseRequest{Class: c, Op: op, IP: a, Port: port})
 				}
 			}
 		}
-	case ClassFSScope, ClassPersistence:
+	case capability.ClassFSScope, capability.ClassPersistence:
 		paths := []string{"/work/x", "/tmp/x"}
 		paths = append(paths, pr.Protected...)
 		paths = append(paths, pr.PolicyStore...)
 		for _, s := range lit.strs {
-			if validatePath(s) == nil {
+			if capability.ValidatePath(s) == nil {
 				paths = append(paths, s, filepath.Join(s, "x"))
 			}
 		}
-		for _, op := range opsOf(c) {
+		for _, op := range capability.Ops(c) {
 			for _, p := range sortedUnique(paths) {
-				out = append(out, UseRequest{Class: c, Op: op, Path: p})
+				out = append(out, capability.UseRequest{Class: c, Op: op, Path: p})
 			}
 		}
 	default:
 		items := []string{"", "0"}
 		for _, s := range lit.strs {
-			if validateToken("item", s) == nil && len(items) < 24 {
+			if capability.ValidateToken("item", s) == nil && len(items) < 24 {
 				items = append(items, s)
 			}
 		}
 		modes := []string{""}
-		if c == ClassGPU {
-			modes = []string{GPUModeCompute, GPUModeRender, GPUModeRaw}
+		if c == capability.ClassGPU {
+			modes = []string{capability.GPUModeCompute, capability.GPUModeRender, capability.GPUModeRaw}
 		}
-		for _, op := range opsOf(c) {
+		for _, op := range capability.Ops(c) {
 			for _, it := range sortedUnique(items) {
 				for _, m := range modes {
-					out = append(out, UseRequest{Class: c, Op: op, Item: it, Mode: m})
+					out = append(out, capability.UseRequest{Class: c, Op: op, Item: it, Mode: m})
 				}
 			}
 		}
@@ -127,36 +105,36 @@ func neighbours(p netip.Prefix) []netip.Addr {
 	return out
 }
 
-func grantProbes(c Class, lit *literals) []Capability {
-	out := []Capability{Empty(c)}
+func grantProbes(c capability.Class, lit *literals) []capability.Capability {
+	out := []capability.Capability{capability.Empty(c)}
 	switch c {
-	case ClassNetEgress:
-		out = append(out, Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, TLSInspect: true}},
-			Capability{Class: c, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}})
-	case ClassNetInbound:
-		out = append(out, Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
-			Capability{Class: c, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []PortRange{{8080, 8080}}}})
-	case ClassFSScope, ClassPersistence:
+	case capability.ClassNetEgress:
+		out = append(out, capability.Capability{Class: c, Egress: &capability.EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, TLSInspect: true}},
+			capability.Capability{Class: c, Egress: &capability.EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}})
+	case capability.ClassNetInbound:
+		out = append(out, capability.Capability{Class: c, Inbound: &capability.InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
+			capability.Capability{Class: c, Inbound: &capability.InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []capability.PortRange{{Lo: 8080, Hi: 8080}}}})
+	case capability.ClassFSScope, capability.ClassPersistence:
 		paths := []string{"/work", "/"}
 		for _, s := range lit.strs {
-			if validatePath(s) == nil {
+			if capability.ValidatePath(s) == nil {
 				paths = append(paths, s)
 			}
 		}
 		for _, p := range sortedUnique(paths) {
-			if c == ClassFSScope {
-				out = append(out, Capability{Class: c, FS: &FSScope{Write: []string{p}}})
+			if c == capability.ClassFSScope {
+				out = append(out, capability.Capability{Class: c, FS: &capability.FSScope{Write: []string{p}}})
 			} else {
-				out = append(out, Capability{Class: c, Persistence: &PersistenceScope{Paths: []string{p}}})
+				out = append(out, capability.Capability{Class: c, Persistence: &capability.PersistenceScope{Paths: []string{p}}})
 			}
 		}
-	case ClassGPU:
-		for _, m := range []string{GPUModeCompute, GPUModeRender, GPUModeRaw} {
-			out = append(out, Capability{Class: c, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: m}})
+	case capability.ClassGPU:
+		for _, m := range []string{capability.GPUModeCompute, capability.GPUModeRender, capability.GPUModeRaw} {
+			out = append(out, capability.Capability{Class: c, GPU: &capability.GPUScope{DeviceIDs: []string{"0"}, Mode: m}})
 		}
-	case ClassInstall:
-		for _, s := range []string{InstallPkg, InstallAny} {
-			out = append(out, Capability{Class: c, Install: &InstallScope{Scope: s}})
+	case capability.ClassInstall:
+		for _, s := range []string{capability.InstallPkg, capability.InstallAny} {
+			out = append(out, capability.Capability{Class: c, Install: &capability.InstallScope{Scope: s}})
 		}
 	}
 	return out
@@ -184,4 +162,13 @@ func probePorts(lit *literals, base ...uint16) []uint16 {
 		}
 	}
 	return slices.Compact(sortedU16(ports))
+}
+
+func sortedUnique(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: per-grant policies, never string-built. The fixed policy of
 // each class is built through cedar-go's AST over the Grant entity; linked to
@@ -9,44 +9,46 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/ast"
 	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 // grantCondition is the condition of the fixed policy of a grant's class,
 // over the grant entity G: the policy names only agent-made identifiers; every
 // user value (domain, prefix, path, ...) stays in the Grant entity's data.
-func grantCondition(class Class, G ast.Node) ast.Node {
+func grantCondition(class capability.Class, G ast.Node) ast.Node {
 	ctx := ast.Context()
 	req := ctx.Access("request")
 	op := req.Access("op")
 	live := ctx.Access("now").LessThan(G.Access("expires"))
 	var cond ast.Node
 	switch class {
-	case ClassNetEgress:
+	case capability.ClassNetEgress:
 		cond = op.Equal(ast.String("connect")).
 			And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
 			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
-	case ClassNetInbound:
+	case capability.ClassNetInbound:
 		// A peer (its address) opening a flow to one of the session's
 		// ports.
 		cond = op.Equal(ast.String("accept")).
 			And(G.Access("cidrs").ContainsAny(req.Access("cidr_keys"))).
 			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
-	case ClassFSScope:
+	case capability.ClassFSScope:
 		cond = op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
 			Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
 			And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
-	case ClassClipboard:
+	case capability.ClassClipboard:
 		cond = G.Access("flags").Contains(op).And(op.Equal(ast.String("paste_in")).Or(op.Equal(ast.String("copy_out"))))
-	case ClassGPU:
+	case capability.ClassGPU:
 		cond = op.Equal(ast.String("use")).And(G.Access("items").Contains(req.Access("item"))).And(G.Access("mode").Equal(req.Access("mode")))
-	case ClassInstall:
+	case capability.ClassInstall:
 		cond = op.Equal(ast.String("pkg")).Or(op.Equal(ast.String("any"))).
 			And(G.Access("mode").Equal(ast.String("any")).Or(G.Access("mode").Equal(op)))
-	case ClassPersistence:
+	case capability.ClassPersistence:
 		cond = op.Equal(ast.String("persist")).And(G.Access("write").ContainsAny(req.Access("path_keys")))
-	case ClassCredentials:
+	case capability.ClassCredentials:
 		cond = op.Equal(ast.String("broker")).And(G.Access("items").Contains(req.Access("item")))
-	case ClassPeripheral:
+	case capability.ClassPeripheral:
 		cond = op.Equal(ast.String("usb")).And(G.Access("items").Contains(req.Access("item"))).
 			Or(op.NotEqual(ast.String("usb")).And(G.Access("flags").Contains(op)).
 				And(op.Equal(ast.String("camera")).Or(op.Equal(ast.String("mic"))).Or(op.Equal(ast.String("input_inject")))))
@@ -66,7 +68,7 @@ func grantPolicy(g GrantData) *cedar.Policy {
 	return linkedGrantPolicy(g.ID, g.Session, g.Capability.Class)
 }
 
-func linkedGrantPolicy(id, session string, class Class) *cedar.Policy {
+func linkedGrantPolicy(id, session string, class capability.Class) *cedar.Policy {
 	p := ast.Permit().
 		Annotate("id", types.String("grant:"+id)).
 		PrincipalEq(sessionUID(session)).
@@ -90,7 +92,7 @@ var boundGrantUID = grantUID(boundGrantID)
 // (grantPolicy) only adds "principal == <the grant's session>", which holds
 // by construction since a session's decision binds that session's grants
 // only.
-func grantTemplate(class Class) *cedar.Policy {
+func grantTemplate(class capability.Class) *cedar.Policy {
 	p := ast.Permit().
 		Annotate("id", types.String("grant:"+boundGrantID)).
 		ActionEq(actionUse).

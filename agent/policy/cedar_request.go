@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: request encoding. A use-time request (UseRequest) becomes a
 // Cedar context of precomputed keys (path ancestors, domain suffixes, covering
@@ -6,7 +6,6 @@ package agent
 // summarizes a capability for the grant-time policies.
 
 import (
-	"fmt"
 	"math/bits"
 	"net/netip"
 	"path/filepath"
@@ -16,40 +15,9 @@ import (
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/shinken-agent/shinken/agent/capability"
 )
-
-// UseRequest is one use-time question: may the session do this now?
-type UseRequest struct {
-	Class  Class      `json:"class"`
-	Op     string     `json:"op"`               // connect | accept | read | write | paste_in | copy_out | use | pkg | any | persist | broker | camera | mic | usb | input_inject
-	Domain string     `json:"domain,omitempty"` // net.egress by name
-	IP     netip.Addr `json:"ip,omitzero"`      // net.egress by address; net.inbound: the peer
-	Port   uint16     `json:"port,omitempty"`   // net.egress: the peer's; net.inbound: the session's own
-	Path   string     `json:"path,omitempty"`
-	Item   string     `json:"item,omitempty"` // gpu device, broker scope, usb id
-	Mode   string     `json:"mode,omitempty"` // gpu mode
-}
-
-// Validate checks the request's shape.
-func (r UseRequest) Validate() error {
-	if _, err := ParseClass(string(r.Class)); err != nil {
-		return err
-	}
-	if r.Op == "" {
-		return fmt.Errorf("%w: request without op", ErrInvalidCapability)
-	}
-	if r.Path != "" {
-		if err := validatePath(r.Path); err != nil {
-			return err
-		}
-	}
-	if r.Domain != "" {
-		if err := validateDomainPattern(r.Domain); err != nil || strings.HasPrefix(r.Domain, "*") {
-			return fmt.Errorf("%w: request domain %q", ErrInvalidCapability, r.Domain)
-		}
-	}
-	return nil
-}
 
 // keyLens says which prefix lengths of the request's address and port the
 // policies can ever compare against: the lengths named by the base policies'
@@ -95,9 +63,11 @@ func (k *keyLens) has(a netip.Addr, bits int) bool {
 	return k.v6[bits/64]&(1<<(bits%64)) != 0
 }
 
-func (r UseRequest) context(now time.Time) types.Record { return r.contextLens(now, nil) }
+func useContext(r capability.UseRequest, now time.Time) types.Record {
+	return useContextLens(r, now, nil)
+}
 
-func (r UseRequest) contextLens(now time.Time, lens *keyLens) types.Record {
+func useContextLens(r capability.UseRequest, now time.Time, lens *keyLens) types.Record {
 	// Empty key sets are the one boxed empty set: boxing a Set allocates.
 	pathKeys, domainKeys, cidrKeys, portKeys := emptySetValue, emptySetValue, emptySetValue, emptySetValue
 	if r.Path != "" {
@@ -244,7 +214,7 @@ func portKeysOf(p uint16, lens *keyLens) []string {
 
 // portBlocks decomposes port ranges into aligned blocks (as a range becomes
 // CIDRs); no ranges means every port ("0/0").
-func portBlocks(rs []PortRange) []string {
+func portBlocks(rs []capability.PortRange) []string {
 	if len(rs) == 0 {
 		return []string{"0/0"}
 	}
@@ -264,26 +234,26 @@ func portBlocks(rs []PortRange) []string {
 }
 
 // grantScope summarizes a capability for the grant-time base policies.
-func grantScope(c Capability) types.Record {
+func grantScope(c capability.Capability) types.Record {
 	c = c.Normalized()
 	var writes []string
 	var flags []string
 	mode := ""
 	tls := false
 	switch c.Class {
-	case ClassFSScope:
+	case capability.ClassFSScope:
 		for _, p := range c.FS.Write {
 			writes = append(writes, pathAncestors(p)...)
 		}
-	case ClassPersistence:
+	case capability.ClassPersistence:
 		for _, p := range c.Persistence.Paths {
 			writes = append(writes, pathAncestors(p)...)
 		}
-	case ClassNetEgress:
+	case capability.ClassNetEgress:
 		tls = c.Egress.TLSInspect
-	case ClassGPU:
+	case capability.ClassGPU:
 		mode = c.GPU.Mode
-	case ClassInstall:
+	case capability.ClassInstall:
 		mode = c.Install.Scope
 	}
 	return types.NewRecord(types.RecordMap{
@@ -295,9 +265,11 @@ func grantScope(c Capability) types.Record {
 }
 
 // CedarRequest is the Cedar request Decide evaluates for a use-time request.
-func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
-	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: r.context(now)}
+func CedarRequest(session string, r capability.UseRequest, now time.Time) cedar.Request {
+	return cedar.Request{Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: useContext(r, now)}
 }
 
 // hasPorts: the class's use requests carry a port (and its keys).
-func hasPorts(c Class) bool { return c == ClassNetEgress || c == ClassNetInbound }
+func hasPorts(c capability.Class) bool {
+	return c == capability.ClassNetEgress || c == capability.ClassNetInbound
+}

@@ -1,16 +1,16 @@
-package agent
+package policy
 
 import (
 	"errors"
-
-	cedar "github.com/cedar-policy/cedar-go"
-	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -29,6 +29,10 @@ func newTestEngine(t *testing.T, dir string) *Engine {
 	return e
 }
 
+func fsCap(read, write, deny []string) Capability {
+	return Capability{Class: ClassFSScope, FS: &FSScope{Read: read, Write: write, Deny: deny}}
+}
+
 func egress(cidrs []string, ports []PortRange, domains ...string) Capability {
 	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: domains, Ports: ports}}
 	for _, s := range cidrs {
@@ -42,7 +46,7 @@ func TestDecideGrantPolicies(t *testing.T) {
 	e.PutSession(testSession("s1"))
 	e.PutSession(testSession("s2"))
 	grants := []GrantData{
-		{ID: "g-egress", Session: "s1", Capability: egress([]string{"10.1.0.0/16"}, []PortRange{{443, 443}, {8000, 8100}}, "**.github.qkg1.top", "*.pypi.org")},
+		{ID: "g-egress", Session: "s1", Capability: egress([]string{"10.1.0.0/16"}, []PortRange{{Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}}, "**.github.qkg1.top", "*.pypi.org")},
 		{ID: "g-fs", Session: "s1", Capability: Capability{Class: ClassFSScope, FS: &FSScope{Read: []string{"/work"}, Write: []string{"/work/out", "/home/agent"}, Deny: []string{"/work/out/secret"}}}},
 		{ID: "g-clip", Session: "s1", Capability: Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}},
 		{ID: "g-gpu", Session: "s1", Capability: Capability{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: GPUModeCompute}}},
@@ -182,7 +186,9 @@ func TestHardDenyForbids(t *testing.T) {
 			}
 		})
 	}
-	fsw := func(p string) Capability { return Capability{Class: ClassFSScope, FS: &FSScope{Write: []string{p}}} }
+	fsw := func(p string) Capability {
+		return Capability{Class: ClassFSScope, FS: &FSScope{Write: []string{p}}}
+	}
 	grant := []struct {
 		name, session string
 		c             Capability
@@ -365,7 +371,7 @@ func TestNoPolicyInjection(t *testing.T) {
 	}
 	// Every class's template, filled, validates against the schema.
 	full := []Capability{
-		egress([]string{"10.0.0.0/8"}, []PortRange{{1, 65535}}, "**.a.example"),
+		egress([]string{"10.0.0.0/8"}, []PortRange{{Lo: 1, Hi: 65535}}, "**.a.example"),
 		fsCap([]string{"/a"}, []string{"/b"}, []string{"/b/c"}),
 		{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true, CopyOut: true}},
 		{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: "render"}},
@@ -378,6 +384,28 @@ func TestNoPolicyInjection(t *testing.T) {
 		p := grantPolicy(GrantData{ID: "v", Session: "s1", Capability: c})
 		if err := e.validator.Policy("v", (*xast.Policy)(p.AST())); err != nil {
 			t.Errorf("%s template: %v", c.Class, err)
+		}
+	}
+}
+
+func TestPortBlocks(t *testing.T) {
+	for _, r := range []PortRange{{Lo: 1, Hi: 65535}, {Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}, {Lo: 1023, Hi: 1025}, {Lo: 65535, Hi: 65535}} {
+		blocks := portBlocks([]PortRange{r})
+		for _, port := range []uint16{r.Lo - 1, r.Lo, r.Hi, r.Hi + 1, (r.Lo + r.Hi) / 2} {
+			if port == 0 {
+				continue
+			}
+			in := r.Lo <= port && port <= r.Hi
+			keys := portKeysOf(port, nil)
+			hit := false
+			for _, k := range keys {
+				for _, b := range blocks {
+					hit = hit || k == b
+				}
+			}
+			if hit != in {
+				t.Errorf("range %v port %d: matched=%v want %v (blocks %v)", r, port, hit, in, blocks)
+			}
 		}
 	}
 }

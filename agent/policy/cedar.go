@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: the Cedar engine. Loads the schema, the shipped policies and
 // the policy directory (with file:line errors), reloads it behind the
@@ -30,17 +30,16 @@ import (
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
-//go:embed policy/shinken.cedarschema policy/*.cedar
+//go:embed shinken.cedarschema *.cedar
 var shippedPolicy embed.FS
 
 // Errors of the decision layer.
 var (
-	ErrPolicy         = errors.New("agent: invalid policy")
-	ErrPolicyWidens   = errors.New("agent: policy edit widens authority")
-	ErrUnknownSession = errors.New("agent: unknown session")
-	ErrDenied         = errors.New("agent: denied by policy")
+	ErrPolicy       = errors.New("agent: invalid policy")
+	ErrPolicyWidens = errors.New("agent: policy edit widens authority")
 )
 
 // PolicyError is one error at one place of one policy file.
@@ -76,9 +75,24 @@ type Decision struct {
 	Allowed bool     `json:"allowed"`
 	Reasons []string `json:"reasons,omitempty"` // the policies that decided (forbids when denied)
 	Errors  []string `json:"errors,omitempty"`  // policies that failed to evaluate (skipped, as Cedar does)
-	// once: when every permit that allowed is an approve-once grant, their
+	// Once: when every permit that allowed is an approve-once grant, their
 	// kernel handles (the agent asks the kernel whether they are spent).
-	once []backend.HandleRef
+	Once []backend.HandleRef `json:"-"`
+}
+
+// DecidedBy names the rule that decided: the first reason, preferring an
+// admin or hard-deny rule by name over a grant when both decided, or
+// capability.DefaultDeny when no policy did.
+func (d Decision) DecidedBy() string {
+	if len(d.Reasons) == 0 {
+		return capability.DefaultDeny
+	}
+	for _, r := range d.Reasons {
+		if !strings.HasPrefix(r, "grant:") {
+			return r
+		}
+	}
+	return d.Reasons[0]
 }
 
 // sessions on the host.
@@ -96,7 +110,7 @@ type Engine struct {
 // NewEngine loads the schema and the shipped policies, then the *.cedar files
 // of policyDir when it is not empty.
 func NewEngine(policyDir string) (*Engine, error) {
-	src, err := shippedPolicy.ReadFile("policy/shinken.cedarschema")
+	src, err := shippedPolicy.ReadFile("shinken.cedarschema")
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +126,8 @@ func NewEngine(policyDir string) (*Engine, error) {
 	e := &Engine{validator: validate.New(rs), sessions: map[string]*sessionSet{}, dir: policyDir, intern: newInterner()}
 	// The per-grant templates must type-check against the schema; catch drift
 	// at start rather than at the first grant.
-	for i, c := range Classes {
-		p := grantPolicy(GrantData{ID: "probe", Session: "probe", Capability: Empty(c)})
+	for i, c := range capability.Classes {
+		p := grantPolicy(GrantData{ID: "probe", Session: "probe", Capability: capability.Empty(c)})
 		if err := e.validator.Policy("grant template "+string(c), (*xast.Policy)(p.AST())); err != nil {
 			return nil, fmt.Errorf("%w: grant template for %s: %w", ErrPolicy, c, err)
 		}
@@ -180,7 +194,7 @@ func (e *Engine) load(dir string) (*policyBase, error) { return e.loadWith(dir, 
 func (e *Engine) loadWith(dir string, overlay map[string][]byte) (*policyBase, error) {
 	b := &policyBase{policies: cedar.PolicyMap{}, where: map[cedar.PolicyID]string{}}
 	var errs PolicyErrors
-	shipped, _ := fs.Glob(shippedPolicy, "policy/*.cedar")
+	shipped, _ := fs.Glob(shippedPolicy, "*.cedar")
 	slices.Sort(shipped)
 	for _, f := range shipped {
 		data, _ := shippedPolicy.ReadFile(f)
@@ -242,7 +256,7 @@ type ReloadOptions struct {
 // validate is rejected with every file:line error and the previous set stays
 // in force; so does one that widens authority (ErrPolicyWidens, with a
 // concrete counterexample) unless opts.AllowWiden.
-func (e *Engine) Reload(opts ReloadOptions) (*ShiftReport, error) {
+func (e *Engine) Reload(opts ReloadOptions) (*capability.ShiftReport, error) {
 	nb, err := e.load(e.dir)
 	if err != nil {
 		return nil, err
@@ -250,7 +264,7 @@ func (e *Engine) Reload(opts ReloadOptions) (*ShiftReport, error) {
 	old := e.base.Load()
 	rep := e.CheckShift(old.policies, nb.policies)
 	if rep.Widens() && !opts.AllowWiden {
-		return rep, rep.widenErr()
+		return rep, WidensError(rep)
 	}
 	e.base.Store(nb)
 	return rep, nil
@@ -266,7 +280,7 @@ func (e *Engine) PolicyIDs() map[string]string {
 }
 
 // PutSession adds or replaces a session's entity, keeping its grants.
-func (e *Engine) PutSession(s SessionAttrs) {
+func (e *Engine) PutSession(s capability.SessionAttrs) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.sessions[s.ID]
@@ -279,7 +293,7 @@ func (e *Engine) PutSession(s SessionAttrs) {
 	}
 	ns.uid = sessionUID(s.ID)
 	ns.uidValue = ns.uid
-	ns.entity = s.entityWith(e.intern)
+	ns.entity = sessionEntityWith(s, e.intern)
 	ns.entities[ns.uid] = ns.entity
 	e.sessions[s.ID] = ns
 }
@@ -297,10 +311,10 @@ func (e *Engine) PutGrant(g GrantData) error {
 	defer e.mu.Unlock()
 	old := e.sessions[g.Session]
 	if old == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownSession, g.Session)
+		return fmt.Errorf("%w: %q", capability.ErrUnknownSession, g.Session)
 	}
 	if g.ID == boundGrantID {
-		return fmt.Errorf("%w: grant id %q is reserved", ErrInvalidCapability, g.ID)
+		return fmt.Errorf("%w: grant id %q is reserved", capability.ErrInvalidCapability, g.ID)
 	}
 	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone(), once: old.once}
 	ns.entities[grantUID(g.ID)] = grantEntityWith(g, e.intern, old.uidValue)
@@ -349,7 +363,7 @@ func (e *Engine) session(id string) (*sessionSet, error) {
 	s := e.sessions[id]
 	e.mu.RUnlock()
 	if s == nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownSession, id)
+		return nil, fmt.Errorf("%w: %q", capability.ErrUnknownSession, id)
 	}
 	return s, nil
 }
@@ -367,7 +381,7 @@ func decision(d cedar.Decision, diag cedar.Diagnostic) Decision {
 
 // Decide answers a use-time request for a session: base policies plus that
 // session's grants. An unknown session is denied (with ErrUnknownSession).
-func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, error) {
+func (e *Engine) Decide(session string, r capability.UseRequest, now time.Time) (Decision, error) {
 	if err := r.Validate(); err != nil {
 		return Decision{}, err
 	}
@@ -379,7 +393,7 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 	ci := classIndex(r.Class)
 	lens := base.lens.union(s.lens)
 	v := &sessionView{s: s, base: base.useByClass[ci], tmpl: e.templates[ci], grants: s.byClass[ci]}
-	if r.Class == ClassNetEgress {
+	if r.Class == capability.ClassNetEgress {
 		v.keys = requestKeys(r)
 		if v.keys == 0 {
 			v.grants = nil // no domain and no address: no egress grant can match
@@ -389,17 +403,17 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 		Principal: sessionUID(session),
 		Action:    actionUse,
 		Resource:  capabilityUID(r.Class),
-		Context:   r.contextLens(now, &lens),
+		Context:   useContextLens(r, now, &lens),
 	})
 	out := decision(d, diag)
 	if out.Allowed && len(s.once) > 0 {
 		for _, id := range out.Reasons {
 			ref, ok := s.once[id]
 			if !ok { // some other permit allowed: no once grant is needed
-				out.once = nil
+				out.Once = nil
 				break
 			}
-			out.once = append(out.once, ref)
+			out.Once = append(out.Once, ref)
 		}
 	}
 	return out, nil
@@ -408,7 +422,7 @@ func (e *Engine) Decide(session string, r UseRequest, now time.Time) (Decision, 
 // AuthorizeGrant is step 1 of GRANT: may this session be granted c at this
 // tier? Only the base set decides (a session's own grants never permit a new
 // grant).
-func (e *Engine) AuthorizeGrant(session string, c Capability, tier Tier, p Provenance, lc Lifecycle, now time.Time) (Decision, error) {
+func (e *Engine) AuthorizeGrant(session string, c capability.Capability, tier capability.Tier, p capability.Provenance, lc capability.Lifecycle, now time.Time) (Decision, error) {
 	s, err := e.session(session)
 	if err != nil {
 		return Decision{}, err
@@ -428,6 +442,28 @@ func (e *Engine) AuthorizeGrant(session string, c Capability, tier Tier, p Prove
 	return decision(d, diag), nil
 }
 
+// AdminPermit evaluates a use request against the base set only (shipped
+// and policy-directory policies, no grants) and returns the admin permit
+// that allowed it.
+func (e *Engine) AdminPermit(session string, r capability.UseRequest, now time.Time) (string, bool) {
+	s, err := e.session(session)
+	if err != nil {
+		return "", false
+	}
+	d, diag := cedar.Authorize(e.base.Load().policies, s.entities, cedar.Request{
+		Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: useContext(r, now),
+	})
+	if d != cedar.Allow {
+		return "", false
+	}
+	for _, reason := range diag.Reasons {
+		if !strings.HasPrefix(string(reason.PolicyID), "grant:") {
+			return string(reason.PolicyID), true
+		}
+	}
+	return "", false
+}
+
 // Flatten returns one policy set holding the base policies and every
 // session's grant policies, with one entity map holding every session and
 // grant: the "one flat policy set" a decision would evaluate without the
@@ -441,7 +477,7 @@ func (e *Engine) Flatten() (cedar.PolicyMap, types.EntityMap) {
 	for _, s := range e.sessions {
 		for i, gs := range s.byClass {
 			for _, g := range gs {
-				pm[g.policy] = linkedGrantPolicy(g.id, string(s.uid.ID), Classes[i])
+				pm[g.policy] = linkedGrantPolicy(g.id, string(s.uid.ID), capability.Classes[i])
 			}
 		}
 		for k, v := range s.entities {

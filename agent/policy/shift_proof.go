@@ -1,15 +1,15 @@
-package agent
+package policy
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 
+	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/agent/shiftproof"
 )
 
@@ -27,9 +27,9 @@ var ShiftProofTimeout = 10 * time.Second
 // unknown, a timeout, a construct outside the provable subset or an
 // unconfirmed model leave Unproved set, and the edit is treated as widening.
 // See agent/README.md §5.
-func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *ShiftReport {
+func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *capability.ShiftReport {
 	start := time.Now()
-	rep := &ShiftReport{}
+	rep := &capability.ShiftReport{}
 	defer func() { rep.Elapsed = time.Since(start) }()
 	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout})
 	if err != nil {
@@ -66,16 +66,16 @@ var errUnconfirmed = errors.New("the solver's counterexample was not confirmed b
 // confirm turns the solver's request into the agent's Counterexample by the
 // agent's own request encoding (UseRequest.context) and checks it with
 // cedar-go: allowed by the new set, denied by the old.
-func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, error) {
+func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*capability.Counterexample, error) {
 	if r == nil {
 		return nil, fmt.Errorf("%w: no model", errUnconfirmed)
 	}
-	pr := SessionAttrs{ID: r.Session.ID, Image: r.Session.Image, TrustTier: r.Session.TrustTier, Risk: r.Session.Risk,
+	pr := capability.SessionAttrs{ID: r.Session.ID, Image: r.Session.Image, TrustTier: r.Session.TrustTier, Risk: r.Session.Risk,
 		Headless: r.Session.Headless, TLSInspection: r.Session.TLSInspection, Protected: r.Session.Protected, PolicyStore: r.Session.PolicyStore}
-	ce := &Counterexample{Principal: pr, Action: r.Action, Class: Class(r.Class)}
-	req := cedar.Request{Principal: sessionUID(pr.ID), Resource: capabilityUID(Class(r.Class))}
+	ce := &capability.Counterexample{Principal: pr, Action: r.Action, Class: capability.Class(r.Class)}
+	req := cedar.Request{Principal: sessionUID(pr.ID), Resource: capabilityUID(capability.Class(r.Class))}
 	if r.Action == "use" {
-		u := UseRequest{Class: Class(r.Class), Op: r.Op, Domain: r.Domain, IP: r.IP, Path: r.Path, Item: r.Item, Mode: r.Mode}
+		u := capability.UseRequest{Class: capability.Class(r.Class), Op: r.Op, Domain: r.Domain, IP: r.IP, Path: r.Path, Item: r.Item, Mode: r.Mode}
 		if hasPorts(u.Class) {
 			u.Port = r.Port
 		}
@@ -83,7 +83,7 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 			return nil, fmt.Errorf("%w: %s: %v", errUnconfirmed, r, err)
 		}
 		ce.Use = &u
-		req.Action, req.Context = actionUse, u.context(r.Now)
+		req.Action, req.Context = actionUse, useContext(u, r.Now)
 	} else {
 		ce.Grant = fmt.Sprintf("tier=%s provenance=%s lifecycle=%s scope{write_keys=%q tls_inspect=%t mode=%q flags=%q}",
 			r.Tier, r.Provenance, r.Lifecycle, r.WriteKeys, r.TLSInspect, r.ScopeMode, r.Flags)
@@ -97,7 +97,7 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 			}),
 		})
 	}
-	ents := types.EntityMap{sessionUID(pr.ID): pr.entity()}
+	ents := types.EntityMap{sessionUID(pr.ID): sessionEntity(pr)}
 	nd, diag := cedar.Authorize(neu, ents, req)
 	od, _ := cedar.Authorize(old, ents, req)
 	if nd != cedar.Allow || od != cedar.Deny {
@@ -109,35 +109,12 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*Counterexample, 
 	return ce, nil
 }
 
-// widenErr is the refusal of a widening edit: the counterexample, or why
-// non-widening could not be proven.
-func (r *ShiftReport) widenErr() error {
+// WidensError is the refusal of a widening edit: an error wrapping
+// ErrPolicyWidens with the counterexample, or with why non-widening could
+// not be proven.
+func WidensError(r *capability.ShiftReport) error {
 	if r.Counterexample != nil {
 		return fmt.Errorf("%w: %s", ErrPolicyWidens, r.Counterexample)
 	}
 	return fmt.Errorf("%w: not proven non-widening (treated as widening): %s", ErrPolicyWidens, r.Unproved)
-}
-
-// Summary is one line for the audit log.
-func (r *ShiftReport) Summary() string {
-	switch {
-	case r == nil:
-		return "no check"
-	case r.Counterexample != nil:
-		return "widening: " + r.Counterexample.String()
-	case r.Unproved != "":
-		return "not proven non-widening: " + r.Unproved
-	case r.Proved && r.Solver == "":
-		return "non-widening by construction (adds forbids / removes permits only)"
-	case r.Proved:
-		return "proven non-widening (solver: unsat" + abstractedNote(r.Abstracted) + ")"
-	}
-	return "no widening found"
-}
-
-func abstractedNote(a []string) string {
-	if len(a) == 0 {
-		return ""
-	}
-	return "; unchanged policies outside the provable subset treated as unknown: " + strings.Join(a, ", ")
 }

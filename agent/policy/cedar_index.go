@@ -1,4 +1,4 @@
-package agent
+package policy
 
 // Decision layer: the per-session index Decide evaluates. The base set sliced
 // by class (policyBase), and per session its Session entity and grants bound
@@ -16,6 +16,7 @@ import (
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 type policyBase struct {
@@ -41,14 +42,14 @@ type policyEntry struct {
 const nClasses = 9
 
 func init() {
-	if len(Classes) != nClasses {
+	if len(capability.Classes) != nClasses {
 		panic("agent: nClasses != len(Classes)")
 	}
 }
 
 // classIndex is c's position in Classes, or -1.
-func classIndex(c Class) int {
-	for i, x := range Classes {
+func classIndex(c capability.Class) int {
+	for i, x := range capability.Classes {
 		if x == c {
 			return i
 		}
@@ -70,7 +71,7 @@ func (b *policyBase) slice() {
 			if sc.Entity.Type != typeCapability {
 				continue
 			}
-			if i := classIndex(Class(sc.Entity.ID)); i >= 0 {
+			if i := classIndex(capability.Class(sc.Entity.ID)); i >= 0 {
 				add(i, id, p)
 			}
 			continue
@@ -119,7 +120,7 @@ func egressKeys(ent types.Entity) keyKinds {
 }
 
 // requestKeys is the key kinds a request carries (a domain, an address).
-func requestKeys(r UseRequest) keyKinds {
+func requestKeys(r capability.UseRequest) keyKinds {
 	var k keyKinds
 	if r.Domain != "" {
 		k |= keyDomain
@@ -151,13 +152,13 @@ func (s *sessionSet) index() {
 			continue
 		}
 		v, _ := ent.Attributes.Get("class")
-		i := classIndex(Class(v.(types.String)))
+		i := classIndex(capability.Class(v.(types.String)))
 		if i < 0 {
 			continue
 		}
 		id := string(uid.ID)
 		b := boundGrant{policy: cedar.PolicyID("grant:" + id), id: id, ent: ent}
-		if Classes[i] == ClassNetEgress {
+		if capability.Classes[i] == capability.ClassNetEgress {
 			b.keys = egressKeys(ent)
 		}
 		s.byClass[i] = append(s.byClass[i], b)
