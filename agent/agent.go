@@ -117,7 +117,8 @@ type Agent struct {
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
 
-	bmu sync.Mutex // breaker counters (hot path of Decide)
+	bmu    sync.Mutex          // breaker counters (hot path of Decide)
+	bdirty map[string]struct{} // under bmu: sessions whose breaker moved since the last state write
 	// policyMu serializes policy changes (apply, reload).
 	policyMu sync.Mutex
 	esc      escalations // kernel denials turned into cards
@@ -147,7 +148,7 @@ func Open(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{},
+	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{},
 		dnsDirty: map[string]struct{}{}}
 	if a.st, err = a.store.load(); err != nil {
 		return nil, err

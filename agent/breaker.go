@@ -31,8 +31,9 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 	}
 	if d.Allowed {
 		a.bmu.Lock()
-		if b := a.breaker[session]; b != nil {
+		if b := a.breaker[session]; b != nil && b.Consecutive != 0 {
 			b.Consecutive = 0
+			a.bdirty[session] = struct{}{}
 		}
 		a.bmu.Unlock()
 	} else {
@@ -91,6 +92,7 @@ func (a *Agent) countDenial(session string) bool {
 	}
 	b.Consecutive++
 	b.Total++
+	a.bdirty[session] = struct{}{}
 	trip := !b.Tripped && (b.Consecutive >= a.cfg.Breaker.Consecutive || b.Total >= a.cfg.Breaker.Total)
 	if trip {
 		b.Tripped = true
@@ -103,9 +105,12 @@ func (a *Agent) countDenial(session string) bool {
 func (a *Agent) syncBreakers() (changed []string) {
 	a.bmu.Lock()
 	defer a.bmu.Unlock()
-	for id, b := range a.breaker {
-		if rec, ok := a.st.Sessions[id]; ok && rec.Breaker != *b {
-			rec.Breaker = *b
+	// Only the breakers that moved since the last write (a scan of every
+	// session's would cost each grant the number of sessions).
+	for id := range a.bdirty {
+		delete(a.bdirty, id)
+		if rec, ok := a.st.Sessions[id]; ok && a.breaker[id] != nil && rec.Breaker != *a.breaker[id] {
+			rec.Breaker = *a.breaker[id]
 			changed = append(changed, "s/"+id)
 		}
 	}
