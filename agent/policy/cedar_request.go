@@ -68,19 +68,56 @@ func useContext(r capability.UseRequest, now time.Time) types.Record {
 }
 
 func useContextLens(r capability.UseRequest, now time.Time, lens *keyLens) types.Record {
+	return useContextMemo(r, now, lens, nil)
+}
+
+// keyMemo keeps the key sets already built for one series of requests
+// (ProveGrant's probes share a few addresses, ports and domains): a set is
+// built once per value instead of once per request. Only for full key sets
+// (no lens).
+type keyMemo struct {
+	cidr   map[netip.Addr]types.Value
+	port   map[uint16]types.Value
+	domain map[string]types.Value
+}
+
+var noMemo keyMemo
+
+func newKeyMemo() *keyMemo {
+	return &keyMemo{cidr: map[netip.Addr]types.Value{}, port: map[uint16]types.Value{}, domain: map[string]types.Value{}}
+}
+
+func memoized[K comparable](m map[K]types.Value, k K, build func() types.Value) types.Value {
+	if m == nil {
+		return build()
+	}
+	if v, ok := m[k]; ok {
+		return v
+	}
+	v := build()
+	m[k] = v
+	return v
+}
+
+func useContextMemo(r capability.UseRequest, now time.Time, lens *keyLens, memo *keyMemo) types.Record {
+	if memo == nil || lens != nil {
+		memo = &noMemo // nil maps: nothing kept
+	}
 	// Empty key sets are the one boxed empty set: boxing a Set allocates.
 	pathKeys, domainKeys, cidrKeys, portKeys := emptySetValue, emptySetValue, emptySetValue, emptySetValue
 	if r.Path != "" {
 		pathKeys = stringSet(pathAncestors(r.Path))
 	}
 	if r.Domain != "" {
-		domainKeys = stringSet(domainKeysOf(strings.ToLower(r.Domain)))
+		d := strings.ToLower(r.Domain)
+		domainKeys = memoized(memo.domain, d, func() types.Value { return stringSet(domainKeysOf(d)) })
 	}
 	if r.IP.IsValid() {
-		cidrKeys = stringSet(cidrKeysOf(r.IP.Unmap(), lens))
+		ip := r.IP.Unmap()
+		cidrKeys = memoized(memo.cidr, ip, func() types.Value { return stringSet(cidrKeysOf(ip, lens)) })
 	}
 	if hasPorts(r.Class) {
-		portKeys = stringSet(portKeysOf(r.Port, lens))
+		portKeys = memoized(memo.port, r.Port, func() types.Value { return stringSet(portKeysOf(r.Port, lens)) })
 	}
 	return types.NewRecord(types.RecordMap{
 		"now": types.NewDatetime(now),

@@ -292,8 +292,9 @@ func ProveGrant(g GrantData, now time.Time) error {
 	case capability.ClassPeripheral:
 		lit.strs = append(lit.strs, c.Peripheral.USB...)
 	}
+	memo := newKeyMemo()
 	for _, u := range useProbes(c.Class, &lit, capability.SessionAttrs{ID: g.Session}) {
-		d, _ := cedar.Authorize(pol, ents, cedar.Request{Principal: sessionUID(g.Session), Action: actionUse, Resource: capabilityUID(c.Class), Context: useContext(u, now)})
+		d, _ := cedar.Authorize(pol, ents, cedar.Request{Principal: sessionUID(g.Session), Action: actionUse, Resource: capabilityUID(c.Class), Context: useContextMemo(u, now, nil, memo)})
 		if d == cedar.Allow && !c.Allows(u) {
 			return fmt.Errorf("%w: the policy of %s permits %+v, which the capability does not cover", ErrProof, c, u)
 		}
