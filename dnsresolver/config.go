@@ -160,6 +160,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	now func() time.Time // tests
+	up  exchanger        // tests: an in-process upstream
 }
 
 func (c *Config) setDefaults() {

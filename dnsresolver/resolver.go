@@ -86,6 +86,9 @@ func New(cfg Config) (*Resolver, error) {
 		}
 	}
 	r.up = r.fwd
+	if cfg.up != nil {
+		r.up = cfg.up
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }

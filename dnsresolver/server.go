@@ -152,7 +152,7 @@ func (r *Resolver) serveConn(c *net.TCPConn) {
 			return
 		}
 		c.SetWriteDeadline(time.Now().Add(tcpIdle))
-		buf := make([]byte, 2+len(out))
+		buf := make([]byte, 2+len(out)) // len(out) <= 65535: packReply
 		binary.BigEndian.PutUint16(buf, uint16(len(out)))
 		copy(buf[2:], out)
 		if _, err := c.Write(buf); err != nil {
@@ -199,19 +199,26 @@ func (r *Resolver) beginRaw(local netip.Addr, transport string, raw []byte) ([]b
 	return r.packReply(req, m, transport), nil, nil
 }
 
-// packReply packs m, truncated for UDP to what the client can take.
+// packReply packs m, truncated to what the client can take: over UDP its
+// advertised size (512 without EDNS, at most 1232), over TCP the 65,535
+// bytes a frame's 16-bit length can say. Truncating drops whole records and
+// sets TC.
 func (r *Resolver) packReply(req, m *dns.Msg, transport string) []byte {
 	if m == nil {
 		return nil
 	}
+	size := dns.MaxMsgSize
 	if transport == "udp" {
-		size := dns.MinMsgSize
+		size = dns.MinMsgSize
 		if opt := req.IsEdns0(); opt != nil {
 			size = min(max(int(opt.UDPSize()), dns.MinMsgSize), 1232)
 		}
-		m.Truncate(size)
 	}
+	m.Truncate(size)
 	out, err := m.Pack()
+	if err == nil && len(out) > size {
+		err = fmt.Errorf("%d bytes after truncation to %d", len(out), size)
+	}
 	if err != nil {
 		r.log.Warn("pack reply", "err", err)
 		return nil
