@@ -64,7 +64,7 @@ func tcpExchange(t *testing.T, to string, m *dns.Msg) *dns.Msg {
 // records, 112 KB) is sent truncated with TC set, its length right.
 func TestTCPAnswerOver64K(t *testing.T) {
 	zone := loadZone(t, hugeZone("huge.test.", 4000))
-	e := newTestEnv(t, func(c *Config) { c.up = memExchanger{zone} })
+	e := newTestEnv(t, func(c *Config) { c.up = memExchanger{zone}; c.MaxAnswerRecords = 4000 })
 	if err := e.r.SetPolicy("s1", Policy{Grants: []Grant{{Pattern: "huge.test", Handle: h1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,4 +78,49 @@ func TestTCPAnswerOver64K(t *testing.T) {
 		t.Fatalf("%d answers without TC", len(resp.Answer))
 	}
 	t.Logf("TC=%v, %d answers", resp.Truncated, len(resp.Answer))
+}
+
+// TestAnswerBound: a name with 4,000 addresses is answered with the first
+// MaxAnswerRecords of them, and only those are written; the cache keeps at
+// most 4 × MaxAnswerRecords, so a repeat query builds no more. Another
+// session's first query writes its own bounded set.
+func TestAnswerBound(t *testing.T) {
+	zone := loadZone(t, hugeZone("huge.test.", 4000))
+	e := newTestEnv(t, func(c *Config) { c.up = memExchanger{zone} })
+	pol := Policy{Grants: []Grant{{Pattern: "huge.test", Handle: h1}}}
+	if err := e.r.SetPolicy("s1", pol); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.SetPolicy("s2", pol); err != nil {
+		t.Fatal(err)
+	}
+	n := DefaultMaxAnswerRecords
+	for i := range 50 {
+		for _, tr := range []string{"udp", "tcp"} {
+			resp := e.ask(t, 1, tr, "huge.test.", dns.TypeAAAA)
+			if resp.Rcode != dns.RcodeSuccess || resp.Truncated || len(resp.Answer) != n {
+				t.Fatalf("query %d over %s: rcode %s, TC %v, %d answers; want %d", i, tr, dns.RcodeToString[resp.Rcode], resp.Truncated, len(resp.Answer), n)
+			}
+			got := e.dp.take()
+			if want := map[bool]int{true: n, false: 0}[i == 0 && tr == "udp"]; len(got) != want {
+				t.Fatalf("query %d over %s wrote %d entries, want %d", i, tr, len(got), want)
+			}
+			// The answer's addresses are the first n of the zone, in order.
+			for j, rr := range resp.Answer {
+				if want := zone.rrs["huge.test."][j].(*dns.AAAA).AAAA; !rr.(*dns.AAAA).AAAA.Equal(want) {
+					t.Fatalf("answer %d: %v, want %v", j, rr, want)
+				}
+			}
+		}
+	}
+	if res := e.r.cache.get(cacheKey{"huge.test", dns.TypeAAAA}, time.Now()); res == nil || len(res.addrs) != 4*n {
+		t.Fatalf("cached result: %v", res)
+	}
+	resp := e.ask(t, 300, "udp", "huge.test.", dns.TypeAAAA)
+	if got := e.dp.take(); len(resp.Answer) != n || len(got) != n || got[0].Session != "s2" {
+		t.Fatalf("second session: %d answers, %d entries", len(resp.Answer), len(got))
+	}
+	if st := e.r.Stats(); st.Total.EntriesWritten != uint64(2*n) {
+		t.Fatalf("entries written %d, want %d", st.Total.EntriesWritten, 2*n)
+	}
 }

@@ -51,18 +51,19 @@ func SessionNames(d SessionIndexer) func(uint32) (string, bool) {
 
 // Defaults.
 const (
-	DefaultPort            = 53053 // 5353 is mDNS's
-	DefaultMinTTL          = 5 * time.Second
-	DefaultMaxTTL          = time.Hour
-	DefaultUpstreamTimeout = 2 * time.Second
-	DefaultMaxCNAMEChain   = 8
-	DefaultCacheSize       = 16384
-	DefaultMaxInflight     = 4096
-	DefaultUDPWorkers      = 1
-	DefaultUDPBusyPoll     = 25 * time.Microsecond
-	DefaultMaxTCPConns     = 1024
-	DefaultPerSessionLimit = 128
-	DefaultResolvConf      = "/etc/resolv.conf"
+	DefaultPort             = 53053 // 5353 is mDNS's
+	DefaultMinTTL           = 5 * time.Second
+	DefaultMaxTTL           = time.Hour
+	DefaultUpstreamTimeout  = 2 * time.Second
+	DefaultMaxCNAMEChain    = 8
+	DefaultCacheSize        = 16384
+	DefaultMaxInflight      = 4096
+	DefaultUDPWorkers       = 1
+	DefaultUDPBusyPoll      = 25 * time.Microsecond
+	DefaultMaxTCPConns      = 1024
+	DefaultPerSessionLimit  = 128
+	DefaultMaxAnswerRecords = 16
+	DefaultResolvConf       = "/etc/resolv.conf"
 )
 
 // Config configures a Resolver. Zero fields take the defaults above.
@@ -99,6 +100,18 @@ type Config struct {
 	// MaxCNAMEChain caps the CNAME links followed from the question name;
 	// a longer chain is SERVFAIL. Default 8.
 	MaxCNAMEChain int
+
+	// MaxAnswerRecords bounds the records of the question's type (A, AAAA
+	// or a passthrough type) in one answer, and so the entries one answer
+	// writes (times the grants matching the name): an answer carries the
+	// first MaxAnswerRecords addresses, in the upstream's order, that the
+	// session may reach, and the cache keeps at most 4 × MaxAnswerRecords
+	// of an upstream answer's addresses (and MaxAnswerRecords of its other
+	// records) to choose them from. The rest are never built, written or
+	// sent, and the answer's TC bit stays clear (asking again over TCP
+	// gives the same records). Default 16 (an answer of 16 A or AAAA
+	// records fits 512 bytes for most names); at most 4096.
+	MaxAnswerRecords int
 
 	// PassthroughTypes are query types, besides A and AAAA, forwarded for
 	// allowed names (e.g. dns.TypeTXT, dns.TypeMX). Their answers are
@@ -188,6 +201,9 @@ func (c *Config) setDefaults() {
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
 	}
+	if c.MaxAnswerRecords == 0 {
+		c.MaxAnswerRecords = DefaultMaxAnswerRecords
+	}
 	if c.UDPWorkers == 0 {
 		c.UDPWorkers = DefaultUDPWorkers
 	}
@@ -248,6 +264,9 @@ func (c *Config) validate() error {
 		if slices.Contains(neverPassthrough, t) {
 			return fmt.Errorf("%w: PassthroughTypes: %s may not be passed through", ErrInvalidConfig, dns.TypeToString[t])
 		}
+	}
+	if c.MaxAnswerRecords < 1 || c.MaxAnswerRecords > 4096 {
+		return fmt.Errorf("%w: MaxAnswerRecords %d: want 1..4096", ErrInvalidConfig, c.MaxAnswerRecords)
 	}
 	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
 		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)

@@ -357,16 +357,21 @@ func (r *Resolver) parse(qname string, qtype uint16, m *dns.Msg, now time.Time) 
 		if owner, err := CanonicalName(h.Name); err != nil || owner != res.final {
 			continue
 		}
+		// Bounded before anything is built from them (MaxAnswerRecords):
+		// the records past the bound are never kept, written or sent.
 		switch v := rr.(type) {
 		case *dns.A:
-			if a, ok := netip.AddrFromSlice(v.A.To4()); ok && v.A.To4() != nil {
+			if a, ok := netip.AddrFromSlice(v.A.To4()); ok && v.A.To4() != nil && len(res.addrs) < 4*r.cfg.MaxAnswerRecords {
 				res.addrs = append(res.addrs, addrRec{addr: a, expires: exp(h.Ttl)})
 			}
 		case *dns.AAAA:
-			if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok && len(v.AAAA) == net.IPv6len {
+			if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok && len(v.AAAA) == net.IPv6len && len(res.addrs) < 4*r.cfg.MaxAnswerRecords {
 				res.addrs = append(res.addrs, addrRec{addr: a, expires: exp(h.Ttl)})
 			}
 		default:
+			if len(res.other) == r.cfg.MaxAnswerRecords {
+				continue
+			}
 			c := dns.Copy(rr)
 			res.other = append(res.other, c)
 			res.otherEx = append(res.otherEx, exp(h.Ttl))
@@ -412,6 +417,9 @@ func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
 	var rules []backend.EgressRule
 	kept := res.addrs[:0:0]
 	for _, ar := range res.addrs {
+		if len(kept) == r.cfg.MaxAnswerRecords {
+			break // the bound: no more records built, written or sent
+		}
 		ok := false
 		for _, g := range grants {
 			if !g.allows(ar.addr) {
