@@ -63,6 +63,10 @@ const (
 	DefaultMaxTCPConns      = 1024
 	DefaultPerSessionLimit  = 128
 	DefaultMaxAnswerRecords = 16
+	DefaultQueryRate        = 1000
+	DefaultQueryBurst       = 2000
+	DefaultWriteRate        = 500
+	DefaultWriteBurst       = 2000
 	DefaultResolvConf       = "/etc/resolv.conf"
 )
 
@@ -165,6 +169,29 @@ type Config struct {
 	// exhaust MaxInflight or MaxTCPConns for the others. Default 128.
 	PerSessionLimit int
 
+	// QueryRate and QueryBurst are each session's query token bucket:
+	// QueryRate queries a second on average, up to QueryBurst at once (UDP
+	// and TCP together, every query, answered from the fast path or not).
+	// A query over the rate costs a token-bucket check and no more: it is
+	// answered REFUSED at once (reason rate; the reply is built from the
+	// query's bytes and carries no OPT), and counted in
+	// Denials[ReasonRate], with at most one Denial a second per session.
+	// A session that sends QueryRate queries over its rate within a second
+	// goes into the penalty box (penalty.go): its queries over the rate are
+	// then dropped without a reply (counted in RateDropped) and, on Linux,
+	// its UDP queries reach a socket of their own. Defaults 1000 and 2000;
+	// negative QueryRate: no limit.
+	QueryRate, QueryBurst int
+	// WriteRate and WriteBurst are each session's kernel-write token
+	// bucket: AllowEgress calls (entries, one per address and matching
+	// grant, not skipped by the write memo) a second, up to WriteBurst at
+	// once. An answer whose entries need more tokens than the session has
+	// is withheld (SERVFAIL, counted in WriteLimited); an answer needing
+	// more than WriteBurst goes through from a full bucket. This bounds the
+	// share of the dataplane's lock and the growth of kernel state one
+	// session can take. Defaults 500 and 2000; negative WriteRate: no limit.
+	WriteRate, WriteBurst int
+
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
 	// refused query.
 	OnDenial func(Denial)
@@ -200,6 +227,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
+	}
+	if c.QueryRate == 0 {
+		c.QueryRate = DefaultQueryRate
+	}
+	if c.QueryBurst == 0 {
+		c.QueryBurst = max(DefaultQueryBurst, c.QueryRate)
+	}
+	if c.WriteRate == 0 {
+		c.WriteRate = DefaultWriteRate
+	}
+	if c.WriteBurst == 0 {
+		c.WriteBurst = max(DefaultWriteBurst, c.WriteRate)
 	}
 	if c.MaxAnswerRecords == 0 {
 		c.MaxAnswerRecords = DefaultMaxAnswerRecords
@@ -264,6 +303,9 @@ func (c *Config) validate() error {
 		if slices.Contains(neverPassthrough, t) {
 			return fmt.Errorf("%w: PassthroughTypes: %s may not be passed through", ErrInvalidConfig, dns.TypeToString[t])
 		}
+	}
+	if c.QueryRate > 0 && c.QueryBurst < 1 || c.WriteRate > 0 && c.WriteBurst < 1 || c.QueryRate > 1e9 || c.WriteRate > 1e9 {
+		return fmt.Errorf("%w: QueryRate %d, QueryBurst %d, WriteRate %d, WriteBurst %d", ErrInvalidConfig, c.QueryRate, c.QueryBurst, c.WriteRate, c.WriteBurst)
 	}
 	if c.MaxAnswerRecords < 1 || c.MaxAnswerRecords > 4096 {
 		return fmt.Errorf("%w: MaxAnswerRecords %d: want 1..4096", ErrInvalidConfig, c.MaxAnswerRecords)

@@ -152,7 +152,7 @@ func diffStats(a, b Stats) map[string]Counters {
 		d := Counters{Queries: y.Queries - x.Queries, Answered: y.Answered - x.Answered, Refused: y.Refused - x.Refused,
 			ServFail: y.ServFail - x.ServFail, CacheHits: y.CacheHits - x.CacheHits, EntriesWritten: y.EntriesWritten - x.EntriesWritten,
 			WriteErrors: y.WriteErrors - x.WriteErrors, WritesSkipped: y.WritesSkipped - x.WritesSkipped, Stripped: y.Stripped - x.Stripped,
-			Dropped: y.Dropped - x.Dropped}
+			Dropped: y.Dropped - x.Dropped, RateDropped: y.RateDropped - x.RateDropped, WriteLimited: y.WriteLimited - x.WriteLimited}
 		for i := range d.Denials {
 			d.Denials[i] = y.Denials[i] - x.Denials[i]
 		}

@@ -26,6 +26,8 @@ type Resolver struct {
 	flight flight     // one upstream query per name and type at a time
 	cache  *cache
 	stats  stats
+	limits *limits    // per-session token buckets (limit.go)
+	box    penaltyBox // flooding sessions (penalty.go)
 
 	polMu    sync.RWMutex
 	policies map[string]*compiledPolicy
@@ -79,6 +81,7 @@ func New(cfg Config) (*Resolver, error) {
 		upPer:    newPerSession(cfg.PerSessionLimit),
 		tcpPer:   newPerSession(cfg.PerSessionLimit),
 	}
+	r.limits = newLimits(&r.cfg)
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)
 		if r.cache != nil {
@@ -439,11 +442,20 @@ func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
 			r.log.Debug("stripped non-public address", "session", q.session, "name", qname, "addr", ar.addr)
 		}
 	}
+	var todo []backend.EgressRule
 	for _, rule := range rules {
 		if r.memo.has(q.session, rule) {
 			both(&r.stats.total, q.sc, func(c *counters) { c.memoHits.Add(1) })
 			continue
 		}
+		todo = append(todo, rule)
+	}
+	if !r.limits.write(q.index, now.UnixNano(), len(todo)) {
+		// Out of write tokens: the answer is withheld, like a failed write.
+		both(&r.stats.total, q.sc, func(c *counters) { c.writeLimited.Add(1) })
+		return r.servfail(q)
+	}
+	for _, rule := range todo {
 		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
 			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
 			if ok, n := r.warnWrite.allow(time.Now()); ok {

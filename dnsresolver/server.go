@@ -57,6 +57,7 @@ func (r *Resolver) Start() error {
 		r.udpWG.Go(func() { udp.serve(r) })
 	}
 	r.wg.Go(r.serveTCP)
+	r.wg.Go(r.maintain)
 	r.log.Info("dns resolver listening", "port", udp.port, "upstreams", r.cfg.Upstreams)
 	return nil
 }
@@ -135,6 +136,7 @@ func (r *Resolver) serveConn(c *net.TCPConn) {
 	stop := context.AfterFunc(r.ctx, func() { c.Close() })
 	defer stop()
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	idx, _ := SessionIndexFromAddr(local)
 	var hdr [2]byte
 	for range tcpMaxMsgs {
 		c.SetReadDeadline(time.Now().Add(tcpIdle))
@@ -145,9 +147,12 @@ func (r *Resolver) serveConn(c *net.TCPConn) {
 		if _, err := io.ReadFull(c, msg); err != nil {
 			return
 		}
-		r.sem <- struct{}{}
-		out := r.handleRaw(local, "tcp", msg)
-		<-r.sem
+		out, limited := r.admit(idx, "tcp", msg, r.cfg.now(), nil)
+		if !limited {
+			r.sem <- struct{}{}
+			out = r.handleRaw(local, "tcp", msg)
+			<-r.sem
+		}
 		if out == nil {
 			return
 		}

@@ -132,7 +132,11 @@ func (u *udpSocket) serveOne(r *Resolver) {
 			continue
 		}
 		dst = dst.Unmap()
-		reply := u.handle(r, dst, from, buf[:n])
+		idx, _ := SessionIndexFromAddr(dst)
+		reply, limited := r.admit(idx, "udp", buf[:n], r.cfg.now(), nil)
+		if !limited {
+			reply = u.handle(r, dst, from, buf[:n])
+		}
 		if reply == nil {
 			continue
 		}
