@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Resolver is the allowlisting resolver. Create it with New, give it
@@ -260,6 +259,15 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 // finish asks the upstream if the cache had nothing (this blocks), writes
 // the entries and builds the answer.
 func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
+	if m := r.resolve(ctx, p); m != nil {
+		return m
+	}
+	return r.complete(p, r.plan(p))
+}
+
+// resolve asks the upstream if the cache had nothing (this blocks) and
+// checks the CNAME chain: a non-nil reply ends the query there.
+func (r *Resolver) resolve(ctx context.Context, p *pending) *dns.Msg {
 	q := p.q
 	if p.res == nil {
 		// Queries for the same name and type that miss together share one
@@ -300,7 +308,7 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 			return r.refuse(q, ReasonDecision, r.cfg.DenyRcode)
 		}
 	}
-	return r.answer(q, p)
+	return nil
 }
 
 var (
@@ -409,103 +417,6 @@ func ttlAt(expires, now time.Time) uint32 {
 		return 0
 	}
 	return uint32(d / time.Second)
-}
-
-// answer applies the session's grants to a result: strips non-public
-// addresses, writes the entries, and only then builds the reply.
-func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
-	qname, grants, res, now := p.qname, p.grants, p.res, p.now
-	gen := r.memo.gen() // before any memo lookup: see prepareFast
-	stripped := 0
-	var rules []backend.EgressRule
-	kept := res.addrs[:0:0]
-	for _, ar := range res.addrs {
-		if len(kept) == r.cfg.MaxAnswerRecords {
-			break // the bound: no more records built, written or sent
-		}
-		ok := false
-		for _, g := range grants {
-			if !g.allows(ar.addr) {
-				continue
-			}
-			ok = true
-			rule := backend.EgressRule{Prefix: netip.PrefixFrom(ar.addr, ar.addr.BitLen()), Proto: g.Proto, Ports: g.Ports, Handle: g.Handle, Expires: ar.expires}
-			if !slices.Contains(rules, rule) { // two grants with the same handle, proto and ports
-				rules = append(rules, rule)
-			}
-		}
-		if ok {
-			kept = append(kept, ar)
-		} else {
-			stripped++
-			both(&r.stats.total, q.sc, func(c *counters) { c.stripped.Add(1) })
-			r.log.Debug("stripped non-public address", "session", q.session, "name", qname, "addr", ar.addr)
-		}
-	}
-	var todo []backend.EgressRule
-	for _, rule := range rules {
-		if r.memo.has(q.session, rule) {
-			both(&r.stats.total, q.sc, func(c *counters) { c.memoHits.Add(1) })
-			continue
-		}
-		todo = append(todo, rule)
-	}
-	if !r.limits.write(q.index, now.UnixNano(), len(todo)) {
-		// Out of write tokens: the answer is withheld, like a failed write.
-		both(&r.stats.total, q.sc, func(c *counters) { c.writeLimited.Add(1) })
-		return r.servfail(q)
-	}
-	for _, rule := range todo {
-		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
-			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
-			if ok, n := r.warnWrite.allow(time.Now()); ok {
-				r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err, "suppressed", n)
-			}
-			return r.servfail(q)
-		}
-		r.memo.add(q.session, rule)
-		both(&r.stats.total, q.sc, func(c *counters) { c.written.Add(1) })
-	}
-	m := r.answerMsg(q, qname, res, kept, now)
-	both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
-	if r.fast != nil && q.transport == "udp" && stripped == 0 {
-		r.prepareFast(q, qname, p.qtype, p.pol, res, kept, len(rules), gen, p.dgen, now)
-	}
-	return m
-}
-
-// answerMsg builds the answer to q from res, with the kept addresses.
-func (r *Resolver) answerMsg(q *query, qname string, res *result, kept []addrRec, now time.Time) *dns.Msg {
-	m := r.reply(q, res.rcode)
-	owner := func(name string) string {
-		if name == qname {
-			return q.req.Question[0].Name // keep the client's case (0x20)
-		}
-		return name + "."
-	}
-	for _, l := range res.chain {
-		m.Answer = append(m.Answer, &dns.CNAME{
-			Hdr:    dns.RR_Header{Name: owner(l.owner), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: ttlAt(l.expires, now)},
-			Target: l.target + ".",
-		})
-	}
-	for _, ar := range kept {
-		h := dns.RR_Header{Name: owner(res.final), Class: dns.ClassINET, Ttl: ttlAt(ar.expires, now)}
-		if ar.addr.Is4() {
-			h.Rrtype = dns.TypeA
-			m.Answer = append(m.Answer, &dns.A{Hdr: h, A: ar.addr.AsSlice()})
-		} else {
-			h.Rrtype = dns.TypeAAAA
-			m.Answer = append(m.Answer, &dns.AAAA{Hdr: h, AAAA: ar.addr.AsSlice()})
-		}
-	}
-	for i, rr := range res.other {
-		c := dns.Copy(rr)
-		c.Header().Name = owner(res.final)
-		c.Header().Ttl = ttlAt(res.otherEx[i], now)
-		m.Answer = append(m.Answer, c)
-	}
-	return m
 }
 
 // reply starts a reply to q with the given rcode.

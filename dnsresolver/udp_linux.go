@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/miekg/dns"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
@@ -148,38 +149,52 @@ func (u *udpSocket) serveOne(r *Resolver) {
 }
 
 // handle answers one datagram sent to dst: it returns the reply to send now,
-// or nil when there is none or when the query went to its own goroutine
-// (it must ask the upstream), which then sends the reply itself.
+// or nil when there is none or when the query went to its own goroutine,
+// which then sends the reply itself. A query goes to its own goroutine when
+// it must ask the upstream, or when its answer must first write kernel
+// entries: this worker answers from the cache only, and never waits for the
+// upstream or the dataplane.
 func (u *udpSocket) handle(r *Resolver, dst netip.Addr, from unix.Sockaddr, raw []byte) []byte {
 	reply, req, p := r.beginRaw(dst, "udp", raw)
-	if p != nil && p.res == nil {
-		// Must go upstream: off this worker, so a slow upstream never
-		// holds the queries behind it; at most MaxInflight at once, and
-		// PerSessionLimit per session; beyond that the datagram is dropped
-		// (and counted) and the client retries.
-		if !r.upPer.acquire(p.q.index) {
-			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
-			return nil
-		}
-		select {
-		case r.sem <- struct{}{}:
-		default:
-			r.upPer.release(p.q.index)
-			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
-			return nil
-		}
-		r.wg.Go(func() {
-			defer func() { <-r.sem; r.upPer.release(p.q.index) }()
-			if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
-				if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
-					r.log.Debug("udp write", "err", err)
-				}
-			}
-		})
+	if p == nil {
+		return reply
+	}
+	if p.res == nil {
+		u.spawn(r, p, dst, from, func() *dns.Msg { return r.finish(r.ctx, p) })
 		return nil
 	}
-	if p != nil {
-		reply = r.packReply(req, r.finish(r.ctx, p), "udp")
+	if m := r.resolve(r.ctx, p); m != nil {
+		return r.packReply(req, m, "udp")
 	}
-	return reply
+	pl := r.plan(p)
+	if len(pl.todo) > 0 {
+		u.spawn(r, p, dst, from, func() *dns.Msg { return r.complete(p, pl) })
+		return nil
+	}
+	return r.packReply(req, r.complete(p, pl), "udp")
+}
+
+// spawn runs f, which answers p, on a goroutine of its own and sends its
+// reply: at most MaxInflight at once, and PerSessionLimit per session;
+// beyond that the datagram is dropped (and counted) and the client retries.
+func (u *udpSocket) spawn(r *Resolver, p *pending, dst netip.Addr, from unix.Sockaddr, f func() *dns.Msg) {
+	if !r.upPer.acquire(p.q.index) {
+		both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
+		return
+	}
+	select {
+	case r.sem <- struct{}{}:
+	default:
+		r.upPer.release(p.q.index)
+		both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
+		return
+	}
+	r.wg.Go(func() {
+		defer func() { <-r.sem; r.upPer.release(p.q.index) }()
+		if b := r.packReply(p.q.req, f(), "udp"); b != nil {
+			if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
+				r.log.Debug("udp write", "err", err)
+			}
+		}
+	})
 }
