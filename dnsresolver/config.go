@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"slices"
 	"time"
 
@@ -137,11 +138,19 @@ type Config struct {
 	// availability (a connection denied), never widen access.
 	AlwaysWrite bool
 
-	// UDPWorkers is the number of threads blocked in recvmmsg(2) on the UDP
-	// socket, each answering what the cache can answer inline (a query that
-	// must go upstream gets its own goroutine). Default 1: on the 2-core
-	// bench host every extra worker cost CPU per query (Go runtime
-	// hand-offs) without adding throughput; raise it on large hosts.
+	// UDPSockets is the number of UDP sockets bound to ListenAddr with
+	// SO_REUSEPORT; the kernel steers each session's datagrams to one of
+	// them by session address, and a flooding session's to one more, the
+	// penalty socket (reuseport_linux.go), so one session's flood fills one
+	// socket's queue, not every session's. Default: the number of CPUs, at
+	// most 16; at most 1024.
+	UDPSockets int
+	// UDPWorkers is the number of threads blocked in recvmmsg(2) on each
+	// UDP socket (the penalty socket has one), each answering what the
+	// cache can answer without a kernel write inline (a query that must go
+	// upstream, or write entries first, gets its own goroutine). Default 1:
+	// on the 2-core bench host every extra worker on one socket cost CPU
+	// per query (Go runtime hand-offs) without adding throughput.
 	UDPWorkers int
 	// UDPBusyPoll is how long a busy UDP worker keeps looking for the next
 	// query (non-blocking recvmmsg(2) in a loop) before it goes to sleep in
@@ -243,6 +252,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAnswerRecords == 0 {
 		c.MaxAnswerRecords = DefaultMaxAnswerRecords
 	}
+	if c.UDPSockets == 0 {
+		c.UDPSockets = min(runtime.NumCPU(), 16)
+	}
 	if c.UDPWorkers == 0 {
 		c.UDPWorkers = DefaultUDPWorkers
 	}
@@ -309,6 +321,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxAnswerRecords < 1 || c.MaxAnswerRecords > 4096 {
 		return fmt.Errorf("%w: MaxAnswerRecords %d: want 1..4096", ErrInvalidConfig, c.MaxAnswerRecords)
+	}
+	if c.UDPSockets < 1 || c.UDPSockets > 1024 {
+		return fmt.Errorf("%w: UDPSockets %d: want 1..1024", ErrInvalidConfig, c.UDPSockets)
 	}
 	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
 		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)

@@ -41,7 +41,7 @@ type Resolver struct {
 	mu       sync.Mutex
 	started  bool
 	closed   bool
-	udp      *udpSocket
+	udp      *udpGroup
 	tcp      *net.TCPListener
 	ctx      context.Context
 	cancel   context.CancelFunc

@@ -19,9 +19,11 @@ const (
 	tcpMaxMsgs = 1000 // per connection
 )
 
-// Start binds the UDP and TCP sockets on Config.ListenAddr and serves until
-// Close. The UDP socket asks for IP_PKTINFO, so each query's destination
-// address (the session address) is known and the reply leaves from it.
+// Start binds the UDP sockets (Config.UDPSockets of them and the penalty
+// socket, one SO_REUSEPORT group: reuseport_linux.go) and the TCP socket on
+// Config.ListenAddr and serves until Close. The UDP sockets ask for
+// IP_PKTINFO, so each query's destination address (the session address) is
+// known and the reply leaves from it.
 func (r *Resolver) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -32,14 +34,14 @@ func (r *Resolver) Start() error {
 		return ErrStarted
 	}
 	var (
-		udp *udpSocket
+		udp *udpGroup
 		tcp *net.TCPListener
 		err error
 	)
 	// With port 0, UDP picks a port and TCP must get the same one; retry
 	// when that TCP port is taken.
 	for try := 0; ; try++ {
-		udp, err = listenUDP(r.cfg.ListenAddr)
+		udp, err = listenUDPGroup(r.cfg.ListenAddr, r.cfg.UDPSockets)
 		if err != nil {
 			return fmt.Errorf("dnsresolver: listen udp %v: %w", r.cfg.ListenAddr, err)
 		}
@@ -53,9 +55,18 @@ func (r *Resolver) Start() error {
 		}
 	}
 	r.udp, r.tcp, r.started = udp, tcp, true
-	for range r.cfg.UDPWorkers {
-		r.udpWG.Go(func() { udp.serve(r) })
+	// Steer each session's datagrams to one socket, and the penalty box's
+	// to the penalty socket (reuseport_linux.go).
+	steer := func(idx []uint32) {
+		if err := udp.steer(idx); err != nil {
+			r.log.Warn("dns socket steering failed: datagrams spread by the kernel's hash", "err", err)
+		}
 	}
+	r.box.mu.Lock()
+	r.box.steer = steer
+	steer(r.Penalised())
+	r.box.mu.Unlock()
+	udp.serve(r, r.cfg.UDPWorkers)
 	r.wg.Go(r.serveTCP)
 	r.wg.Go(r.maintain)
 	r.log.Info("dns resolver listening", "port", udp.port, "upstreams", r.cfg.Upstreams)

@@ -12,20 +12,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// udpSocket is the resolver's UDP socket on Linux: a plain blocking socket
-// read by Config.UDPWorkers goroutines (one by default), each parked in
+// udpSocket is one of the resolver's UDP sockets on Linux (udpGroup): a
+// plain blocking socket read by Config.UDPWorkers goroutines (one by
+// default), each parked in
 // recvmmsg(2) on its own thread as a C resolver would, so a query costs one
 // wake-up and no netpoller round trip (measured on the bench host: about a
 // third less CPU per query than a net.UDPConn). IP_PKTINFO gives each
 // datagram's destination address, and each reply is sent with that address
 // as its source.
 type udpSocket struct {
-	fd     int
-	port   uint16
-	closed atomic.Bool
+	fd       int
+	port     uint16
+	closed   atomic.Bool
+	received atomic.Uint64 // datagrams read
 }
 
-func listenUDP(addr netip.AddrPort) (*udpSocket, error) {
+// listenUDP binds one UDP socket to addr, with SO_REUSEPORT when reuse
+// (a member of a udpGroup).
+func listenUDP(addr netip.AddrPort, reuse bool) (*udpSocket, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -40,6 +44,11 @@ func listenUDP(addr netip.AddrPort) (*udpSocket, error) {
 	// Wake up now and then so Close never depends on shutdown(2) alone.
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 250_000}); err != nil {
 		return fail("SO_RCVTIMEO", err)
+	}
+	if reuse {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fail("SO_REUSEPORT", err)
+		}
 	}
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}); err != nil {
 		return fail("bind", err)
@@ -120,6 +129,7 @@ func (u *udpSocket) serveOne(r *Resolver) {
 			}
 			continue
 		}
+		u.received.Add(1)
 		if from == nil || n > udpBufSize || flags&unix.MSG_TRUNC != 0 {
 			continue
 		}

@@ -108,6 +108,7 @@ func (u *udpSocket) serve(r *Resolver) {
 			}
 			continue
 		}
+		u.received.Add(uint64(n))
 		now := r.cfg.now()
 		if now.Sub(yielded) >= yieldEvery {
 			// See yieldEvery.
