@@ -36,7 +36,8 @@ func (d *slowDataplane) AllowEgress(session string, r dataplane.EgressRule) erro
 	return d.fakeDataplane.AllowEgress(session, r)
 }
 
-// TestWritesOffWorker: with one UDP socket and one worker, a session whose
+// TestWritesOffWorker: with one UDP socket (both sessions on it) and one
+// worker, a session whose
 // answer must wait for slow kernel writes does not hold up another
 // session's answer from the cache; the slow answer comes only after its
 // entries are written.
@@ -46,7 +47,7 @@ func TestWritesOffWorker(t *testing.T) {
 	e = newTestEnv(t, func(c *Config) {
 		c.Dataplane = dp
 		c.SessionName = dp.SessionByIndex
-		c.UDPWorkers = 1
+		c.UDPSockets, c.UDPWorkers = 1, 1
 	})
 	dp.sessions[1], dp.sessions[300] = "s1", "s2"
 	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
