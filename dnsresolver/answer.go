@@ -17,23 +17,26 @@ type plan struct {
 	todo     []backend.EgressRule // the rules the write memo does not hold
 	stripped int
 	gen      uint64 // the memo generation, read before any lookup: see prepareFast
+	hostGen  uint64 // the host address set's generation, read before any lookup
 }
 
 // plan applies the session's grants to a result: it keeps the first
 // MaxAnswerRecords addresses some grant allows (stripping non-public ones,
-// see allows), and lists the entries to write. It never blocks and writes
+// see allows, and the host's own unless the grant names them, see
+// namesHost), and lists the entries to write. It never blocks and writes
 // nothing: the UDP worker calls it to learn whether the answer needs kernel
 // writes, which it then leaves to another goroutine.
 func (r *Resolver) plan(p *pending) *plan {
 	q, qname, grants, res := p.q, p.qname, p.grants, p.res
-	pl := &plan{gen: r.memo.gen(), kept: res.addrs[:0:0]}
+	pl := &plan{gen: r.memo.gen(), hostGen: r.host.generation(), kept: res.addrs[:0:0]}
 	for _, ar := range res.addrs {
 		if len(pl.kept) == r.cfg.MaxAnswerRecords {
 			break // the bound: no more records built, written or sent
 		}
 		ok := false
+		host := r.host.Contains(ar.addr)
 		for _, g := range grants {
-			if !g.allows(ar.addr) {
+			if !g.allows(ar.addr) || host && !g.namesHost(ar.addr) {
 				continue
 			}
 			ok = true
@@ -46,8 +49,13 @@ func (r *Resolver) plan(p *pending) *plan {
 			pl.kept = append(pl.kept, ar)
 		} else {
 			pl.stripped++
-			both(&r.stats.total, q.sc, func(c *counters) { c.stripped.Add(1) })
-			r.log.Debug("stripped non-public address", "session", q.session, "name", qname, "addr", ar.addr)
+			both(&r.stats.total, q.sc, func(c *counters) {
+				c.stripped.Add(1)
+				if host {
+					c.hostStripped.Add(1)
+				}
+			})
+			r.log.Debug("stripped address", "session", q.session, "name", qname, "addr", ar.addr, "host", host)
 		}
 	}
 	for _, rule := range pl.rules {
@@ -83,7 +91,7 @@ func (r *Resolver) complete(p *pending, pl *plan) *dns.Msg {
 	m := r.answerMsg(q, p.qname, p.res, pl.kept, p.now)
 	both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
 	if r.fast != nil && q.transport == "udp" && pl.stripped == 0 {
-		r.prepareFast(q, p.qname, p.qtype, p.pol, p.res, pl.kept, len(pl.rules), pl.gen, p.dgen, p.now)
+		r.prepareFast(p, pl)
 	}
 	return m
 }

@@ -201,6 +201,14 @@ type Config struct {
 	// session can take. Defaults 500 and 2000; negative WriteRate: no limit.
 	WriteRate, WriteBurst int
 
+	// HostAddrs is the set of the host's own addresses, stripped from every
+	// answer unless a grant matching the name names the address exactly
+	// (see Grant.AllowNonPublic). Nil: the resolver keeps its own, which
+	// Start fills and keeps current from netlink (WatchHostAddrs), and
+	// Start fails if it cannot; a daemon that shares the set (for the
+	// kernel's never-list) makes one, watches it and passes it here.
+	HostAddrs *HostAddrs
+
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
 	// refused query.
 	OnDenial func(Denial)

@@ -35,6 +35,7 @@ func newFastEnv(t testing.TB, zone *fakeUpstream, mods ...func(*Config)) *fastEn
 		SessionName: e.dp.SessionByIndex,
 		Upstreams:   []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		HostAddrs:   NewHostAddrs(fuzzHostAddrs...),
 		now:         func() time.Time { return e.now },
 	}
 	for _, m := range mods {
@@ -101,6 +102,7 @@ func FuzzFastPath(f *testing.F) {
 		{wireQuery("notallowed.test.", dns.TypeA, false), 0},
 		{wireQuery("blocked.evil.test.", dns.TypeA, false), 0},
 		{wireQuery("x.fuzz.test.", dns.TypeA, false), 0},
+		{wireQuery("deep.api.allowed.test.", dns.TypeA, false), 0},
 		{wireQuery("many.test.", dns.TypeA, false), 0},
 		{wireQuery("1.fuzz.test.", dns.TypeA, false), 0},
 		{wireQuery("a-.fuzz.test.", dns.TypeA, false), 0},
@@ -152,7 +154,8 @@ func diffStats(a, b Stats) map[string]Counters {
 		d := Counters{Queries: y.Queries - x.Queries, Answered: y.Answered - x.Answered, Refused: y.Refused - x.Refused,
 			ServFail: y.ServFail - x.ServFail, CacheHits: y.CacheHits - x.CacheHits, EntriesWritten: y.EntriesWritten - x.EntriesWritten,
 			WriteErrors: y.WriteErrors - x.WriteErrors, WritesSkipped: y.WritesSkipped - x.WritesSkipped, Stripped: y.Stripped - x.Stripped,
-			Dropped: y.Dropped - x.Dropped, RateDropped: y.RateDropped - x.RateDropped, WriteLimited: y.WriteLimited - x.WriteLimited}
+			Dropped: y.Dropped - x.Dropped, RateDropped: y.RateDropped - x.RateDropped, WriteLimited: y.WriteLimited - x.WriteLimited,
+			HostStripped: y.HostStripped - x.HostStripped}
 		for i := range d.Denials {
 			d.Denials[i] = y.Denials[i] - x.Denials[i]
 		}

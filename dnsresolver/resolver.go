@@ -26,6 +26,8 @@ type Resolver struct {
 	cache  *cache
 	stats  stats
 	limits *limits    // per-session token buckets (limit.go)
+	host   *HostAddrs // the host's own addresses (hostaddr.go)
+	watch  bool       // Start watches host (Config.HostAddrs was nil)
 	box    penaltyBox // flooding sessions (penalty.go)
 
 	polMu    sync.RWMutex
@@ -81,6 +83,10 @@ func New(cfg Config) (*Resolver, error) {
 		tcpPer:   newPerSession(cfg.PerSessionLimit),
 	}
 	r.limits = newLimits(&r.cfg)
+	r.host = cfg.HostAddrs
+	if r.host == nil {
+		r.host, r.watch = NewHostAddrs(), true
+	}
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)
 		if r.cache != nil {

@@ -33,6 +33,11 @@ func (r *Resolver) Start() error {
 	case r.started:
 		return ErrStarted
 	}
+	if r.watch {
+		if err := WatchHostAddrs(r.ctx, r.host); err != nil {
+			return err
+		}
+	}
 	var (
 		udp *udpGroup
 		tcp *net.TCPListener

@@ -59,7 +59,8 @@ type Counters struct {
 	EntriesWritten uint64             // AllowEgress calls that succeeded
 	WriteErrors    uint64             // AllowEgress calls that failed
 	WritesSkipped  uint64             // identical entries already written (see Config.AlwaysWrite)
-	Stripped       uint64             // addresses dropped as non-public
+	Stripped       uint64             // addresses dropped: non-public, or the host's own
+	HostStripped   uint64             // of Stripped: the host's own addresses (Config.HostAddrs)
 	Dropped        uint64             // UDP queries dropped: MaxInflight or PerSessionLimit queries already pending
 	RateDropped    uint64             // queries over the session's rate dropped without a reply (in the penalty box)
 	WriteLimited   uint64             // answers withheld (SERVFAIL) for want of write tokens (Config.WriteRate)
@@ -68,7 +69,7 @@ type Counters struct {
 
 type counters struct {
 	queries, answered, refused, servfail, cacheHits, written, writeErr, memoHits, stripped, dropped atomic.Uint64
-	rateDropped, writeLimited                                                                       atomic.Uint64
+	rateDropped, writeLimited, hostStripped                                                         atomic.Uint64
 	denials                                                                                         [NumReasons]atomic.Uint64
 }
 
@@ -77,7 +78,7 @@ func (c *counters) snapshot() Counters {
 		Queries: c.queries.Load(), Answered: c.answered.Load(), Refused: c.refused.Load(),
 		ServFail: c.servfail.Load(), CacheHits: c.cacheHits.Load(), EntriesWritten: c.written.Load(),
 		WriteErrors: c.writeErr.Load(), WritesSkipped: c.memoHits.Load(), Stripped: c.stripped.Load(), Dropped: c.dropped.Load(),
-		RateDropped: c.rateDropped.Load(), WriteLimited: c.writeLimited.Load(),
+		RateDropped: c.rateDropped.Load(), WriteLimited: c.writeLimited.Load(), HostStripped: c.hostStripped.Load(),
 	}
 	for i := range c.denials {
 		s.Denials[i] = c.denials[i].Load()
