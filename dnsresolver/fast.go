@@ -17,11 +17,14 @@ import (
 // compiled policy, which is immutable: SetPolicy and RemovePolicy replace it),
 // the agent's use-time decision (the same generation: SetDecide and
 // DecisionsChanged bump it; the decision is asked by the full path only),
-// the cached upstream result (the same one, not expired) and the write memo
+// the cached upstream result (the same one, not expired), the write memo
 // (nothing forgotten since, so every entry the answer relies on is still
-// written with an expiry covering its TTL). It never decides anything the full
-// path would not: a query it does not take, or whose prepared reply is missing
-// or stale, goes through the full path (handleRaw), which prepares a new one.
+// written with an expiry covering its TTL) and the host's address set (the
+// same generation: an address that became the host's is stripped again). It
+// never decides anything the full path would not: a query it does not take,
+// or whose prepared reply is missing or stale, goes through the full path
+// (handleRaw), which prepares a new one. Query tokens (limit.go) are taken
+// before either path, by the transport.
 //
 // It takes only the plainest queries: one question of class IN in
 // uncompressed labels of letters, digits and '-' that pass the same rules as
