@@ -1,7 +1,9 @@
 package dnsresolver
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,6 +119,21 @@ func TestQueryRate(t *testing.T) {
 	}
 	if after := e.r.Stats().Sessions["s1"].RateDropped; after < before+18 {
 		t.Fatalf("RateDropped %d -> %d", before, after)
+	}
+	// The metrics say so per session.
+	var b strings.Builder
+	if err := e.r.WriteMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	st = e.r.Stats()
+	for _, want := range []string{
+		fmt.Sprintf(`shinken_dns_refused_total{session="s1",reason="rate"} %d`, st.Sessions["s1"].Denials[ReasonRate]),
+		fmt.Sprintf(`shinken_dns_rate_dropped_total{session="s1"} %d`, st.Sessions["s1"].RateDropped),
+		`shinken_dns_rate_dropped_total{session="s2"} 0`,
+	} {
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 	// Within the rate again (tokens back), it is answered, from the box.
 	clk.add(3 * time.Second)
