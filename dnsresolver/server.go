@@ -33,8 +33,15 @@ func (r *Resolver) Start() error {
 	case r.started:
 		return ErrStarted
 	}
+	started := false
 	if r.watch {
-		if err := WatchHostAddrs(r.ctx, r.host); err != nil {
+		ctx, stop := context.WithCancel(r.ctx)
+		defer func() {
+			if !started {
+				stop()
+			}
+		}()
+		if err := WatchHostAddrs(ctx, r.host); err != nil {
 			return err
 		}
 	}
@@ -59,7 +66,7 @@ func (r *Resolver) Start() error {
 			return fmt.Errorf("dnsresolver: listen tcp %v: %w", r.cfg.ListenAddr, err)
 		}
 	}
-	r.udp, r.tcp, r.started = udp, tcp, true
+	r.udp, r.tcp, r.started, started = udp, tcp, true, true
 	// Steer each session's datagrams to one socket, and the penalty box's
 	// to the penalty socket (reuseport_linux.go).
 	steer := func(idx []uint32) {

@@ -14,10 +14,9 @@ import (
 
 // udpSocket is one of the resolver's UDP sockets on Linux (udpGroup): a
 // plain blocking socket read by Config.UDPWorkers goroutines (one by
-// default), each parked in
-// recvmmsg(2) on its own thread as a C resolver would, so a query costs one
-// wake-up and no netpoller round trip (measured on the bench host: about a
-// third less CPU per query than a net.UDPConn). IP_PKTINFO gives each
+// default), each parked in recvmmsg(2) on its own thread as a C resolver
+// would, so a query costs one wake-up and no netpoller round trip (measured
+// on the bench host: about a third less CPU per query than a net.UDPConn). IP_PKTINFO gives each
 // datagram's destination address, and each reply is sent with that address
 // as its source.
 type udpSocket struct {
