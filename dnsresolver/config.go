@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"slices"
 	"time"
 
@@ -51,18 +52,23 @@ func SessionNames(d SessionIndexer) func(uint32) (string, bool) {
 
 // Defaults.
 const (
-	DefaultPort            = 53053 // 5353 is mDNS's
-	DefaultMinTTL          = 5 * time.Second
-	DefaultMaxTTL          = time.Hour
-	DefaultUpstreamTimeout = 2 * time.Second
-	DefaultMaxCNAMEChain   = 8
-	DefaultCacheSize       = 16384
-	DefaultMaxInflight     = 4096
-	DefaultUDPWorkers      = 1
-	DefaultUDPBusyPoll     = 25 * time.Microsecond
-	DefaultMaxTCPConns     = 1024
-	DefaultPerSessionLimit = 128
-	DefaultResolvConf      = "/etc/resolv.conf"
+	DefaultPort             = 53053 // 5353 is mDNS's
+	DefaultMinTTL           = 5 * time.Second
+	DefaultMaxTTL           = time.Hour
+	DefaultUpstreamTimeout  = 2 * time.Second
+	DefaultMaxCNAMEChain    = 8
+	DefaultCacheSize        = 16384
+	DefaultMaxInflight      = 4096
+	DefaultUDPWorkers       = 1
+	DefaultUDPBusyPoll      = 25 * time.Microsecond
+	DefaultMaxTCPConns      = 1024
+	DefaultPerSessionLimit  = 128
+	DefaultMaxAnswerRecords = 16
+	DefaultQueryRate        = 1000
+	DefaultQueryBurst       = 2000
+	DefaultWriteRate        = 500
+	DefaultWriteBurst       = 2000
+	DefaultResolvConf       = "/etc/resolv.conf"
 )
 
 // Config configures a Resolver. Zero fields take the defaults above.
@@ -100,6 +106,18 @@ type Config struct {
 	// a longer chain is SERVFAIL. Default 8.
 	MaxCNAMEChain int
 
+	// MaxAnswerRecords bounds the records of the question's type (A, AAAA
+	// or a passthrough type) in one answer, and so the entries one answer
+	// writes (times the grants matching the name): an answer carries the
+	// first MaxAnswerRecords addresses, in the upstream's order, that the
+	// session may reach, and the cache keeps at most 4 × MaxAnswerRecords
+	// of an upstream answer's addresses (and MaxAnswerRecords of its other
+	// records) to choose them from. The rest are never built, written or
+	// sent, and the answer's TC bit stays clear (asking again over TCP
+	// gives the same records). Default 16 (an answer of 16 A or AAAA
+	// records fits 512 bytes for most names); at most 4096.
+	MaxAnswerRecords int
+
 	// PassthroughTypes are query types, besides A and AAAA, forwarded for
 	// allowed names (e.g. dns.TypeTXT, dns.TypeMX). Their answers are
 	// filtered to records on the CNAME chain and write no entries. ANY,
@@ -120,11 +138,19 @@ type Config struct {
 	// availability (a connection denied), never widen access.
 	AlwaysWrite bool
 
-	// UDPWorkers is the number of threads blocked in recvmmsg(2) on the UDP
-	// socket, each answering what the cache can answer inline (a query that
-	// must go upstream gets its own goroutine). Default 1: on the 2-core
-	// bench host every extra worker cost CPU per query (Go runtime
-	// hand-offs) without adding throughput; raise it on large hosts.
+	// UDPSockets is the number of UDP sockets bound to ListenAddr with
+	// SO_REUSEPORT; the kernel steers each session's datagrams to one of
+	// them by session address, and a flooding session's to one more, the
+	// penalty socket (reuseport_linux.go), so one session's flood fills one
+	// socket's queue, not every session's. Default: the number of CPUs, at
+	// most 16; at most 1024.
+	UDPSockets int
+	// UDPWorkers is the number of threads blocked in recvmmsg(2) on each
+	// UDP socket (the penalty socket has one), each answering what the
+	// cache can answer without a kernel write inline (a query that must go
+	// upstream, or write entries first, gets its own goroutine). Default 1:
+	// on the 2-core bench host every extra worker on one socket cost CPU
+	// per query (Go runtime hand-offs) without adding throughput.
 	UDPWorkers int
 	// UDPBusyPoll is how long a busy UDP worker keeps looking for the next
 	// query (non-blocking recvmmsg(2) in a loop) before it goes to sleep in
@@ -152,6 +178,37 @@ type Config struct {
 	// exhaust MaxInflight or MaxTCPConns for the others. Default 128.
 	PerSessionLimit int
 
+	// QueryRate and QueryBurst are each session's query token bucket:
+	// QueryRate queries a second on average, up to QueryBurst at once (UDP
+	// and TCP together, every query, answered from the fast path or not).
+	// A query over the rate costs a token-bucket check and no more: it is
+	// answered REFUSED at once (reason rate; the reply is built from the
+	// query's bytes and carries no OPT), and counted in
+	// Denials[ReasonRate], with at most one Denial a second per session.
+	// A session that sends QueryRate queries over its rate within a second
+	// goes into the penalty box (penalty.go): its queries over the rate are
+	// then dropped without a reply (counted in RateDropped) and, on Linux,
+	// its UDP queries reach a socket of their own. Defaults 1000 and 2000;
+	// negative QueryRate: no limit.
+	QueryRate, QueryBurst int
+	// WriteRate and WriteBurst are each session's kernel-write token
+	// bucket: AllowEgress calls (entries, one per address and matching
+	// grant, not skipped by the write memo) a second, up to WriteBurst at
+	// once. An answer whose entries need more tokens than the session has
+	// is withheld (SERVFAIL, counted in WriteLimited); an answer needing
+	// more than WriteBurst goes through from a full bucket. This bounds the
+	// share of the dataplane's lock and the growth of kernel state one
+	// session can take. Defaults 500 and 2000; negative WriteRate: no limit.
+	WriteRate, WriteBurst int
+
+	// HostAddrs is the set of the host's own addresses, stripped from every
+	// answer unless a grant matching the name names the address exactly
+	// (see Grant.AllowNonPublic). Nil: the resolver keeps its own, which
+	// Start fills and keeps current from netlink (WatchHostAddrs), and
+	// Start fails if it cannot; a daemon that shares the set (for the
+	// kernel's never-list) makes one, watches it and passes it here.
+	HostAddrs *HostAddrs
+
 	// OnDenial, if set, is called (synchronously, keep it quick) for every
 	// refused query.
 	OnDenial func(Denial)
@@ -160,6 +217,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	now func() time.Time // tests
+	up  exchanger        // tests: an in-process upstream
 }
 
 func (c *Config) setDefaults() {
@@ -186,6 +244,24 @@ func (c *Config) setDefaults() {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
+	}
+	if c.QueryRate == 0 {
+		c.QueryRate = DefaultQueryRate
+	}
+	if c.QueryBurst == 0 {
+		c.QueryBurst = max(DefaultQueryBurst, c.QueryRate)
+	}
+	if c.WriteRate == 0 {
+		c.WriteRate = DefaultWriteRate
+	}
+	if c.WriteBurst == 0 {
+		c.WriteBurst = max(DefaultWriteBurst, c.WriteRate)
+	}
+	if c.MaxAnswerRecords == 0 {
+		c.MaxAnswerRecords = DefaultMaxAnswerRecords
+	}
+	if c.UDPSockets == 0 {
+		c.UDPSockets = min(runtime.NumCPU(), 16)
 	}
 	if c.UDPWorkers == 0 {
 		c.UDPWorkers = DefaultUDPWorkers
@@ -247,6 +323,15 @@ func (c *Config) validate() error {
 		if slices.Contains(neverPassthrough, t) {
 			return fmt.Errorf("%w: PassthroughTypes: %s may not be passed through", ErrInvalidConfig, dns.TypeToString[t])
 		}
+	}
+	if c.QueryRate > 0 && c.QueryBurst < 1 || c.WriteRate > 0 && c.WriteBurst < 1 || c.QueryRate > 1e9 || c.WriteRate > 1e9 {
+		return fmt.Errorf("%w: QueryRate %d, QueryBurst %d, WriteRate %d, WriteBurst %d", ErrInvalidConfig, c.QueryRate, c.QueryBurst, c.WriteRate, c.WriteBurst)
+	}
+	if c.MaxAnswerRecords < 1 || c.MaxAnswerRecords > 4096 {
+		return fmt.Errorf("%w: MaxAnswerRecords %d: want 1..4096", ErrInvalidConfig, c.MaxAnswerRecords)
+	}
+	if c.UDPSockets < 1 || c.UDPSockets > 1024 {
+		return fmt.Errorf("%w: UDPSockets %d: want 1..1024", ErrInvalidConfig, c.UDPSockets)
 	}
 	if c.UDPWorkers < 1 || c.UDPWorkers > 65536 {
 		return fmt.Errorf("%w: UDPWorkers %d", ErrInvalidConfig, c.UDPWorkers)

@@ -16,9 +16,31 @@
 // arrived on a non-loopback address gets no reply at all, so the socket
 // bound to 0.0.0.0 can never reflect spoofed datagrams.
 //
+// # Sharing the resolver fairly
+//
+// UDP queries arrive on Config.UDPSockets sockets bound to the one port
+// with SO_REUSEPORT, plus a penalty socket, each read by its own worker
+// threads. A classic BPF program on the group steers each datagram by its
+// destination, the session address: every query of a session reaches the
+// same socket (session address mod UDPSockets), and a session in the
+// penalty box reaches the penalty socket, so a flood fills one socket's
+// queue and not the others' (reuseport_linux.go). Before anything else is
+// done with a query (UDP or TCP), it takes a token from its session's
+// query bucket (Config.QueryRate, QueryBurst; limit.go): over the rate it
+// is answered REFUSED at once from its own bytes (reason rate, one Denial a
+// second per session, every one counted). A session that sends QueryRate
+// queries over its rate within a second goes into the penalty box
+// (penalty.go) until penaltyHold after the last: there its queries over
+// the rate get no reply at all (RateDropped; over TCP the connection is
+// closed). A UDP worker answers only what needs no upstream and no kernel
+// write; a query that needs either goes to a goroutine of its own (at most
+// MaxInflight, PerSessionLimit per session, beyond that dropped and
+// counted), so neither a slow upstream nor the dataplane's lock ever holds
+// the queries behind it.
+//
 // # One query
 //
-//  1. Identify the session (above).
+//  1. Identify the session (above), and take a query token (above).
 //  2. Check the message: one question, class IN, opcode QUERY.
 //  3. Canonicalise the name (CanonicalName): NUL, control characters, CR/LF,
 //     percent-encoding, escapes (any byte outside LDH on the wire), '_',
@@ -53,7 +75,10 @@
 //     default the nameservers of /etc/resolv.conf) with a freshly built
 //     query: only the canonical name and type travel, never the client's
 //     EDNS options, client subnet or cookies. Upstream failure (timeout,
-//     SERVFAIL, REFUSED, a reply that does not match) is SERVFAIL.
+//     SERVFAIL, REFUSED, a reply that does not match) is SERVFAIL. The
+//     answer is bounded before anything is built from it: the cache keeps
+//     at most 4 × Config.MaxAnswerRecords (default 16) of its addresses and
+//     MaxAnswerRecords of its other records, in the upstream's order.
 //  8. Follow the CNAME chain from the question name, at most
 //     Config.MaxCNAMEChain links (longer, or a loop: SERVFAIL). As in
 //     Cilium's toFQDNs, the CNAME targets of an allowed name are allowed
@@ -69,25 +94,38 @@
 //     IPv6, ULA, site- and link-local, documentation) unless the grant lists
 //     a prefix holding them in AllowNonPublic, so DNS rebinding cannot reach
 //     them. IPv4-mapped IPv6 and session resolver addresses (127.128.0.0/9)
-//     are dropped whatever AllowNonPublic says.
+//     are dropped whatever AllowNonPublic says. The host's own addresses
+//     (Config.HostAddrs, kept current from netlink address updates:
+//     WatchHostAddrs), public or not, are dropped unless the grant names
+//     the address exactly: a /32 or /128 prefix in AllowNonPublic (a wider
+//     range holding it does not). The answer keeps the first
+//     MaxAnswerRecords addresses left; the rest are never built, written
+//     or sent, and TC stays clear.
 //  10. Write one egress rule per kept address and matching grant through
 //     Dataplane.AllowEgress (a /32 or /128 carrying the grant's handle,
 //     protocol and ports, expiring after the record's TTL clamped to
-//     [Config.MinTTL, Config.MaxTTL]) BEFORE the answer is sent. If a write
-//     fails the client gets SERVFAIL and no answer: fail closed. A cached
-//     answer whose rule this resolver already wrote with the same expiry
-//     skips the write (Config.AlwaysWrite turns that off).
+//     [Config.MinTTL, Config.MaxTTL]) BEFORE the answer is sent: the
+//     answer reaches the session only once the kernel allows every address
+//     in it. If a write fails the client gets SERVFAIL and no answer: fail
+//     closed. A cached answer whose rule this resolver already wrote with
+//     the same expiry skips the write (Config.AlwaysWrite turns that off).
+//     The writes first take tokens from the session's write bucket
+//     (Config.WriteRate, WriteBurst): without enough, the answer is
+//     withheld (SERVFAIL, WriteLimited). Over UDP, an answer that must
+//     write is completed off the worker (above).
 //  11. Answer with the clamped (and, from the cache, decremented) TTLs, so a
 //     client's cache never outlives the kernel entry; the question's case is
-//     kept (0x20).
+//     kept (0x20). A reply is truncated (whole records dropped, TC set) to
+//     what the client can take: over UDP its EDNS size (512 without, at most
+//     1232), over TCP the 65,535 bytes a frame's length can say.
 //
 // A repeated plain UDP query (fast.go) is answered from the reply the steps
 // above last built for the same session index, name and type, with its ID,
 // flags, case, TTLs and OPT patched in, but only after the name passed the
 // checks of step 3 on the wire and while the session at that address, its
-// policy, the decision's generation, the cached result and the record of
-// written entries are all unchanged; otherwise it takes the steps above. The
-// fast path never asks the decision: SetDecide and DecisionsChanged (the
+// policy, the decision's generation, the cached result, the record of
+// written entries and the host's address set are all unchanged; otherwise
+// it takes the steps above. The fast path never asks the decision: SetDecide and DecisionsChanged (the
 // agent calls it whenever its policy set is replaced: POST /v1/policies,
 // SIGHUP reload) bump the generation, and grant and session changes come
 // with SetPolicy, so a prepared reply is never given once the full path
@@ -107,7 +145,12 @@
 // previous policy atomically; RemovePolicy drops it. SetDecide gives it the
 // use-time decision of step 5 and DecisionsChanged says that decision may
 // have changed (agent.AttachDNS does both). Stats and WriteMetrics
-// expose the counters; Close stops. Every backend.Backend is a Dataplane and
+// expose the counters (per session: queries refused or dropped for rate,
+// answers withheld for want of write tokens, host addresses stripped);
+// Penalised lists the sessions in the penalty box; Close stops. Without
+// Config.HostAddrs, Start watches the host's addresses itself; a daemon
+// that also feeds the kernel's never-list from them makes one HostAddrs,
+// runs WatchHostAddrs and passes it in. Every backend.Backend is a Dataplane and
 // a SessionIndexer as it is.
 //
 // Only agent/, cmd/ and bench/ import this package.

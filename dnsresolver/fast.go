@@ -17,11 +17,14 @@ import (
 // compiled policy, which is immutable: SetPolicy and RemovePolicy replace it),
 // the agent's use-time decision (the same generation: SetDecide and
 // DecisionsChanged bump it; the decision is asked by the full path only),
-// the cached upstream result (the same one, not expired) and the write memo
+// the cached upstream result (the same one, not expired), the write memo
 // (nothing forgotten since, so every entry the answer relies on is still
-// written with an expiry covering its TTL). It never decides anything the full
-// path would not: a query it does not take, or whose prepared reply is missing
-// or stale, goes through the full path (handleRaw), which prepares a new one.
+// written with an expiry covering its TTL) and the host's address set (the
+// same generation: an address that became the host's is stripped again). It
+// never decides anything the full path would not: a query it does not take,
+// or whose prepared reply is missing or stale, goes through the full path
+// (handleRaw), which prepares a new one. Query tokens (limit.go) are taken
+// before either path, by the transport.
 //
 // It takes only the plainest queries: one question of class IN in
 // uncompressed labels of letters, digits and '-' that pass the same rules as
@@ -46,6 +49,7 @@ type fastEntry struct {
 	res     *result
 	memoGen uint64
 	decGen  uint64 // the decision generation it was prepared under
+	hostGen uint64 // the host address set's generation it was prepared under
 	rules   uint64 // memo hits the full path would count
 	wire    []byte // ID 0, RD and CD clear, no OPT, question name lower case
 	names   []uint16
@@ -219,7 +223,7 @@ func (r *Resolver) answerFast(s *fastScratch, local [4]byte, raw []byte, now tim
 		return out, false
 	}
 	session, ok := r.cfg.SessionName(idx)
-	if !ok || session != e.session || r.policy(session) != e.pol || r.memo.gen() != e.memoGen || r.dec.gen.Load() != e.decGen ||
+	if !ok || session != e.session || r.policy(session) != e.pol || r.memo.gen() != e.memoGen || r.dec.gen.Load() != e.decGen || r.host.generation() != e.hostGen ||
 		r.cache.get(cacheKey{e.qname, q.qtype}, now) != e.res {
 		return out, false
 	}
@@ -252,13 +256,17 @@ func (r *Resolver) answerFast(s *fastScratch, local [4]byte, raw []byte, now tim
 	return out, true
 }
 
-// prepareFast stores the reply the full path just built for q (answered from
-// res under pol, with rules entries all written or known written as of memo
-// generation gen) as a prepared reply, unless an identical one is there.
-func (r *Resolver) prepareFast(q *query, qname string, qtype uint16, pol *compiledPolicy, res *result, kept []addrRec, rules int, gen, dgen uint64, now time.Time) {
+// prepareFast stores the reply the full path just built for p (answered
+// from p.res under p.pol, with pl.rules entries all written or known
+// written as of memo generation pl.gen, and the host's addresses of
+// generation pl.hostGen) as a prepared reply, unless an identical one is
+// there.
+func (r *Resolver) prepareFast(p *pending, pl *plan) {
+	q, qname, qtype, pol, res, kept, now := p.q, p.qname, p.qtype, p.pol, p.res, pl.kept, p.now
+	gen, dgen := pl.gen, p.dgen
 	qwire := wireName(nil, qname)
 	k := fastKey(nil, q.index, qtype, qwire)
-	if e := r.fast.get(k); e != nil && e.session == q.session && e.pol == pol && e.res == res && e.memoGen == gen && e.decGen == dgen {
+	if e := r.fast.get(k); e != nil && e.session == q.session && e.pol == pol && e.res == res && e.memoGen == gen && e.decGen == dgen && e.hostGen == pl.hostGen {
 		return
 	}
 	req := new(dns.Msg)
@@ -268,7 +276,7 @@ func (r *Resolver) prepareFast(q *query, qname string, qtype uint16, pol *compil
 	if err != nil || len(wire)+len(optRR) > fastMaxReply {
 		return
 	}
-	e := &fastEntry{session: q.session, qname: qname, pol: pol, res: res, memoGen: gen, decGen: dgen, rules: uint64(rules), wire: wire}
+	e := &fastEntry{session: q.session, qname: qname, pol: pol, res: res, memoGen: gen, decGen: dgen, hostGen: pl.hostGen, rules: uint64(len(pl.rules)), wire: wire}
 	for _, l := range res.chain {
 		e.exps = append(e.exps, l.expires)
 	}

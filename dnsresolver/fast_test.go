@@ -25,18 +25,23 @@ type fastEnv struct {
 	s   fastScratch
 }
 
-func newFastEnv(t testing.TB, zone *fakeUpstream) *fastEnv {
+func newFastEnv(t testing.TB, zone *fakeUpstream, mods ...func(*Config)) *fastEnv {
 	t.Helper()
 	e := &fastEnv{dp: newFakeDataplane(), now: time.Unix(1_800_000_000, 0)}
 	e.dp.sessions[1] = "s1"
 	e.dp.sessions[2] = "s2"
-	r, err := New(Config{
+	cfg := Config{
 		Dataplane:   e.dp,
 		SessionName: e.dp.SessionByIndex,
 		Upstreams:   []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		HostAddrs:   NewHostAddrs(fuzzHostAddrs...),
 		now:         func() time.Time { return e.now },
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +102,7 @@ func FuzzFastPath(f *testing.F) {
 		{wireQuery("notallowed.test.", dns.TypeA, false), 0},
 		{wireQuery("blocked.evil.test.", dns.TypeA, false), 0},
 		{wireQuery("x.fuzz.test.", dns.TypeA, false), 0},
+		{wireQuery("deep.api.allowed.test.", dns.TypeA, false), 0},
 		{wireQuery("many.test.", dns.TypeA, false), 0},
 		{wireQuery("1.fuzz.test.", dns.TypeA, false), 0},
 		{wireQuery("a-.fuzz.test.", dns.TypeA, false), 0},
@@ -148,7 +154,8 @@ func diffStats(a, b Stats) map[string]Counters {
 		d := Counters{Queries: y.Queries - x.Queries, Answered: y.Answered - x.Answered, Refused: y.Refused - x.Refused,
 			ServFail: y.ServFail - x.ServFail, CacheHits: y.CacheHits - x.CacheHits, EntriesWritten: y.EntriesWritten - x.EntriesWritten,
 			WriteErrors: y.WriteErrors - x.WriteErrors, WritesSkipped: y.WritesSkipped - x.WritesSkipped, Stripped: y.Stripped - x.Stripped,
-			Dropped: y.Dropped - x.Dropped}
+			Dropped: y.Dropped - x.Dropped, RateDropped: y.RateDropped - x.RateDropped, WriteLimited: y.WriteLimited - x.WriteLimited,
+			HostStripped: y.HostStripped - x.HostStripped}
 		for i := range d.Denials {
 			d.Denials[i] = y.Denials[i] - x.Denials[i]
 		}
@@ -311,11 +318,12 @@ func TestFastPath(t *testing.T) {
 		writes(t, 1)
 		mustFast(t, 1, q)
 	})
-	t.Run("CNAME chain, NXDOMAIN, AAAA", func(t *testing.T) {
+	t.Run("CNAME chain, NXDOMAIN, AAAA, bounded answer", func(t *testing.T) {
 		for _, q := range [][]byte{
 			wireQuery("www.chain.test.", dns.TypeA, false),
 			wireQuery("nx.allowed.test.", dns.TypeA, true),
 			wireQuery("allowed.test.", dns.TypeAAAA, false),
+			wireQuery("many.test.", dns.TypeA, false), // 16 of its 100 records
 		} {
 			e.full(1, q)
 			mustFast(t, 1, q)
@@ -325,11 +333,16 @@ func TestFastPath(t *testing.T) {
 		for _, q := range [][]byte{
 			wireQuery("rebind.test.", dns.TypeA, false),
 			wireQuery("allowed.test.", dns.TypeTXT, false),
-			wireQuery("many.test.", dns.TypeA, false),
 			wireQuery("allowed.test.", dns.TypeHTTPS, false),
 		} {
 			e.full(1, q)
 			noFast(t, 1, q)
+		}
+		big := newFastEnv(t, loadZone(t, testZone), func(c *Config) { c.MaxAnswerRecords = 100 })
+		q := wireQuery("many.test.", dns.TypeA, false)
+		big.full(1, q)
+		if _, ok := big.fast(1, q); ok {
+			t.Fatal("fast path answered a reply over 512 bytes")
 		}
 	})
 }

@@ -121,6 +121,11 @@ func (x *fuzzExchanger) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, err
 	return memExchanger{x.zone}.exchange(ctx, q)
 }
 
+// fuzzHostAddrs are the host's addresses in the fuzz tests: one a zone
+// name resolves to, one a seed's upstream reply carries (under a grant
+// allowing 10.0.0.0/8, which does not name it).
+var fuzzHostAddrs = []netip.Addr{netip.MustParseAddr("93.184.216.36"), netip.MustParseAddr("10.9.9.9")}
+
 var fuzzPolicy = Policy{
 	Grants: append(testPolicy.Grants,
 		Grant{Pattern: "**.fuzz.test", Handle: h2, AllowNonPublic: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8")}}),
@@ -131,7 +136,8 @@ var fuzzPolicy = Policy{
 // reply bytes) through the handler. Invariants: no panic; nothing is asked
 // upstream for a name the session may not resolve; no entry is written for a
 // refused query; every entry is for session s1, carries a handle of a grant
-// matching the question name, and a public address or one its grant allows.
+// matching the question name, and a public address or one its grant allows,
+// never one of the host's own unless the grant names it.
 func FuzzHandle(f *testing.F) {
 	seed := func(name string, qtype uint16, edns bool) []byte {
 		m := new(dns.Msg)
@@ -187,6 +193,7 @@ func FuzzHandle(f *testing.F) {
 			Upstreams:   []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 			CacheSize:   -1,
+			HostAddrs:   NewHostAddrs(fuzzHostAddrs...),
 			now:         func() time.Time { return now },
 		})
 		if err != nil {
@@ -237,7 +244,8 @@ func FuzzHandle(f *testing.F) {
 			}
 			ok := false
 			for _, g := range grants {
-				if g.Handle == e.Rule.Handle && g.allows(e.Rule.Prefix.Addr()) {
+				a := e.Rule.Prefix.Addr()
+				if g.Handle == e.Rule.Handle && g.allows(a) && (!r.host.Contains(a) || g.namesHost(a)) {
 					ok = true
 				}
 			}

@@ -429,3 +429,8 @@ func (d *fakeDataplane) setFail(err error) { d.mu.Lock(); d.fail = err; d.mu.Unl
 func (f *fakeUpstream) setRcode(rc int)    { f.mu.Lock(); f.rcode = rc; f.mu.Unlock() }
 
 func (f *fakeUpstream) setDelay(d time.Duration) { f.mu.Lock(); f.delay = d; f.mu.Unlock() }
+
+// Port4 is the address:port of session idx's resolver, for a dns.Client.
+func (r *Resolver) Port4(idx uint32) string {
+	return netip.AddrPortFrom(SessionAddr(idx), r.Port()).String()
+}

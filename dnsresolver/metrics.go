@@ -34,8 +34,11 @@ func (r *Resolver) WriteMetrics(w io.Writer) error {
 	counter("shinken_dns_entries_written_total", "Egress entries written to the kernel.", func(c Counters) uint64 { return c.EntriesWritten })
 	counter("shinken_dns_entry_write_errors_total", "Egress entry writes that failed (the answer was withheld).", func(c Counters) uint64 { return c.WriteErrors })
 	counter("shinken_dns_entry_writes_skipped_total", "Entry writes skipped: the same entry was already written.", func(c Counters) uint64 { return c.WritesSkipped })
-	counter("shinken_dns_stripped_addresses_total", "Non-public addresses dropped from answers.", func(c Counters) uint64 { return c.Stripped })
-	counter("shinken_dns_dropped_total", "UDP queries dropped because MaxInflight upstream queries were pending.", func(c Counters) uint64 { return c.Dropped })
+	counter("shinken_dns_stripped_addresses_total", "Addresses dropped from answers: non-public, or the host's own.", func(c Counters) uint64 { return c.Stripped })
+	counter("shinken_dns_host_addresses_stripped_total", "Addresses of the host itself dropped from answers (no grant named them).", func(c Counters) uint64 { return c.HostStripped })
+	counter("shinken_dns_dropped_total", "UDP queries dropped because MaxInflight (or the session's PerSessionLimit) queries were pending.", func(c Counters) uint64 { return c.Dropped })
+	counter("shinken_dns_rate_dropped_total", "Queries over the session's rate dropped without a reply (the session floods: penalty box).", func(c Counters) uint64 { return c.RateDropped })
+	counter("shinken_dns_write_limited_total", "Answers withheld (SERVFAIL) because the session was out of kernel-write tokens.", func(c Counters) uint64 { return c.WriteLimited })
 	const m = "shinken_dns_refused_total"
 	fmt.Fprintf(bw, "# HELP %s DNS queries refused, by session and reason.\n# TYPE %s counter\n", m, m)
 	for reason := range NumReasons {

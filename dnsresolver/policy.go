@@ -102,7 +102,10 @@ type Grant struct {
 	// AllowNonPublic lists non-public ranges (see IsPublic) this grant may
 	// resolve to, e.g. 10.0.0.0/8 for an internal service. Non-public
 	// addresses outside these are dropped from answers. IPv4-mapped IPv6
-	// answers are always dropped.
+	// answers are always dropped. An address of the host itself
+	// (Config.HostAddrs), public or not, is dropped unless a prefix here
+	// is exactly that address (a /32 or /128): a wider range holding it
+	// does not name it.
 	AllowNonPublic []netip.Prefix
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // Resolver is the allowlisting resolver. Create it with New, give it
@@ -26,6 +25,10 @@ type Resolver struct {
 	flight flight     // one upstream query per name and type at a time
 	cache  *cache
 	stats  stats
+	limits *limits    // per-session token buckets (limit.go)
+	host   *HostAddrs // the host's own addresses (hostaddr.go)
+	watch  bool       // Start watches host (Config.HostAddrs was nil)
+	box    penaltyBox // flooding sessions (penalty.go)
 
 	polMu    sync.RWMutex
 	policies map[string]*compiledPolicy
@@ -40,7 +43,7 @@ type Resolver struct {
 	mu       sync.Mutex
 	started  bool
 	closed   bool
-	udp      *udpSocket
+	udp      *udpGroup
 	tcp      *net.TCPListener
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -79,6 +82,11 @@ func New(cfg Config) (*Resolver, error) {
 		upPer:    newPerSession(cfg.PerSessionLimit),
 		tcpPer:   newPerSession(cfg.PerSessionLimit),
 	}
+	r.limits = newLimits(&r.cfg)
+	r.host = cfg.HostAddrs
+	if r.host == nil {
+		r.host, r.watch = NewHostAddrs(), true
+	}
 	if !cfg.AlwaysWrite {
 		r.memo = newWriteMemo(memoSize)
 		if r.cache != nil {
@@ -86,6 +94,9 @@ func New(cfg Config) (*Resolver, error) {
 		}
 	}
 	r.up = r.fwd
+	if cfg.up != nil {
+		r.up = cfg.up
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -254,6 +265,15 @@ func (r *Resolver) begin(local netip.Addr, transport string, req *dns.Msg) (*dns
 // finish asks the upstream if the cache had nothing (this blocks), writes
 // the entries and builds the answer.
 func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
+	if m := r.resolve(ctx, p); m != nil {
+		return m
+	}
+	return r.complete(p, r.plan(p))
+}
+
+// resolve asks the upstream if the cache had nothing (this blocks) and
+// checks the CNAME chain: a non-nil reply ends the query there.
+func (r *Resolver) resolve(ctx context.Context, p *pending) *dns.Msg {
 	q := p.q
 	if p.res == nil {
 		// Queries for the same name and type that miss together share one
@@ -294,7 +314,7 @@ func (r *Resolver) finish(ctx context.Context, p *pending) *dns.Msg {
 			return r.refuse(q, ReasonDecision, r.cfg.DenyRcode)
 		}
 	}
-	return r.answer(q, p)
+	return nil
 }
 
 var (
@@ -354,16 +374,21 @@ func (r *Resolver) parse(qname string, qtype uint16, m *dns.Msg, now time.Time) 
 		if owner, err := CanonicalName(h.Name); err != nil || owner != res.final {
 			continue
 		}
+		// Bounded before anything is built from them (MaxAnswerRecords):
+		// the records past the bound are never kept, written or sent.
 		switch v := rr.(type) {
 		case *dns.A:
-			if a, ok := netip.AddrFromSlice(v.A.To4()); ok && v.A.To4() != nil {
+			if a, ok := netip.AddrFromSlice(v.A.To4()); ok && v.A.To4() != nil && len(res.addrs) < 4*r.cfg.MaxAnswerRecords {
 				res.addrs = append(res.addrs, addrRec{addr: a, expires: exp(h.Ttl)})
 			}
 		case *dns.AAAA:
-			if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok && len(v.AAAA) == net.IPv6len {
+			if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok && len(v.AAAA) == net.IPv6len && len(res.addrs) < 4*r.cfg.MaxAnswerRecords {
 				res.addrs = append(res.addrs, addrRec{addr: a, expires: exp(h.Ttl)})
 			}
 		default:
+			if len(res.other) == r.cfg.MaxAnswerRecords {
+				continue
+			}
 			c := dns.Copy(rr)
 			res.other = append(res.other, c)
 			res.otherEx = append(res.otherEx, exp(h.Ttl))
@@ -398,91 +423,6 @@ func ttlAt(expires, now time.Time) uint32 {
 		return 0
 	}
 	return uint32(d / time.Second)
-}
-
-// answer applies the session's grants to a result: strips non-public
-// addresses, writes the entries, and only then builds the reply.
-func (r *Resolver) answer(q *query, p *pending) *dns.Msg {
-	qname, grants, res, now := p.qname, p.grants, p.res, p.now
-	gen := r.memo.gen() // before any memo lookup: see prepareFast
-	stripped := 0
-	var rules []backend.EgressRule
-	kept := res.addrs[:0:0]
-	for _, ar := range res.addrs {
-		ok := false
-		for _, g := range grants {
-			if !g.allows(ar.addr) {
-				continue
-			}
-			ok = true
-			rule := backend.EgressRule{Prefix: netip.PrefixFrom(ar.addr, ar.addr.BitLen()), Proto: g.Proto, Ports: g.Ports, Handle: g.Handle, Expires: ar.expires}
-			if !slices.Contains(rules, rule) { // two grants with the same handle, proto and ports
-				rules = append(rules, rule)
-			}
-		}
-		if ok {
-			kept = append(kept, ar)
-		} else {
-			stripped++
-			both(&r.stats.total, q.sc, func(c *counters) { c.stripped.Add(1) })
-			r.log.Debug("stripped non-public address", "session", q.session, "name", qname, "addr", ar.addr)
-		}
-	}
-	for _, rule := range rules {
-		if r.memo.has(q.session, rule) {
-			both(&r.stats.total, q.sc, func(c *counters) { c.memoHits.Add(1) })
-			continue
-		}
-		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
-			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
-			if ok, n := r.warnWrite.allow(time.Now()); ok {
-				r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", qname, "rule", rule.String(), "err", err, "suppressed", n)
-			}
-			return r.servfail(q)
-		}
-		r.memo.add(q.session, rule)
-		both(&r.stats.total, q.sc, func(c *counters) { c.written.Add(1) })
-	}
-	m := r.answerMsg(q, qname, res, kept, now)
-	both(&r.stats.total, q.sc, func(c *counters) { c.answered.Add(1) })
-	if r.fast != nil && q.transport == "udp" && stripped == 0 {
-		r.prepareFast(q, qname, p.qtype, p.pol, res, kept, len(rules), gen, p.dgen, now)
-	}
-	return m
-}
-
-// answerMsg builds the answer to q from res, with the kept addresses.
-func (r *Resolver) answerMsg(q *query, qname string, res *result, kept []addrRec, now time.Time) *dns.Msg {
-	m := r.reply(q, res.rcode)
-	owner := func(name string) string {
-		if name == qname {
-			return q.req.Question[0].Name // keep the client's case (0x20)
-		}
-		return name + "."
-	}
-	for _, l := range res.chain {
-		m.Answer = append(m.Answer, &dns.CNAME{
-			Hdr:    dns.RR_Header{Name: owner(l.owner), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: ttlAt(l.expires, now)},
-			Target: l.target + ".",
-		})
-	}
-	for _, ar := range kept {
-		h := dns.RR_Header{Name: owner(res.final), Class: dns.ClassINET, Ttl: ttlAt(ar.expires, now)}
-		if ar.addr.Is4() {
-			h.Rrtype = dns.TypeA
-			m.Answer = append(m.Answer, &dns.A{Hdr: h, A: ar.addr.AsSlice()})
-		} else {
-			h.Rrtype = dns.TypeAAAA
-			m.Answer = append(m.Answer, &dns.AAAA{Hdr: h, AAAA: ar.addr.AsSlice()})
-		}
-	}
-	for i, rr := range res.other {
-		c := dns.Copy(rr)
-		c.Header().Name = owner(res.final)
-		c.Header().Ttl = ttlAt(res.otherEx[i], now)
-		m.Answer = append(m.Answer, c)
-	}
-	return m
 }
 
 // reply starts a reply to q with the given rcode.

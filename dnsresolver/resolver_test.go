@@ -223,11 +223,11 @@ func TestPassthroughTXT(t *testing.T) {
 	}
 }
 
-// TestTruncation: a big answer is truncated over UDP (TC set) and complete
-// over TCP; the resolver itself falls back to TCP upstream. All entries are
-// written before either answer.
+// TestTruncation: a big answer (within MaxAnswerRecords) is truncated over
+// UDP (TC set) and complete over TCP; the resolver itself falls back to TCP
+// upstream. All entries are written before either answer.
 func TestTruncation(t *testing.T) {
-	e := newTestEnv(t, nil)
+	e := newTestEnv(t, func(c *Config) { c.MaxAnswerRecords = 100 })
 	u := e.ask(t, 1, "udp", "many.test.", dns.TypeA)
 	if !u.Truncated || u.Rcode != dns.RcodeSuccess {
 		t.Fatalf("udp: TC=%v rcode %d", u.Truncated, u.Rcode)

@@ -19,9 +19,11 @@ const (
 	tcpMaxMsgs = 1000 // per connection
 )
 
-// Start binds the UDP and TCP sockets on Config.ListenAddr and serves until
-// Close. The UDP socket asks for IP_PKTINFO, so each query's destination
-// address (the session address) is known and the reply leaves from it.
+// Start binds the UDP sockets (Config.UDPSockets of them and the penalty
+// socket, one SO_REUSEPORT group: reuseport_linux.go) and the TCP socket on
+// Config.ListenAddr and serves until Close. The UDP sockets ask for
+// IP_PKTINFO, so each query's destination address (the session address) is
+// known and the reply leaves from it.
 func (r *Resolver) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -31,15 +33,27 @@ func (r *Resolver) Start() error {
 	case r.started:
 		return ErrStarted
 	}
+	started := false
+	if r.watch {
+		ctx, stop := context.WithCancel(r.ctx)
+		defer func() {
+			if !started {
+				stop()
+			}
+		}()
+		if err := WatchHostAddrs(ctx, r.host); err != nil {
+			return err
+		}
+	}
 	var (
-		udp *udpSocket
+		udp *udpGroup
 		tcp *net.TCPListener
 		err error
 	)
 	// With port 0, UDP picks a port and TCP must get the same one; retry
 	// when that TCP port is taken.
 	for try := 0; ; try++ {
-		udp, err = listenUDP(r.cfg.ListenAddr)
+		udp, err = listenUDPGroup(r.cfg.ListenAddr, r.cfg.UDPSockets)
 		if err != nil {
 			return fmt.Errorf("dnsresolver: listen udp %v: %w", r.cfg.ListenAddr, err)
 		}
@@ -52,11 +66,21 @@ func (r *Resolver) Start() error {
 			return fmt.Errorf("dnsresolver: listen tcp %v: %w", r.cfg.ListenAddr, err)
 		}
 	}
-	r.udp, r.tcp, r.started = udp, tcp, true
-	for range r.cfg.UDPWorkers {
-		r.udpWG.Go(func() { udp.serve(r) })
+	r.udp, r.tcp, r.started, started = udp, tcp, true, true
+	// Steer each session's datagrams to one socket, and the penalty box's
+	// to the penalty socket (reuseport_linux.go).
+	steer := func(idx []uint32) {
+		if err := udp.steer(idx); err != nil {
+			r.log.Warn("dns socket steering failed: datagrams spread by the kernel's hash", "err", err)
+		}
 	}
+	r.box.mu.Lock()
+	r.box.steer = steer
+	steer(r.Penalised())
+	r.box.mu.Unlock()
+	udp.serve(r, r.cfg.UDPWorkers)
 	r.wg.Go(r.serveTCP)
+	r.wg.Go(r.maintain)
 	r.log.Info("dns resolver listening", "port", udp.port, "upstreams", r.cfg.Upstreams)
 	return nil
 }
@@ -135,6 +159,7 @@ func (r *Resolver) serveConn(c *net.TCPConn) {
 	stop := context.AfterFunc(r.ctx, func() { c.Close() })
 	defer stop()
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	idx, _ := SessionIndexFromAddr(local)
 	var hdr [2]byte
 	for range tcpMaxMsgs {
 		c.SetReadDeadline(time.Now().Add(tcpIdle))
@@ -145,14 +170,17 @@ func (r *Resolver) serveConn(c *net.TCPConn) {
 		if _, err := io.ReadFull(c, msg); err != nil {
 			return
 		}
-		r.sem <- struct{}{}
-		out := r.handleRaw(local, "tcp", msg)
-		<-r.sem
+		out, limited := r.admit(idx, "tcp", msg, r.cfg.now(), nil)
+		if !limited {
+			r.sem <- struct{}{}
+			out = r.handleRaw(local, "tcp", msg)
+			<-r.sem
+		}
 		if out == nil {
 			return
 		}
 		c.SetWriteDeadline(time.Now().Add(tcpIdle))
-		buf := make([]byte, 2+len(out))
+		buf := make([]byte, 2+len(out)) // len(out) <= 65535: packReply
 		binary.BigEndian.PutUint16(buf, uint16(len(out)))
 		copy(buf[2:], out)
 		if _, err := c.Write(buf); err != nil {
@@ -199,19 +227,26 @@ func (r *Resolver) beginRaw(local netip.Addr, transport string, raw []byte) ([]b
 	return r.packReply(req, m, transport), nil, nil
 }
 
-// packReply packs m, truncated for UDP to what the client can take.
+// packReply packs m, truncated to what the client can take: over UDP its
+// advertised size (512 without EDNS, at most 1232), over TCP the 65,535
+// bytes a frame's 16-bit length can say. Truncating drops whole records and
+// sets TC.
 func (r *Resolver) packReply(req, m *dns.Msg, transport string) []byte {
 	if m == nil {
 		return nil
 	}
+	size := dns.MaxMsgSize
 	if transport == "udp" {
-		size := dns.MinMsgSize
+		size = dns.MinMsgSize
 		if opt := req.IsEdns0(); opt != nil {
 			size = min(max(int(opt.UDPSize()), dns.MinMsgSize), 1232)
 		}
-		m.Truncate(size)
 	}
+	m.Truncate(size)
 	out, err := m.Pack()
+	if err == nil && len(out) > size {
+		err = fmt.Errorf("%d bytes after truncation to %d", len(out), size)
+	}
 	if err != nil {
 		r.log.Warn("pack reply", "err", err)
 		return nil

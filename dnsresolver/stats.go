@@ -19,10 +19,11 @@ const (
 	ReasonQType                        // query type not served (ANY, AXFR, ...)
 	ReasonCNAMEDenied                  // a CNAME target matches a deny pattern or is not a valid name
 	ReasonDecision                     // the agent's use-time decision (SetDecide) denied the name or a CNAME target
+	ReasonRate                         // over the session's query rate (Config.QueryRate)
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"unknown_session", "malformed", "invalid_name", "not_allowed", "denied", "qtype", "cname_denied", "decision"}
+var reasonNames = [NumReasons]string{"unknown_session", "malformed", "invalid_name", "not_allowed", "denied", "qtype", "cname_denied", "decision", "rate"}
 
 func (r Reason) String() string {
 	if r < NumReasons {
@@ -34,7 +35,9 @@ func (r Reason) String() string {
 // Denial is one refused query. Name is the query name as received, made safe
 // to log (strconv.Quote-style escaping, at most 300 bytes): it is the
 // session's data, possibly the very exfiltration attempt, so do not use it as
-// a metric label.
+// a metric label. Queries refused for rate (ReasonRate) are reported at most
+// once a second per session, without Name or QType (the query is not
+// unpacked): the counters have them all.
 type Denial struct {
 	Time      time.Time
 	Session   string // "" when unknown
@@ -53,16 +56,20 @@ type Counters struct {
 	Refused        uint64 // refused (any Reason)
 	ServFail       uint64 // SERVFAIL: upstream failure, chain too long or an entry write failed
 	CacheHits      uint64
-	EntriesWritten uint64 // AllowEgress calls that succeeded
-	WriteErrors    uint64 // AllowEgress calls that failed
-	WritesSkipped  uint64 // identical entries already written (see Config.AlwaysWrite)
-	Stripped       uint64 // addresses dropped as non-public
-	Dropped        uint64 // UDP queries dropped: MaxInflight upstream queries already pending
-	Denials        [NumReasons]uint64
+	EntriesWritten uint64             // AllowEgress calls that succeeded
+	WriteErrors    uint64             // AllowEgress calls that failed
+	WritesSkipped  uint64             // identical entries already written (see Config.AlwaysWrite)
+	Stripped       uint64             // addresses dropped: non-public, or the host's own
+	HostStripped   uint64             // of Stripped: the host's own addresses (Config.HostAddrs)
+	Dropped        uint64             // UDP queries dropped: MaxInflight or PerSessionLimit queries already pending
+	RateDropped    uint64             // queries over the session's rate dropped without a reply (in the penalty box)
+	WriteLimited   uint64             // answers withheld (SERVFAIL) for want of write tokens (Config.WriteRate)
+	Denials        [NumReasons]uint64 // Denials[ReasonRate]: queries over the session's rate answered REFUSED
 }
 
 type counters struct {
 	queries, answered, refused, servfail, cacheHits, written, writeErr, memoHits, stripped, dropped atomic.Uint64
+	rateDropped, writeLimited, hostStripped                                                         atomic.Uint64
 	denials                                                                                         [NumReasons]atomic.Uint64
 }
 
@@ -71,6 +78,7 @@ func (c *counters) snapshot() Counters {
 		Queries: c.queries.Load(), Answered: c.answered.Load(), Refused: c.refused.Load(),
 		ServFail: c.servfail.Load(), CacheHits: c.cacheHits.Load(), EntriesWritten: c.written.Load(),
 		WriteErrors: c.writeErr.Load(), WritesSkipped: c.memoHits.Load(), Stripped: c.stripped.Load(), Dropped: c.dropped.Load(),
+		RateDropped: c.rateDropped.Load(), WriteLimited: c.writeLimited.Load(), HostStripped: c.hostStripped.Load(),
 	}
 	for i := range c.denials {
 		s.Denials[i] = c.denials[i].Load()

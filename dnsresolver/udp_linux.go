@@ -7,24 +7,28 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/miekg/dns"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
-// udpSocket is the resolver's UDP socket on Linux: a plain blocking socket
-// read by Config.UDPWorkers goroutines (one by default), each parked in
-// recvmmsg(2) on its own thread as a C resolver would, so a query costs one
-// wake-up and no netpoller round trip (measured on the bench host: about a
-// third less CPU per query than a net.UDPConn). IP_PKTINFO gives each
+// udpSocket is one of the resolver's UDP sockets on Linux (udpGroup): a
+// plain blocking socket read by Config.UDPWorkers goroutines (one by
+// default), each parked in recvmmsg(2) on its own thread as a C resolver
+// would, so a query costs one wake-up and no netpoller round trip (measured
+// on the bench host: about a third less CPU per query than a net.UDPConn). IP_PKTINFO gives each
 // datagram's destination address, and each reply is sent with that address
 // as its source.
 type udpSocket struct {
-	fd     int
-	port   uint16
-	closed atomic.Bool
+	fd       int
+	port     uint16
+	closed   atomic.Bool
+	received atomic.Uint64 // datagrams read
 }
 
-func listenUDP(addr netip.AddrPort) (*udpSocket, error) {
+// listenUDP binds one UDP socket to addr, with SO_REUSEPORT when reuse
+// (a member of a udpGroup).
+func listenUDP(addr netip.AddrPort, reuse bool) (*udpSocket, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -39,6 +43,11 @@ func listenUDP(addr netip.AddrPort) (*udpSocket, error) {
 	// Wake up now and then so Close never depends on shutdown(2) alone.
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 250_000}); err != nil {
 		return fail("SO_RCVTIMEO", err)
+	}
+	if reuse {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fail("SO_REUSEPORT", err)
+		}
 	}
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}); err != nil {
 		return fail("bind", err)
@@ -119,6 +128,7 @@ func (u *udpSocket) serveOne(r *Resolver) {
 			}
 			continue
 		}
+		u.received.Add(1)
 		if from == nil || n > udpBufSize || flags&unix.MSG_TRUNC != 0 {
 			continue
 		}
@@ -132,7 +142,11 @@ func (u *udpSocket) serveOne(r *Resolver) {
 			continue
 		}
 		dst = dst.Unmap()
-		reply := u.handle(r, dst, from, buf[:n])
+		idx, _ := SessionIndexFromAddr(dst)
+		reply, limited := r.admit(idx, "udp", buf[:n], r.cfg.now(), nil)
+		if !limited {
+			reply = u.handle(r, dst, from, buf[:n])
+		}
 		if reply == nil {
 			continue
 		}
@@ -144,38 +158,52 @@ func (u *udpSocket) serveOne(r *Resolver) {
 }
 
 // handle answers one datagram sent to dst: it returns the reply to send now,
-// or nil when there is none or when the query went to its own goroutine
-// (it must ask the upstream), which then sends the reply itself.
+// or nil when there is none or when the query went to its own goroutine,
+// which then sends the reply itself. A query goes to its own goroutine when
+// it must ask the upstream, or when its answer must first write kernel
+// entries: this worker answers from the cache only, and never waits for the
+// upstream or the dataplane.
 func (u *udpSocket) handle(r *Resolver, dst netip.Addr, from unix.Sockaddr, raw []byte) []byte {
 	reply, req, p := r.beginRaw(dst, "udp", raw)
-	if p != nil && p.res == nil {
-		// Must go upstream: off this worker, so a slow upstream never
-		// holds the queries behind it; at most MaxInflight at once, and
-		// PerSessionLimit per session; beyond that the datagram is dropped
-		// (and counted) and the client retries.
-		if !r.upPer.acquire(p.q.index) {
-			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
-			return nil
-		}
-		select {
-		case r.sem <- struct{}{}:
-		default:
-			r.upPer.release(p.q.index)
-			both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
-			return nil
-		}
-		r.wg.Go(func() {
-			defer func() { <-r.sem; r.upPer.release(p.q.index) }()
-			if b := r.packReply(req, r.finish(r.ctx, p), "udp"); b != nil {
-				if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
-					r.log.Debug("udp write", "err", err)
-				}
-			}
-		})
+	if p == nil {
+		return reply
+	}
+	if p.res == nil {
+		u.spawn(r, p, dst, from, func() *dns.Msg { return r.finish(r.ctx, p) })
 		return nil
 	}
-	if p != nil {
-		reply = r.packReply(req, r.finish(r.ctx, p), "udp")
+	if m := r.resolve(r.ctx, p); m != nil {
+		return r.packReply(req, m, "udp")
 	}
-	return reply
+	pl := r.plan(p)
+	if len(pl.todo) > 0 {
+		u.spawn(r, p, dst, from, func() *dns.Msg { return r.complete(p, pl) })
+		return nil
+	}
+	return r.packReply(req, r.complete(p, pl), "udp")
+}
+
+// spawn runs f, which answers p, on a goroutine of its own and sends its
+// reply: at most MaxInflight at once, and PerSessionLimit per session;
+// beyond that the datagram is dropped (and counted) and the client retries.
+func (u *udpSocket) spawn(r *Resolver, p *pending, dst netip.Addr, from unix.Sockaddr, f func() *dns.Msg) {
+	if !r.upPer.acquire(p.q.index) {
+		both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
+		return
+	}
+	select {
+	case r.sem <- struct{}{}:
+	default:
+		r.upPer.release(p.q.index)
+		both(&r.stats.total, p.q.sc, func(c *counters) { c.dropped.Add(1) })
+		return
+	}
+	r.wg.Go(func() {
+		defer func() { <-r.sem; r.upPer.release(p.q.index) }()
+		if b := r.packReply(p.q.req, f(), "udp"); b != nil {
+			if err := u.send(b, dst, from); err != nil && !u.closed.Load() {
+				r.log.Debug("udp write", "err", err)
+			}
+		}
+	})
 }

@@ -108,6 +108,7 @@ func (u *udpSocket) serve(r *Resolver) {
 			}
 			continue
 		}
+		u.received.Add(uint64(n))
 		now := r.cfg.now()
 		if now.Sub(yielded) >= yieldEvery {
 			// See yieldEvery.
@@ -126,7 +127,15 @@ func (u *udpSocket) serve(r *Resolver) {
 			if !ok {
 				continue
 			}
-			reply, ok := r.answerFast(&scratch, dst4, bufs[i][:ln], now, fastBufs[k][:0])
+			idx, _ := SessionIndexFromAddr(netip.AddrFrom4(dst4))
+			reply, limited := r.admit(idx, "udp", bufs[i][:ln], now, fastBufs[k][:0])
+			if limited && reply == nil {
+				continue
+			}
+			ok = limited
+			if !ok {
+				reply, ok = r.answerFast(&scratch, dst4, bufs[i][:ln], now, fastBufs[k][:0])
+			}
 			if !ok {
 				port := int(names[i].Port>>8 | names[i].Port<<8)
 				from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}

@@ -4,10 +4,11 @@ package dnsresolver
 
 import "net/netip"
 
-// udpSocket needs IP_PKTINFO and the kernel redirect: Linux only.
-type udpSocket struct{ port uint16 }
+// udpGroup needs IP_PKTINFO, SO_REUSEPORT and the kernel redirect: Linux only.
+type udpGroup struct{ port uint16 }
 
-func listenUDP(netip.AddrPort) (*udpSocket, error) { return nil, ErrNotSupported }
-func (*udpSocket) shutdown()                       {}
-func (*udpSocket) close() error                    { return nil }
-func (*udpSocket) serve(*Resolver)                 {}
+func listenUDPGroup(netip.AddrPort, int) (*udpGroup, error) { return nil, ErrNotSupported }
+func (*udpGroup) shutdown()                                 {}
+func (*udpGroup) close() error                              { return nil }
+func (*udpGroup) serve(*Resolver, int)                      {}
+func (*udpGroup) steer([]uint32) error                      { return ErrNotSupported }

@@ -114,7 +114,12 @@ func startShinken(sk *sink, up netip.AddrPort, cacheSize int, alwaysWrite bool) 
 		CacheSize:   cacheSize,
 		AlwaysWrite: alwaysWrite,
 		UDPWorkers:  *flagWorkers,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// One session is the whole load here: its per-session buckets
+		// (defaults 1000 queries and 500 entry writes a second) would
+		// measure themselves, not the resolver.
+		QueryRate: -1,
+		WriteRate: -1,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return nil, netip.AddrPort{}, err

@@ -1,0 +1,213 @@
+package dnsresolver
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/shinken-agent/shinken/dataplane"
+)
+
+// slowDataplane delays one session's writes.
+type slowDataplane struct {
+	*fakeDataplane
+	mu      sync.Mutex
+	slow    string
+	delay   time.Duration
+	writing chan struct{} // a slow write began
+}
+
+func (d *slowDataplane) AllowEgress(session string, r dataplane.EgressRule) error {
+	d.mu.Lock()
+	slow, delay := d.slow, d.delay
+	d.mu.Unlock()
+	if session == slow {
+		select {
+		case d.writing <- struct{}{}:
+		default:
+		}
+		time.Sleep(delay)
+	}
+	return d.fakeDataplane.AllowEgress(session, r)
+}
+
+// TestWritesOffWorker: with one UDP socket (both sessions on it) and one
+// worker, a session whose
+// answer must wait for slow kernel writes does not hold up another
+// session's answer from the cache; the slow answer comes only after its
+// entries are written.
+func TestWritesOffWorker(t *testing.T) {
+	dp := &slowDataplane{fakeDataplane: newFakeDataplane(), writing: make(chan struct{}, 1)}
+	var e *testEnv
+	e = newTestEnv(t, func(c *Config) {
+		c.Dataplane = dp
+		c.SessionName = dp.SessionByIndex
+		c.UDPSockets, c.UDPWorkers = 1, 1
+	})
+	dp.sessions[1], dp.sessions[300] = "s1", "s2"
+	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	// Cached, and written for s2.
+	if resp := e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA); resp.Rcode != dns.RcodeSuccess {
+		t.Fatal(resp)
+	}
+	dp.mu.Lock()
+	dp.slow, dp.delay = "s1", 600*time.Millisecond
+	dp.mu.Unlock()
+	slow := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		m := new(dns.Msg)
+		m.SetQuestion("api.allowed.test.", dns.TypeA)
+		resp, _, err := (&dns.Client{Net: "udp", Timeout: 3 * time.Second}).Exchange(m, e.r.Port4(1))
+		if err != nil || resp.Rcode != dns.RcodeSuccess {
+			t.Errorf("slow session: %v %v", resp, err)
+		}
+		slow <- time.Since(start)
+	}()
+	<-dp.writing
+	for i := range 20 {
+		start := time.Now()
+		if resp := e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA); resp.Rcode != dns.RcodeSuccess {
+			t.Fatal(resp)
+		}
+		// Generous: the slow write takes 600ms.
+		if d := time.Since(start); d > 300*time.Millisecond {
+			t.Fatalf("query %d of the other session took %v behind the slow write", i, d)
+		}
+	}
+	if d := <-slow; d < 600*time.Millisecond {
+		t.Fatalf("the slow session was answered after %v, before its entry was written", d)
+	}
+	var s1 int
+	for _, w := range dp.take() {
+		if w.Session == "s1" {
+			s1++
+		}
+	}
+	if s1 != 1 {
+		t.Fatalf("%d entries for s1, want 1", s1)
+	}
+}
+
+// TestSteering: each session's datagrams reach socket (session address mod
+// UDPSockets), and a session in the penalty box's reach the penalty socket.
+func TestSteering(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.UDPSockets = 4 })
+	if !e.r.udp.steered.Load() {
+		t.Fatal("steering program not attached")
+	}
+	for idx := uint32(1); idx <= 8; idx++ {
+		e.dp.setSession(idx, fmt.Sprintf("x%d", idx))
+	}
+	send := func(idx uint32) []uint64 {
+		before := e.r.udp.received()
+		e.ask(t, idx, "udp", "api.allowed.test.", dns.TypeA)
+		after := e.r.udp.received()
+		for i := range after {
+			after[i] -= before[i]
+		}
+		return after
+	}
+	for idx := uint32(1); idx <= 8; idx++ {
+		want := make([]uint64, 5)
+		want[(sessionBase+idx)%4] = 1
+		if got := send(idx); !slices.Equal(got, want) {
+			t.Fatalf("session %d: received %v, want %v", idx, got, want)
+		}
+	}
+	e.r.box.add(6, time.Now().UnixNano())
+	e.r.limits.session(6).excess.Store(time.Now().UnixNano())
+	if got := send(6); !slices.Equal(got, []uint64{0, 0, 0, 0, 1}) {
+		t.Fatalf("penalised session: received %v", got)
+	}
+	if got := send(5); !slices.Equal(got, []uint64{0, 1, 0, 0, 0}) {
+		t.Fatalf("session 5: received %v", got)
+	}
+}
+
+// TestFlood: one session floods the resolver with distinct names it may not
+// resolve, from several sockets, as fast as the test can send; another
+// session, on the same UDP socket (UDPSockets 1) or on the default sockets,
+// keeps getting every answer, each within a generous bound (the flood's
+// senders share the CPUs). The
+// flooder ends in the penalty box, its excess counted.
+func TestFlood(t *testing.T) {
+	for _, socks := range []int{1, 0} {
+		t.Run(fmt.Sprintf("sockets=%d", socks), func(t *testing.T) {
+			e := newTestEnv(t, func(c *Config) { c.UDPSockets = socks })
+			if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+				t.Fatal(err)
+			}
+			e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA) // cached, written
+			stop := make(chan struct{})
+			var flood sync.WaitGroup
+			var sent atomic.Uint64
+			for g := range 2 {
+				flood.Go(func() {
+					c, err := net.Dial("udp4", e.r.Port4(1))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					m := new(dns.Msg)
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						m.SetQuestion(fmt.Sprintf("f%d-%d.notallowed.test.", g, i), dns.TypeA)
+						b, _ := m.Pack()
+						if _, err := c.Write(b); err == nil {
+							sent.Add(1)
+						}
+					}
+				})
+			}
+			began := time.Now()
+			time.Sleep(200 * time.Millisecond) // the flood is on
+			var worst time.Duration
+			lost := 0
+			c := &dns.Client{Net: "udp", Timeout: time.Second}
+			m := new(dns.Msg)
+			m.SetQuestion("api.allowed.test.", dns.TypeA)
+			for range 100 {
+				start := time.Now()
+				resp, _, err := c.Exchange(m, e.r.Port4(300))
+				if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+					lost++
+					continue
+				}
+				worst = max(worst, time.Since(start))
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(stop)
+			flood.Wait()
+			secs := uint64(time.Since(began)/time.Second) + 1
+			st := e.r.Stats()
+			a, b := st.Sessions["s1"], st.Sessions["s2"]
+			t.Logf("flood sent %d; s1: %d queries, %d refused for rate, %d dropped, %d not_allowed; s2 worst %v", sent.Load(), a.Queries, a.Denials[ReasonRate], a.RateDropped, a.Denials[ReasonNotAllowed], worst)
+			if lost != 0 {
+				t.Fatalf("the other session lost %d of 100 queries", lost)
+			}
+			if worst > 500*time.Millisecond {
+				t.Fatalf("the other session's slowest answer took %v", worst)
+			}
+			// Fully handled: the burst and the rate, no more.
+			if a.RateDropped == 0 || a.Denials[ReasonNotAllowed] > DefaultQueryBurst+secs*DefaultQueryRate {
+				t.Fatalf("flooder: %d dropped, %d fully handled", a.RateDropped, a.Denials[ReasonNotAllowed])
+			}
+			if b.Denials[ReasonRate] != 0 || b.RateDropped != 0 {
+				t.Fatalf("the other session was limited: %+v", b)
+			}
+		})
+	}
+}
