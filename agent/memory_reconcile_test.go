@@ -27,9 +27,9 @@ func TestMemoryReconcileDrift(t *testing.T) {
 	m := newMemoryAgent(t)
 	m.session(t, "s1")
 	const x, y, z, w = "127.0.0.2:8080", "127.0.0.3:8080", "127.0.0.4:8080", "127.0.0.6:8080"
-	gx := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
-	gy := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(y)})
-	gz := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(z)})
+	gx := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
+	gy := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(y)})
+	gz := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(z)})
 	m.reopen(t)
 	m.wantAllowed(t, "s1", x, y, z)
 	// Drift: y's handle revoked behind the agent's back, z's rule removed,
@@ -114,8 +114,8 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 		m.wantDenied(t, "s1", x)
 	}
 	five := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
-		Ports: []PortRange{{8080, 8080}, {1001, 1001}, {1002, 1002}, {1003, 1003}, {1004, 1004}}}}
-	_, err := m.Grant(memBG, GrantRequest{Session: "s1", Capability: five, Lifecycle: LifecycleSession})
+		Ports: []PortRange{{Lo: 8080, Hi: 8080}, {Lo: 1001, Hi: 1001}, {Lo: 1002, Hi: 1002}, {Lo: 1003, Hi: 1003}, {Lo: 1004, Hi: 1004}}}}
+	_, err := m.Grant(ctx, GrantRequest{Session: "s1", Capability: five, Lifecycle: LifecycleSession})
 	if !errors.Is(err, ErrKernel) || !errors.Is(err, backend.ErrRulesFull) {
 		t.Fatalf("err = %v, want ErrKernel wrapping ErrRulesFull", err)
 	}
@@ -124,23 +124,23 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	enospc := errors.New("no space left on device")
 	for i, op := range []memory.Op{memory.OpNewHandle, memory.OpApply} {
 		m.b.FailNext(op, 1, enospc)
-		_, err := m.Grant(memBG, GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleSession})
+		_, err := m.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession})
 		if !errors.Is(err, ErrKernel) || !errors.Is(err, enospc) {
 			t.Fatalf("%s failing: err = %v, want ErrKernel wrapping the injected error", op, err)
 		}
 		rolledBack(t, i+2)
 	}
-	g := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
+	g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
 	m.wantAllowed(t, "s1", x)
 
 	// A revoke whose backend write fails reports it; the grant is not
 	// reachable afterwards, and a retry (or the next start) finishes.
 	m.b.FailNext(memory.OpRevoke, 1, enospc)
-	if err := m.Revoke(memBG, g.Handle); !errors.Is(err, enospc) {
+	if err := m.Revoke(ctx, g.Handle); !errors.Is(err, enospc) {
 		t.Fatalf("revoke with a failing backend write: %v", err)
 	}
 	m.wantDenied(t, "s1", x)
-	if err := m.Revoke(memBG, g.Handle); err != nil {
+	if err := m.Revoke(ctx, g.Handle); err != nil {
 		t.Fatalf("revoke again: %v", err)
 	}
 	m.reopen(t)
@@ -150,13 +150,13 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 
 	// A delegation chain deeper than the backend walks (domain-only
 	// grants: handles and no rules).
-	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{443, 443}}}}
-	_, err = m.Grant(memBG, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
+	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
+	_, err = m.Grant(ctx, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) {
 		t.Fatalf("domain egress should ask: %v", err)
 	}
-	root, err := m.Approve(memBG, are.ID, "alice")
+	root, err := m.Approve(ctx, are.ID, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	var chainErr error
 	for i := 0; i < memory.MaxChain+1 && chainErr == nil; i++ {
 		var cg *Grant
-		if cg, chainErr = m.Attenuate(memBG, tok, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession}); chainErr == nil {
+		if cg, chainErr = m.Attenuate(ctx, tok, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession}); chainErr == nil {
 			tok = cg.Handle
 		}
 	}
@@ -174,7 +174,7 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	if n := len(m.liveHandles(t)); n != memory.MaxChain {
 		t.Fatalf("live handles = %d, want %d (the failed link rolled back)", n, memory.MaxChain)
 	}
-	if err := m.Revoke(memBG, root.Handle); err != nil {
+	if err := m.Revoke(ctx, root.Handle); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(m.liveHandles(t)); n != 0 {
@@ -193,14 +193,14 @@ func TestMemoryOnceAndExpiry(t *testing.T) {
 	m := newMemoryAgentOn(t, b, func(c *Config) { c.Now = clk.Now })
 	m.session(t, "s1")
 	const x, y, z = "127.0.0.2:8080", "127.0.0.3:8080", "127.0.0.4:8080"
-	once := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleOnce})
+	once := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleOnce})
 	if once.Expires.IsZero() || once.Expires.After(clk.Now().Add(DefaultOnceTTL+time.Second)) {
 		t.Fatalf("once grant expiry %v", once.Expires)
 	}
-	short := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(y), TTL: 1500 * time.Millisecond})
+	short := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(y), TTL: 1500 * time.Millisecond})
 	// z: an approve-once grant and a session grant both cover it.
-	m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(z), Lifecycle: LifecycleOnce})
-	m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(z)})
+	m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(z), Lifecycle: LifecycleOnce})
+	m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(z)})
 	use := func(hp string) UseRequest {
 		ap := netip.MustParseAddrPort(hp)
 		return UseRequest{Class: ClassNetEgress, Op: "connect", IP: ap.Addr(), Port: ap.Port()}
@@ -220,16 +220,16 @@ func TestMemoryOnceAndExpiry(t *testing.T) {
 		t.Fatalf("a destination a session grant covers too: %+v, %v", ud, err)
 	}
 	// Reporting the use afterwards is still accepted (it revokes the grant).
-	if err := m.Consume(memBG, once.Handle); err != nil {
+	if err := m.Consume(ctx, once.Handle); err != nil {
 		t.Fatal(err)
 	}
 	m.wantAllowed(t, "s1", y)
 	clk.add(1600 * time.Millisecond)
 	m.wantUse(t, "s1", y, backend.ReasonHandleExpired)
-	if err := m.Sweep(memBG); err != nil {
+	if err := m.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Consume(memBG, short.Handle); !errors.Is(err, ErrHandleRevoked) {
+	if err := m.Consume(ctx, short.Handle); !errors.Is(err, ErrHandleRevoked) {
 		t.Fatalf("expired handle: %v", err)
 	}
 	for _, h := range m.liveHandles(t) {
@@ -247,8 +247,8 @@ func TestMemoryEndSession(t *testing.T) {
 	m.session(t, "s1")
 	m.session(t, "sub")
 	const x = "127.0.0.2:8080"
-	g := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
-	if _, err := m.Attenuate(memBG, g.Handle, GrantRequest{Session: "sub", Capability: memEgress(x), Lifecycle: LifecycleSession}); err != nil {
+	g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
+	if _, err := m.Attenuate(ctx, g.Handle, GrantRequest{Session: "sub", Capability: loopEgress(x), Lifecycle: LifecycleSession}); err != nil {
 		t.Fatal(err)
 	}
 	m.wantAllowed(t, "sub", x)
