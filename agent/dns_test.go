@@ -1,5 +1,8 @@
 package agent
 
+// The agent keeps an attached resolver's policies in step with the grants,
+// on the memory backend (no root, any GOOS).
+
 import (
 	"errors"
 	"slices"
@@ -49,7 +52,7 @@ func (f *fakeDNS) domains(s string) ([]string, bool) {
 // once, and the policy of a session whose grants change before the call that
 // changed them returns; an ended session's policy is removed.
 func TestDNSFollowsGrants(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	a := openAgent(t, d, t.TempDir())
 	mustSession(t, a, SessionSpec{ID: "s1"})
 	f := &fakeDNS{pol: map[string][]string{}}
@@ -57,7 +60,7 @@ func TestDNSFollowsGrants(t *testing.T) {
 	if doms, ok := f.domains("s1"); !ok || len(doms) != 0 {
 		t.Fatalf("at attach: %v %v", doms, ok)
 	}
-	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"api.example.com"}, Ports: []PortRange{{443, 443}}}}
+	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"api.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
 	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) {
