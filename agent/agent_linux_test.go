@@ -17,6 +17,7 @@ import (
 // TestGrantRevokeEndToEnd: a grant opens exactly its destination in the
 // kernel; revoke closes it at the next connect; revoke is idempotent; a
 // revoked handle replays to ErrHandleRevoked; a forged one is refused.
+// Memory twin: TestMemoryGrantRevoke.
 func TestGrantRevokeEndToEnd(t *testing.T) {
 	d, _ := newKernel(t)
 	events := &eventLog{}
@@ -95,7 +96,8 @@ func TestGrantRevokeEndToEnd(t *testing.T) {
 
 // TestAttenuationMembrane: a child grant for a sub-agent session is narrower
 // than its parent; widening is refused (and changes nothing); revoking the
-// parent kills the child in the kernel at once.
+// parent kills the child in the kernel at once. Memory twin:
+// TestMemoryMembrane.
 func TestAttenuationMembrane(t *testing.T) {
 	d, _ := newKernel(t)
 	// The widening attempts below are denials; keep the breaker out of the way.
@@ -180,7 +182,7 @@ func TestAttenuationMembrane(t *testing.T) {
 }
 
 // TestRestartAndDrift: state survives a restart; reconcile repairs drift in
-// the fail-closed direction.
+// the fail-closed direction. Memory twin: TestMemoryReconcileDrift.
 func TestRestartAndDrift(t *testing.T) {
 	d, _ := newKernel(t)
 	dir := t.TempDir()
@@ -269,6 +271,7 @@ func TestRestartAndDrift(t *testing.T) {
 // TestKernelFailureRollsBack: a kernel step failing in the middle of GRANT
 // (the fifth rule on one prefix, a delegation chain too deep) rolls the whole
 // grant back: no live handle, no rule, a rolledback tombstone, nothing open.
+// Memory twin: TestMemoryKernelFailureRollsBack.
 func TestKernelFailureRollsBack(t *testing.T) {
 	d, _ := newKernel(t)
 	events := &eventLog{}

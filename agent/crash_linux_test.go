@@ -20,7 +20,7 @@ import (
 // with SIGKILL right after a chosen step of GRANT or REVOKE, then opens the
 // dataplane and the agent again and checks that reconcile left state and
 // kernel in agreement, in the fail-closed direction, and that nothing revoked
-// came back.
+// came back. Their memory twins, without root, are memory_crash_test.go.
 
 const crashChildEnv = "SHINKEN_AGENT_CRASH_CHILD"
 

@@ -160,6 +160,9 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if doms := m.EgressDomains("s1"); len(doms["**.example.com"]) != 1 {
+		t.Fatalf("EgressDomains = %v", doms)
+	}
 	tok := root.Handle
 	var chainErr error
 	for i := 0; i < memory.MaxChain+1 && chainErr == nil; i++ {
@@ -186,7 +189,8 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 // use in the backend (no Consume call), after which the use-time decision
 // denies it as consumed; a TTL grant is denied once its deadline passes
 // and swept by the agent. The clock is the test's, shared by agent and
-// backend.
+// backend. The kernel's are TestOnceAndExpiry, TestOnceInKernel and
+// TestOnceDecideConsumed.
 func TestMemoryOnceAndExpiry(t *testing.T) {
 	clk := &memClock{t: time.Now()}
 	b := memory.MustNew(memory.Config{Now: clk.Now})
@@ -205,12 +209,26 @@ func TestMemoryOnceAndExpiry(t *testing.T) {
 		ap := netip.MustParseAddrPort(hp)
 		return UseRequest{Class: ClassNetEgress, Op: "connect", IP: ap.Addr(), Port: ap.Port()}
 	}
+	consumed := func() (n int) {
+		for _, g := range m.Grants("s1") {
+			if g.Consumed {
+				n++
+			}
+		}
+		return n
+	}
 	if ud, err := m.DecideUse("s1", use(x)); err != nil || !ud.Allowed {
 		t.Fatalf("before the first use: %+v, %v", ud, err)
+	}
+	if n := consumed(); n != 0 {
+		t.Fatalf("before any use: %d grants listed consumed", n)
 	}
 	m.wantAllowed(t, "s1", x)
 	if st := m.info(t, once.ID); !st.Consumed {
 		t.Fatalf("the once grant is not listed consumed after its use: %+v", st)
+	}
+	if n := consumed(); n != 1 {
+		t.Fatalf("after the first use: %d grants listed consumed, want 1", n)
 	}
 	m.wantUse(t, "s1", x, backend.ReasonHandleRevoked)
 	if ud, err := m.DecideUse("s1", use(x)); err != nil || ud.Allowed || ud.DecidedBy != ConsumedOnce {

@@ -204,8 +204,9 @@ func TestMemoryGrantRevoke(t *testing.T) {
 }
 
 // TestMemoryMembrane: a child grant for a sub-agent session is narrower
-// than its parent; widening is refused and changes nothing; revoking the
-// parent kills child and grandchild at their next use.
+// than its parent; widening is refused and changes nothing; a once child
+// has no session-long grandchild; revoking the parent kills children and
+// grandchildren at their next use. The kernel's is TestAttenuationMembrane.
 func TestMemoryMembrane(t *testing.T) {
 	m := newMemoryAgent(t, func(c *Config) { c.Breaker = BreakerConfig{Consecutive: 100, Total: 100} })
 	m.session(t, "parent")
@@ -221,6 +222,7 @@ func TestMemoryMembrane(t *testing.T) {
 	}{
 		{"wider prefix", memPrefixCap("127.0.0.0/28"), LifecycleSession, ErrWidens},
 		{"other prefix", loopEgress("127.0.0.9:80"), LifecycleSession, ErrWidens},
+		{"add a domain", Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"a.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}, LifecycleSession, ErrWidens},
 		{"class change", Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, LifecycleSession, ErrWidens},
 		{"standing outlives", loopEgress(x), LifecycleStanding, ErrStandingInSession},
 	} {
@@ -242,6 +244,17 @@ func TestMemoryMembrane(t *testing.T) {
 	}
 	if ggi := m.info(t, gg.ID); ggi.Parent != cg.ID {
 		t.Fatalf("grandchild's parent %s, want %s", ggi.Parent, cg.ID)
+	}
+	// An approve-once child may have a once grandchild, never a session-long one.
+	oc, err := m.Attenuate(ctx, pg.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleOnce, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Attenuate(ctx, oc.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleOnce}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Attenuate(ctx, oc.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrWidens) {
+		t.Fatalf("session grandchild of a once grant: %v", err)
 	}
 	m.wantAllowed(t, "child", x)
 	m.wantUse(t, "child", y, backend.ReasonNoRule)
