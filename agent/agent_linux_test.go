@@ -120,7 +120,7 @@ func TestAttenuationMembrane(t *testing.T) {
 	}{
 		{"wider prefix", Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/28")}}}, LifecycleSession, ErrWidens},
 		{"other prefix", loopEgress("127.0.0.9:80"), LifecycleSession, ErrWidens},
-		{"add a domain", Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"a.example.com"}, Ports: []PortRange{{443, 443}}}}, LifecycleSession, ErrWidens},
+		{"add a domain", Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"a.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}, LifecycleSession, ErrWidens},
 		{"class change", Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, LifecycleSession, ErrWidens},
 		{"standing outlives", loopEgress(x), LifecycleStanding, ErrStandingInSession},
 	}
@@ -280,7 +280,7 @@ func TestKernelFailureRollsBack(t *testing.T) {
 	x := listenTCP(t, "127.0.0.2:0")
 	xp := netip.MustParseAddrPort(x).Port()
 	c := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
-		Ports: []PortRange{{xp, xp}, {1001, 1001}, {1002, 1002}, {1003, 1003}, {1004, 1004}}}}
+		Ports: []PortRange{{Lo: xp, Hi: xp}, {Lo: 1001, Hi: 1001}, {Lo: 1002, Hi: 1002}, {Lo: 1003, Hi: 1003}, {Lo: 1004, Hi: 1004}}}}
 	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: c, Lifecycle: LifecycleSession})
 	if !errors.Is(err, ErrKernel) || !errors.Is(err, dataplane.ErrRulesFull) {
 		t.Fatalf("err = %v, want ErrKernel wrapping ErrRulesFull", err)
@@ -305,7 +305,7 @@ func TestKernelFailureRollsBack(t *testing.T) {
 
 	// A delegation chain deeper than the kernel walks (domain-only grants:
 	// handles and no rules).
-	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{443, 443}}}}
+	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
 	_, err = a.Grant(ctx, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) {
