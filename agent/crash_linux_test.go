@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/shinken-agent/shinken/agent/backend"
-	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
@@ -21,7 +20,7 @@ import (
 // with SIGKILL right after a chosen step of GRANT or REVOKE, then opens the
 // dataplane and the agent again and checks that reconcile left state and
 // kernel in agreement, in the fail-closed direction, and that nothing revoked
-// came back.
+// came back. Their memory twins, without root, are memory_crash_test.go.
 
 const crashChildEnv = "SHINKEN_AGENT_CRASH_CHILD"
 
@@ -104,16 +103,6 @@ func crashPartly(d *dataplane.Dataplane, k int) {
 		fmt.Println("child: partial release:", err)
 		os.Exit(3)
 	}
-}
-
-// crashCap is one grant with four kernel rules (two addresses × two ports),
-// so a crash can land between rules.
-func crashCap(x, y string) Capability {
-	ax, ay := netip.MustParseAddrPort(x), netip.MustParseAddrPort(y)
-	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
-		CIDRs: []netip.Prefix{netip.PrefixFrom(ax.Addr(), 32), netip.PrefixFrom(ay.Addr(), 32)},
-		Ports: []PortRange{{Lo: ax.Port(), Hi: ax.Port()}, {Lo: ay.Port(), Hi: ay.Port()}},
-	}}
 }
 
 // checkAgree: every live grant has its kernel handle live and all its rules

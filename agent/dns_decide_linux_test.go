@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend/memory"
 	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
-// The resolver asks the agent's use-time decision: a real agent on a real
-// dataplane, the real resolver attached as the daemon attaches it, real DNS
-// packets over loopback, and a fake upstream that logs what reaches it.
+// The resolver asks the agent's use-time decision: a real agent on the
+// memory backend (no root), the real resolver attached as the daemon
+// attaches it, writing its entries into that backend, real DNS packets over
+// loopback, and a fake upstream that logs what reaches it. Linux only: the
+// resolver serves UDP only there (IP_PKTINFO; each session asks at its own
+// 127.128.0.0/9 address).
 
 // forbidName is an admin policy forbidding net.egress to exactly name.
 func forbidName(id, name string) string {
@@ -97,7 +100,7 @@ func (l *denials) take() []dnsresolver.Denial {
 
 type decideEnv struct {
 	a   *Agent
-	d   *dataplane.Dataplane
+	d   *memory.Backend
 	r   *dnsresolver.Resolver
 	up  *decideUpstream
 	den *denials
@@ -108,7 +111,7 @@ type decideEnv struct {
 // newDecideEnv opens an agent with policyDir files, creates session s1 with
 // a live grant of **.example.com on 443, and attaches a real resolver.
 func newDecideEnv(t *testing.T, files map[string]string) *decideEnv {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	e := &decideEnv{d: d, up: startDecideUpstream(t), den: &denials{}, dir: t.TempDir()}
 	for name, text := range files {
 		writeFile(t, filepath.Join(e.dir, name), text)
@@ -163,14 +166,10 @@ func (e *decideEnv) ask(t *testing.T, name string) *dns.Msg {
 	return resp
 }
 
-// entryFor reports whether the kernel holds an egress entry of s1 for ip.
+// entryFor reports whether the backend holds an egress entry of s1 for ip.
 func (e *decideEnv) entryFor(t *testing.T, ip string) bool {
 	t.Helper()
-	rules, err := e.d.EgressRules("s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rules {
+	for _, r := range kernelRules(t, e.d, "s1") {
 		if r.Prefix == netip.MustParsePrefix(ip+"/32") {
 			return true
 		}
@@ -198,13 +197,13 @@ func (e *decideEnv) wantResolves(t *testing.T, name, ip string) {
 		t.Fatalf("%s: want %s, got %v (denials %+v)", name, ip, resp, e.den.take())
 	}
 	if !e.entryFor(t, ip) {
-		t.Fatalf("%s: no kernel entry for %s", name, ip)
+		t.Fatalf("%s: no backend entry for %s", name, ip)
 	}
 }
 
 // TestDNSAsksDecision: an admin forbid on a name a live grant covers denies
 // it at /v1/decide (DecideUse), and the resolver refuses it the same way,
-// naming the rule: nothing reaches the upstream and no kernel entry is
+// naming the rule: nothing reaches the upstream and no backend entry is
 // written. A name the grant covers and no forbid names still resolves.
 func TestDNSAsksDecision(t *testing.T) {
 	e := newDecideEnv(t, map[string]string{"dns.cedar": forbidName("admin.no-evil", "evil.example.com")})
@@ -217,7 +216,7 @@ func TestDNSAsksDecision(t *testing.T) {
 		t.Fatal("the forbidden name was sent upstream")
 	}
 	if e.entryFor(t, "93.184.216.66") {
-		t.Fatal("a kernel entry was written for the forbidden name")
+		t.Fatal("a backend entry was written for the forbidden name")
 	}
 	e.wantResolves(t, "ok.example.com.", "93.184.216.34")
 }

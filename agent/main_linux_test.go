@@ -1,13 +1,8 @@
 package agent
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net"
-	"net/netip"
 	"os/exec"
-	"sync"
 	"testing"
 
 	"github.com/shinken-agent/shinken/dataplane"
@@ -17,12 +12,9 @@ import (
 
 // Tier-3 tests: the agent against the real dataplane, as root. Each test makes
 // its own dataplane (unique parent cgroup and pin path) and uninstalls it.
+// What needs no kernel runs on the memory backend (setup_test.go).
 
 func TestMain(m *testing.M) { kerneltest.Main(m, map[string]func(){crashChildEnv: crashChildMain}) }
-
-var ctx = context.Background()
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func kernelConfig() dataplane.Config {
 	parent, pin := kerneltest.Private("shinken-agent-test-")
@@ -48,77 +40,6 @@ func newKernel(t testing.TB) (*dataplane.Dataplane, dataplane.Config) {
 		d.Close()
 	})
 	return d, cfg
-}
-
-const testManifest = `image py
-allow net.egress cidrs=127.0.0.0/24,::1/128                       # loopback: auto by default
-allow net.egress cidrs=127.0.1.0/24 tier=ask                       # a "new destination" needing a human
-allow net.egress domains=**.example.com cidrs=192.0.2.0/24 ports=443
-allow net.egress cidrs=198.51.100.0/24 ports=443 tier=notify
-allow fs.scope read=/work write=/work/out
-allow clipboard paste_in=true
-allow credentials broker_scopes=github:read
-`
-
-func testManifests(t testing.TB) map[string]*Manifest {
-	ms, err := ParseManifests("test.manifest", []byte(testManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return map[string]*Manifest{"py": ms[0]}
-}
-
-type eventLog struct {
-	mu sync.Mutex
-	ev []Event
-}
-
-func (l *eventLog) Emit(e Event) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ev = append(l.ev, e)
-	return nil
-}
-
-func (l *eventLog) kinds() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, e := range l.ev {
-		out = append(out, e.Kind)
-	}
-	return out
-}
-
-func openAgent(t testing.TB, k Kernel, stateDir string, mod ...func(*Config)) *Agent {
-	t.Helper()
-	cfg := Config{StateDir: stateDir, Kernel: k, Manifests: testManifests(t), Logger: quiet, Events: &eventLog{}}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	a, err := Open(cfg)
-	if err != nil {
-		t.Fatalf("open agent: %v", err)
-	}
-	return a
-}
-
-func mustSession(t testing.TB, a *Agent, spec SessionSpec) {
-	t.Helper()
-	if spec.Image == "" {
-		spec.Image = "py"
-	}
-	if err := a.CreateSession(spec); err != nil {
-		t.Fatalf("create session %s: %v", spec.ID, err)
-	}
-}
-
-func loopEgress(addr string) Capability {
-	ap := netip.MustParseAddrPort(addr)
-	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
-		CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), ap.Addr().BitLen())},
-		Ports: []PortRange{{Lo: ap.Port(), Hi: ap.Port()}},
-	}}
 }
 
 // ---- processes inside sessions ----
@@ -150,30 +71,4 @@ func listenTCP(t testing.TB, addr string) string {
 	}()
 	t.Cleanup(func() { ln.Close() })
 	return ln.Addr().String()
-}
-
-// ---- kernel inspection ----
-
-func liveHandles(t testing.TB, k Kernel) []dataplane.Handle {
-	t.Helper()
-	snap, err := k.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []dataplane.Handle
-	for _, h := range snap.Handles {
-		if h.State.Alive() {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-func kernelRules(t testing.TB, k Kernel, session string) []dataplane.EgressRule {
-	t.Helper()
-	snap, err := k.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap.Deltas[session].AddressRules()
 }

@@ -88,9 +88,9 @@ func (m *memoryAgent) crash(t *testing.T, at memCrashAt, f func(a *Agent) error)
 	}
 }
 
-// memCrashCap is one grant with four rules (two addresses × two ports), so
+// crashCap is one grant with four rules (two addresses × two ports), so
 // a crash can land between rules.
-func memCrashCap(x, y string) Capability {
+func crashCap(x, y string) Capability {
 	ax, ay := netip.MustParseAddrPort(x), netip.MustParseAddrPort(y)
 	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
 		CIDRs: []netip.Prefix{netip.PrefixFrom(ax.Addr(), 32), netip.PrefixFrom(ay.Addr(), 32)},
@@ -176,7 +176,7 @@ func TestMemoryCrashGrant(t *testing.T) {
 			m := newMemoryAgent(t)
 			m.session(t, "s1")
 			m.crash(t, at, func(a *Agent) error {
-				_, err := a.Grant(memBG, GrantRequest{Session: "s1", Capability: memCrashCap(x, y), Lifecycle: LifecycleSession})
+				_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: crashCap(x, y), Lifecycle: LifecycleSession})
 				return err
 			})
 			m.reopen(t)
@@ -192,7 +192,7 @@ func TestMemoryCrashGrant(t *testing.T) {
 			}
 			m.converged(t, at)
 			// The same grant can be made again.
-			m.grant(t, GrantRequest{Session: "s1", Capability: memCrashCap(x, y)})
+			m.grant(t, GrantRequest{Session: "s1", Capability: crashCap(x, y)})
 			m.wantAllowed(t, "s1", x, y)
 		})
 	}
@@ -218,14 +218,14 @@ func TestMemoryCrashRevoke(t *testing.T) {
 			m := newMemoryAgent(t)
 			m.session(t, "s1")
 			m.session(t, "sub")
-			g := m.grant(t, GrantRequest{Session: "s1", Capability: memCrashCap(x, y)})
+			g := m.grant(t, GrantRequest{Session: "s1", Capability: crashCap(x, y)})
 			// A descendant in another session: the membrane must hold too.
-			if _, err := m.Attenuate(memBG, g.Handle, GrantRequest{Session: "sub", Capability: memEgress(x), Lifecycle: LifecycleSession}); err != nil {
+			if _, err := m.Attenuate(ctx, g.Handle, GrantRequest{Session: "sub", Capability: loopEgress(x), Lifecycle: LifecycleSession}); err != nil {
 				t.Fatal(err)
 			}
 			m.wantAllowed(t, "s1", x, y)
 			m.wantAllowed(t, "sub", x)
-			m.crash(t, at, func(a *Agent) error { return a.Revoke(memBG, g.Handle) })
+			m.crash(t, at, func(a *Agent) error { return a.Revoke(ctx, g.Handle) })
 			m.reopen(t)
 			for _, s := range []string{"s1", "sub"} {
 				if n := m.checkAgree(t, s, 0); n != 0 {
@@ -238,7 +238,7 @@ func TestMemoryCrashRevoke(t *testing.T) {
 					t.Errorf("grant %s is %s", gi.ID[:8], gi.Phase)
 				}
 			}
-			if err := m.Revoke(memBG, g.Handle); err != nil {
+			if err := m.Revoke(ctx, g.Handle); err != nil {
 				t.Fatalf("revoke again after recovery: %v", err)
 			}
 			m.converged(t, at)

@@ -27,9 +27,9 @@ func TestMemoryReconcileDrift(t *testing.T) {
 	m := newMemoryAgent(t)
 	m.session(t, "s1")
 	const x, y, z, w = "127.0.0.2:8080", "127.0.0.3:8080", "127.0.0.4:8080", "127.0.0.6:8080"
-	gx := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
-	gy := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(y)})
-	gz := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(z)})
+	gx := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
+	gy := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(y)})
+	gz := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(z)})
 	m.reopen(t)
 	m.wantAllowed(t, "s1", x, y, z)
 	// Drift: y's handle revoked behind the agent's back, z's rule removed,
@@ -115,7 +115,7 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	}
 	five := Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
 		Ports: []PortRange{{Lo: 8080, Hi: 8080}, {Lo: 1001, Hi: 1001}, {Lo: 1002, Hi: 1002}, {Lo: 1003, Hi: 1003}, {Lo: 1004, Hi: 1004}}}}
-	_, err := m.Grant(memBG, GrantRequest{Session: "s1", Capability: five, Lifecycle: LifecycleSession})
+	_, err := m.Grant(ctx, GrantRequest{Session: "s1", Capability: five, Lifecycle: LifecycleSession})
 	if !errors.Is(err, ErrKernel) || !errors.Is(err, backend.ErrRulesFull) {
 		t.Fatalf("err = %v, want ErrKernel wrapping ErrRulesFull", err)
 	}
@@ -124,23 +124,23 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	enospc := errors.New("no space left on device")
 	for i, op := range []memory.Op{memory.OpNewHandle, memory.OpApply} {
 		m.b.FailNext(op, 1, enospc)
-		_, err := m.Grant(memBG, GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleSession})
+		_, err := m.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession})
 		if !errors.Is(err, ErrKernel) || !errors.Is(err, enospc) {
 			t.Fatalf("%s failing: err = %v, want ErrKernel wrapping the injected error", op, err)
 		}
 		rolledBack(t, i+2)
 	}
-	g := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
+	g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
 	m.wantAllowed(t, "s1", x)
 
 	// A revoke whose backend write fails reports it; the grant is not
 	// reachable afterwards, and a retry (or the next start) finishes.
 	m.b.FailNext(memory.OpRevoke, 1, enospc)
-	if err := m.Revoke(memBG, g.Handle); !errors.Is(err, enospc) {
+	if err := m.Revoke(ctx, g.Handle); !errors.Is(err, enospc) {
 		t.Fatalf("revoke with a failing backend write: %v", err)
 	}
 	m.wantDenied(t, "s1", x)
-	if err := m.Revoke(memBG, g.Handle); err != nil {
+	if err := m.Revoke(ctx, g.Handle); err != nil {
 		t.Fatalf("revoke again: %v", err)
 	}
 	m.reopen(t)
@@ -151,20 +151,23 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	// A delegation chain deeper than the backend walks (domain-only
 	// grants: handles and no rules).
 	dom := Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"**.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}
-	_, err = m.Grant(memBG, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
+	_, err = m.Grant(ctx, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) {
 		t.Fatalf("domain egress should ask: %v", err)
 	}
-	root, err := m.Approve(memBG, are.ID, "alice")
+	root, err := m.Approve(ctx, are.ID, "alice")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if doms := m.EgressDomains("s1"); len(doms["**.example.com"]) != 1 {
+		t.Fatalf("EgressDomains = %v", doms)
 	}
 	tok := root.Handle
 	var chainErr error
 	for i := 0; i < memory.MaxChain+1 && chainErr == nil; i++ {
 		var cg *Grant
-		if cg, chainErr = m.Attenuate(memBG, tok, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession}); chainErr == nil {
+		if cg, chainErr = m.Attenuate(ctx, tok, GrantRequest{Session: "s1", Capability: dom, Lifecycle: LifecycleSession}); chainErr == nil {
 			tok = cg.Handle
 		}
 	}
@@ -174,7 +177,7 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 	if n := len(m.liveHandles(t)); n != memory.MaxChain {
 		t.Fatalf("live handles = %d, want %d (the failed link rolled back)", n, memory.MaxChain)
 	}
-	if err := m.Revoke(memBG, root.Handle); err != nil {
+	if err := m.Revoke(ctx, root.Handle); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(m.liveHandles(t)); n != 0 {
@@ -186,31 +189,46 @@ func TestMemoryKernelFailureRollsBack(t *testing.T) {
 // use in the backend (no Consume call), after which the use-time decision
 // denies it as consumed; a TTL grant is denied once its deadline passes
 // and swept by the agent. The clock is the test's, shared by agent and
-// backend.
+// backend. The kernel's are TestOnceAndExpiry, TestOnceInKernel and
+// TestOnceDecideConsumed.
 func TestMemoryOnceAndExpiry(t *testing.T) {
 	clk := &memClock{t: time.Now()}
 	b := memory.MustNew(memory.Config{Now: clk.Now})
 	m := newMemoryAgentOn(t, b, func(c *Config) { c.Now = clk.Now })
 	m.session(t, "s1")
 	const x, y, z = "127.0.0.2:8080", "127.0.0.3:8080", "127.0.0.4:8080"
-	once := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleOnce})
+	once := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleOnce})
 	if once.Expires.IsZero() || once.Expires.After(clk.Now().Add(DefaultOnceTTL+time.Second)) {
 		t.Fatalf("once grant expiry %v", once.Expires)
 	}
-	short := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(y), TTL: 1500 * time.Millisecond})
+	short := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(y), TTL: 1500 * time.Millisecond})
 	// z: an approve-once grant and a session grant both cover it.
-	m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(z), Lifecycle: LifecycleOnce})
-	m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(z)})
+	m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(z), Lifecycle: LifecycleOnce})
+	m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(z)})
 	use := func(hp string) UseRequest {
 		ap := netip.MustParseAddrPort(hp)
 		return UseRequest{Class: ClassNetEgress, Op: "connect", IP: ap.Addr(), Port: ap.Port()}
 	}
+	consumed := func() (n int) {
+		for _, g := range m.Grants("s1") {
+			if g.Consumed {
+				n++
+			}
+		}
+		return n
+	}
 	if ud, err := m.DecideUse("s1", use(x)); err != nil || !ud.Allowed {
 		t.Fatalf("before the first use: %+v, %v", ud, err)
+	}
+	if n := consumed(); n != 0 {
+		t.Fatalf("before any use: %d grants listed consumed", n)
 	}
 	m.wantAllowed(t, "s1", x)
 	if st := m.info(t, once.ID); !st.Consumed {
 		t.Fatalf("the once grant is not listed consumed after its use: %+v", st)
+	}
+	if n := consumed(); n != 1 {
+		t.Fatalf("after the first use: %d grants listed consumed, want 1", n)
 	}
 	m.wantUse(t, "s1", x, backend.ReasonHandleRevoked)
 	if ud, err := m.DecideUse("s1", use(x)); err != nil || ud.Allowed || ud.DecidedBy != ConsumedOnce {
@@ -220,16 +238,16 @@ func TestMemoryOnceAndExpiry(t *testing.T) {
 		t.Fatalf("a destination a session grant covers too: %+v, %v", ud, err)
 	}
 	// Reporting the use afterwards is still accepted (it revokes the grant).
-	if err := m.Consume(memBG, once.Handle); err != nil {
+	if err := m.Consume(ctx, once.Handle); err != nil {
 		t.Fatal(err)
 	}
 	m.wantAllowed(t, "s1", y)
 	clk.add(1600 * time.Millisecond)
 	m.wantUse(t, "s1", y, backend.ReasonHandleExpired)
-	if err := m.Sweep(memBG); err != nil {
+	if err := m.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Consume(memBG, short.Handle); !errors.Is(err, ErrHandleRevoked) {
+	if err := m.Consume(ctx, short.Handle); !errors.Is(err, ErrHandleRevoked) {
 		t.Fatalf("expired handle: %v", err)
 	}
 	for _, h := range m.liveHandles(t) {
@@ -247,8 +265,8 @@ func TestMemoryEndSession(t *testing.T) {
 	m.session(t, "s1")
 	m.session(t, "sub")
 	const x = "127.0.0.2:8080"
-	g := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
-	if _, err := m.Attenuate(memBG, g.Handle, GrantRequest{Session: "sub", Capability: memEgress(x), Lifecycle: LifecycleSession}); err != nil {
+	g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
+	if _, err := m.Attenuate(ctx, g.Handle, GrantRequest{Session: "sub", Capability: loopEgress(x), Lifecycle: LifecycleSession}); err != nil {
 		t.Fatal(err)
 	}
 	m.wantAllowed(t, "sub", x)

@@ -7,12 +7,8 @@ package agent
 // The kernel-facing versions stay in *_linux_test.go.
 
 import (
-	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,38 +16,6 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/backend/memory"
 )
-
-var memBG = context.Background()
-
-// memManifestText is the manifest of the kernel tests (main_linux_test.go).
-const memManifestText = `image py
-allow net.egress cidrs=127.0.0.0/24,::1/128                       # loopback: auto by default
-allow net.egress cidrs=127.0.1.0/24 tier=ask                       # a "new destination" needing a human
-allow net.egress domains=**.example.com cidrs=192.0.2.0/24 ports=443
-allow net.egress cidrs=198.51.100.0/24 ports=443 tier=notify
-allow fs.scope read=/work write=/work/out
-allow clipboard paste_in=true
-allow credentials broker_scopes=github:read
-`
-
-// memEvents records the kinds of the events an agent emits.
-type memEvents struct {
-	mu    sync.Mutex
-	kinds []string
-}
-
-func (e *memEvents) Emit(ev Event) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.kinds = append(e.kinds, ev.Kind)
-	return nil
-}
-
-func (e *memEvents) has(kind string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Contains(e.kinds, kind)
-}
 
 // memClock is a clock tests move by hand, shared by agent and backend.
 type memClock struct {
@@ -78,7 +42,7 @@ type memoryAgent struct {
 	*Agent
 	b      *memory.Backend
 	dir    string
-	events *memEvents
+	events *eventLog
 	mods   []func(*Config)
 }
 
@@ -86,7 +50,7 @@ type memoryAgent struct {
 // directory; mods adjust its Config (and every reopened agent's).
 func newMemoryAgent(t testing.TB, mods ...func(*Config)) *memoryAgent {
 	t.Helper()
-	return newMemoryAgentOn(t, memory.MustNew(memory.Config{MaxSessions: 256, MaxHandles: 1024}), mods...)
+	return newMemoryAgentOn(t, memKernel(t), mods...)
 }
 
 func newMemoryAgentOn(t testing.TB, b *memory.Backend, mods ...func(*Config)) *memoryAgent {
@@ -116,13 +80,8 @@ func (m *memoryAgent) reopen(t testing.TB) {
 
 func (m *memoryAgent) open(t testing.TB) (*Agent, error) {
 	t.Helper()
-	ms, err := ParseManifests("test.manifest", []byte(memManifestText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.events = &memEvents{}
-	cfg := Config{StateDir: m.dir, Kernel: m.b, Manifests: map[string]*Manifest{"py": ms[0]},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: m.events}
+	m.events = &eventLog{}
+	cfg := Config{StateDir: m.dir, Kernel: m.b, Manifests: testManifests(t), Logger: quiet, Events: m.events}
 	for _, f := range m.mods {
 		f(&cfg)
 	}
@@ -131,9 +90,7 @@ func (m *memoryAgent) open(t testing.TB) (*Agent, error) {
 
 func (m *memoryAgent) session(t testing.TB, id string) {
 	t.Helper()
-	if err := m.CreateSession(SessionSpec{ID: id, Image: "py"}); err != nil {
-		t.Fatalf("create session %s: %v", id, err)
-	}
+	mustSession(t, m.Agent, SessionSpec{ID: id, Image: "py"})
 }
 
 func (m *memoryAgent) grant(t testing.TB, req GrantRequest) *Grant {
@@ -141,69 +98,37 @@ func (m *memoryAgent) grant(t testing.TB, req GrantRequest) *Grant {
 	if req.Lifecycle == "" {
 		req.Lifecycle = LifecycleSession
 	}
-	g, err := m.Grant(memBG, req)
+	g, err := m.Grant(ctx, req)
 	if err != nil {
 		t.Fatalf("grant %v to %s: %v", req.Capability, req.Session, err)
 	}
 	return g
 }
 
-// use is what the backend decides for a TCP connect from session to dst.
-func (m *memoryAgent) use(t testing.TB, session, dst string) backend.Reason {
-	t.Helper()
-	r, err := m.b.Connect(session, netip.MustParseAddrPort(dst), backend.ProtoTCP)
-	if err != nil {
-		t.Fatalf("connect %s to %s: %v", session, dst, err)
-	}
-	return r
-}
-
+// The uses and the backend's state, as in setup_test.go, on m's backend.
 func (m *memoryAgent) wantUse(t testing.TB, session, dst string, want backend.Reason) {
 	t.Helper()
-	if got := m.use(t, session, dst); got != want {
-		t.Fatalf("connect %s to %s: %s, want %s", session, dst, got, want)
-	}
+	wantUse(t, m.b, session, dst, want)
 }
 
-// allowed and denied are the two outcomes the kernel tests tell apart.
 func (m *memoryAgent) wantAllowed(t testing.TB, session string, dsts ...string) {
 	t.Helper()
-	for _, d := range dsts {
-		m.wantUse(t, session, d, backend.ReasonNone)
-	}
+	wantAllowed(t, m.b, session, dsts...)
 }
 
 func (m *memoryAgent) wantDenied(t testing.TB, session string, dsts ...string) {
 	t.Helper()
-	for _, d := range dsts {
-		if got := m.use(t, session, d); got == backend.ReasonNone {
-			t.Fatalf("connect %s to %s allowed, want denied", session, d)
-		}
-	}
+	wantDenied(t, m.b, session, dsts...)
 }
 
 func (m *memoryAgent) liveHandles(t testing.TB) []backend.Handle {
 	t.Helper()
-	snap, err := m.b.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []backend.Handle
-	for _, h := range snap.Handles {
-		if h.State.Alive() {
-			out = append(out, h)
-		}
-	}
-	return out
+	return liveHandles(t, m.b)
 }
 
 func (m *memoryAgent) rules(t testing.TB, session string) []backend.EgressRule {
 	t.Helper()
-	snap, err := m.b.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap.Deltas[session].AddressRules()
+	return kernelRules(t, m.b, session)
 }
 
 // info returns the grant's view by id.
@@ -218,15 +143,7 @@ func (m *memoryAgent) info(t testing.TB, id string) GrantInfo {
 	return GrantInfo{}
 }
 
-// memEgress is a net.egress capability for one address and port.
-func memEgress(addr string) Capability {
-	ap := netip.MustParseAddrPort(addr)
-	return Capability{Class: ClassNetEgress, Egress: &EgressScope{
-		CIDRs: []netip.Prefix{netip.PrefixFrom(ap.Addr(), ap.Addr().BitLen())},
-		Ports: []PortRange{{Lo: ap.Port(), Hi: ap.Port()}},
-	}}
-}
-
+// memPrefixCap is a net.egress capability for a prefix, every port.
 func memPrefixCap(p string) Capability {
 	return Capability{Class: ClassNetEgress, Egress: &EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix(p)}}}
 }
@@ -239,7 +156,7 @@ func TestMemoryGrantRevoke(t *testing.T) {
 	m.session(t, "s1")
 	const x, other = "127.0.0.2:8080", "127.0.0.3:8080"
 	m.wantUse(t, "s1", x, backend.ReasonNoRule)
-	g := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(x)})
+	g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(x)})
 	if g.Tier != TierAuto {
 		t.Fatalf("loopback egress tier = %s", g.Tier)
 	}
@@ -253,7 +170,7 @@ func TestMemoryGrantRevoke(t *testing.T) {
 	if n, r := len(m.liveHandles(t)), len(m.rules(t, "s1")); n != 1 || r != 1 {
 		t.Fatalf("%d live handles and %d rules, want 1 and 1", n, r)
 	}
-	if err := m.Revoke(memBG, g.Handle); err != nil {
+	if err := m.Revoke(ctx, g.Handle); err != nil {
 		t.Fatal(err)
 	}
 	m.wantUse(t, "s1", x, backend.ReasonNoRule) // the rule went with the grant
@@ -263,20 +180,20 @@ func TestMemoryGrantRevoke(t *testing.T) {
 	if n, r := len(m.liveHandles(t)), len(m.rules(t, "s1")); n != 0 || r != 0 {
 		t.Fatalf("%d live handles and %d rules after revoke", n, r)
 	}
-	if err := m.Revoke(memBG, g.Handle); err != nil {
+	if err := m.Revoke(ctx, g.Handle); err != nil {
 		t.Fatalf("second revoke: %v", err)
 	}
-	if err := m.Consume(memBG, g.Handle); !errors.Is(err, ErrHandleRevoked) {
+	if err := m.Consume(ctx, g.Handle); !errors.Is(err, ErrHandleRevoked) {
 		t.Fatalf("replayed handle Consume: %v", err)
 	}
-	if _, err := m.Attenuate(memBG, g.Handle, GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrHandleRevoked) {
+	if _, err := m.Attenuate(ctx, g.Handle, GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrHandleRevoked) {
 		t.Fatalf("attenuate a revoked handle: %v", err)
 	}
 	forged := g.Handle[:len(g.Handle)-2] + "aa"
 	if forged == g.Handle {
 		forged = g.Handle[:len(g.Handle)-2] + "bb"
 	}
-	if err := m.Revoke(memBG, forged); !errors.Is(err, ErrForgedHandle) {
+	if err := m.Revoke(ctx, forged); !errors.Is(err, ErrForgedHandle) {
 		t.Fatalf("forged revoke: %v", err)
 	}
 	for _, k := range []string{"session.create", "grant.issue", "grant.revoke"} {
@@ -287,8 +204,9 @@ func TestMemoryGrantRevoke(t *testing.T) {
 }
 
 // TestMemoryMembrane: a child grant for a sub-agent session is narrower
-// than its parent; widening is refused and changes nothing; revoking the
-// parent kills child and grandchild at their next use.
+// than its parent; widening is refused and changes nothing; a once child
+// has no session-long grandchild; revoking the parent kills children and
+// grandchildren at their next use. The kernel's is TestAttenuationMembrane.
 func TestMemoryMembrane(t *testing.T) {
 	m := newMemoryAgent(t, func(c *Config) { c.Breaker = BreakerConfig{Consecutive: 100, Total: 100} })
 	m.session(t, "parent")
@@ -303,11 +221,12 @@ func TestMemoryMembrane(t *testing.T) {
 		want error
 	}{
 		{"wider prefix", memPrefixCap("127.0.0.0/28"), LifecycleSession, ErrWidens},
-		{"other prefix", memEgress("127.0.0.9:80"), LifecycleSession, ErrWidens},
+		{"other prefix", loopEgress("127.0.0.9:80"), LifecycleSession, ErrWidens},
+		{"add a domain", Capability{Class: ClassNetEgress, Egress: &EgressScope{Domains: []string{"a.example.com"}, Ports: []PortRange{{Lo: 443, Hi: 443}}}}, LifecycleSession, ErrWidens},
 		{"class change", Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, LifecycleSession, ErrWidens},
-		{"standing outlives", memEgress(x), LifecycleStanding, ErrStandingInSession},
+		{"standing outlives", loopEgress(x), LifecycleStanding, ErrStandingInSession},
 	} {
-		_, err := m.Attenuate(memBG, pg.Handle, GrantRequest{Session: "child", Capability: tc.c, Lifecycle: tc.lc})
+		_, err := m.Attenuate(ctx, pg.Handle, GrantRequest{Session: "child", Capability: tc.c, Lifecycle: tc.lc})
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
@@ -315,21 +234,32 @@ func TestMemoryMembrane(t *testing.T) {
 			t.Fatalf("%s: a refused attenuation changed the backend: %d live handles, want %d", tc.name, n, before)
 		}
 	}
-	cg, err := m.Attenuate(memBG, pg.Handle, GrantRequest{Session: "child", Capability: memEgress(x), Lifecycle: LifecycleSession})
+	cg, err := m.Attenuate(ctx, pg.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleSession})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gg, err := m.Attenuate(memBG, cg.Handle, GrantRequest{Session: "child", Capability: memEgress(x), Lifecycle: LifecycleSession})
+	gg, err := m.Attenuate(ctx, cg.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleSession})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ggi := m.info(t, gg.ID); ggi.Parent != cg.ID {
 		t.Fatalf("grandchild's parent %s, want %s", ggi.Parent, cg.ID)
 	}
+	// An approve-once child may have a once grandchild, never a session-long one.
+	oc, err := m.Attenuate(ctx, pg.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleOnce, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Attenuate(ctx, oc.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleOnce}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Attenuate(ctx, oc.Handle, GrantRequest{Session: "child", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrWidens) {
+		t.Fatalf("session grandchild of a once grant: %v", err)
+	}
 	m.wantAllowed(t, "child", x)
 	m.wantUse(t, "child", y, backend.ReasonNoRule)
 	m.wantAllowed(t, "parent", y)
-	if err := m.Revoke(memBG, pg.Handle); err != nil {
+	if err := m.Revoke(ctx, pg.Handle); err != nil {
 		t.Fatal(err)
 	}
 	m.wantDenied(t, "child", x)
@@ -339,7 +269,7 @@ func TestMemoryMembrane(t *testing.T) {
 			t.Fatalf("grant %s is %s after the membrane revoke", gi.ID[:8], gi.Phase)
 		}
 	}
-	if err := m.Revoke(memBG, gg.Handle); err != nil {
+	if err := m.Revoke(ctx, gg.Handle); err != nil {
 		t.Fatalf("revoking a dead descendant: %v", err)
 	}
 	if n := len(m.liveHandles(t)); n != 0 {
@@ -357,14 +287,14 @@ func TestMemoryRevokeIsOneWrite(t *testing.T) {
 	revoke := func(t *testing.T, token string) backend.Ops {
 		t.Helper()
 		before := m.b.Ops()
-		if err := m.Revoke(memBG, token); err != nil {
+		if err := m.Revoke(ctx, token); err != nil {
 			t.Fatal(err)
 		}
 		after := m.b.Ops()
 		return backend.Ops{RevokeWrites: after.RevokeWrites - before.RevokeWrites, Sweeps: after.Sweeps - before.Sweeps}
 	}
 	t.Run("leaf", func(t *testing.T) {
-		g := m.grant(t, GrantRequest{Session: "s1", Capability: memEgress(dsts[0])})
+		g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(dsts[0])})
 		m.wantAllowed(t, "s1", dsts[0])
 		if ops := revoke(t, g.Handle); ops.RevokeWrites != 1 || ops.Sweeps != 1 {
 			t.Fatalf("leaf revoke cost %+v, want one write and one sweep", ops)
@@ -378,17 +308,17 @@ func TestMemoryRevokeIsOneWrite(t *testing.T) {
 		pg := m.grant(t, GrantRequest{Session: "s1", Capability: memPrefixCap("127.0.0.0/29")})
 		var tokens []string
 		for _, d := range dsts {
-			c, err := m.Attenuate(memBG, pg.Handle, GrantRequest{Session: "s1", Capability: memEgress(d), Lifecycle: LifecycleSession})
+			c, err := m.Attenuate(ctx, pg.Handle, GrantRequest{Session: "s1", Capability: loopEgress(d), Lifecycle: LifecycleSession})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tokens = append(tokens, c.Handle)
 		}
-		gc, err := m.Attenuate(memBG, tokens[0], GrantRequest{Session: "s1", Capability: memEgress(dsts[0]), Lifecycle: LifecycleSession})
+		gc, err := m.Attenuate(ctx, tokens[0], GrantRequest{Session: "s1", Capability: loopEgress(dsts[0]), Lifecycle: LifecycleSession})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Attenuate(memBG, gc.Handle, GrantRequest{Session: "s1", Capability: memEgress(dsts[0]), Lifecycle: LifecycleSession}); err != nil {
+		if _, err := m.Attenuate(ctx, gc.Handle, GrantRequest{Session: "s1", Capability: loopEgress(dsts[0]), Lifecycle: LifecycleSession}); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(m.liveHandles(t)); n != 6 {
@@ -409,41 +339,4 @@ func TestMemoryRevokeIsOneWrite(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestMemoryGrantRefusals: every refusal of the gate leaves state and
-// backend as they were.
-func TestMemoryGrantRefusals(t *testing.T) {
-	m := newMemoryAgent(t, func(c *Config) { c.Breaker = BreakerConfig{Consecutive: 100, Total: 100} })
-	m.session(t, "s1")
-	const x = "127.0.0.2:8080"
-	for _, tc := range []struct {
-		name string
-		req  GrantRequest
-		want error
-	}{
-		{"outside manifest", GrantRequest{Session: "s1", Capability: memEgress("10.0.0.1:80"), Lifecycle: LifecycleSession}, ErrOutsideManifest},
-		{"not enforceable (clipboard)", GrantRequest{Session: "s1", Capability: Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, Lifecycle: LifecycleSession}, ErrNotEnforceable},
-		{"standing in session", GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleStanding}, ErrStandingInSession},
-		{"unknown session", GrantRequest{Session: "nope", Capability: memEgress(x), Lifecycle: LifecycleSession}, ErrUnknownSession},
-		{"first-party ask", GrantRequest{Session: "s1", Capability: memEgress("127.0.1.1:80"), Lifecycle: LifecycleSession}, ErrApprovalRequired},
-	} {
-		before := len(m.Grants(""))
-		if _, err := m.Grant(memBG, tc.req); !errors.Is(err, tc.want) {
-			t.Fatalf("%s: err = %v, want %v", tc.name, err, tc.want)
-		}
-		if n := len(m.liveHandles(t)); n != 0 {
-			t.Fatalf("%s: refusal left %d live handles", tc.name, n)
-		}
-		if n := len(m.Grants("")); n != before {
-			t.Fatalf("%s: refusal added grant records (%d → %d)", tc.name, before, n)
-		}
-	}
-	// A class the backend reports unavailable is not grantable.
-	off := memory.MustNew(memory.Config{Classes: []backend.Strength{{Class: backend.ClassNetEgress, Level: backend.Unavailable, Mechanism: "none", Reason: "test: no egress here"}}})
-	m2 := newMemoryAgentOn(t, off)
-	m2.session(t, "s1")
-	if _, err := m2.Grant(memBG, GrantRequest{Session: "s1", Capability: memEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrNotEnforceable) {
-		t.Fatalf("egress on a backend without it: %v", err)
-	}
 }

@@ -12,7 +12,8 @@ import (
 // counted by the backend: revoking a leaf grant is exactly one handle-state
 // write and at most one socket sweep; revoking a parent with N descendants
 // is still one write and one sweep (the kernel's parent walk kills the
-// subtree; the agent then only reclaims rules and slots).
+// subtree; the agent then only reclaims rules and slots). Memory twin:
+// TestMemoryRevokeIsOneWrite.
 func TestRevokeIsOneWrite(t *testing.T) {
 	d, _ := newKernel(t)
 	a := openAgent(t, d, t.TempDir())

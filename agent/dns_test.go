@@ -1,5 +1,8 @@
 package agent
 
+// The agent keeps an attached resolver's policies in step with the grants,
+// on the memory backend (no root, any GOOS).
+
 import (
 	"errors"
 	"slices"
@@ -49,7 +52,7 @@ func (f *fakeDNS) domains(s string) ([]string, bool) {
 // once, and the policy of a session whose grants change before the call that
 // changed them returns; an ended session's policy is removed.
 func TestDNSFollowsGrants(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	a := openAgent(t, d, t.TempDir())
 	mustSession(t, a, SessionSpec{ID: "s1"})
 	f := &fakeDNS{pol: map[string][]string{}}

@@ -1,23 +1,27 @@
 package agent
 
+// net.inbound through the agent, on the memory backend (no root, any GOOS):
+// a new inbound flow is asked of the backend's Accept, which decides as the
+// kernel's ingress hook does (the kernel's own are dataplane's inbound
+// tests).
+
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// TestInboundThroughTheAgent: net.inbound is its own grant, end to end. A
-// peer connecting to a session's listener is refused in the kernel without
-// it (also with an egress grant covering the peer), admitted once the agent
+// TestInboundThroughTheAgent: net.inbound is its own grant. A peer
+// connecting to a session's listener is refused by the backend without it
+// (also with an egress grant covering the peer), admitted once the agent
 // grants net.inbound for that peer and port, refused again after the revoke
 // (the next connect). Its default tier is ask; a child cannot widen it; a
 // refusal escalates to a card for exactly the peer and the port.
 func TestInboundThroughTheAgent(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	ms, err := ParseManifests("in.manifest", []byte(`image web
 allow net.egress cidrs=127.0.0.0/24
 allow net.inbound cidrs=127.0.0.0/24 tier=auto
@@ -30,18 +34,12 @@ escalate net.inbound
 	log := &eventLog{}
 	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Manifests = map[string]*Manifest{"web": ms[0]}; c.Events = log })
 	mustSession(t, a, SessionSpec{ID: "w", Image: "web"})
-	p := startProbe(t, d, "w")
-	got := p.Do("listen l 127.0.0.1:0")
-	if !strings.HasPrefix(got, "ok ") {
-		t.Fatalf("listen: %s", got)
-	}
-	target := "127.0.0.1:" + strings.TrimPrefix(got, "ok ")
-	port := netip.MustParseAddrPort(target).Port()
+	// The session listens on port; the peer connects from 127.0.0.12.
+	const port = uint16(8080)
 	dial := func() error {
-		dl := net.Dialer{Timeout: 300 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.12")}}
-		c, err := dl.Dial("tcp", target)
-		if err == nil {
-			c.Close()
+		why, err := d.Accept("w", netip.MustParseAddrPort("127.0.0.12:40000"), port, backend.ProtoTCP)
+		if err == nil && why != backend.ReasonNone {
+			err = fmt.Errorf("refused: %s", why)
 		}
 		return err
 	}
@@ -68,9 +66,6 @@ escalate net.inbound
 	}
 	if err := dial(); err != nil {
 		t.Fatalf("dial with net.inbound granted: %v", err)
-	}
-	if got := p.Do("accept l c 1000"); got != "ok" {
-		t.Fatalf("accept: %s", got)
 	}
 	// Attenuation: a child may narrow, never widen (a wider prefix, another
 	// port, every port).

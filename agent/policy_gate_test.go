@@ -1,6 +1,7 @@
 package agent
 
-// Tier-3 tests of the policy gate (apply, restart) and use-time decisions.
+// Tests of the policy gate (apply, restart) and use-time decisions, on the
+// memory backend (no root, any GOOS).
 
 import (
 	"errors"
@@ -21,7 +22,7 @@ when { principal.image == "trainer" && context.request.mode == "compute" };
 // and the live set unchanged), and applied with AllowWidening, audited.
 func TestPolicyApplyGate(t *testing.T) {
 	needZ3(t)
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "gpu.cedar"), gpuAdmin)
 	ev := &eventLog{}
@@ -76,7 +77,7 @@ func TestPolicyApplyGate(t *testing.T) {
 // one starts.
 func TestPolicyRestartWidening(t *testing.T) {
 	needZ3(t)
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	dir, state := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(dir, "gpu.cedar"), gpuAdmin)
 	a := openAgent(t, d, state, func(c *Config) { c.PolicyDir = dir })
@@ -109,7 +110,7 @@ func TestPolicyRestartWidening(t *testing.T) {
 // TestDecideUse: use-time decisions name the rule that decided: a live
 // grant, a hard-deny forbid, or the default deny.
 func TestDecideUse(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	a := openAgent(t, d, t.TempDir())
 	mustSession(t, a, SessionSpec{ID: "s1", Home: "/home/agent"})
 	g, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress("127.0.0.2:443"), Lifecycle: LifecycleSession})

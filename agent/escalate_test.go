@@ -7,16 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// TestEscalationBurst: a burst of 1,000 kernel denials to one destination
-// opens exactly one Ask card for exactly that scope (once, the address /32,
-// the port), even for a destination the tier table would auto-grant; the
-// same from 1,000 concurrent reports; off for an image whose manifest does
-// not say "escalate net.egress".
+// TestEscalationBurst, on the memory backend (no root, any GOOS): a burst
+// of 1,000 backend denials to one destination opens exactly one Ask card
+// for exactly that scope (once, the address /32, the port), even for a
+// destination the tier table would auto-grant; the same from 1,000
+// concurrent reports; off for an image whose manifest does not say
+// "escalate net.egress". (The kernel's denial events are dataplane's
+// TestEventsAndCounters.)
 func TestEscalationBurst(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	ms, err := ParseManifests("esc.manifest", []byte(testManifest+"escalate net.egress\nimage quiet\nallow net.egress cidrs=127.0.0.0/24\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -28,16 +30,15 @@ func TestEscalationBurst(t *testing.T) {
 	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Manifests = man })
 	mustSession(t, a, SessionSpec{ID: "s1"})
 	mustSession(t, a, SessionSpec{ID: "s2", Image: "quiet"})
-	srv := listenTCP(t, "127.0.0.9:0")
+	const srv = "127.0.0.9:8080"
 
-	// 1,000 real connects, denied in the kernel; the denial events go to
+	// 1,000 connects, denied by the backend; the denial events go to
 	// EscalateDenial as the daemon's event loop sends them.
 	rd, err := d.Events()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	p := startProbe(t, d, "s1")
 	var opened, seen atomic.Int64
 	done := make(chan struct{})
 	go func() {
@@ -48,7 +49,7 @@ func TestEscalationBurst(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if ev.Reason != dataplane.ReasonNoRule {
+			if ev.Reason != backend.ReasonNoRule {
 				continue
 			}
 			seen.Add(1)
@@ -64,8 +65,8 @@ func TestEscalationBurst(t *testing.T) {
 		}
 	}()
 	for i := 0; i < 1000; i++ {
-		if got := p.DoAsync("tcp " + srv); got != "err EPERM" {
-			t.Fatalf("connect %d: %s", i, got)
+		if got := connectTCP(t, d, "s1", srv); got != backend.ReasonNoRule {
+			t.Fatalf("connect %d: %s, want %s", i, got, backend.ReasonNoRule)
 		}
 	}
 	<-done

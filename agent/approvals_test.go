@@ -1,8 +1,8 @@
 package agent
 
-// Tier-3 tests of approvals and the breaker: Asks across a restart, the
-// denial circuit breaker, cross-session delegation at Ask tier (moved from
-// agent_linux_test.go).
+// Tests of approvals and the breaker, on the memory backend (no root, any
+// GOOS): Asks across a restart, the denial circuit breaker, cross-session
+// delegation at Ask tier.
 
 import (
 	"errors"
@@ -13,19 +13,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // TestApprovalsSurviveRestart: an Ask waits for a human across a restart;
 // approval runs the GRANT sequence; a timed-out approval does not run.
 func TestApprovalsSurviveRestart(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	dir := t.TempDir()
 	now := time.Now()
 	clock := func() time.Time { return now }
 	a := openAgent(t, d, dir, func(c *Config) { c.Now = clock })
 	mustSession(t, a, SessionSpec{ID: "s1"})
-	target := listenTCP(t, "127.0.1.7:0")
+	const target = "127.0.1.7:8080"
 	_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: loopEgress(target), Lifecycle: LifecycleSession, Requester: "agent-7"})
 	var are *ApprovalRequiredError
 	if !errors.As(err, &are) || are.Tier != TierAsk {
@@ -48,10 +48,8 @@ func TestApprovalsSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startProbe(t, d, "s1")
-	if got := p.DoAsync("tcp " + target); got != "ok" {
-		t.Fatalf("after approval: %s", got)
-	}
+	wantDenied(t, d, "s1", "127.0.1.8:80")
+	wantAllowed(t, d, "s1", target) // after approval
 	if _, err := a.Approve(ctx, are.ID, "alice"); !errors.Is(err, ErrUnknownApproval) {
 		t.Fatalf("approve twice: %v", err)
 	}
@@ -67,7 +65,7 @@ func TestApprovalsSurviveRestart(t *testing.T) {
 // TestBreaker: 3 consecutive denials escalate an attended session (every
 // later grant asks a human) and terminate a headless one.
 func TestBreaker(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	a := openAgent(t, d, t.TempDir())
 	mustSession(t, a, SessionSpec{ID: "att"})
 	mustSession(t, a, SessionSpec{ID: "headless", Headless: true})
@@ -81,7 +79,7 @@ func TestBreaker(t *testing.T) {
 	if !b.Tripped || b.Consecutive != 3 {
 		t.Fatalf("breaker = %+v", b)
 	}
-	x := listenTCP(t, "127.0.0.2:0")
+	const x = "127.0.0.2:8080"
 	if _, err := a.Grant(ctx, GrantRequest{Session: "att", Capability: loopEgress(x), Lifecycle: LifecycleSession}); !errors.Is(err, ErrApprovalRequired) {
 		t.Fatalf("auto grant on an escalated session: %v", err)
 	}
@@ -110,8 +108,8 @@ func TestBreaker(t *testing.T) {
 	if _, err := a.Breaker("headless"); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("headless session not terminated: %v", err)
 	}
-	if _, err := d.Session("headless"); !errors.Is(err, dataplane.ErrSessionNotFound) {
-		t.Fatalf("headless kernel session still there: %v", err)
+	if _, err := d.Session("headless"); !errors.Is(err, backend.ErrSessionNotFound) {
+		t.Fatalf("headless backend session still there: %v", err)
 	}
 	// Total threshold, configurable.
 	a2 := openAgent(t, d, t.TempDir(), func(c *Config) { c.Breaker = BreakerConfig{Consecutive: 100, Total: 4} })
@@ -127,7 +125,7 @@ func TestBreaker(t *testing.T) {
 // TestCrossSessionAttenuationAsks: delegating to another session at Ask tier
 // waits for a human; the pending approval never holds the parent's token.
 func TestCrossSessionAttenuationAsks(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	dir := t.TempDir()
 	a := openAgent(t, d, dir)
 	mustSession(t, a, SessionSpec{ID: "s1"})

@@ -1,5 +1,7 @@
 package agent
 
+// Tests of approval cards, on the memory backend (no root, any GOOS).
+
 import (
 	"encoding/json"
 	"errors"
@@ -16,7 +18,7 @@ import (
 // same scope later without a card; Sweep marks a card whose approvals timed
 // out.
 func TestCardsInAgentState(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	dir := t.TempDir()
 	now := time.Now()
 	clock := func() time.Time { return now }
@@ -127,7 +129,7 @@ func TestCardsInAgentState(t *testing.T) {
 // TestLegacyCardsFileImported: a cards.json left by a daemon that kept cards
 // in the API server is folded into the state at Open, then removed.
 func TestLegacyCardsFileImported(t *testing.T) {
-	d, _ := newKernel(t)
+	d := memKernel(t)
 	dir := t.TempDir()
 	legacy := map[string]any{
 		"cards":    map[string]*Card{"c-legacy": {ID: "c-legacy", Session: "s1", Tier: TierAsk, Created: time.Now(), Status: CardApproved, Decision: "pattern", Decider: "bob"}},
