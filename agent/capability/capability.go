@@ -44,6 +44,9 @@ const (
 // net.egress.
 var Classes = backend.Classes
 
+// NumClasses is len(Classes), a constant: per-class tables may be arrays.
+const NumClasses = backend.NumClasses
+
 // ParseClass parses a class name.
 func ParseClass(s string) (Class, error) {
 	for _, c := range Classes {
