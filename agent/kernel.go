@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
 // Kernel is the OS seam the agent drives: one backend.Backend per host. The
@@ -27,8 +28,8 @@ func (a *Agent) Enforcement() []Enforcement {
 }
 
 func (a *Agent) enforceable(c Capability) error {
-	if c.Class == ClassNetEgress && c.Egress != nil && c.Egress.TLSInspect {
-		return ErrTLSInspection
+	if err := capability.Unenforced(c); err != nil {
+		return err
 	}
 	s := a.kernel.Probe().Class(c.Class)
 	if !s.Level.Enforceable() {
@@ -37,68 +38,14 @@ func (a *Agent) enforceable(c Capability) error {
 	return nil
 }
 
-// ClassEntry is one capability class's entry in the registry: how a
-// capability of the class compiles to its section of a backend.Delta. The
-// agent loops over the registry; a class without an entry compiles to
-// nothing of its own (its enforcement, if any, is the backend's probe row:
-// a class is grantable only where that row enforces something).
-type ClassEntry struct {
-	Class Class
-	// Compile turns a normalized capability of the class into the Delta
-	// the grant's handle ref carries.
-	Compile func(c Capability, ref backend.HandleRef) backend.Delta
-}
-
-// registry holds the classes that compile to OS state, by class.
-var registry = map[Class]ClassEntry{
-	ClassNetEgress:  {Class: ClassNetEgress, Compile: compileEgress},
-	ClassNetInbound: {Class: ClassNetInbound, Compile: compileInbound},
-}
-
-// compile is a capability's Delta under ref (empty for a class with no
-// OS state of its own).
+// compile is a capability's Delta under ref: its class's registry entry
+// (agent/capability, class_<name>.go) compiles it; a class with no OS state
+// of its own compiles to an empty Delta.
 func compile(c Capability, ref backend.HandleRef) backend.Delta {
-	c = c.Normalized()
-	if e, ok := registry[c.Class]; ok {
-		return e.Compile(c, ref)
-	}
-	return backend.Delta{}
+	return capability.Compile(c, ref)
 }
 
-// compileEgress: every cidr × every port range (any port when none), any
-// transport, all carried by the grant's handle. Domains compile to nothing
-// here: the allowlisting resolver turns their answers into rules under the
-// same handle.
-func compileEgress(c Capability, ref backend.HandleRef) backend.Delta {
-	var d backend.Delta
-	for _, p := range c.Egress.CIDRs {
-		for _, pr := range kernelPorts(c.Egress.Ports) {
-			d.Egress = append(d.Egress, backend.EgressRule{Prefix: p, Proto: backend.ProtoAny, Ports: pr, Handle: ref})
-		}
-	}
-	return d
-}
-
-// compileInbound: every cidr (where a peer connects from) × every port range
-// (the session's own ports; any when none), any transport, marked Inbound.
-func compileInbound(c Capability, ref backend.HandleRef) backend.Delta {
-	var d backend.Delta
-	for _, p := range c.Inbound.CIDRs {
-		for _, pr := range kernelPorts(c.Inbound.Ports) {
-			d.Inbound = append(d.Inbound, backend.EgressRule{Prefix: p, Proto: backend.ProtoAny, Ports: pr, Handle: ref, Inbound: true})
-		}
-	}
-	return d
-}
-
-// kernelPorts is a scope's ports as kernel ranges: any port when none.
+// kernelPorts is a scope's ports as the seam's ranges: any port when none.
 func kernelPorts(ports []PortRange) []backend.PortRange {
-	if len(ports) == 0 {
-		return []backend.PortRange{backend.AnyPort}
-	}
-	out := make([]backend.PortRange, 0, len(ports))
-	for _, p := range ports {
-		out = append(out, backend.PortRange{Lo: p.Lo, Hi: p.Hi})
-	}
-	return out
+	return capability.BackendPorts(ports)
 }

@@ -36,7 +36,7 @@ func (d *Dataplane) probe() backend.Report {
 		r.Facts["landlock_abi"] = "unavailable: " + llErr.Error()
 	}
 
-	egress := backend.Strength{Class: "net.egress", Level: backend.RevocableInKernel}
+	egress := backend.Strength{Class: backend.ClassNetEgress, Level: backend.RevocableInKernel}
 	switch d.cfg.FlowMode {
 	case FlowSweep:
 		egress.Mechanism = "BPF cgroup/connect4|6 + sendmsg4|6 allowlist per session, checked against the grant's caretaker handle at use; handshakes checked at cgroup_skb ingress; open flows destroyed by iter/tcp+udp bpf_sock_destroy sweeps on revoke"
@@ -44,12 +44,12 @@ func (d *Dataplane) probe() backend.Report {
 	case FlowPacket:
 		egress.Mechanism = "BPF cgroup/connect4|6 + sendmsg4|6 allowlist per session, checked against the grant's caretaker handle at use; every packet of an open flow re-checked at cgroup_skb"
 	default:
-		egress = backend.Strength{Class: "net.egress", Level: backend.Unavailable, Mechanism: "none", Reason: "flow mode " + d.cfg.FlowMode.String() + " was not resolved"}
+		egress = backend.Strength{Class: backend.ClassNetEgress, Level: backend.Unavailable, Mechanism: "none", Reason: "flow mode " + d.cfg.FlowMode.String() + " was not resolved"}
 	}
 	r.Classes = append(r.Classes, egress)
 
 	// net.inbound: the same ingress hook in both modes, the same handles.
-	inbound := backend.Strength{Class: "net.inbound", Level: backend.RevocableInKernel}
+	inbound := backend.Strength{Class: backend.ClassNetInbound, Level: backend.RevocableInKernel}
 	switch d.cfg.FlowMode {
 	case FlowSweep:
 		inbound.Mechanism = "BPF cgroup_skb/ingress: a SYN to a session listener, or a datagram to an unconnected session UDP socket that is no reply to the session's egress, must match an inbound rule (source prefix, local port) under a live caretaker handle; accepted flows destroyed by the iter/tcp sweep on revoke"
@@ -57,23 +57,23 @@ func (d *Dataplane) probe() backend.Report {
 	case FlowPacket:
 		inbound.Mechanism = "BPF cgroup_skb/ingress: a SYN to a session listener, or a datagram to an unconnected session UDP socket that is no reply to the session's egress, must match an inbound rule (source prefix, local port) under a live caretaker handle; every packet of an accepted flow re-checked at cgroup_skb"
 	default:
-		inbound = backend.Strength{Class: "net.inbound", Level: backend.Unavailable, Mechanism: "none", Reason: egress.Reason}
+		inbound = backend.Strength{Class: backend.ClassNetInbound, Level: backend.Unavailable, Mechanism: "none", Reason: egress.Reason}
 	}
 	r.Classes = append(r.Classes, inbound)
 
-	fs := backend.Strength{Class: "fs.scope", Level: backend.Unavailable, Mechanism: "none"}
+	fs := backend.Strength{Class: backend.ClassFSScope, Level: backend.Unavailable, Mechanism: "none"}
 	if llErr == nil {
 		fs.Reason = fmt.Sprintf("Landlock ABI %d is present, but this build wires no fs.scope backend", abi)
 	} else {
 		fs.Reason = "no Landlock on this kernel (" + llErr.Error() + ") and no fs.scope backend in this build"
 	}
 	r.Classes = append(r.Classes, fs,
-		backend.Strength{Class: "clipboard", Level: backend.Unavailable, Mechanism: "none", Reason: "a desktop-substrate control: a Linux host has no clipboard to gate"},
-		backend.Strength{Class: "gpu", Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev device grants and NVML metering are not wired in this build (an unmetered device class is not grantable)"},
-		backend.Strength{Class: "install.privileged", Level: backend.Unavailable, Mechanism: "none", Reason: "the capability broker is not built"},
-		backend.Strength{Class: "persistence", Level: backend.Unavailable, Mechanism: "none", Reason: "the overlay/bind-mount scope is not built"},
-		backend.Strength{Class: "credentials", Level: backend.Unavailable, Mechanism: "none", Reason: "the credential broker is not built"},
-		backend.Strength{Class: "peripheral", Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
+		backend.Strength{Class: backend.ClassClipboard, Level: backend.Unavailable, Mechanism: "none", Reason: "a desktop-substrate control: a Linux host has no clipboard to gate"},
+		backend.Strength{Class: backend.ClassGPU, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev device grants and NVML metering are not wired in this build (an unmetered device class is not grantable)"},
+		backend.Strength{Class: backend.ClassInstall, Level: backend.Unavailable, Mechanism: "none", Reason: "the capability broker is not built"},
+		backend.Strength{Class: backend.ClassPersistence, Level: backend.Unavailable, Mechanism: "none", Reason: "the overlay/bind-mount scope is not built"},
+		backend.Strength{Class: backend.ClassCredentials, Level: backend.Unavailable, Mechanism: "none", Reason: "the credential broker is not built"},
+		backend.Strength{Class: backend.ClassPeripheral, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
 	)
 	if d.boundaryReport(&r) {
 		return r

@@ -43,9 +43,15 @@ const (
 	ClassPeripheral  Class = "peripheral"
 )
 
+// classes is Classes as an array, so that NumClasses is a constant.
+var classes = [...]Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
+
+// NumClasses is len(Classes), a constant: per-class tables may be arrays.
+const NumClasses = len(classes)
+
 // Classes lists the classes in the seed's order, net.inbound after
 // net.egress.
-var Classes = []Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
+var Classes = classes[:]
 
 // Enforceable reports whether the level enforces anything.
 func (l Level) Enforceable() bool { return l != Unavailable && l != "" }

@@ -307,6 +307,16 @@ const (
 
 var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound"}
 
+// Class is the capability class whose enforcement a denial of this reason
+// is: net.inbound for no_inbound, net.egress for every other reason today
+// (a class whose hook denies adds its reasons, and its case here).
+func (r Reason) Class() Class {
+	if r == ReasonNoInbound {
+		return ClassNetInbound
+	}
+	return ClassNetEgress
+}
+
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]

@@ -1,9 +1,14 @@
 package capability
 
 // Decision layer: the capability grammar. The nine classes (the seed's
-// eight, plus net.inbound, the seed's NetworkGrant.inbound as its own grant), their typed
-// scopes (the zero scope grants nothing), normalization, validation and the
-// manifest-syntax rendering. Containment (Within) is in capability_within.go.
+// eight, plus net.inbound, the seed's NetworkGrant.inbound as its own grant),
+// the Capability that holds one class's typed scope (the zero scope grants
+// nothing), normalization and validation. Each class is one registry entry
+// in its own file (class_<name>.go: its scope type, manifest keys,
+// validation, containment, default tier and compile function; registry.go
+// says what an entry holds); the functions here look the class up there.
+// Containment (Within) is in capability_within.go, the renderings in
+// capability_render.go.
 
 import (
 	"cmp"
@@ -38,6 +43,9 @@ const (
 // Classes lists the classes in the seed's order, net.inbound after
 // net.egress.
 var Classes = backend.Classes
+
+// NumClasses is len(Classes), a constant: per-class tables may be arrays.
+const NumClasses = backend.NumClasses
 
 // ParseClass parses a class name.
 func ParseClass(s string) (Class, error) {
@@ -93,94 +101,11 @@ func ParsePortRange(s string) (PortRange, error) {
 	return r, r.validate()
 }
 
-// EgressScope is the scope of net.egress. Domains are exact names, "*.name"
-// (proper subdomains only) or "**.name" (the name and its subdomains). An
-// empty Ports list means every port. TLSInspect asks that the flows go through
-// the TLS-inspecting proxy; a scope with it set is narrower than one without.
-type EgressScope struct {
-	Domains    []string       `json:"domains,omitempty"`
-	CIDRs      []netip.Prefix `json:"cidrs,omitempty"`
-	Ports      []PortRange    `json:"ports,omitempty"`
-	TLSInspect bool           `json:"tls_inspect,omitempty"`
-}
-
-// InboundScope is the scope of net.inbound: peers in CIDRs may open flows
-// to the session's own Ports (a TCP connection to a listener, a datagram to
-// an unconnected UDP socket); an empty Ports list means every local port.
-// No CIDR: nobody may connect in (the zero scope). A connection admitted
-// under it carries data both ways for as long as the grant lives; it never
-// lets the session connect or send anywhere (that is net.egress).
-type InboundScope struct {
-	CIDRs []netip.Prefix `json:"cidrs,omitempty"`
-	Ports []PortRange    `json:"ports,omitempty"`
-}
-
-// FSScope is the scope of fs.scope: absolute, clean path prefixes. Write does
-// not imply read. A path under a Deny entry is denied whatever Read and Write
-// say (deny wins; stricter than the seed's narrowest-last ordering).
-type FSScope struct {
-	Read  []string `json:"read,omitempty"`
-	Write []string `json:"write,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
-}
-
-// ClipboardScope is the scope of clipboard; both directions default to off.
-type ClipboardScope struct {
-	PasteIn bool `json:"paste_in,omitempty"`
-	CopyOut bool `json:"copy_out,omitempty"`
-}
-
-// GPU modes. GPUModeRaw (raw device access) is an extension of the seed's
-// compute|render: it exists so a manifest can name it, and it is Block tier.
-const (
-	GPUModeCompute = "compute"
-	GPUModeRender  = "render"
-	GPUModeRaw     = "raw"
-)
-
-// GPUScope is the scope of gpu.
-type GPUScope struct {
-	DeviceIDs []string `json:"device_ids,omitempty"`
-	Mode      string   `json:"mode,omitempty"`
-}
-
-// Install scopes.
-const (
-	InstallPkg = "pkg"
-	InstallAny = "any"
-)
-
-// InstallScope is the scope of install.privileged: "pkg" (package installs
-// through a broker) or "any" (sudo; Block tier).
-type InstallScope struct {
-	Scope string `json:"scope,omitempty"`
-}
-
-// PersistenceScope is the scope of persistence.
-type PersistenceScope struct {
-	Paths           []string `json:"paths,omitempty"`
-	SurvivesSession bool     `json:"survives_session,omitempty"`
-}
-
-// CredentialsScope is the scope of credentials. NeverRaw is an invariant: it
-// must be true in every credentials capability (the model never sees a
-// plaintext secret; the broker injects it).
-type CredentialsScope struct {
-	BrokerScopes []string `json:"broker_scopes,omitempty"`
-	NeverRaw     bool     `json:"never_raw"`
-}
-
-// PeripheralScope is the scope of peripheral.
-type PeripheralScope struct {
-	Camera      bool     `json:"camera,omitempty"`
-	Mic         bool     `json:"mic,omitempty"`
-	USB         []string `json:"usb,omitempty"`
-	InputInject bool     `json:"input_inject,omitempty"`
-}
-
 // Capability is one typed capability: its class and the scope of that class.
 // Exactly the field matching Class is set (nil means the empty scope). The
-// zero scope of every class grants nothing.
+// zero scope of every class grants nothing. A class adds its field here (its
+// JSON name is the class name with '.' as '_'); the scope type lives in the
+// class's own file.
 type Capability struct {
 	Class       Class             `json:"class"`
 	Egress      *EgressScope      `json:"net_egress,omitempty"`
@@ -204,81 +129,17 @@ func Empty(c Class) Capability {
 // fill sets the scope pointer of the capability's class to its zero value
 // when nil, so callers can read it without nil checks.
 func (c *Capability) fill() {
-	switch c.Class {
-	case ClassNetEgress:
-		if c.Egress == nil {
-			c.Egress = &EgressScope{}
-		}
-	case ClassNetInbound:
-		if c.Inbound == nil {
-			c.Inbound = &InboundScope{}
-		}
-	case ClassFSScope:
-		if c.FS == nil {
-			c.FS = &FSScope{}
-		}
-	case ClassClipboard:
-		if c.Clipboard == nil {
-			c.Clipboard = &ClipboardScope{}
-		}
-	case ClassGPU:
-		if c.GPU == nil {
-			c.GPU = &GPUScope{}
-		}
-	case ClassInstall:
-		if c.Install == nil {
-			c.Install = &InstallScope{}
-		}
-	case ClassPersistence:
-		if c.Persistence == nil {
-			c.Persistence = &PersistenceScope{}
-		}
-	case ClassCredentials:
-		if c.Credentials == nil {
-			c.Credentials = &CredentialsScope{NeverRaw: true}
-		}
-	case ClassPeripheral:
-		if c.Peripheral == nil {
-			c.Peripheral = &PeripheralScope{}
-		}
+	if s := specOf(c.Class); s != nil {
+		s.fill(c)
 	}
 }
 
 // Normalized returns a copy with its scope filled, lists sorted and
 // de-duplicated, and domains lower-cased, so equal capabilities compare equal.
 func (c Capability) Normalized() Capability {
-	c.fill()
-	switch c.Class {
-	case ClassNetEgress:
-		e := *c.Egress
-		e.Domains = sortedUnique(lower(e.Domains))
-		e.CIDRs = sortedPrefixes(e.CIDRs)
-		e.Ports = sortedPorts(e.Ports)
-		c.Egress = &e
-	case ClassNetInbound:
-		c.Inbound = &InboundScope{CIDRs: sortedPrefixes(c.Inbound.CIDRs), Ports: sortedPorts(c.Inbound.Ports)}
-	case ClassFSScope:
-		f := FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Deny: sortedUnique(c.FS.Deny)}
-		c.FS = &f
-	case ClassClipboard:
-		v := *c.Clipboard
-		c.Clipboard = &v
-	case ClassGPU:
-		g := GPUScope{DeviceIDs: sortedUnique(c.GPU.DeviceIDs), Mode: c.GPU.Mode}
-		c.GPU = &g
-	case ClassInstall:
-		v := *c.Install
-		c.Install = &v
-	case ClassPersistence:
-		p := PersistenceScope{Paths: sortedUnique(c.Persistence.Paths), SurvivesSession: c.Persistence.SurvivesSession}
-		c.Persistence = &p
-	case ClassCredentials:
-		v := CredentialsScope{BrokerScopes: sortedUnique(c.Credentials.BrokerScopes), NeverRaw: c.Credentials.NeverRaw}
-		c.Credentials = &v
-	case ClassPeripheral:
-		v := *c.Peripheral
-		v.USB = sortedUnique(v.USB)
-		c.Peripheral = &v
+	if s := specOf(c.Class); s != nil {
+		s.fill(&c)
+		s.normalize(&c)
 	}
 	return c
 }
@@ -323,149 +184,34 @@ func (c Capability) Validate() error {
 	if _, err := ParseClass(string(c.Class)); err != nil {
 		return err
 	}
+	s := specOf(c.Class)
+	if s == nil {
+		return fmt.Errorf("%w: class %q has no grammar", ErrInvalidCapability, c.Class)
+	}
 	set := 0
-	for _, p := range []bool{c.Egress != nil, c.Inbound != nil, c.FS != nil, c.Clipboard != nil, c.GPU != nil, c.Install != nil, c.Persistence != nil, c.Credentials != nil, c.Peripheral != nil} {
-		if p {
+	for _, o := range specs {
+		if o.has(&c) {
 			set++
 		}
 	}
-	c2 := c
-	c2.fill()
-	if set > 1 || (set == 1 && !c.scopeFieldSet()) {
+	if set > 1 || (set == 1 && !s.has(&c)) {
 		return fmt.Errorf("%w: %s capability carries the scope of another class", ErrInvalidCapability, c.Class)
 	}
-	c = c2
-	switch c.Class {
-	case ClassNetEgress:
-		for _, d := range c.Egress.Domains {
-			if err := ValidateDomainPattern(d); err != nil {
-				return err
-			}
-		}
-		for _, p := range c.Egress.CIDRs {
-			if !p.IsValid() || p.Masked() != p || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-				return fmt.Errorf("%w: net.egress cidr %v (want a masked prefix without zone, IPv4 in IPv4 form)", ErrInvalidCapability, p)
-			}
-		}
-		for _, r := range c.Egress.Ports {
-			if err := r.validate(); err != nil {
-				return err
-			}
-		}
-	case ClassNetInbound:
-		for _, p := range c.Inbound.CIDRs {
-			if !p.IsValid() || p.Masked() != p || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-				return fmt.Errorf("%w: net.inbound cidr %v (want a masked prefix without zone, IPv4 in IPv4 form)", ErrInvalidCapability, p)
-			}
-		}
-		for _, r := range c.Inbound.Ports {
-			if err := r.validate(); err != nil {
-				return err
-			}
-		}
-	case ClassFSScope:
-		for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny} {
-			for _, p := range l {
-				if err := ValidatePath(p); err != nil {
-					return err
-				}
-			}
-		}
-	case ClassGPU:
-		switch c.GPU.Mode {
-		case GPUModeCompute, GPUModeRender, GPUModeRaw:
-		case "":
-			if len(c.GPU.DeviceIDs) > 0 {
-				return fmt.Errorf("%w: gpu device_ids without a mode", ErrInvalidCapability)
-			}
-		default:
-			return fmt.Errorf("%w: gpu mode %q (want compute, render or raw)", ErrInvalidCapability, c.GPU.Mode)
-		}
-		for _, id := range c.GPU.DeviceIDs {
-			if err := ValidateToken("gpu device id", id); err != nil {
-				return err
-			}
-		}
-	case ClassInstall:
-		switch c.Install.Scope {
-		case "", InstallPkg, InstallAny:
-		default:
-			return fmt.Errorf("%w: install.privileged scope %q (want pkg or any)", ErrInvalidCapability, c.Install.Scope)
-		}
-	case ClassPersistence:
-		for _, p := range c.Persistence.Paths {
-			if err := ValidatePath(p); err != nil {
-				return err
-			}
-		}
-	case ClassCredentials:
-		if !c.Credentials.NeverRaw {
-			return fmt.Errorf("%w: credentials never_raw must be true (a plaintext secret is never handed to a session)", ErrInvalidCapability)
-		}
-		for _, s := range c.Credentials.BrokerScopes {
-			if err := ValidateToken("broker scope", s); err != nil {
-				return err
-			}
-		}
-	case ClassPeripheral:
-		for _, u := range c.Peripheral.USB {
-			if err := ValidateToken("usb id", u); err != nil {
-				return err
-			}
-		}
+	s.fill(&c)
+	if s.validate == nil {
+		return nil
 	}
-	return nil
-}
-
-func (c Capability) scopeFieldSet() bool {
-	switch c.Class {
-	case ClassNetEgress:
-		return c.Egress != nil
-	case ClassNetInbound:
-		return c.Inbound != nil
-	case ClassFSScope:
-		return c.FS != nil
-	case ClassClipboard:
-		return c.Clipboard != nil
-	case ClassGPU:
-		return c.GPU != nil
-	case ClassInstall:
-		return c.Install != nil
-	case ClassPersistence:
-		return c.Persistence != nil
-	case ClassCredentials:
-		return c.Credentials != nil
-	case ClassPeripheral:
-		return c.Peripheral != nil
-	}
-	return false
+	return s.validate(c)
 }
 
 // IsEmpty reports whether the capability grants nothing.
 func (c Capability) IsEmpty() bool {
-	c.fill()
-	switch c.Class {
-	case ClassNetEgress:
-		return len(c.Egress.Domains) == 0 && len(c.Egress.CIDRs) == 0
-	case ClassNetInbound:
-		return len(c.Inbound.CIDRs) == 0
-	case ClassFSScope:
-		return len(c.FS.Read) == 0 && len(c.FS.Write) == 0
-	case ClassClipboard:
-		return !c.Clipboard.PasteIn && !c.Clipboard.CopyOut
-	case ClassGPU:
-		return len(c.GPU.DeviceIDs) == 0
-	case ClassInstall:
-		return c.Install.Scope == ""
-	case ClassPersistence:
-		return len(c.Persistence.Paths) == 0
-	case ClassCredentials:
-		return len(c.Credentials.BrokerScopes) == 0
-	case ClassPeripheral:
-		p := c.Peripheral
-		return !p.Camera && !p.Mic && !p.InputInject && len(p.USB) == 0
+	s := specOf(c.Class)
+	if s == nil {
+		return true
 	}
-	return true
+	s.fill(&c)
+	return s.isEmpty(c)
 }
 
 // ValidateToken accepts a plain token (an image name, a gpu device id, a

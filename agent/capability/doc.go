@@ -1,13 +1,16 @@
 // Package capability is Shinken's capability grammar and the vocabulary
 // that crosses the operator API.
 //
-// The grammar: the nine classes (Class, the seam's typed enum) and their
-// typed scopes (Capability; the zero scope of every class grants nothing),
-// normalization and validation, the manifest-syntax rendering, containment
-// (Within, the exact check for manifests and attenuation), the grammar's
-// own meaning of a capability for one use-time request (Allows), per-image
-// manifests (ParseManifests, with file:line errors) and the risk tiers with
-// provenance promotion and the "at most two of three" rule (EffectiveTier).
+// The grammar: the nine classes (Class, the seam's typed enum), each one
+// registry entry in its own file (class_<name>.go; registry.go says what an
+// entry holds), and their typed scopes (Capability; the zero scope of every
+// class grants nothing), normalization and validation, the manifest-syntax
+// rendering, containment (Within, the exact check for manifests and
+// attenuation), the grammar's own meaning of a capability for one use-time
+// request (Allows), per-image manifests (ParseManifests, with file:line
+// errors), the risk tiers with provenance promotion and the "at most two of
+// three" rule (EffectiveTier), and a capability's section of a grant's
+// backend.Delta (Compile).
 //
 // The vocabulary: what callers send and get back — GrantRequest and Grant,
 // GrantInfo, SessionSpec, UseRequest and UseDecision, approval cards, the

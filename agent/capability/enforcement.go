@@ -28,3 +28,13 @@ type Enforcement struct {
 // tls_inspection, an egress grant's tls_inspect) but no proxy on this host
 // inspects anything; accepting the flag would promise what nothing keeps.
 var ErrTLSInspection = fmt.Errorf("%w: tls inspection: not enforceable on this host (no TLS-inspecting proxy runs here)", ErrNotEnforceable)
+
+// Unenforced refuses a capability that asks for something no backend
+// enforces yet, whatever the host's probe says (net.egress tls_inspect: no
+// TLS-inspecting proxy runs, ErrTLSInspection); nil otherwise.
+func Unenforced(c Capability) error {
+	if s := specOf(c.Class); s != nil && s.unenforced != nil && s.has(&c) {
+		return s.unenforced(c)
+	}
+	return nil
+}

@@ -5,10 +5,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -79,17 +79,13 @@ func (m *Manifest) Match(c Capability) (*ManifestEntry, error) {
 //	image <name>
 //	allow <class> [key=value[,value...]]... [tier=auto|notify|ask|block]
 //
-// Every allow line belongs to the image named last. Keys per class:
+// Every allow line belongs to the image named last. The keys of a class are
+// its spec's (class_<name>.go; ManifestKeys lists them, agent/README.md §1
+// tabulates them), for instance:
 //
 //	net.egress          domains, cidrs, ports, tls_inspect
-//	net.inbound         cidrs (where peers connect from), ports (the session's own)
 //	fs.scope            read, write, deny
-//	clipboard           paste_in, copy_out
-//	gpu                 device_ids, mode
-//	install.privileged  scope
-//	persistence         paths, survives_session
 //	credentials         broker_scopes, never_raw (must be true if given)
-//	peripheral          camera, mic, usb, input_inject
 //
 // Booleans are true or false. Errors name the file and line.
 func ParseManifests(file string, data []byte) ([]*Manifest, error) {
@@ -147,8 +143,8 @@ func ParseManifests(file string, data []byte) ([]*Manifest, error) {
 			if cur == nil {
 				return nil, fail("escalate before any image line")
 			}
-			if len(fields) != 2 || (fields[1] != string(ClassNetEgress) && fields[1] != string(ClassNetInbound)) {
-				return nil, fail("want \"escalate net.egress\" or \"escalate net.inbound\" (kernel denials exist for those only)")
+			if len(fields) != 2 || !escalates(Class(fields[1])) {
+				return nil, fail("%s", escalateUsage())
 			}
 			cur.Escalate = append(cur.Escalate, Class(fields[1]))
 		default:
@@ -196,154 +192,35 @@ func parseEntry(cls Class, kvs []string) (ManifestEntry, error) {
 	return e, nil
 }
 
-func list(v string) ([]string, error) {
-	if v == "" {
-		return nil, fmt.Errorf("empty list")
-	}
-	parts := strings.Split(v, ",")
-	if slices.Contains(parts, "") {
-		return nil, fmt.Errorf("empty element in %q", v)
-	}
-	return parts, nil
-}
-
-func boolean(k, v string) (bool, error) {
-	switch v {
-	case "true":
-		return true, nil
-	case "false":
-		return false, nil
-	}
-	return false, fmt.Errorf("%s=%q: want true or false", k, v)
-}
-
+// setField sets manifest key k of c's class (c's scope is set) to v.
 func setField(c *Capability, k, v string) error {
-	unknown := fmt.Errorf("unknown key %q for class %s", k, c.Class)
-	var err error
-	strs := func(dst *[]string) error {
-		*dst, err = list(v)
-		if err != nil {
-			return fmt.Errorf("%s: %w", k, err)
-		}
-		return nil
-	}
-	flag := func(dst *bool) error {
-		*dst, err = boolean(k, v)
-		return err
-	}
-	cidrs := func(dst *[]netip.Prefix) error {
-		var ps []string
-		if err := strs(&ps); err != nil {
-			return err
-		}
-		for _, s := range ps {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				a, aerr := netip.ParseAddr(s)
-				if aerr != nil {
-					return fmt.Errorf("cidrs: %q is not a prefix or address", s)
-				}
-				p = netip.PrefixFrom(a, a.BitLen())
+	if s := specOf(c.Class); s != nil {
+		for _, kk := range s.keys {
+			if kk.name == k {
+				return kk.parse(c, v)
 			}
-			*dst = append(*dst, p)
-		}
-		return nil
-	}
-	ports := func(dst *[]PortRange) error {
-		var ps []string
-		if err := strs(&ps); err != nil {
-			return err
-		}
-		for _, s := range ps {
-			r, err := ParsePortRange(s)
-			if err != nil {
-				return fmt.Errorf("ports: %q is not a port or lo-hi range", s)
-			}
-			*dst = append(*dst, r)
-		}
-		return nil
-	}
-	switch c.Class {
-	case ClassNetInbound:
-		switch k {
-		case "cidrs":
-			return cidrs(&c.Inbound.CIDRs)
-		case "ports":
-			return ports(&c.Inbound.Ports)
-		}
-	case ClassNetEgress:
-		switch k {
-		case "domains":
-			return strs(&c.Egress.Domains)
-		case "cidrs":
-			return cidrs(&c.Egress.CIDRs)
-		case "ports":
-			return ports(&c.Egress.Ports)
-		case "tls_inspect":
-			return flag(&c.Egress.TLSInspect)
-		}
-	case ClassFSScope:
-		switch k {
-		case "read":
-			return strs(&c.FS.Read)
-		case "write":
-			return strs(&c.FS.Write)
-		case "deny":
-			return strs(&c.FS.Deny)
-		}
-	case ClassClipboard:
-		switch k {
-		case "paste_in":
-			return flag(&c.Clipboard.PasteIn)
-		case "copy_out":
-			return flag(&c.Clipboard.CopyOut)
-		}
-	case ClassGPU:
-		switch k {
-		case "device_ids":
-			return strs(&c.GPU.DeviceIDs)
-		case "mode":
-			c.GPU.Mode = v
-			return nil
-		}
-	case ClassInstall:
-		if k == "scope" {
-			c.Install.Scope = v
-			return nil
-		}
-	case ClassPersistence:
-		switch k {
-		case "paths":
-			return strs(&c.Persistence.Paths)
-		case "survives_session":
-			return flag(&c.Persistence.SurvivesSession)
-		}
-	case ClassCredentials:
-		switch k {
-		case "broker_scopes":
-			return strs(&c.Credentials.BrokerScopes)
-		case "never_raw":
-			if err := flag(&c.Credentials.NeverRaw); err != nil {
-				return err
-			}
-			if !c.Credentials.NeverRaw {
-				return fmt.Errorf("never_raw=false: credentials are never handed to a session in plaintext (the invariant cannot be turned off)")
-			}
-			return nil
-		}
-	case ClassPeripheral:
-		switch k {
-		case "camera":
-			return flag(&c.Peripheral.Camera)
-		case "mic":
-			return flag(&c.Peripheral.Mic)
-		case "usb":
-			return strs(&c.Peripheral.USB)
-		case "input_inject":
-			return flag(&c.Peripheral.InputInject)
 		}
 	}
-	return unknown
+	return fmt.Errorf("unknown key %q for class %s", k, c.Class)
+}
+
+// escalates: kernel denials of class c exist (its spec's escalate), so a
+// manifest may ask for them to open Ask cards.
+func escalates(c Class) bool {
+	s := specOf(c)
+	return s != nil && s.escalate
+}
+
+// escalateUsage is the error of a bad "escalate" line: it names the classes
+// whose kernel denials exist (their spec's escalate).
+func escalateUsage() string {
+	var want []string
+	for _, c := range Classes {
+		if escalates(c) {
+			want = append(want, strconv.Quote("escalate "+string(c)))
+		}
+	}
+	return "want " + strings.Join(want, " or ") + " (kernel denials exist for those only)"
 }
 
 // LoadManifestDir parses every *.manifest file of dir. An image declared in

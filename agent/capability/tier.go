@@ -1,9 +1,6 @@
 package capability
 
-import (
-	"fmt"
-	"net/netip"
-)
+import "fmt"
 
 // Tier is a risk tier (seeds/permissions.md §3.2). Higher is riskier.
 type Tier int
@@ -68,101 +65,24 @@ type TierContext struct {
 	Workspace string // the session's working tree (absolute); "" means none
 }
 
-// systemPaths are the roots whose persistence is Block tier.
-var systemPaths = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/opt", "/root", "/sbin", "/sys", "/proc", "/usr", "/var/lib", "/var/spool", "/dev"}
+// inWorkspace: p lies in the session's working tree (none: nothing does).
+func (tc TierContext) inWorkspace(p string) bool {
+	return tc.Workspace != "" && pathUnder(p, tc.Workspace)
+}
 
-// DefaultTier is the seed's default table (§3.2) applied to one capability:
-//
-//	net.egress      loopback-only cidrs: auto; anything else: ask
-//	net.inbound     ask, loopback included (other sessions on the host
-//	                connect from loopback); only a manifest tier or an
-//	                admin policy lowers it
-//	fs.scope        read inside the workspace: auto; writes inside it: notify;
-//	                anything outside it: ask
-//	clipboard       paste_in only: auto; copy_out: ask
-//	gpu             compute or render: ask; raw device: block
-//	install         pkg: ask; any (sudo/root): block
-//	persistence     inside the workspace: ask; system paths: block; else ask
-//	credentials     block (the broker is admin-only)
-//	peripheral      camera, mic, usb: ask; input_inject: block
-//
-// An empty capability is auto (it grants nothing).
+// DefaultTier is the seed's default table (§3.2) applied to one capability.
+// Each class's row is its spec's tier function (class_<name>.go, where a
+// comment states the row); agent/README.md §3 tabulates them. An empty
+// capability is auto (it grants nothing); an unknown class is block.
 func DefaultTier(c Capability, tc TierContext) Tier {
 	c = c.Normalized()
 	if c.IsEmpty() {
 		return TierAuto
 	}
-	inWS := func(p string) bool { return tc.Workspace != "" && pathUnder(p, tc.Workspace) }
-	switch c.Class {
-	case ClassNetEgress:
-		if len(c.Egress.Domains) == 0 {
-			loop := true
-			for _, p := range c.Egress.CIDRs {
-				if !p.Addr().IsLoopback() || !prefixCovers(loopbackPrefix(p.Addr()), p) {
-					loop = false
-				}
-			}
-			if loop {
-				return TierAuto
-			}
-		}
-		return TierAsk
-	case ClassNetInbound:
-		return TierAsk
-	case ClassFSScope:
-		t := TierAuto
-		for _, p := range c.FS.Read {
-			if !inWS(p) {
-				return TierAsk
-			}
-		}
-		for _, p := range c.FS.Write {
-			if !inWS(p) {
-				return TierAsk
-			}
-			t = TierNotify
-		}
-		return t
-	case ClassClipboard:
-		if c.Clipboard.CopyOut {
-			return TierAsk
-		}
-		return TierAuto
-	case ClassGPU:
-		if c.GPU.Mode == GPUModeRaw {
-			return TierBlock
-		}
-		return TierAsk
-	case ClassInstall:
-		if c.Install.Scope == InstallAny {
-			return TierBlock
-		}
-		return TierAsk
-	case ClassPersistence:
-		for _, p := range c.Persistence.Paths {
-			for _, s := range systemPaths {
-				if pathUnder(p, s) || pathUnder(s, p) {
-					return TierBlock
-				}
-			}
-		}
-		return TierAsk
-	case ClassCredentials:
-		return TierBlock
-	case ClassPeripheral:
-		if c.Peripheral.InputInject {
-			return TierBlock
-		}
-		return TierAsk
+	if s := specOf(c.Class); s != nil {
+		return s.tier(c, tc)
 	}
 	return TierBlock
-}
-
-func loopbackPrefix(a netip.Addr) netip.Prefix {
-	if a.Is4() {
-		return netip.MustParsePrefix("127.0.0.0/8")
-	}
-	return netip.MustParsePrefix("::1/128")
 }
 
 // Promote applies provenance-aware promotion (§3.3): a request whose
@@ -209,28 +129,8 @@ func (i Ingredients) With(c Capability, p Provenance) Ingredients {
 		i.ExternalIngestion = true
 	}
 	c = c.Normalized()
-	switch c.Class {
-	case ClassCredentials:
-		if !c.IsEmpty() {
-			i.CredentialAccess = true
-		}
-	case ClassNetEgress:
-		if DefaultTier(c, TierContext{}) != TierAuto { // anything beyond loopback
-			i.ExternalCommunication = true
-		}
-	case ClassNetInbound:
-		// Peers that connect in both send and read: outside loopback that
-		// is external communication and ingestion at once.
-		for _, p := range c.Inbound.CIDRs {
-			if !p.Addr().IsLoopback() || !prefixCovers(loopbackPrefix(p.Addr()), p) {
-				i.ExternalCommunication = true
-				i.ExternalIngestion = true
-			}
-		}
-	case ClassClipboard:
-		if c.Clipboard.CopyOut {
-			i.ExternalCommunication = true
-		}
+	if s := specOf(c.Class); s != nil && s.ingredients != nil {
+		i = s.ingredients(c, i)
 	}
 	return i
 }

@@ -67,25 +67,8 @@ const DefaultDeny = "default-deny"
 // Ops lists the use-time ops of class c, as UseRequest.Op names them (nil
 // for an unknown class).
 func Ops(c Class) []string {
-	switch c {
-	case ClassNetEgress:
-		return []string{"connect"}
-	case ClassNetInbound:
-		return []string{"accept"}
-	case ClassFSScope:
-		return []string{"read", "write"}
-	case ClassClipboard:
-		return []string{"paste_in", "copy_out"}
-	case ClassGPU:
-		return []string{"use"}
-	case ClassInstall:
-		return []string{"pkg", "any"}
-	case ClassPersistence:
-		return []string{"persist"}
-	case ClassCredentials:
-		return []string{"broker"}
-	case ClassPeripheral:
-		return []string{"camera", "mic", "usb", "input_inject"}
+	if s := specOf(c); s != nil {
+		return slices.Clone(s.ops)
 	}
 	return nil
 }
@@ -97,59 +80,9 @@ func (c Capability) Allows(r UseRequest) bool {
 	if c.Class != r.Class {
 		return false
 	}
-	c = c.Normalized()
-	switch c.Class {
-	case ClassNetEgress:
-		if r.Op != "connect" {
-			return false
-		}
-		if len(c.Egress.Ports) > 0 && !slices.ContainsFunc(c.Egress.Ports, func(p PortRange) bool { return p.Lo <= r.Port && r.Port <= p.Hi }) {
-			return false
-		}
-		if r.Domain != "" && slices.ContainsFunc(c.Egress.Domains, func(d string) bool { return domainCovers(d, strings.ToLower(r.Domain)) }) {
-			return true
-		}
-		return r.IP.IsValid() && slices.ContainsFunc(c.Egress.CIDRs, func(p netip.Prefix) bool { return p.Contains(r.IP.Unmap()) })
-	case ClassNetInbound:
-		if r.Op != "accept" || !r.IP.IsValid() {
-			return false
-		}
-		if len(c.Inbound.Ports) > 0 && !slices.ContainsFunc(c.Inbound.Ports, func(p PortRange) bool { return p.Lo <= r.Port && r.Port <= p.Hi }) {
-			return false
-		}
-		return slices.ContainsFunc(c.Inbound.CIDRs, func(p netip.Prefix) bool { return p.Contains(r.IP.Unmap()) })
-	case ClassFSScope:
-		if r.Path == "" || underAny(r.Path, c.FS.Deny) {
-			return false
-		}
-		switch r.Op {
-		case "read":
-			return underAny(r.Path, c.FS.Read)
-		case "write":
-			return underAny(r.Path, c.FS.Write)
-		}
-	case ClassClipboard:
-		return r.Op == "paste_in" && c.Clipboard.PasteIn || r.Op == "copy_out" && c.Clipboard.CopyOut
-	case ClassGPU:
-		return r.Op == "use" && slices.Contains(c.GPU.DeviceIDs, r.Item) && r.Mode == c.GPU.Mode
-	case ClassInstall:
-		return r.Op == InstallPkg && c.Install.Scope != "" || r.Op == InstallAny && c.Install.Scope == InstallAny
-	case ClassPersistence:
-		return r.Op == "persist" && r.Path != "" && underAny(r.Path, c.Persistence.Paths)
-	case ClassCredentials:
-		return r.Op == "broker" && slices.Contains(c.Credentials.BrokerScopes, r.Item)
-	case ClassPeripheral:
-		p := c.Peripheral
-		switch r.Op {
-		case "camera":
-			return p.Camera
-		case "mic":
-			return p.Mic
-		case "input_inject":
-			return p.InputInject
-		case "usb":
-			return slices.Contains(p.USB, r.Item)
-		}
+	s := specOf(c.Class)
+	if s == nil {
+		return false
 	}
-	return false
+	return s.allows(c.Normalized(), r)
 }

@@ -12,18 +12,15 @@ import (
 )
 
 // ClassNetEgress and ClassNetInbound are the class labels of the kernel's
-// denial counters: no_inbound refusals are net.inbound, the rest net.egress.
+// denial counters: no_inbound refusals are net.inbound, the rest net.egress
+// (backend.Reason.Class).
 const (
-	ClassNetEgress  = "net.egress"
-	ClassNetInbound = "net.inbound"
+	ClassNetEgress  = string(backend.ClassNetEgress)
+	ClassNetInbound = string(backend.ClassNetInbound)
 )
 
-func classOf(r backend.Reason) string {
-	if r == backend.ReasonNoInbound {
-		return ClassNetInbound
-	}
-	return ClassNetEgress
-}
+// classOf is the class label of a denial reason.
+func classOf(r backend.Reason) string { return string(r.Class()) }
 
 // kernelCollector reads the dataplane at scrape time.
 type kernelCollector struct {

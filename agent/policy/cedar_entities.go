@@ -148,6 +148,21 @@ type GrantData struct {
 	Once backend.HandleRef
 }
 
+// grantAttrs are the Grant entity's scope attributes (the schema's Grant
+// type); each class's encoding (classes.go) fills those it uses, the rest
+// stay empty.
+type grantAttrs struct {
+	domains, cidrs, ports, read, write, deny, flags, items []string
+	mode                                                   string
+}
+
+// flag adds name to the flags when on.
+func (a *grantAttrs) flag(name string, on bool) {
+	if on {
+		a.flags = append(a.flags, name)
+	}
+}
+
 // grantEntity turns a grant's scope into entity data: set-valued attributes
 // the class's fixed policy reads with containsAny against the request keys.
 func grantEntity(g GrantData) types.Entity { return grantEntityWith(g, nil, nil) }
@@ -164,45 +179,9 @@ func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entit
 	if exp.IsZero() {
 		exp = farFuture
 	}
-	var domains, cidrs, ports, read, write, deny, flags, items []string
-	mode := ""
-	setFlag := func(name string, on bool) {
-		if on {
-			flags = append(flags, name)
-		}
-	}
-	switch c.Class {
-	case capability.ClassNetEgress:
-		domains = c.Egress.Domains
-		for _, p := range c.Egress.CIDRs {
-			cidrs = append(cidrs, p.String())
-		}
-		ports = portBlocks(c.Egress.Ports)
-		setFlag("tls_inspect", c.Egress.TLSInspect)
-	case capability.ClassNetInbound:
-		for _, p := range c.Inbound.CIDRs {
-			cidrs = append(cidrs, p.String())
-		}
-		ports = portBlocks(c.Inbound.Ports)
-	case capability.ClassFSScope:
-		read, write, deny = c.FS.Read, c.FS.Write, c.FS.Deny
-	case capability.ClassClipboard:
-		setFlag("paste_in", c.Clipboard.PasteIn)
-		setFlag("copy_out", c.Clipboard.CopyOut)
-	case capability.ClassGPU:
-		items, mode = c.GPU.DeviceIDs, c.GPU.Mode
-	case capability.ClassInstall:
-		mode = c.Install.Scope
-	case capability.ClassPersistence:
-		write = c.Persistence.Paths
-		setFlag("survives_session", c.Persistence.SurvivesSession)
-	case capability.ClassCredentials:
-		items = c.Credentials.BrokerScopes
-	case capability.ClassPeripheral:
-		setFlag("camera", c.Peripheral.Camera)
-		setFlag("mic", c.Peripheral.Mic)
-		setFlag("input_inject", c.Peripheral.InputInject)
-		items = c.Peripheral.USB
+	var a grantAttrs
+	if f := encodingOf(c.Class).entity; f != nil {
+		f(c, &a)
 	}
 	return types.Entity{
 		UID: grantUID(g.ID),
@@ -210,15 +189,15 @@ func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entit
 			"session": session,
 			"class":   in.str(string(c.Class)),
 			"expires": types.NewDatetime(exp),
-			"domains": in.set(domains),
-			"cidrs":   in.set(cidrs),
-			"ports":   in.set(ports),
-			"read":    in.set(read),
-			"write":   in.set(write),
-			"deny":    in.set(deny),
-			"flags":   in.set(flags),
-			"items":   in.set(items),
-			"mode":    in.str(mode),
+			"domains": in.set(a.domains),
+			"cidrs":   in.set(a.cidrs),
+			"ports":   in.set(a.ports),
+			"read":    in.set(a.read),
+			"write":   in.set(a.write),
+			"deny":    in.set(a.deny),
+			"flags":   in.set(a.flags),
+			"items":   in.set(a.items),
+			"mode":    in.str(a.mode),
 		}),
 	}
 }

@@ -14,46 +14,17 @@ import (
 )
 
 // grantCondition is the condition of the fixed policy of a grant's class,
-// over the grant entity G: the policy names only agent-made identifiers; every
+// over the grant entity G: the grant is live and the class's condition
+// (classes.go) holds. The policy names only agent-made identifiers; every
 // user value (domain, prefix, path, ...) stays in the Grant entity's data.
 func grantCondition(class capability.Class, G ast.Node) ast.Node {
 	ctx := ast.Context()
 	req := ctx.Access("request")
 	op := req.Access("op")
 	live := ctx.Access("now").LessThan(G.Access("expires"))
-	var cond ast.Node
-	switch class {
-	case capability.ClassNetEgress:
-		cond = op.Equal(ast.String("connect")).
-			And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
-			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
-	case capability.ClassNetInbound:
-		// A peer (its address) opening a flow to one of the session's
-		// ports.
-		cond = op.Equal(ast.String("accept")).
-			And(G.Access("cidrs").ContainsAny(req.Access("cidr_keys"))).
-			And(G.Access("ports").ContainsAny(req.Access("port_keys")))
-	case capability.ClassFSScope:
-		cond = op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
-			Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
-			And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
-	case capability.ClassClipboard:
-		cond = G.Access("flags").Contains(op).And(op.Equal(ast.String("paste_in")).Or(op.Equal(ast.String("copy_out"))))
-	case capability.ClassGPU:
-		cond = op.Equal(ast.String("use")).And(G.Access("items").Contains(req.Access("item"))).And(G.Access("mode").Equal(req.Access("mode")))
-	case capability.ClassInstall:
-		cond = op.Equal(ast.String("pkg")).Or(op.Equal(ast.String("any"))).
-			And(G.Access("mode").Equal(ast.String("any")).Or(G.Access("mode").Equal(op)))
-	case capability.ClassPersistence:
-		cond = op.Equal(ast.String("persist")).And(G.Access("write").ContainsAny(req.Access("path_keys")))
-	case capability.ClassCredentials:
-		cond = op.Equal(ast.String("broker")).And(G.Access("items").Contains(req.Access("item")))
-	case capability.ClassPeripheral:
-		cond = op.Equal(ast.String("usb")).And(G.Access("items").Contains(req.Access("item"))).
-			Or(op.NotEqual(ast.String("usb")).And(G.Access("flags").Contains(op)).
-				And(op.Equal(ast.String("camera")).Or(op.Equal(ast.String("mic"))).Or(op.Equal(ast.String("input_inject")))))
-	default:
-		cond = ast.False()
+	cond := ast.False()
+	if f := encodingOf(class).condition; f != nil {
+		cond = f(op, req, G)
 	}
 	return live.And(cond)
 }

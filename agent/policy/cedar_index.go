@@ -39,13 +39,7 @@ type policyEntry struct {
 }
 
 // nClasses is len(Classes); per-class tables are arrays indexed by classIndex.
-const nClasses = 9
-
-func init() {
-	if len(capability.Classes) != nClasses {
-		panic("agent: nClasses != len(Classes)")
-	}
-}
+const nClasses = capability.NumClasses
 
 // classIndex is c's position in Classes, or -1.
 func classIndex(c capability.Class) int {

@@ -137,8 +137,10 @@ func useContextMemo(r capability.UseRequest, now time.Time, lens *keyLens, memo 
 // would otherwise allocate one).
 var opValues = func() map[string]types.Value {
 	m := map[string]types.Value{}
-	for _, op := range []string{"connect", "accept", "read", "write", "paste_in", "copy_out", "use", "pkg", "any", "persist", "broker", "camera", "mic", "usb", "input_inject"} {
-		m[op] = types.String(op)
+	for _, c := range capability.Classes {
+		for _, op := range capability.Ops(c) {
+			m[op] = types.String(op)
+		}
 	}
 	return m
 }()
@@ -270,33 +272,34 @@ func portBlocks(rs []capability.PortRange) []string {
 	return sortedUnique(out)
 }
 
+// scopeAttrs is what the grant-time base policies read of a capability's
+// scope (context.scope); each class's encoding (classes.go) fills those it
+// uses.
+type scopeAttrs struct {
+	writes []string // every write or persistence path and all its ancestors
+	mode   string
+	tls    bool
+}
+
+// writeAncestors adds every path of ps and all its ancestors to the writes.
+func (s *scopeAttrs) writeAncestors(ps []string) {
+	for _, p := range ps {
+		s.writes = append(s.writes, pathAncestors(p)...)
+	}
+}
+
 // grantScope summarizes a capability for the grant-time base policies.
 func grantScope(c capability.Capability) types.Record {
 	c = c.Normalized()
-	var writes []string
-	var flags []string
-	mode := ""
-	tls := false
-	switch c.Class {
-	case capability.ClassFSScope:
-		for _, p := range c.FS.Write {
-			writes = append(writes, pathAncestors(p)...)
-		}
-	case capability.ClassPersistence:
-		for _, p := range c.Persistence.Paths {
-			writes = append(writes, pathAncestors(p)...)
-		}
-	case capability.ClassNetEgress:
-		tls = c.Egress.TLSInspect
-	case capability.ClassGPU:
-		mode = c.GPU.Mode
-	case capability.ClassInstall:
-		mode = c.Install.Scope
+	var s scopeAttrs
+	if f := encodingOf(c.Class).scope; f != nil {
+		f(c, &s)
 	}
+	var flags []string
 	return types.NewRecord(types.RecordMap{
-		"write_keys":  stringSet(sortedUnique(writes)),
-		"tls_inspect": types.Boolean(tls),
-		"mode":        types.String(mode),
+		"write_keys":  stringSet(sortedUnique(s.writes)),
+		"tls_inspect": types.Boolean(s.tls),
+		"mode":        types.String(s.mode),
 		"flags":       stringSet(flags),
 	})
 }
@@ -307,6 +310,4 @@ func CedarRequest(session string, r capability.UseRequest, now time.Time) cedar.
 }
 
 // hasPorts: the class's use requests carry a port (and its keys).
-func hasPorts(c capability.Class) bool {
-	return c == capability.ClassNetEgress || c == capability.ClassNetInbound
-}
+func hasPorts(c capability.Class) bool { return encodingOf(c).ports }

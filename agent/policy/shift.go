@@ -255,42 +255,8 @@ func ProveGrant(g GrantData, now time.Time) error {
 	c := g.Capability.Normalized()
 	var buf bytes.Buffer
 	buf.WriteString(c.String())
-	switch c.Class {
-	case capability.ClassNetEgress:
-		for _, d := range c.Egress.Domains {
-			base := strings.TrimPrefix(strings.TrimPrefix(d, "**."), "*.")
-			lit.strs = append(lit.strs, base, "y."+base, "x"+base)
-			if _, parent, ok := strings.Cut(base, "."); ok {
-				lit.strs = append(lit.strs, parent)
-			}
-		}
-		lit.ips = c.Egress.CIDRs
-		for _, p := range c.Egress.Ports {
-			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
-		}
-		lit.longs = append(lit.longs, 1, 65534)
-	case capability.ClassNetInbound:
-		lit.ips = c.Inbound.CIDRs
-		for _, p := range c.Inbound.Ports {
-			lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
-		}
-		lit.longs = append(lit.longs, 1, 65534)
-	case capability.ClassFSScope:
-		for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny} {
-			for _, p := range l {
-				lit.strs = append(lit.strs, p, p+"x", filepath.Dir(p))
-			}
-		}
-	case capability.ClassPersistence:
-		for _, p := range c.Persistence.Paths {
-			lit.strs = append(lit.strs, p, p+"x", filepath.Dir(p))
-		}
-	case capability.ClassGPU:
-		lit.strs = append(lit.strs, c.GPU.DeviceIDs...)
-	case capability.ClassCredentials:
-		lit.strs = append(lit.strs, c.Credentials.BrokerScopes...)
-	case capability.ClassPeripheral:
-		lit.strs = append(lit.strs, c.Peripheral.USB...)
+	if f := encodingOf(c.Class).literals; f != nil {
+		f(c, &lit)
 	}
 	memo := newKeyMemo()
 	for _, u := range useProbes(c.Class, &lit, capability.SessionAttrs{ID: g.Session}) {

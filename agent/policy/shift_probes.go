@@ -14,62 +14,86 @@ import (
 	"github.com/shinken-agent/shinken/agent/capability"
 )
 
+// useProbes is the use requests of class c the bounded checks try, built by
+// the class's encoding from the literals.
 func useProbes(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
+	if f := encodingOf(c).useProbes; f != nil {
+		return f(c, lit, pr)
+	}
+	return nil
+}
+
+// egressUseProbes: connects by name (each domain literal and a name below
+// it) and by address, on the usual ports and the ports the literals name.
+func egressUseProbes(c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
 	var out []capability.UseRequest
-	switch c {
-	case capability.ClassNetEgress:
-		var domains []string
-		for _, s := range lit.strs {
-			s = strings.TrimPrefix(strings.TrimPrefix(strings.ToLower(s), "**."), "*.")
-			if capability.ValidateDomainPattern(s) == nil {
-				domains = append(domains, s, "x."+s)
+	var domains []string
+	for _, s := range lit.strs {
+		s = strings.TrimPrefix(strings.TrimPrefix(strings.ToLower(s), "**."), "*.")
+		if capability.ValidateDomainPattern(s) == nil {
+			domains = append(domains, s, "x."+s)
+		}
+	}
+	domains = sortedUnique(append(domains, "example.com"))
+	addrs := probeAddrs(lit)
+	for _, port := range probePorts(lit, 443, 80, 22, 53) {
+		for _, d := range domains {
+			out = append(out, capability.UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
+		}
+		for _, a := range addrs {
+			out = append(out, capability.UseRequest{Class: c, Op: "connect", IP: a, Port: port})
+		}
+	}
+	return out
+}
+
+// inboundUseProbes: peers at the probe addresses opening flows to the
+// probe ports, and the same as connects.
+func inboundUseProbes(c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
+	var out []capability.UseRequest
+	addrs := probeAddrs(lit)
+	for _, port := range probePorts(lit, 443, 80, 8080, 22) {
+		for _, a := range addrs {
+			// "connect" too: an inbound grant must never answer an
+			// egress question.
+			for _, op := range []string{"accept", "connect"} {
+				out = append(out, capability.UseRequest{Class: c, Op: op, IP: a, Port: port})
 			}
 		}
-		domains = sortedUnique(append(domains, "example.com"))
-		addrs := probeAddrs(lit)
-		for _, port := range probePorts(lit, 443, 80, 22, 53) {
-			for _, d := range domains {
-				out = append(out, capability.UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
-			}
-			for _, a := range addrs {
-				out = append(out, capability.UseRequest{Class: c, Op: "connect", IP: a, Port: port})
-			}
+	}
+	return out
+}
+
+// pathUseProbes: every op of the class on the usual paths, the session's
+// protected and policy-store paths, and each path literal and a child.
+func pathUseProbes(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
+	var out []capability.UseRequest
+	paths := []string{"/work/x", "/tmp/x"}
+	paths = append(paths, pr.Protected...)
+	paths = append(paths, pr.PolicyStore...)
+	for _, s := range lit.strs {
+		if capability.ValidatePath(s) == nil {
+			paths = append(paths, s, filepath.Join(s, "x"))
 		}
-	case capability.ClassNetInbound:
-		addrs := probeAddrs(lit)
-		for _, port := range probePorts(lit, 443, 80, 8080, 22) {
-			for _, a := range addrs {
-				// "connect" too: an inbound grant must never answer an
-				// egress question.
-				for _, op := range []string{"accept", "connect"} {
-					out = append(out, capability.UseRequest{Class: c, Op: op, IP: a, Port: port})
-				}
-			}
+	}
+	for _, op := range capability.Ops(c) {
+		for _, p := range sortedUnique(paths) {
+			out = append(out, capability.UseRequest{Class: c, Op: op, Path: p})
 		}
-	case capability.ClassFSScope, capability.ClassPersistence:
-		paths := []string{"/work/x", "/tmp/x"}
-		paths = append(paths, pr.Protected...)
-		paths = append(paths, pr.PolicyStore...)
-		for _, s := range lit.strs {
-			if capability.ValidatePath(s) == nil {
-				paths = append(paths, s, filepath.Join(s, "x"))
-			}
-		}
-		for _, op := range capability.Ops(c) {
-			for _, p := range sortedUnique(paths) {
-				out = append(out, capability.UseRequest{Class: c, Op: op, Path: p})
-			}
-		}
-	default:
+	}
+	return out
+}
+
+// itemUseProbes: every op of the class on no item, item "0" and the token
+// literals, in each of modes.
+func itemUseProbes(modes ...string) func(capability.Class, *literals, capability.SessionAttrs) []capability.UseRequest {
+	return func(c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
+		var out []capability.UseRequest
 		items := []string{"", "0"}
 		for _, s := range lit.strs {
 			if capability.ValidateToken("item", s) == nil && len(items) < 24 {
 				items = append(items, s)
 			}
-		}
-		modes := []string{""}
-		if c == capability.ClassGPU {
-			modes = []string{capability.GPUModeCompute, capability.GPUModeRender, capability.GPUModeRaw}
 		}
 		for _, op := range capability.Ops(c) {
 			for _, it := range sortedUnique(items) {
@@ -78,8 +102,8 @@ func useProbes(c capability.Class, lit *literals, pr capability.SessionAttrs) []
 				}
 			}
 		}
+		return out
 	}
-	return out
 }
 
 func sortedU16(s []uint16) []uint16 { slices.Sort(s); return s }
@@ -105,16 +129,21 @@ func neighbours(p netip.Prefix) []netip.Addr {
 	return out
 }
 
+// grantProbes is the capabilities of class c the permissiveness search asks
+// to grant: the empty one, then the class's own.
 func grantProbes(c capability.Class, lit *literals) []capability.Capability {
 	out := []capability.Capability{capability.Empty(c)}
-	switch c {
-	case capability.ClassNetEgress:
-		out = append(out, capability.Capability{Class: c, Egress: &capability.EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, TLSInspect: true}},
-			capability.Capability{Class: c, Egress: &capability.EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}})
-	case capability.ClassNetInbound:
-		out = append(out, capability.Capability{Class: c, Inbound: &capability.InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
-			capability.Capability{Class: c, Inbound: &capability.InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []capability.PortRange{{Lo: 8080, Hi: 8080}}}})
-	case capability.ClassFSScope, capability.ClassPersistence:
+	if f := encodingOf(c).grantProbes; f != nil {
+		out = append(out, f(c, lit)...)
+	}
+	return out
+}
+
+// pathGrantProbes: one capability (made by mk) per path of "/work", "/" and
+// the path literals.
+func pathGrantProbes(mk func(c capability.Class, path string) capability.Capability) func(capability.Class, *literals) []capability.Capability {
+	return func(c capability.Class, lit *literals) []capability.Capability {
+		var out []capability.Capability
 		paths := []string{"/work", "/"}
 		for _, s := range lit.strs {
 			if capability.ValidatePath(s) == nil {
@@ -122,22 +151,10 @@ func grantProbes(c capability.Class, lit *literals) []capability.Capability {
 			}
 		}
 		for _, p := range sortedUnique(paths) {
-			if c == capability.ClassFSScope {
-				out = append(out, capability.Capability{Class: c, FS: &capability.FSScope{Write: []string{p}}})
-			} else {
-				out = append(out, capability.Capability{Class: c, Persistence: &capability.PersistenceScope{Paths: []string{p}}})
-			}
+			out = append(out, mk(c, p))
 		}
-	case capability.ClassGPU:
-		for _, m := range []string{capability.GPUModeCompute, capability.GPUModeRender, capability.GPUModeRaw} {
-			out = append(out, capability.Capability{Class: c, GPU: &capability.GPUScope{DeviceIDs: []string{"0"}, Mode: m}})
-		}
-	case capability.ClassInstall:
-		for _, s := range []string{capability.InstallPkg, capability.InstallAny} {
-			out = append(out, capability.Capability{Class: c, Install: &capability.InstallScope{Scope: s}})
-		}
+		return out
 	}
-	return out
 }
 
 // probeAddrs is the addresses the network probes try: a public, a loopback

@@ -18,6 +18,19 @@ import (
 // the edit is treated as widening.
 var ShiftProofTimeout = 10 * time.Second
 
+// shiftDomain is the prover's request space with the grammar's classes (the
+// resources a request can name), so a class that lands needs no edit of
+// agent/shiftproof unless its requests carry a key kind the prover does not
+// model yet.
+var shiftDomain = func() shiftproof.Domain {
+	d := shiftproof.ShinkenDomain
+	d.Classes = nil
+	for _, c := range capability.Classes {
+		d.Classes = append(d.Classes, string(c))
+	}
+	return d
+}()
+
 // CheckShift answers "does the new set permit any request the old one
 // denied?" with a proof: an edit that only adds forbids and removes permits
 // is non-widening by construction; any other edit goes to the SMT solver
@@ -31,7 +44,7 @@ func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *capability.ShiftReport {
 	start := time.Now()
 	rep := &capability.ShiftReport{}
 	defer func() { rep.Elapsed = time.Since(start) }()
-	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout})
+	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout, Domain: &shiftDomain})
 	if err != nil {
 		rep.Solver = shiftproof.Unknown.String()
 		rep.Unproved = err.Error()

@@ -137,6 +137,15 @@ func MustNew(cfg Config) *Backend {
 	return b
 }
 
+// modelled is the model's probe table: the classes it holds a table for,
+// each at the level the Linux backend gives it, with the mechanism. A class
+// the model gains adds its row here; every other class is reported
+// unavailable.
+var modelled = map[backend.Class]backend.Strength{
+	backend.ClassNetEgress:  {Level: backend.RevocableInKernel, Mechanism: "per-session egress tables checked by Connect against the grant's handle chain"},
+	backend.ClassNetInbound: {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
+}
+
 // probe builds the report: what the model holds, and that it confines
 // nothing on this host.
 func (b *Backend) probe() backend.Report {
@@ -148,12 +157,9 @@ func (b *Backend) probe() backend.Report {
 		"max_cover":  fmt.Sprint(MaxCover),
 	}}
 	why := "a test double: no process on this host is confined; the level is the one the Linux backend gives this class, held by the model"
-	r.Classes = []backend.Strength{
-		{Class: backend.ClassNetEgress, Level: backend.RevocableInKernel, Mechanism: Mechanism + ": per-session egress tables checked by Connect against the grant's handle chain", Reason: why},
-		{Class: backend.ClassNetInbound, Level: backend.RevocableInKernel, Mechanism: Mechanism + ": per-session inbound rules checked by Accept against the grant's handle chain", Reason: why},
-	}
 	for _, c := range backend.Classes {
-		if c == backend.ClassNetEgress || c == backend.ClassNetInbound {
+		if m, ok := modelled[c]; ok {
+			r.Classes = append(r.Classes, backend.Strength{Class: c, Level: m.Level, Mechanism: Mechanism + ": " + m.Mechanism, Reason: why})
 			continue
 		}
 		r.Classes = append(r.Classes, backend.Strength{Class: c, Level: backend.Unavailable, Mechanism: "none",

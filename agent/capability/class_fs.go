@@ -1,0 +1,106 @@
+package capability
+
+// fs.scope: the paths a session may read and write.
+
+import "slices"
+
+// FSScope is the scope of fs.scope: absolute, clean path prefixes. Write does
+// not imply read. A path under a Deny entry is denied whatever Read and Write
+// say (deny wins; stricter than the seed's narrowest-last ordering).
+type FSScope struct {
+	Read  []string `json:"read,omitempty"`
+	Write []string `json:"write,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+func init() {
+	register(spec{
+		class: ClassFSScope,
+		keys: []key{
+			listKey("read", func(c *Capability) *[]string { return &c.FS.Read }),
+			listKey("write", func(c *Capability) *[]string { return &c.FS.Write }),
+			listKey("deny", func(c *Capability) *[]string { return &c.FS.Deny }),
+		},
+		ops: []string{"read", "write"},
+		fill: func(c *Capability) {
+			if c.FS == nil {
+				c.FS = &FSScope{}
+			}
+		},
+		has: func(c *Capability) bool { return c.FS != nil },
+		normalize: func(c *Capability) {
+			c.FS = &FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Deny: sortedUnique(c.FS.Deny)}
+		},
+		validate: func(c Capability) error {
+			for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny} {
+				if err := validatePaths(l); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		isEmpty: func(c Capability) bool { return len(c.FS.Read) == 0 && len(c.FS.Write) == 0 },
+		within: func(c, bound Capability, widen func(string, ...any) error) error {
+			in, out := c.FS, bound.FS
+			for _, p := range in.Read {
+				if !underAny(p, out.Read) {
+					return widen("read %q", p)
+				}
+			}
+			for _, p := range in.Write {
+				if !underAny(p, out.Write) {
+					return widen("write %q", p)
+				}
+			}
+			for _, d := range out.Deny {
+				// Every path the bound denies must stay denied: some deny
+				// entry of c must cover it (a bound deny that c's grants
+				// cannot reach anyway is harmless, but keeping the rule
+				// simple and strict is cheaper than proving that).
+				if !slices.ContainsFunc(in.Deny, func(x string) bool { return pathUnder(d, x) }) {
+					return widen("drops deny %q", d)
+				}
+			}
+			return nil
+		},
+		allows: func(c Capability, r UseRequest) bool {
+			if r.Path == "" || underAny(r.Path, c.FS.Deny) {
+				return false
+			}
+			switch r.Op {
+			case "read":
+				return underAny(r.Path, c.FS.Read)
+			case "write":
+				return underAny(r.Path, c.FS.Write)
+			}
+			return false
+		},
+		// Read inside the workspace: auto; writes inside it: notify;
+		// anything outside it: ask.
+		tier: func(c Capability, tc TierContext) Tier {
+			t := TierAuto
+			for _, p := range c.FS.Read {
+				if !tc.inWorkspace(p) {
+					return TierAsk
+				}
+			}
+			for _, p := range c.FS.Write {
+				if !tc.inWorkspace(p) {
+					return TierAsk
+				}
+				t = TierNotify
+			}
+			return t
+		},
+	})
+}
+
+// validatePaths checks every path of l (ValidatePath).
+func validatePaths(l []string) error {
+	for _, p := range l {
+		if err := ValidatePath(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package policy
+
+// Decision layer: the Cedar encoding of each capability class, one entry per
+// class keyed by capability.Class (the grammar itself is agent/capability's
+// registry, class_<name>.go; this package cannot be imported by it, so its
+// side of a class lives here): the fixed policy of a grant of the class, the
+// Grant entity's data, the grant-time scope summary, and what the bounded
+// checks (ProveGrant, the permissiveness search) probe. Every other file of
+// the engine reads the class through this table.
+
+import (
+	"net/netip"
+	"path/filepath"
+	"strings"
+
+	"github.com/cedar-policy/cedar-go/ast"
+
+	"github.com/shinken-agent/shinken/agent/capability"
+)
+
+// classEncoding is one capability class's Cedar encoding. Functions taking
+// a capability get it normalized, its scope set.
+type classEncoding struct {
+	// condition is the fixed policy's condition (besides the grant being
+	// live) over the request req, its op and the Grant entity G. It names
+	// only agent-made identifiers; every user value (domain, prefix, path,
+	// ...) stays in the Grant entity's data, put there by entity.
+	condition func(op, req, G ast.Node) ast.Node
+	// entity puts the scope into the Grant entity's attributes.
+	entity func(c capability.Capability, a *grantAttrs)
+	// scope (optional) puts what the grant-time base policies read of the
+	// scope (context.scope) into s.
+	scope func(c capability.Capability, s *scopeAttrs)
+	// ports: the class's use requests carry a port, and its port keys.
+	// agent/shiftproof assumes the classes with ports are net.egress and
+	// net.inbound (request.go derivedPresent); TestClassEncodings holds it.
+	ports bool
+	// literals (optional) collects the scope's values, which ProveGrant
+	// probes with their neighbours.
+	literals func(c capability.Capability, lit *literals)
+	// useProbes builds the use requests of the class the bounded checks try
+	// from the literals (shift_probes.go has the shared builders).
+	useProbes func(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest
+	// grantProbes (optional) are the capabilities, besides the empty one,
+	// the permissiveness search asks to grant.
+	grantProbes func(c capability.Class, lit *literals) []capability.Capability
+}
+
+// encodings holds every class's Cedar encoding.
+var encodings = map[capability.Class]classEncoding{
+	capability.ClassNetEgress: {
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("connect")).
+				And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
+				And(G.Access("ports").ContainsAny(req.Access("port_keys")))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) {
+			a.domains = c.Egress.Domains
+			a.cidrs = prefixStrings(c.Egress.CIDRs)
+			a.ports = portBlocks(c.Egress.Ports)
+			a.flag("tls_inspect", c.Egress.TLSInspect)
+		},
+		scope: func(c capability.Capability, s *scopeAttrs) { s.tls = c.Egress.TLSInspect },
+		ports: true,
+		literals: func(c capability.Capability, lit *literals) {
+			for _, d := range c.Egress.Domains {
+				base := strings.TrimPrefix(strings.TrimPrefix(d, "**."), "*.")
+				lit.strs = append(lit.strs, base, "y."+base, "x"+base)
+				if _, parent, ok := strings.Cut(base, "."); ok {
+					lit.strs = append(lit.strs, parent)
+				}
+			}
+			lit.ips = c.Egress.CIDRs
+			portLiterals(c.Egress.Ports, lit)
+		},
+		useProbes: egressUseProbes,
+		grantProbes: func(c capability.Class, _ *literals) []capability.Capability {
+			return []capability.Capability{
+				{Class: c, Egress: &capability.EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, TLSInspect: true}},
+				{Class: c, Egress: &capability.EgressScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
+			}
+		},
+	},
+	capability.ClassNetInbound: {
+		// A peer (its address) opening a flow to one of the session's
+		// ports.
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("accept")).
+				And(G.Access("cidrs").ContainsAny(req.Access("cidr_keys"))).
+				And(G.Access("ports").ContainsAny(req.Access("port_keys")))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) {
+			a.cidrs = prefixStrings(c.Inbound.CIDRs)
+			a.ports = portBlocks(c.Inbound.Ports)
+		},
+		ports: true,
+		literals: func(c capability.Capability, lit *literals) {
+			lit.ips = c.Inbound.CIDRs
+			portLiterals(c.Inbound.Ports, lit)
+		},
+		useProbes: inboundUseProbes,
+		grantProbes: func(c capability.Class, _ *literals) []capability.Capability {
+			return []capability.Capability{
+				{Class: c, Inbound: &capability.InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
+				{Class: c, Inbound: &capability.InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []capability.PortRange{{Lo: 8080, Hi: 8080}}}},
+			}
+		},
+	},
+	capability.ClassFSScope: {
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
+				Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
+				And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) {
+			a.read, a.write, a.deny = c.FS.Read, c.FS.Write, c.FS.Deny
+		},
+		scope: func(c capability.Capability, s *scopeAttrs) { s.writeAncestors(c.FS.Write) },
+		literals: func(c capability.Capability, lit *literals) {
+			pathLiterals(lit, c.FS.Read, c.FS.Write, c.FS.Deny)
+		},
+		useProbes: pathUseProbes,
+		grantProbes: pathGrantProbes(func(c capability.Class, p string) capability.Capability {
+			return capability.Capability{Class: c, FS: &capability.FSScope{Write: []string{p}}}
+		}),
+	},
+	capability.ClassClipboard: {
+		condition: func(op, _, G ast.Node) ast.Node {
+			return G.Access("flags").Contains(op).And(op.Equal(ast.String("paste_in")).Or(op.Equal(ast.String("copy_out"))))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) {
+			a.flag("paste_in", c.Clipboard.PasteIn)
+			a.flag("copy_out", c.Clipboard.CopyOut)
+		},
+		useProbes: itemUseProbes(""),
+	},
+	capability.ClassGPU: {
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("use")).And(G.Access("items").Contains(req.Access("item"))).And(G.Access("mode").Equal(req.Access("mode")))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) { a.items, a.mode = c.GPU.DeviceIDs, c.GPU.Mode },
+		scope:  func(c capability.Capability, s *scopeAttrs) { s.mode = c.GPU.Mode },
+		literals: func(c capability.Capability, lit *literals) {
+			lit.strs = append(lit.strs, c.GPU.DeviceIDs...)
+		},
+		useProbes: itemUseProbes(capability.GPUModeCompute, capability.GPUModeRender, capability.GPUModeRaw),
+		grantProbes: func(c capability.Class, _ *literals) []capability.Capability {
+			var out []capability.Capability
+			for _, m := range []string{capability.GPUModeCompute, capability.GPUModeRender, capability.GPUModeRaw} {
+				out = append(out, capability.Capability{Class: c, GPU: &capability.GPUScope{DeviceIDs: []string{"0"}, Mode: m}})
+			}
+			return out
+		},
+	},
+	capability.ClassInstall: {
+		condition: func(op, _, G ast.Node) ast.Node {
+			return op.Equal(ast.String("pkg")).Or(op.Equal(ast.String("any"))).
+				And(G.Access("mode").Equal(ast.String("any")).Or(G.Access("mode").Equal(op)))
+		},
+		entity:    func(c capability.Capability, a *grantAttrs) { a.mode = c.Install.Scope },
+		scope:     func(c capability.Capability, s *scopeAttrs) { s.mode = c.Install.Scope },
+		useProbes: itemUseProbes(""),
+		grantProbes: func(c capability.Class, _ *literals) []capability.Capability {
+			var out []capability.Capability
+			for _, s := range []string{capability.InstallPkg, capability.InstallAny} {
+				out = append(out, capability.Capability{Class: c, Install: &capability.InstallScope{Scope: s}})
+			}
+			return out
+		},
+	},
+	capability.ClassPersistence: {
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("persist")).And(G.Access("write").ContainsAny(req.Access("path_keys")))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) {
+			a.write = c.Persistence.Paths
+			a.flag("survives_session", c.Persistence.SurvivesSession)
+		},
+		scope: func(c capability.Capability, s *scopeAttrs) { s.writeAncestors(c.Persistence.Paths) },
+		literals: func(c capability.Capability, lit *literals) {
+			pathLiterals(lit, c.Persistence.Paths)
+		},
+		useProbes: pathUseProbes,
+		grantProbes: pathGrantProbes(func(c capability.Class, p string) capability.Capability {
+			return capability.Capability{Class: c, Persistence: &capability.PersistenceScope{Paths: []string{p}}}
+		}),
+	},
+	capability.ClassCredentials: {
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("broker")).And(G.Access("items").Contains(req.Access("item")))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) { a.items = c.Credentials.BrokerScopes },
+		literals: func(c capability.Capability, lit *literals) {
+			lit.strs = append(lit.strs, c.Credentials.BrokerScopes...)
+		},
+		useProbes: itemUseProbes(""),
+	},
+	capability.ClassPeripheral: {
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("usb")).And(G.Access("items").Contains(req.Access("item"))).
+				Or(op.NotEqual(ast.String("usb")).And(G.Access("flags").Contains(op)).
+					And(op.Equal(ast.String("camera")).Or(op.Equal(ast.String("mic"))).Or(op.Equal(ast.String("input_inject")))))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) {
+			a.flag("camera", c.Peripheral.Camera)
+			a.flag("mic", c.Peripheral.Mic)
+			a.flag("input_inject", c.Peripheral.InputInject)
+			a.items = c.Peripheral.USB
+		},
+		literals: func(c capability.Capability, lit *literals) {
+			lit.strs = append(lit.strs, c.Peripheral.USB...)
+		},
+		useProbes: itemUseProbes(""),
+	},
+}
+
+// encodingOf is class c's entry (the zero entry for an unknown class: its
+// grants permit nothing, and nothing is probed).
+func encodingOf(c capability.Class) classEncoding { return encodings[c] }
+
+func prefixStrings(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// portLiterals: each range's ends, and the ends of the port space.
+func portLiterals(ps []capability.PortRange, lit *literals) {
+	for _, p := range ps {
+		lit.longs = append(lit.longs, int64(p.Lo), int64(p.Hi))
+	}
+	lit.longs = append(lit.longs, 1, 65534)
+}
+
+// pathLiterals: each path, a sibling just past it, and its parent.
+func pathLiterals(lit *literals, lists ...[]string) {
+	for _, l := range lists {
+		for _, p := range l {
+			lit.strs = append(lit.strs, p, p+"x", filepath.Dir(p))
+		}
+	}
+}
