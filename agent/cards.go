@@ -55,7 +55,15 @@ type RequestResult struct {
 func (a *Agent) Request(ctx context.Context, reqs []GrantRequest) ([]RequestResult, error) {
 	a.mu.Lock()
 	defer a.unlock()
+	if err := a.recordRequests(ctx, reqs); err != nil {
+		return nil, err
+	}
 	out := make([]RequestResult, len(reqs))
+	defer func() {
+		for _, o := range out {
+			a.emit(Event{Kind: EventRequestDecided, Outcome: o.Outcome, Took: o.Took})
+		}
+	}()
 	batch := map[string][]string{} // session, tier → approval ids
 	var keys []string
 	for i, req := range reqs {

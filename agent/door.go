@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -18,6 +19,17 @@ import (
 
 // Event kinds of the door.
 const (
+	// EventRequest: a grant request as the API received it, recorded
+	// before it is decided (a failure to record refuses the batch).
+	EventRequest = "request"
+	// EventRequestDecided: one request decided (Took: how long).
+	EventRequestDecided = "request.decided"
+	// EventAttenuate: an attenuation asked, with its outcome.
+	EventAttenuate = "attenuate"
+	// EventRevokeDone: a revoke call finished (Took: how long).
+	EventRevokeDone = "revoke.done"
+	// EventPolicyPropose: a policy change about to go through the gate.
+	EventPolicyPropose = "policy.propose"
 	// EventRun: a process is about to be started in a session (Tool is
 	// argv[0]; Args, never shown on the event stream, go to the audit log,
 	// which hashes them).
@@ -25,6 +37,39 @@ const (
 	// EventKernelDeny: the kernel refused a use (Denial says what).
 	EventKernelDeny = "kernel.deny"
 )
+
+type actorKey struct{}
+
+// WithActor says who makes the calls made with ctx (the API's caller: a
+// uid, and the name its client gave); the agent records it with what it
+// does.
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+func actorOf(ctx context.Context) string {
+	s, _ := ctx.Value(actorKey{}).(string)
+	return s
+}
+
+// recordRequests records a batch of grant requests as received, before any
+// is decided; a.mu held.
+func (a *Agent) recordRequests(ctx context.Context, reqs []GrantRequest) error {
+	for _, req := range reqs {
+		params, _ := json.Marshal(req.Capability)
+		e := Event{Kind: EventRequest, Actor: actorOf(ctx), Requester: req.Requester, Session: req.Session, Class: req.Capability.Class,
+			Params: params, Provenance: string(req.Provenance), Lifecycle: string(req.Lifecycle)}
+		if req.Parent != "" {
+			if g, err := a.resolveHandle(req.Parent); err == nil {
+				e.Parent = g.ID // the grant, never the token
+			}
+		}
+		if err := a.emit(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Launch starts cmd inside an active session through the backend's
 // launcher. The start is recorded first: if the record cannot be written,

@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -96,7 +97,19 @@ func (a *Agent) grantCounted(ctx context.Context, req GrantRequest) (*Grant, err
 // (for the same session or a sub-agent's session). Widening is refused.
 func (a *Agent) Attenuate(ctx context.Context, parent string, req GrantRequest) (*Grant, error) {
 	req.Parent = parent
-	return a.Grant(ctx, req)
+	g, err := a.Grant(ctx, req)
+	outcome, id := "granted", ""
+	if err != nil {
+		outcome = "refused: " + err.Error()
+	} else {
+		id = g.ID
+	}
+	params, _ := json.Marshal(req.Capability)
+	if eerr := a.emit(Event{Kind: EventAttenuate, Actor: actorOf(ctx), Requester: req.Requester, Session: req.Session, Class: req.Capability.Class,
+		Params: params, Outcome: outcome, Grant: id}); eerr != nil && err == nil {
+		a.cfg.Logger.Error("record attenuation", "err", eerr)
+	}
+	return g, err
 }
 
 // check runs the pre-grant gate and returns the record to issue.

@@ -68,6 +68,11 @@ func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policy.Set, error) 
 func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 	a.policyMu.Lock()
 	defer a.policyMu.Unlock()
+	// The proposal is recorded before the gate runs (a failure to record
+	// refuses it).
+	if err := a.emit(Event{Kind: EventPolicyPropose, Actor: c.Actor, Outcome: fmt.Sprintf("files=%d allow_widening=%t", len(c.Files), c.AllowWidening)}); err != nil {
+		return nil, err
+	}
 	rep, nb, err := a.policyCheck(c)
 	if err != nil {
 		a.emit(Event{Kind: "policy.apply", Actor: c.Actor, Outcome: "refused: " + err.Error()})

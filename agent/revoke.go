@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
@@ -20,7 +21,8 @@ import (
 // word is flipped first: from that write on, the kernel denies the grant and
 // all its descendants. Revoking a revoked handle succeeds (idempotent); a
 // forged token is refused.
-func (a *Agent) Revoke(ctx context.Context, token string) error {
+func (a *Agent) Revoke(ctx context.Context, token string) (err error) {
+	defer a.timeRevoke(time.Now(), &err)
 	a.mu.Lock()
 	defer a.unlock()
 	g, err := a.resolveHandle(token)
@@ -38,7 +40,8 @@ func (a *Agent) Revoke(ctx context.Context, token string) error {
 }
 
 // RevokeGrant revokes by grant id (operator path).
-func (a *Agent) RevokeGrant(ctx context.Context, id string) error {
+func (a *Agent) RevokeGrant(ctx context.Context, id string) (err error) {
+	defer a.timeRevoke(time.Now(), &err)
 	a.mu.Lock()
 	defer a.unlock()
 	g, ok := a.st.Grants[id]
@@ -46,6 +49,13 @@ func (a *Agent) RevokeGrant(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: %q", ErrUnknownHandle, id)
 	}
 	return a.revokeLocked(g, "revoked")
+}
+
+// timeRevoke records how long a successful revoke call took.
+func (a *Agent) timeRevoke(t0 time.Time, err *error) {
+	if *err == nil {
+		a.emit(Event{Kind: EventRevokeDone, Took: time.Since(t0)})
+	}
 }
 
 // descendants returns every grant attenuated (transitively) from g, deepest

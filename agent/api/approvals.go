@@ -47,7 +47,6 @@ func (s *Server) approveCard(w http.ResponseWriter, r *http.Request) {
 		results[i] = resultOf(o)
 		results[i].Outcome = o.Outcome // a card item is granted or denied, never "invalid"
 	}
-	s.auditCard(who, c, "approved_"+body.Mode)
 	writeJSON(w, http.StatusOK, map[string]any{"card": c, "results": results})
 }
 
@@ -60,7 +59,6 @@ func (s *Server) denyCard(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	s.auditCard(who, c, c.Status)
 	writeJSON(w, http.StatusOK, c)
 }
 
@@ -71,13 +69,5 @@ func (s *Server) cancelCard(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
-	s.auditCard(who, c, c.Status)
 	writeJSON(w, http.StatusOK, c)
-}
-
-// auditCard records who decided a card, and how.
-func (s *Server) auditCard(who string, c agent.Card, outcome string) {
-	if err := s.cfg.Audit("card", map[string]any{"actor": who, "session": c.Session, "card": c.ID, "tier": c.Tier.String(), "outcome": outcome}); err != nil {
-		s.cfg.Logger.Error("audit card", "err", err)
-	}
 }

@@ -42,10 +42,6 @@ func (s *Server) policies(w http.ResponseWriter, r *http.Request) {
 	var rep *agent.PolicyReport
 	var err error
 	if body.Apply {
-		if err := s.cfg.Audit("policy.apply", map[string]any{"actor": c.Actor, "files": len(body.Files), "allow_widening": body.AllowWidening}); err != nil {
-			writeErr(w, http.StatusInternalServerError, err)
-			return
-		}
 		rep, err = s.cfg.Agent.ApplyPolicies(c)
 	} else {
 		rep, err = s.cfg.Agent.PolicyDiff(c)

@@ -6,7 +6,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/shinken-agent/shinken/agent"
 )
@@ -25,21 +24,11 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request) {
 	}
 	who := actor(r)
 	for i := range body.Requests {
-		req := &body.Requests[i]
-		if req.Requester == "" {
-			req.Requester = who
-		}
-		if err := s.cfg.Audit("request", map[string]any{"actor": who, "agent": req.Requester, "session": req.Session,
-			"resource": string(req.Capability.Class), "params": req.Capability, "provenance": string(req.Provenance),
-			"lifetime": string(req.Lifecycle), "parent": req.Parent}); err != nil {
-			writeErr(w, http.StatusInternalServerError, err)
-			return
+		if body.Requests[i].Requester == "" {
+			body.Requests[i].Requester = who
 		}
 	}
-	res, err := s.cfg.Agent.Request(r.Context(), body.Requests)
-	for _, o := range res {
-		s.cfg.ObserveDecision(o.Took)
-	}
+	res, err := s.cfg.Agent.Request(agent.WithActor(r.Context(), who), body.Requests)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
@@ -97,12 +86,6 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var err error
-	t0 := time.Now()
-	defer func() {
-		if err == nil {
-			s.cfg.ObserveRevoke(time.Since(t0))
-		}
-	}()
 	switch {
 	case body.Handle != "" && body.ID == "":
 		err = s.cfg.Agent.Revoke(r.Context(), body.Handle)
@@ -127,17 +110,7 @@ func (s *Server) attenuate(w http.ResponseWriter, r *http.Request) {
 	if body.Request.Requester == "" {
 		body.Request.Requester = actor(r)
 	}
-	g, err := s.cfg.Agent.Attenuate(r.Context(), body.Parent, body.Request)
-	outcome, handle := "granted", ""
-	if err != nil {
-		outcome = "refused: " + err.Error()
-	} else {
-		handle = g.ID
-	}
-	if aerr := s.cfg.Audit("attenuate", map[string]any{"actor": actor(r), "agent": body.Request.Requester, "session": body.Request.Session,
-		"resource": string(body.Request.Capability.Class), "params": body.Request.Capability, "outcome": outcome, "handle": handle}); aerr != nil && err == nil {
-		s.cfg.Logger.Error("audit attenuate", "err", aerr)
-	}
+	g, err := s.cfg.Agent.Attenuate(agent.WithActor(r.Context(), actor(r)), body.Parent, body.Request)
 	if err != nil {
 		writeErr(w, statusFor(err), err)
 		return

@@ -30,13 +30,10 @@ type Config struct {
 	Verify func() (any, error)
 	// Status adds daemon-level facts to GET /v1/status.
 	Status func() map[string]any
-	// Audit records what the API sees (requests, attenuations, runs, card
-	// decisions). An error fails the call before anything happens.
-	Audit func(kind string, fields map[string]any) error
-	// ObserveRevoke and ObserveDecision receive latencies for metrics: a
-	// revoke call, and the decision of a request (Cedar, tiers and, when
-	// granted, the kernel writes of the grant).
-	ObserveRevoke, ObserveDecision func(time.Duration)
+	// ObserveDecision receives the latency of each POST /v1/decide, as
+	// this transport measures it (the agent's own calls, requests and
+	// revokes, report theirs in its event stream).
+	ObserveDecision func(time.Duration)
 }
 
 // Server serves the /v1 operator API. It is a transport: it decodes a call,
@@ -54,12 +51,6 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.Audit == nil {
-		cfg.Audit = func(string, map[string]any) error { return nil }
-	}
-	if cfg.ObserveRevoke == nil {
-		cfg.ObserveRevoke = func(time.Duration) {}
 	}
 	if cfg.ObserveDecision == nil {
 		cfg.ObserveDecision = func(time.Duration) {}

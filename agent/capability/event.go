@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -27,4 +28,14 @@ type Event struct {
 	Args []string `json:"-"`
 	// Denial is the kernel's event of a kernel.deny.
 	Denial *backend.Event `json:"denial,omitempty"`
+	// Requester, Lifecycle and Parent (a grant id, never a token) describe
+	// a request or attenuation as it was asked; Params is its capability
+	// as asked, for the audit log only (the log hashes it).
+	Requester string          `json:"requester,omitempty"`
+	Lifecycle string          `json:"lifecycle,omitempty"`
+	Parent    string          `json:"parent,omitempty"`
+	Params    json.RawMessage `json:"-"`
+	// Took is how long the call an event closes took (request.decided,
+	// revoke.done): for the latency metrics, not shown.
+	Took time.Duration `json:"-"`
 }

@@ -141,9 +141,18 @@ type eventSink struct {
 	hub          *api.Hub
 	audit        func(agent.Event) error
 	kernelDenial func(session string, ev backend.Event) // aggregated for the audit log
+	observe      func(agent.Event)                      // latencies for the metrics
 }
 
 func (s *eventSink) Emit(e agent.Event) error {
+	switch e.Kind {
+	case agent.EventRequestDecided, agent.EventRevokeDone:
+		// Latencies: for the metrics only.
+		if s.observe != nil {
+			s.observe(e)
+		}
+		return nil
+	}
 	if e.Kind == agent.EventKernelDeny && e.Denial != nil {
 		// The stream's record as it has always been; the audit log gets
 		// the denials aggregated per second (flushDenials).
@@ -157,8 +166,12 @@ func (s *eventSink) Emit(e agent.Event) error {
 	}
 	if e.Card != nil {
 		// Card notices: the stream carries the card, under the source it
-		// has always had; the API audits who decided a card, the agent's
-		// approval events audit the rest.
+		// has always had; a decision is audited (who decided, and how).
+		if s.audit != nil {
+			if err := s.audit(e); err != nil {
+				return err
+			}
+		}
 		s.hub.Publish("api", e.Kind, e.Card)
 		return nil
 	}
@@ -179,6 +192,7 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 		return nil, err
 	}
 	d.sink = &eventSink{hub: d.hub}
+	d.sink.observe = d.observeCall
 	if err := d.openAudit(); err != nil {
 		d.close()
 		return nil, err
@@ -298,8 +312,6 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 			}
 			return st
 		},
-		Audit:           d.auditAPI,
-		ObserveRevoke:   d.observeRevoke,
 		ObserveDecision: d.observeDecision,
 	})
 	if err != nil {

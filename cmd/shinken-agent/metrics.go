@@ -90,9 +90,18 @@ func (d *daemon) updateGauges() {
 	}
 }
 
-func (d *daemon) observeRevoke(dt time.Duration) {
-	if d.metrics != nil {
-		d.metrics.m.ObserveRevoke(dt)
+// observeCall takes the agent's latency events: a revoke call, and the
+// decision of a request (Cedar, tiers and, when granted, the kernel writes
+// of the grant).
+func (d *daemon) observeCall(e agent.Event) {
+	if d.metrics == nil {
+		return
+	}
+	switch e.Kind {
+	case agent.EventRevokeDone:
+		d.metrics.m.ObserveRevoke(e.Took)
+	case agent.EventRequestDecided:
+		d.metrics.m.ObserveDecision(e.Took)
 	}
 }
 

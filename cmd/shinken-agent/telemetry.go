@@ -81,6 +81,13 @@ func (d *daemon) verifyAudit() (any, error) {
 // auditAgentEvent maps the agent's lifecycle events onto audit records. An
 // error fails the step that emitted the event (fail closed).
 func (d *daemon) auditAgentEvent(e agent.Event) error {
+	if ev, ok := auditCall(e); ok {
+		_, err := d.audit.log.Append(ev)
+		return auditErr("append", err)
+	}
+	if e.Card != nil {
+		return nil // other card notices: the approval events are the record
+	}
 	if e.Kind == agent.EventUseDenied {
 		// A use-time denial: aggregated, written by flushDenials within a
 		// second (the answer is a denial either way: nothing waits on the
@@ -126,43 +133,31 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 	return auditErr("append", err)
 }
 
-// auditAPI records what the API layer sees: requests, attenuations, runs and
-// card decisions.
-func (d *daemon) auditAPI(kind string, fields map[string]any) error {
-	if d.audit == nil {
-		return nil
-	}
-	params, _ := json.Marshal(fields["params"])
-	ev := audit.Event{Human: str(fields["actor"]), AgentID: str(fields["agent"]), Tool: str(fields["tool"]), Session: str(fields["session"]),
-		Resource: str(fields["resource"]), Outcome: str(fields["outcome"]), Card: str(fields["card"]), Tier: str(fields["tier"]),
-		Provenance: str(fields["provenance"]), Lifetime: str(fields["lifetime"]), Reason: str(fields["reason"]), Handle: str(fields["handle"]),
-		Parent: str(fields["parent"])}
-	if fields["params"] != nil {
-		ev.Params = params
-	}
-	switch kind {
-	case "request":
+// auditCall maps the agent's records of the calls it was asked to make
+// (requests, attenuations, card decisions, policy proposals) onto audit
+// records, as the API wrote them before the agent was the one door.
+func auditCall(e agent.Event) (audit.Event, bool) {
+	ev := audit.Event{Time: e.Time, Human: e.Actor, AgentID: e.Requester, Session: e.Session, Resource: string(e.Class),
+		Provenance: e.Provenance, Lifetime: e.Lifecycle, Parent: e.Parent, Params: e.Params}
+	switch {
+	case e.Kind == agent.EventRequest:
 		ev.Type = audit.EventRequest
-	case "attenuate":
-		ev.Type = audit.EventAttenuate
-	case "card":
-		ev.Type = audit.EventApproval
+	case e.Kind == agent.EventAttenuate:
+		ev.Type, ev.Outcome, ev.Handle = audit.EventAttenuate, e.Outcome, e.Grant
+	case e.Kind == agent.EventPolicyPropose:
+		ev.Type, ev.Action, ev.Outcome = audit.EventDecision, "policy.apply", e.Outcome
+	case e.Card != nil && (e.Card.Status == agent.CardApproved || e.Card.Status == agent.CardDenied || e.Card.Status == agent.CardCancelled) &&
+		e.Kind == "card."+e.Card.Status:
+		// Who decided a card, and how.
+		c := e.Card
+		ev = audit.Event{Time: e.Time, Type: audit.EventApproval, Human: c.Decider, Session: c.Session, Card: c.ID, Tier: c.Tier.String(), Outcome: c.Status}
+		if c.Status == agent.CardApproved {
+			ev.Outcome = "approved_" + c.Decision
+		}
 	default:
-		ev.Type = audit.EventDecision
-		ev.Action = kind
+		return audit.Event{}, false
 	}
-	_, err := d.audit.log.Append(ev)
-	return auditErr("append", err)
-}
-
-func str(v any) string {
-	if v == nil {
-		return ""
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return fmt.Sprint(v)
+	return ev, true
 }
 
 func (d *daemon) auditKernelDenial(session string, ev backend.Event) {
