@@ -117,6 +117,8 @@ type Agent struct {
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
 
+	proofs proofs // grant proofs already made (prove.go); its own lock
+
 	bmu    sync.Mutex          // breaker counters (hot path of Decide)
 	bdirty map[string]struct{} // under bmu: sessions whose breaker moved since the last state write
 	// policyMu serializes policy changes (apply, reload).

@@ -53,6 +53,11 @@ type RequestResult struct {
 // and tier (never across tiers). Refusals are per request; the error is for
 // a failure to record the cards (the grants made stay made).
 func (a *Agent) Request(ctx context.Context, reqs []GrantRequest) ([]RequestResult, error) {
+	for _, req := range reqs {
+		if req.Capability.Validate() == nil {
+			a.prove(req.Session, req.Capability, a.cfg.Now()) // before the lock (prove.go)
+		}
+	}
 	a.mu.Lock()
 	defer a.unlock()
 	if err := a.recordRequests(ctx, reqs); err != nil {

@@ -78,6 +78,11 @@ var (
 // session's denial circuit breaker. A failure at any step rolls the whole
 // grant back.
 func (a *Agent) Grant(ctx context.Context, req GrantRequest) (*Grant, error) {
+	if req.Capability.Validate() == nil {
+		// The proof, before the lock (prove.go); its error, if any, comes
+		// in its place in the sequence.
+		a.prove(req.Session, req.Capability, a.cfg.Now())
+	}
 	a.mu.Lock()
 	defer a.unlock()
 	return a.grantCounted(ctx, req)
@@ -266,7 +271,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	}
 	rec.ID = id
 	gd := GrantData{ID: id, Session: rec.Session, Capability: c, Expires: rec.Expires}
-	if err := ProveGrant(gd, now); err != nil {
+	if err := a.prove(rec.Session, c, now); err != nil {
 		return nil, err
 	}
 	a.crash(StepGrantProved)
