@@ -101,6 +101,21 @@ func (c *Config) validate() error {
 // Agent is the control plane: decisions, handles, the grant and revoke
 // protocol and durable state. Its methods are safe for concurrent use;
 // state-changing calls are serialized, Decide is not.
+//
+// The locks, and what each protects:
+//   - mu orders every state change with the kernel writes it makes: the
+//     records (st), their writes to the store, the backend calls of grant,
+//     revoke, session create and end, reconcile and the never-list, and
+//     the resolver's dirty set (dns, dnsDirty). Under it a grant still runs
+//     the pre-grant gate, Cedar's grant authorization (it reads the
+//     session's entities, which grants change) and one fsynced write of its
+//     live record (intent records are written unsynced: persistIntent).
+//     The grant proof runs before it is taken (prove.go); use-time
+//     decisions (Decide, DecideUse) never take it.
+//   - bmu guards the breaker counters, which Decide moves without mu.
+//   - policyMu serializes policy changes (apply, reload); the engine swaps
+//     its set atomically, so decisions never wait for it.
+//   - proofs.mu guards the proof cache only.
 type Agent struct {
 	cfg       Config
 	engine    *Engine
