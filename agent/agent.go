@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // EventSink receives lifecycle events; an error fails the step that emitted
@@ -121,11 +122,11 @@ type Agent struct {
 	engine    *Engine
 	kernel    Kernel
 	minter    minter
-	store     *store
+	store     *store.Store // the durable state (agent/store); st is its State
 	manifests map[string]*Manifest
 
 	mu sync.Mutex // serializes every state change
-	st *state
+	st *store.State
 
 	never []backend.NeverEntry // under mu: the never-list in force (SetNeverList)
 
@@ -165,11 +166,12 @@ func Open(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: &store{dir: cfg.StateDir}, manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{},
-		dnsDirty: map[string]struct{}{}}
-	if a.st, err = a.store.load(); err != nil {
+	db, err := store.Open(cfg.StateDir)
+	if err != nil {
 		return nil, err
 	}
+	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{},
+		dnsDirty: map[string]struct{}{}}
 	if err := a.checkRestartPolicy(); err != nil {
 		return nil, err
 	}
@@ -201,14 +203,15 @@ func (a *Agent) crash(s Step) {
 // changed instead (persistKeys).
 func (a *Agent) persist() error {
 	a.syncBreakers()
-	return a.store.save(a.st)
+	return a.store.WriteAll()
 }
 
-// persistKeys writes the records named by keys ("g/ID", "s/ID", "a/ID"),
-// and the sessions whose breaker moved, and fsyncs: a call that knows what
-// it changed pays for that, not for the whole state.
+// persistKeys writes the records named by keys (store.GrantKey,
+// store.SessionKey, store.ApprovalKey ...), and the sessions whose breaker
+// moved, and fsyncs: a call that knows what it changed pays for that, not
+// for the whole state.
 func (a *Agent) persistKeys(keys ...string) error {
-	return a.store.writeKeys(a.st, true, append(keys, a.syncBreakers()...))
+	return a.store.Write(append(keys, a.syncBreakers()...), true)
 }
 
 // persistIntent is persistKeys without the fsync, for intent records whose
@@ -219,7 +222,7 @@ func (a *Agent) persistKeys(keys ...string) error {
 // write still reaches the page cache before the kernel step, so a kill -9
 // leaves it for reconcile to report.
 func (a *Agent) persistIntent(keys ...string) error {
-	return a.store.writeKeys(a.st, false, append(keys, a.syncBreakers()...))
+	return a.store.Write(append(keys, a.syncBreakers()...), false)
 }
 
 func (a *Agent) emit(e Event) error {
@@ -318,5 +321,5 @@ func (a *Agent) ReloadManifests() error {
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	defer a.unlock()
-	return a.store.close()
+	return a.store.Close()
 }

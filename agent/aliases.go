@@ -1,10 +1,11 @@
 package agent
 
-// The agent's names for the vocabulary it shares with its callers and for
-// the policy engine it drives. The grammar and the types that cross the API
-// live in agent/capability (so the operator CLI links neither Cedar nor the
-// resolver), the Cedar engine in agent/policy; these aliases keep
-// agent.Capability, agent.GrantRequest, agent.Engine, agent.ErrWidens ...
+// The agent's names for the vocabulary it shares with its callers, for the
+// policy engine it drives and for the records it persists. The grammar and
+// the types that cross the API live in agent/capability (so the operator CLI
+// links neither Cedar nor the resolver), the Cedar engine in agent/policy,
+// the durable state in agent/store; these aliases keep agent.Capability,
+// agent.GrantRequest, agent.Engine, agent.ErrWidens, agent.GrantRecord ...
 // meaning what they meant, for the agent's own files, its tests, the daemon
 // and bench/. New code outside the agent imports those packages directly.
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/agent/policy"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // The grammar (capability.go, capability_render.go, capability_within.go).
@@ -213,3 +215,21 @@ func DefaultProtected(home string) []string { return policy.DefaultProtected(hom
 func CedarRequest(session string, r UseRequest, now time.Time) cedar.Request {
 	return policy.CedarRequest(session, r, now)
 }
+
+// The durable state (agent/store): the records the agent persists.
+type (
+	GrantRecord    = store.GrantRecord
+	SessionRecord  = store.SessionRecord
+	SessionPhase   = store.SessionPhase
+	ApprovalRecord = store.ApprovalRecord
+	Pattern        = store.Pattern
+)
+
+const (
+	SessionCreating = store.SessionCreating
+	SessionActive   = store.SessionActive
+	SessionEnding   = store.SessionEnding
+)
+
+// ErrState wraps failures to read or write the durable state.
+var ErrState = store.ErrState

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // DefaultApprovalTimeout is how long an Ask waits for a human.
@@ -138,7 +140,7 @@ func (a *Agent) takeApproval(id string) (*ApprovalRecord, error) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownApproval, id)
 	}
 	delete(a.st.Approvals, id)
-	if err := a.store.saveKeys(a.st, "a/"+id); err != nil {
+	if err := a.store.Write([]string{store.ApprovalKey(id)}, true); err != nil {
 		a.st.Approvals[id] = ap
 		return nil, err
 	}

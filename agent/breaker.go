@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // BreakerConfig sets the denial circuit breaker (seeds/permissions.md §6.5).
@@ -111,7 +112,7 @@ func (a *Agent) syncBreakers() (changed []string) {
 		delete(a.bdirty, id)
 		if rec, ok := a.st.Sessions[id]; ok && a.breaker[id] != nil && rec.Breaker != *a.breaker[id] {
 			rec.Breaker = *a.breaker[id]
-			changed = append(changed, "s/"+id)
+			changed = append(changed, store.SessionKey(id))
 		}
 	}
 	return changed

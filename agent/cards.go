@@ -20,16 +20,6 @@ import (
 	"time"
 )
 
-// Pattern is an "approve this pattern" decision: the same capability scope
-// asked again by the same session is approved without a new card.
-type Pattern struct {
-	Card    string     `json:"card"`
-	Session string     `json:"session"`
-	Scope   Capability `json:"scope"`
-	Decider string     `json:"decider"`
-	Created time.Time  `json:"created,omitzero"` // patterns are tried oldest first
-}
-
 // Errors of the card protocol.
 var (
 	ErrUnknownCard = errors.New("no such card")

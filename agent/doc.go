@@ -11,18 +11,19 @@
 // (unforgeable tokens mapped to kernel HandleRefs, attenuation, membrane
 // revoke), the GRANT and REVOKE sequences of seeds/permissions.md §2, the
 // denial circuit breaker, approval cards (Asks batched for a human,
-// approved patterns), and durable state that survives a kill -9 at any step
-// and is reconciled with the kernel on start, always in the fail-closed
-// direction.
+// approved patterns), and durable state (agent/store: a snapshot and an
+// append-only journal of the records that changed) that survives a kill -9
+// at any step and is reconciled with the kernel on start, always in the
+// fail-closed direction.
 //
 // The entry point is Open, which returns an *Agent driving a
 // backend.Backend (on Linux the BPF dataplane; see agent/backend). See
 // README.md in this directory for the packages and files by layer, the
 // grammar, the manifest format, the tiers, the policy directory, what the
 // permissiveness check proves and the state and crash model. The names
-// that moved to agent/capability and agent/policy are kept here as aliases
-// (aliases.go), so agent.Capability, agent.GrantRequest or agent.Engine
-// still mean what they meant.
+// that moved to agent/capability, agent/policy and agent/store are kept
+// here as aliases (aliases.go), so agent.Capability, agent.GrantRequest,
+// agent.Engine or agent.GrantRecord still mean what they meant.
 //
 // Only agent/api (the operator API's transport), cmd/shinken-agent (the
 // daemon) and bench/ import this package; the operator CLI does not (it

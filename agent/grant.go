@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // Errors of the grant protocol.
@@ -236,7 +237,7 @@ func (a *Agent) grantLocked(ctx context.Context, req GrantRequest, approver stri
 		stored := req
 		stored.Parent = ""
 		a.st.Approvals[id] = &ApprovalRecord{ID: id, Request: stored, ParentGrant: rec.Parent, Tier: rec.Tier, Created: now, Expires: now.Add(a.cfg.ApprovalTimeout)}
-		if perr := a.persistKeys("a/" + id); perr != nil {
+		if perr := a.persistKeys(store.ApprovalKey(id)); perr != nil {
 			delete(a.st.Approvals, id)
 			return nil, perr
 		}
@@ -278,7 +279,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// 3. Issue the handle: intent first, then the kernel, then the record.
 	rec.Phase = PhasePending
 	a.st.Grants[id] = rec
-	key := "g/" + id
+	key := store.GrantKey(id)
 	if err := a.persistIntent(key); err != nil {
 		delete(a.st.Grants, id)
 		return nil, err
@@ -330,7 +331,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	sess := a.st.Sessions[rec.Session]
 	oldIng := sess.Ingredients
 	sess.Ingredients = sess.Ingredients.With(c, rec.Provenance)
-	if err := a.persistKeys(key, "s/"+rec.Session); err != nil {
+	if err := a.persistKeys(key, store.SessionKey(rec.Session)); err != nil {
 		sess.Ingredients = oldIng
 		return nil, a.rollback(rec, err)
 	}
@@ -374,7 +375,7 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 	}
 	rec.Ended = a.cfg.Now()
 	rec.EndReason = "rollback: " + cause.Error()
-	errs = append(errs, a.persistKeys("g/"+rec.ID, "s/"+rec.Session))
+	errs = append(errs, a.persistKeys(store.GrantKey(rec.ID), store.SessionKey(rec.Session)))
 	a.emit(Event{Kind: "grant.rollback", Session: rec.Session, Grant: rec.ID, Class: rec.Capability.Class, Outcome: cause.Error()})
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w (rollback incomplete: %v)", cause, err)

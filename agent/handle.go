@@ -8,7 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+
+	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
 )
 
 // Handle errors.
@@ -77,4 +81,30 @@ func (m minter) verify(token string) (string, error) {
 		return "", fmt.Errorf("%w: MAC mismatch", ErrForgedHandle)
 	}
 	return hex.EncodeToString(raw), nil
+}
+
+// loadOrCreateKey returns the handle MAC key (handle.key in the state
+// directory), creating it on first start. It is no record of the store's
+// (agent/store): it is written once, atomically, and never changes (a new
+// key would make every token handed out fail to verify).
+func loadOrCreateKey(dir string) ([]byte, error) {
+	p := filepath.Join(dir, "handle.key")
+	key, err := os.ReadFile(p)
+	if err == nil {
+		if len(key) != 32 {
+			return nil, fmt.Errorf("%w: %s: want 32 bytes, have %d", ErrState, p, len(key))
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if err := atomicfile.Write(p, key, 0o600); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return key, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // Revoke runs the REVOKE sequence on the grant behind a handle token and on
@@ -80,7 +81,7 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 	subtree := append([]*GrantRecord{g}, a.descendants(g)...)
 	keys := make([]string, len(subtree))
 	for i, x := range subtree {
-		keys[i] = "g/" + x.ID
+		keys[i] = store.GrantKey(x.ID)
 	}
 	if g.Phase.Terminal() {
 		// Done before; a revocation whose last write failed (a full disk)

@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 func (a *Agent) sessionAttrs(s SessionSpec) SessionAttrs {
@@ -49,15 +50,15 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	// crash before the active record below is, the kernel's session has no
 	// record, and Reconcile destroys it as an orphan, as it undoes a
 	// persisted creating record (state files of earlier agents).
-	key := "s/" + spec.ID
+	key := store.SessionKey(spec.ID)
 	a.crash(StepSessionIntent)
 	if _, err := a.kernel.CreateSession(spec.ID, spec.Quotas); err != nil {
 		delete(a.st.Sessions, spec.ID)
-		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.saveKeys(a.st, key))
+		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.Write([]string{key}, true))
 	}
 	a.crash(StepSessionKernel)
 	rec.Phase = SessionActive
-	if err := a.store.saveKeys(a.st, key); err != nil {
+	if err := a.store.Write([]string{key}, true); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(err, a.kernel.DestroySession(spec.ID))
 	}
@@ -88,7 +89,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	// the session stays as it was.
 	old := rec.Phase
 	rec.Phase = SessionEnding
-	key := "s/" + id
+	key := store.SessionKey(id)
 	if err := a.persistKeys(key); err != nil {
 		rec.Phase = old
 		return err
@@ -105,7 +106,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	for k, ap := range a.st.Approvals {
 		if ap.Request.Session == id {
 			delete(a.st.Approvals, k)
-			keys = append(keys, "a/"+k)
+			keys = append(keys, store.ApprovalKey(k))
 		}
 	}
 	// Approved patterns answer for this session only: a later session that
@@ -113,7 +114,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	for k, p := range a.st.Patterns {
 		if p.Session == id {
 			delete(a.st.Patterns, k)
-			keys = append(keys, "p/"+k)
+			keys = append(keys, store.PatternKey(k))
 		}
 	}
 	if err := a.kernel.DestroySession(id); err != nil && !errors.Is(err, backend.ErrSessionNotFound) {

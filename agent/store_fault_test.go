@@ -13,6 +13,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/backend/memory"
+	"github.com/shinken-agent/shinken/agent/store"
 )
 
 // Fault injection on the store: every write the store makes during a grant,
@@ -90,7 +91,7 @@ func testStoreFaults(t *testing.T, newKernel func(t *testing.T) Kernel) {
 		a := open(t)
 		arg := op.setup(t, a)
 		writes := 0
-		a.store.fault = func(string) error { writes++; return nil }
+		a.store.Fault = func(string) error { writes++; return nil }
 		if err := op.do(a, arg); err != nil {
 			t.Fatalf("%s without faults: %v", op.name, err)
 		}
@@ -105,7 +106,7 @@ func testStoreFaults(t *testing.T, newKernel func(t *testing.T) Kernel) {
 					before := faultView(t, a)
 					seen := 0
 					var failedAt string
-					a.store.fault = func(what string) error {
+					a.store.Fault = func(what string) error {
 						if seen++; seen == n {
 							failedAt = what
 							return errno
@@ -133,7 +134,7 @@ func testStoreFaults(t *testing.T, newKernel func(t *testing.T) Kernel) {
 						}
 					}
 					// The disk works again: the same call succeeds.
-					a.store.fault = nil
+					a.store.Fault = nil
 					if err := op.do(a, arg); err != nil {
 						t.Fatalf("%s retried once the disk works: %v", op.name, err)
 					}
@@ -174,12 +175,12 @@ func faultView(t *testing.T, a *Agent) faultSnap {
 		}
 	}
 	a.mu.Unlock()
-	s := &store{dir: a.cfg.StateDir}
-	st, err := s.load()
+	s, err := store.Open(a.cfg.StateDir)
 	if err != nil {
 		t.Fatalf("journal unreadable: %v", err)
 	}
-	s.close()
+	st := s.State()
+	s.Close()
 	for _, g := range st.Grants {
 		g.LegacyRules = nil
 		if g.Phase == PhaseLive {

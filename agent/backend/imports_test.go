@@ -23,8 +23,9 @@ func goList(t *testing.T, args ...string) []string {
 
 // TestImportGraph holds the layering: the seam is standard library only;
 // the capability grammar and the API's wire types import only the standard
-// library and the seam; the control plane, its API and the resolver reach
-// the OS only through the seam (no Linux dataplane package, even
+// library and the seam; the store imports those and atomicfile, never the
+// agent that owns its records; the control plane, its API and the resolver
+// reach the OS only through the seam (no Linux dataplane package, even
 // transitively); the daemon and the CLI import no dataplane package
 // directly (the daemon gets its backend from agent/backend/host); and the
 // operator CLI links neither the policy engine nor the resolver: it speaks
@@ -36,6 +37,7 @@ func TestImportGraph(t *testing.T) {
 		"agent/backend":    nil,
 		"agent/capability": {"agent/backend"},
 		"agent/api/wire":   {"agent/backend", "agent/capability"},
+		"agent/store":      {"agent/backend", "agent/capability", "agent/internal/atomicfile"},
 	} {
 		for _, dep := range goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+pkg) {
 			if dep != module+pkg && !slices.Contains(allowed, strings.TrimPrefix(dep, module)) {

@@ -1,4 +1,4 @@
-package agent
+package store
 
 import (
 	"encoding/json"
@@ -9,20 +9,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shinken-agent/shinken/agent/capability"
 )
 
-func openStore(t *testing.T, dir string) (*store, *state) {
+func openStore(t *testing.T, dir string) (*Store, *State) {
 	t.Helper()
-	s := &store{dir: dir}
-	st, err := s.load()
+	s, err := Open(dir)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	t.Cleanup(func() { s.close() })
-	return s, st
+	t.Cleanup(func() { s.Close() })
+	return s, s.State()
 }
 
-func sameState(t *testing.T, a, b *state) {
+func sameState(t *testing.T, a, b *State) {
 	t.Helper()
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
@@ -39,16 +40,16 @@ func TestStoreJournal(t *testing.T) {
 	s, st := openStore(t, dir)
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 50; i++ {
-		st.Sessions[fmt.Sprint("s", i)] = &SessionRecord{Spec: SessionSpec{ID: fmt.Sprint("s", i), Image: "py"}, Phase: SessionActive, Created: now}
+		st.Sessions[fmt.Sprint("s", i)] = &SessionRecord{Spec: capability.SessionSpec{ID: fmt.Sprint("s", i), Image: "py"}, Phase: SessionActive, Created: now}
 	}
-	if err := s.save(st); err != nil {
+	if err := s.WriteAll(); err != nil {
 		t.Fatal(err)
 	}
 	size1 := s.jbytes
 	// One change appends one line.
 	st.Sessions["s7"].Phase = SessionEnding
 	delete(st.Sessions, "s8")
-	if err := s.save(st); err != nil {
+	if err := s.WriteAll(); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(s.journalPath())
@@ -56,10 +57,10 @@ func TestStoreJournal(t *testing.T) {
 	if n := strings.Count(tail, "\n"); n != 2 || !strings.Contains(tail, `"s7"`) || !strings.Contains(tail, `"del":true`) {
 		t.Fatalf("second save appended %d lines: %q", n, tail)
 	}
-	if err := s.save(st); err != nil || s.jbytes != int64(len(data)) {
+	if err := s.WriteAll(); err != nil || s.jbytes != int64(len(data)) {
 		t.Fatalf("an unchanged save wrote: %v, %d -> %d", err, len(data), s.jbytes)
 	}
-	s.close()
+	s.Close()
 
 	t.Run("reload", func(t *testing.T) {
 		_, st2 := openStore(t, dir)
@@ -76,10 +77,10 @@ func TestStoreJournal(t *testing.T) {
 		}
 		// And appending goes on from the good end.
 		st2.Sessions["s9"].Phase = SessionEnding
-		if err := s2.save(st2); err != nil {
+		if err := s2.WriteAll(); err != nil {
 			t.Fatal(err)
 		}
-		s2.close()
+		s2.Close()
 		_, st3 := openStore(t, dir)
 		if st3.Sessions["s9"].Phase != SessionEnding {
 			t.Errorf("append after a cut tail was lost")
@@ -92,8 +93,7 @@ func TestStoreJournal(t *testing.T) {
 		lines := strings.SplitAfter(string(raw), "\n")
 		lines[1] = "garbage\n"
 		os.WriteFile(d2+"/state.journal", []byte(strings.Join(lines, "")), 0o600)
-		s3 := &store{dir: d2}
-		if _, err := s3.load(); !errors.Is(err, ErrState) {
+		if _, err := Open(d2); !errors.Is(err, ErrState) {
 			t.Fatalf("corrupt journal: %v, want ErrState", err)
 		}
 	})
@@ -105,7 +105,7 @@ func TestStoreJournal(t *testing.T) {
 		if s4.jbytes != 0 {
 			t.Fatalf("journal not emptied")
 		}
-		s4.close()
+		s4.Close()
 		_, st5 := openStore(t, dir)
 		sameState(t, st4, st5)
 		if !reflect.DeepEqual(len(st5.Sessions), len(st.Sessions)) {
@@ -114,30 +114,30 @@ func TestStoreJournal(t *testing.T) {
 	})
 }
 
-// TestStoreSaveKeys: naming the changed records persists exactly them.
-func TestStoreSaveKeys(t *testing.T) {
+// TestStoreWriteKeys: naming the changed records persists exactly them.
+func TestStoreWriteKeys(t *testing.T) {
 	dir := t.TempDir()
 	s, st := openStore(t, dir)
-	st.Sessions["a"] = &SessionRecord{Spec: SessionSpec{ID: "a", Image: "py"}, Phase: SessionCreating}
-	if err := s.saveKeys(st, "s/a"); err != nil {
+	st.Sessions["a"] = &SessionRecord{Spec: capability.SessionSpec{ID: "a", Image: "py"}, Phase: SessionCreating}
+	if err := s.Write([]string{SessionKey("a")}, true); err != nil {
 		t.Fatal(err)
 	}
 	st.Sessions["a"].Phase = SessionActive
-	if err := s.saveKeys(st, "s/a"); err != nil {
+	if err := s.Write([]string{SessionKey("a")}, true); err != nil {
 		t.Fatal(err)
 	}
 	delete(st.Sessions, "a")
-	st.Sessions["b"] = &SessionRecord{Spec: SessionSpec{ID: "b", Image: "py"}, Phase: SessionActive}
-	if err := s.saveKeys(st, "s/a", "s/b"); err != nil {
+	st.Sessions["b"] = &SessionRecord{Spec: capability.SessionSpec{ID: "b", Image: "py"}, Phase: SessionActive}
+	if err := s.Write([]string{SessionKey("a"), SessionKey("b")}, true); err != nil {
 		t.Fatal(err)
 	}
-	s.close()
+	s.Close()
 	_, st2 := openStore(t, dir)
 	sameState(t, st, st2)
 	// And a full save afterwards finds nothing left to write.
-	s3, st3 := openStore(t, dir)
+	s3, _ := openStore(t, dir)
 	before := s3.jbytes
-	if err := s3.save(st3); err != nil || s3.jbytes != before {
+	if err := s3.WriteAll(); err != nil || s3.jbytes != before {
 		t.Fatalf("full save after keyed saves wrote %d bytes (%v)", s3.jbytes-before, err)
 	}
 }

@@ -1,0 +1,87 @@
+// Package store is the agent's durable state: what survives a restart, a
+// kill -9 at any instant and (for what is synced) a power loss.
+//
+// # What it stores
+//
+// One State per state directory: sessions (SessionRecord: spec, phase,
+// ingredients, breaker), grants (GrantRecord: capability, tier, lifecycle,
+// phase, the kernel handle and the backend.Delta the grant may have in the
+// kernel; revoked ones stay as tombstones until the agent prunes them),
+// pending approvals (ApprovalRecord), approval cards (capability.Card) and
+// approved patterns (Pattern). It holds records, not rules about them: the
+// agent (package agent, the caretaker) decides what each record means, when
+// it changes and what reconcile does with it. The store imports the seam
+// (agent/backend) and the vocabulary (agent/capability) and never the
+// agent; the agent re-exports the record types under their old names
+// (agent.GrantRecord, agent.SessionRecord ...).
+//
+// # On disk
+//
+// Two files, mode 0600, in a directory the caller has created (0700):
+//
+//   - state.json, the snapshot: the whole State as one JSON object
+//     {"version":1,"sessions":{...},"grants":{...},"approvals":{...},
+//     "cards":{...},"patterns":{...}}, replaced only atomically (temporary
+//     file, fsync, rename, directory fsync). A snapshot of another version
+//     refuses to load.
+//   - state.journal, the records changed since the snapshot, one JSON line
+//     each: {"k":"g","id":"ID","v":{...the whole record...}}, or
+//     {"k":"g","id":"ID","del":true} for a deletion; k is s(ession),
+//     g(rant), a(pproval), c(ard) or p(attern).
+//
+// Open reads the snapshot, replays the journal over it (a line carries a
+// whole record or a deletion, so replaying lines the snapshot already holds
+// is harmless), cuts a torn last line (one without its newline, or one that
+// does not parse: its fsync never returned, so it was never acknowledged)
+// and refuses a corrupt line anywhere else (ErrState). Grants written
+// before Delta carry their rules as "rules"; Open moves them into the
+// Delta, and the record is written in the new form when it next changes or
+// at the next snapshot.
+// testdata/format pins these bytes.
+//
+// # Writes
+//
+// The owner changes the State in place, under its own lock, and then
+// writes: Write(keys, sync) the records it names (SessionKey, GrantKey,
+// ApprovalKey, CardKey, PatternKey: "s/ID", "g/ID", "a/ID", "c/ID",
+// "p/ID"), WriteAll every record that changed since the last write (found
+// by encoding each one and comparing hashes with what was last written).
+// Either appends one line per changed or deleted record in a single write
+// call; a record unchanged since its last write costs nothing. When the
+// journal would outgrow max(1 MiB, twice the snapshot), the whole State is
+// folded into a new snapshot instead and the journal is emptied.
+//
+// Which writes are fsynced:
+//
+//   - WriteAll and Write(keys, true): the journal is fsynced before they
+//     return, so what they wrote survives a power loss. The agent writes so
+//     every record whose loss would change what the host enforces or what
+//     was decided: a grant live or revoked, a session active or ending, an
+//     approval asked or answered, a card, a pattern.
+//   - Write(keys, false): appended, not fsynced. The lines reach the page
+//     cache, which a kill -9 of the process keeps, and a power loss may
+//     drop. The agent writes so only intents (its persistIntent): a grant
+//     pending, its handle recorded, its Delta about to be pushed, a
+//     revocation begun. Losing one is safe because reconcile repairs
+//     towards less authority: kernel state no record accounts for is
+//     revoked and released at the next start, and a power loss that drops
+//     the record drops the kernel state it announced with it (the kernel's
+//     tables do not outlive the machine). Journal lines are ordered, and an
+//     fsync covers every earlier line, so the next synced write makes the
+//     intents before it durable too.
+//   - A snapshot (compaction) is always synced: the file and the directory,
+//     then the emptied journal.
+//
+// A write that fails (a full disk, a failing device) returns an error
+// wrapping ErrState and the cause, and leaves the journal as it was: the
+// lines it wrote are cut off, and the records count as not written, so the
+// same write retried writes them. The owner restores its State (or keeps
+// the change and retries); the store never rolls the State back itself.
+//
+// Store.Fault is for tests: it fails chosen writes (FaultJournalWrite,
+// FaultJournalSync, FaultSnapshot) as ENOSPC or EIO would, so the agent's
+// fault-injection tests (agent/store_fault_test.go) can check that a call
+// whose write fails leaves memory, journal and kernel agreeing.
+//
+// agent/README.md §9 describes the state and crash model as a whole.
+package store
