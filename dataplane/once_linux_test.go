@@ -9,7 +9,9 @@ import (
 // TestOnceMeansOnce: an approve-once handle is consumed in the kernel by
 // its first allowed connect or send: the second gets EPERM with no round
 // trip to user space, the flow the first opened lives on, and of connects
-// racing from several threads exactly one wins.
+// racing from several threads, and from several processes pinned to their
+// own CPUs over many rounds (raceOnceProcesses), exactly one wins. The race
+// is evidence; TestOnceIsCompareAndSwap checks the atomicity in the program.
 func TestOnceMeansOnce(t *testing.T) { forModes(t, testOnce) }
 
 func testOnce(t *testing.T, mode FlowMode) {
@@ -77,6 +79,7 @@ func testOnce(t *testing.T, mode FlowMode) {
 			t.Fatalf("round %d: %d threads connecting at once under one approve-once handle: %s, want %s", i, n, got, want)
 		}
 	}
+	raceOnceProcesses(t, d, s)
 }
 
 func handleState(t *testing.T, d *Dataplane, ref HandleRef) HandleState {

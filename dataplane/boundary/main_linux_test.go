@@ -13,6 +13,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 const helperEnv = "SHINKEN_BT_HELPER"
@@ -46,9 +48,7 @@ var (
 
 func setup(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	kerneltest.RequireRoot(t) // a skip without root, a failure under CI
 	setupOnce.Do(func() {
 		root, err := cgroup2Mount()
 		if err != nil {

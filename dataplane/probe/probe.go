@@ -34,6 +34,8 @@
 //	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
 //	udpflood N ADDR       sendto ADDR N times from one unconnected UDP socket; answers "ok COUNT NS"
 //	dns udp|cudp|tcp ADDR send "q" to ADDR (unconnected UDP, connected UDP or TCP) and read the reply; answers "ok FROM REPLY"
+//	race N ADDR           N threads connect ADDR at once (a spin barrier); answers "ok ALLOWED EPERM OTHER"
+//	racer ROUND ADDR      connect ADDR the moment ROUND is released on the words shared on fd 3 (race.go)
 //	cpu N                 pin this process to CPU N
 //	tid                   answers "ok TID" (the thread every command runs on)
 //	pid                   answers "ok PID"
@@ -79,7 +81,8 @@ func Main() {
 }
 
 type prober struct {
-	socks map[string]int
+	socks  map[string]int
+	shared *Barrier // fd 3 mapped, for racer
 }
 
 func result(detail string, err error) string {
@@ -317,6 +320,9 @@ func (p *prober) do(f []string) string {
 	case "race": // race N ADDR: N threads connect at once; "ok <allowed> <EPERM> <other>"
 		n, _ := strconv.Atoi(arg(1))
 		return raceConnect(p, n, arg(2))
+	case "racer": // racer ROUND ADDR: one of several processes racing (race.go)
+		round, _ := strconv.ParseUint(arg(1), 10, 32)
+		return p.racer(uint32(round), arg(2))
 	case "tcpflood":
 		n, _ := strconv.Atoi(arg(1))
 		secs, _ := strconv.ParseFloat(arg(3), 64)
@@ -541,47 +547,4 @@ func cpuNs() int64 {
 		return 0
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// raceConnect has n OS threads connect to addr at the same instant (each
-// with its socket made beforehand, released by one barrier) and counts the
-// outcomes: "ok <allowed> <EPERM> <other>".
-func raceConnect(p *prober, n int, addr string) string {
-	type sock struct {
-		fd int
-		sa unix.Sockaddr
-	}
-	socks := make([]sock, 0, n)
-	for i := 0; i < n; i++ {
-		fd, sa, err := p.socket(addr, false, unix.SOCK_STREAM, 0)
-		if err != nil {
-			return result("", err)
-		}
-		defer unix.Close(fd)
-		socks = append(socks, sock{fd, sa})
-	}
-	start := make(chan struct{})
-	res := make(chan error, n)
-	for _, s := range socks {
-		go func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			<-start
-			res <- unix.Connect(s.fd, s.sa)
-		}()
-	}
-	time.Sleep(20 * time.Millisecond) // every thread parked on the barrier
-	close(start)
-	var ok, eperm, other int
-	for range socks {
-		switch err := <-res; {
-		case err == nil:
-			ok++
-		case errors.Is(err, unix.EPERM):
-			eperm++
-		default:
-			other++
-		}
-	}
-	return result(fmt.Sprintf("%d %d %d", ok, eperm, other), nil)
 }
