@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -58,12 +59,26 @@ func (s *hostSub) stop() {
 // sync subscribes, then lists the addresses into h.
 func (w *hostWatch) sync() (*hostSub, error) {
 	s := &hostSub{ch: make(chan netlink.AddrUpdate, 1024), done: make(chan struct{})}
-	if err := netlink.AddrSubscribeWithOptions(s.ch, s.done, netlink.AddrSubscribeOptions{
-		Namespace: &w.ns, ReceiveBufferSize: 1 << 20,
-	}); err != nil {
+	// The sockets are made in the watched namespace: on this thread when it
+	// is already there (entering a namespace needs CAP_SYS_ADMIN, which a
+	// resolver run without root lacks), else by entering it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	opts := netlink.AddrSubscribeOptions{ReceiveBufferSize: 1 << 20}
+	newHandle := func() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_ROUTE) }
+	if cur, err := netns.Get(); err != nil || !cur.Equal(w.ns) {
+		opts.Namespace = &w.ns
+		newHandle = func() (*netlink.Handle, error) { return netlink.NewHandleAt(w.ns, unix.NETLINK_ROUTE) }
+		if err == nil {
+			cur.Close()
+		}
+	} else {
+		cur.Close()
+	}
+	if err := netlink.AddrSubscribeWithOptions(s.ch, s.done, opts); err != nil {
 		return nil, fmt.Errorf("dnsresolver: host addresses: subscribe: %w", err)
 	}
-	nh, err := netlink.NewHandleAt(w.ns, unix.NETLINK_ROUTE)
+	nh, err := newHandle()
 	if err != nil {
 		s.stop()
 		return nil, fmt.Errorf("dnsresolver: host addresses: %w", err)
