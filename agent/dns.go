@@ -144,3 +144,16 @@ func (a *Agent) dnsDecisionsChanged() {
 		t.DecisionsChanged()
 	}
 }
+
+// SessionName names the session of a kernel index: the resolver's question
+// for the address a query came from.
+func (a *Agent) SessionName(index uint32) (string, bool) {
+	s, err := a.kernel.SessionByIndex(index)
+	return s.Name, err == nil
+}
+
+// DNSDenial records a query the resolver refused in the agent's event
+// stream (the resolver's OnDenial).
+func (a *Agent) DNSDenial(d dnsresolver.Denial) {
+	a.emit(Event{Kind: EventDNSDeny, Session: d.Session, Rule: d.Rule, Detail: d})
+}

@@ -30,6 +30,8 @@ const (
 	EventRevokeDone = "revoke.done"
 	// EventPolicyPropose: a policy change about to go through the gate.
 	EventPolicyPropose = "policy.propose"
+	// EventDNSDeny: the resolver refused a query (Detail: its Denial).
+	EventDNSDeny = "dns.deny"
 	// EventRun: a process is about to be started in a session (Tool is
 	// argv[0]; Args, never shown on the event stream, go to the audit log,
 	// which hashes them).

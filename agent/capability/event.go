@@ -38,4 +38,7 @@ type Event struct {
 	// Took is how long the call an event closes took (request.decided,
 	// revoke.done): for the latency metrics, not shown.
 	Took time.Duration `json:"-"`
+	// Detail is what a component beside the agent reported (dns.deny: the
+	// resolver's denial), carried as it was given.
+	Detail any `json:"detail,omitempty"`
 }

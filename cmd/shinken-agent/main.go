@@ -146,6 +146,10 @@ type eventSink struct {
 
 func (s *eventSink) Emit(e agent.Event) error {
 	switch e.Kind {
+	case agent.EventDNSDeny:
+		// The stream's record as it has always been (not an audit record).
+		s.hub.Publish("dns", "dns.deny", e.Detail)
+		return nil
 	case agent.EventRequestDecided, agent.EventRevokeDone:
 		// Latencies: for the metrics only.
 		if s.observe != nil {
@@ -250,16 +254,11 @@ func (d *daemon) startResolver() error {
 		ups = append(ups, ap)
 	}
 	r, err := dnsresolver.New(dnsresolver.Config{
-		Dataplane: d.dp,
-		SessionName: func(idx uint32) (string, bool) {
-			s, err := d.dp.SessionByIndex(idx)
-			return s.Name, err == nil
-		},
-		ListenAddr: listen,
-		Upstreams:  ups,
-		OnDenial: func(den dnsresolver.Denial) {
-			d.hub.Publish("dns", "dns.deny", den)
-		},
+		Dataplane:   d.dp,
+		SessionName: d.ag.SessionName,
+		ListenAddr:  listen,
+		Upstreams:   ups,
+		OnDenial:    d.ag.DNSDenial,
 	})
 	if err != nil {
 		return err
