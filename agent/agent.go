@@ -172,21 +172,28 @@ func Open(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{},
 		dnsDirty: map[string]struct{}{}}
-	if err := a.checkRestartPolicy(); err != nil {
+	if err := a.start(); err != nil {
+		db.Close() // the journal is not left open by an agent that never started
 		return nil, err
+	}
+	return a, nil
+}
+
+// start is Open's work once the state is loaded: the restart policy check,
+// the never-list, reconcile, the cards.
+func (a *Agent) start() error {
+	if err := a.checkRestartPolicy(); err != nil {
+		return err
 	}
 	// The agent owns the never-list: the backend's is set from the config
 	// before anything is reconciled or granted.
 	if err := a.setNeverLocked(nil); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := a.Reconcile(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := a.openCards(); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return a.openCards()
 }
 
 // Engine returns the decision layer (for policy reloads and inspection).

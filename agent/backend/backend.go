@@ -338,6 +338,10 @@ type Config struct {
 	SessionUIDBase, SessionUIDCount uint32
 	// SessionAllowUserNS lets session processes make user namespaces.
 	SessionAllowUserNS bool
+	// SessionAllowIOURing lets session processes use io_uring (refused by
+	// default: its opcodes reach what the syscall filter refuses, such as
+	// sockets of any family); the boundary report then says so.
+	SessionAllowIOURing bool
 	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.

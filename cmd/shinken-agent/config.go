@@ -32,10 +32,11 @@ type Config struct {
 	// The session boundary: the sessions' uid range (0: the default,
 	// 1879048192 + 2^20), whether sessions may make user namespaces, and
 	// the boundary mechanisms whose absence the operator accepts.
-	SessionUIDBase     uint32   `json:"session_uid_base"`
-	SessionUIDCount    uint32   `json:"session_uid_count"`
-	SessionAllowUserNS bool     `json:"session_allow_userns"`
-	BoundaryAccept     []string `json:"boundary_accept"`
+	SessionUIDBase      uint32   `json:"session_uid_base"`
+	SessionUIDCount     uint32   `json:"session_uid_count"`
+	SessionAllowUserNS  bool     `json:"session_allow_userns"`
+	SessionAllowIOURing bool     `json:"session_allow_io_uring"`
+	BoundaryAccept      []string `json:"boundary_accept"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`
@@ -150,5 +151,5 @@ func load(args []string) (Config, bool, error) {
 func (c Config) backendConfig() backend.Config {
 	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
-		SessionAllowUserNS: c.SessionAllowUserNS, AcceptWeaker: c.BoundaryAccept}
+		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept}
 }
