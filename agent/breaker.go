@@ -21,6 +21,9 @@ type BreakerConfig struct {
 // agent-wide lock (a.mu): a decision never waits behind a grant, a revoke or
 // the sweep; only a denial that trips the breaker does.
 func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
+	if r.Class == ClassNetEgress {
+		r.IP = kernelDestination(r.IP)
+	}
 	d, err := a.engine.Decide(session, r, a.cfg.Now())
 	if err != nil {
 		return Decision{}, err
