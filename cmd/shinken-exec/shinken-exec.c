@@ -7,12 +7,15 @@
  * (child.Launch.Args):
  *
  *   argv[0] "shinken-session-launch"
- *   argv[1] "v1,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV"
+ *   argv[1] "v2,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV,NPROC"
+ *           (or v1, the same less NPROC)
  *   argv[2] the seccomp filter: struct sock_filter array, lower-case hex
  *   argv[3] the target's path (resolved inside the session)
  *   argv[4...] the target's argv
  *
- * It locks securebits, empties the capability bounding set, becomes
+ * It sets RLIMIT_NPROC to NPROC (when not 0; before setresuid, so that
+ * execve fails with EAGAIN if the uid already has NPROC tasks), locks
+ * securebits, empties the capability bounding set, becomes
  * UID:GID with no supplementary groups, clears every capability set and the
  * ambient set, sets no_new_privs, enters a Landlock domain with the given
  * IPC scopes, installs the filter and executes the target: what the Go
@@ -35,7 +38,7 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 
 #if defined(__x86_64__)
-enum { NR_write = 1, NR_close = 3, NR_fcntl = 72, NR_prctl = 157, NR_setgroups = 116, NR_setresuid = 117,
+enum { NR_write = 1, NR_close = 3, NR_fcntl = 72, NR_prctl = 157, NR_prlimit64 = 302, NR_setgroups = 116, NR_setresuid = 117,
        NR_setresgid = 119, NR_capset = 126, NR_seccomp = 317, NR_execve = 59, NR_exit_group = 231 };
 static long sys6(long n, long a, long b, long c, long d, long e)
 {
@@ -51,7 +54,7 @@ static long sys6(long n, long a, long b, long c, long d, long e)
 /* The kernel enters with argc at the stack pointer. */
 __asm__(".text\n.global _start\n_start:\n\txor %ebp, %ebp\n\tmov %rsp, %rdi\n\tand $-16, %rsp\n\tcall start\n\thlt\n");
 #elif defined(__aarch64__)
-enum { NR_write = 64, NR_close = 57, NR_fcntl = 25, NR_prctl = 167, NR_setgroups = 159, NR_setresuid = 147,
+enum { NR_write = 64, NR_close = 57, NR_fcntl = 25, NR_prctl = 167, NR_prlimit64 = 261, NR_setgroups = 159, NR_setresuid = 147,
        NR_setresgid = 149, NR_capset = 91, NR_seccomp = 277, NR_execve = 221, NR_exit_group = 94 };
 static long sys6(long n, long a, long b, long c, long d, long e)
 {
@@ -82,6 +85,7 @@ enum { CAPABILITY_VERSION_3 = 0x20080522 };
 /* Securebits (linux/securebits.h): the same set as child.secureAll. */
 enum { SECURE_ALL = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7) };
 enum { MAX_FILTER = 4096 }; /* BPF_MAXINSNS */
+enum { RLIMIT_NPROC = 6, MAX_NPROC = 1 << 22 }; /* child.MaxNProc */
 
 #define sys(n, a, b, c) sys6(n, (long)(a), (long)(b), (long)(c), 0, 0)
 
@@ -238,14 +242,16 @@ __attribute__((noreturn, used)) void start(long *sp)
 {
 	long argc = sp[0];
 	char **argv = (char **)(sp + 1), **envp = argv + argc + 1;
-	long n[7];
-	static const long lo[7] = {0, 0, 0, 3, -1, 0, 0};
-	static const long hi[7] = {0xffffffffL, 0xffffffffL, 1, 1 << 20, 1 << 20, 0xffffffffL, 1};
-	if (argc < 5 || !eq(argv[0], "shinken-session-launch") || argv[1][0] != 'v' || argv[1][1] != '1' || argv[1][2] != ',')
+	long n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+	static const long lo[8] = {0, 0, 0, 3, -1, 0, 0, 0};
+	static const long hi[8] = {0xffffffffL, 0xffffffffL, 1, 1 << 20, 1 << 20, 0xffffffffL, 1, MAX_NPROC};
+	if (argc < 5 || !eq(argv[0], "shinken-session-launch") || argv[1][0] != 'v' ||
+	    (argv[1][1] != '1' && argv[1][1] != '2') || argv[1][2] != ',')
 		usage();
+	int nf = argv[1][1] == '2' ? 8 : 7; /* v1 has no NPROC */
 	const char *p = argv[1] + 3;
-	for (int i = 0; i < 7; i++)
-		if (parse_int(&p, i < 6 ? ',' : '\0', lo[i], hi[i], &n[i]) != 0)
+	for (int i = 0; i < nf; i++)
+		if (parse_int(&p, i < nf - 1 ? ',' : '\0', lo[i], hi[i], &n[i]) != 0)
 			usage();
 	if (sys(NR_fcntl, n[3], F_SETFD, FD_CLOEXEC) != 0)
 		fail("no status pipe", 0); /* nothing to report on: exit 127 */
@@ -256,6 +262,10 @@ __attribute__((noreturn, used)) void start(long *sp)
 	if (insns < 0)
 		fail("bad seccomp filter", 0);
 	if (n[2] != 1) {
+		if (n[7] != 0) {
+			u64 lim[2] = {(u64)n[7], (u64)n[7]}; /* struct rlimit64 */
+			check("RLIMIT_NPROC", sys6(NR_prlimit64, 0, RLIMIT_NPROC, (long)lim, 0, 0));
+		}
 		drop_privileges(n[0], n[1]);
 		if (n[5] != 0)
 			landlock_scope((u64)n[5]);

@@ -59,6 +59,7 @@ type Boundary struct {
 	directInit                     bool   // holders made from a thread of ours (see startHolder)
 	holderHow                      string // how holders are made, for the report
 	landlockABI                    int
+	tmpfsErr                       error // the probe session's tmpfs mounts are not of TmpfsBytes
 
 	// Test knobs: remove one protection to show a test fails without it.
 	sharedUID uint32 // every session runs as this uid when non-zero
@@ -327,7 +328,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if !ok {
 		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
 	}
-	spec := child.Launch{Path: cmd.Path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged}
+	spec := child.Launch{Path: cmd.Path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: uint64(b.cfg.MaxProcs)}
 	if b.useSeccomp {
 		spec.Filter = b.filter
 	}

@@ -21,6 +21,16 @@ const (
 	// ExecName is the C launcher's file name (cmd/shinken-exec, built by
 	// make with clang), looked for next to the dedicated launcher.
 	ExecName = "shinken-exec"
+	// DefaultTmpfsBytes is the size of each of a session's private tmpfs
+	// mounts (/tmp and /dev/shm) when Config.TmpfsBytes is 0.
+	DefaultTmpfsBytes = 256 << 20
+	// DefaultMaxProcs is a session's RLIMIT_NPROC when Config.MaxProcs is 0.
+	DefaultMaxProcs = 4096
+	// Bounds of TmpfsBytes and MaxProcs.
+	minTmpfsBytes = 1 << 20
+	maxTmpfsBytes = 1 << 40
+	minMaxProcs   = 8
+	maxMaxProcs   = 1 << 22 // the kernel's PID_MAX_LIMIT
 )
 
 // Mechanism names: one per row of the boundary report, and the names an
@@ -35,6 +45,8 @@ const (
 	MechLandlock  = "landlock scoping"
 	MechCaps      = "capabilities and no_new_privs"
 	MechIOURing   = "io_uring"
+	MechTmpfsSize = "session tmpfs size"
+	MechNProc     = "session process limit"
 )
 
 // Config is the session boundary's configuration. The zero value is the
@@ -76,6 +88,22 @@ type Config struct {
 	// or unsafe, launches go through the Go launcher's launch mode (about
 	// 1 ms slower each), and the report says why.
 	Exec string
+	// TmpfsBytes is the size of each of a session's private tmpfs mounts,
+	// /tmp and /dev/shm (tmpfs size=, rounded up to whole pages by the
+	// kernel): writing past it fails with ENOSPC. Both count against the
+	// host's memory (and the session cgroup's memory.max where set), so
+	// a session can hold at most twice this in them. 0: DefaultTmpfsBytes
+	// (256 MiB); otherwise between 1 MiB and 1 TiB.
+	TmpfsBytes uint64
+	// MaxProcs is RLIMIT_NPROC of every session process, set by the
+	// launcher before it drops to the session's uid: the kernel counts
+	// the processes and threads of that uid across the host, and each
+	// session has a uid of its own, so it bounds the session's processes
+	// (a fork past it fails with EAGAIN) whatever the cgroup setup. Root
+	// is exempt; session processes never run as root (a privileged launch
+	// is not bounded). 0: DefaultMaxProcs (4096); otherwise between 8 and
+	// 4194304.
+	MaxProcs uint32
 }
 
 // SetDefaults fills unset fields.
@@ -88,6 +116,12 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Catatonit == "" {
 		c.Catatonit = DefaultCatatonit
+	}
+	if c.TmpfsBytes == 0 {
+		c.TmpfsBytes = DefaultTmpfsBytes
+	}
+	if c.MaxProcs == 0 {
+		c.MaxProcs = DefaultMaxProcs
 	}
 }
 
@@ -116,6 +150,12 @@ func (c Config) Validate(maxSessions uint32) error {
 		if uint64(c.UIDBase) <= bad && bad <= last {
 			return fmt.Errorf("%w: [%d, %d] contains uid %d", ErrUIDRange, c.UIDBase, last, bad)
 		}
+	}
+	if c.TmpfsBytes != 0 && (c.TmpfsBytes < minTmpfsBytes || c.TmpfsBytes > maxTmpfsBytes) {
+		return fmt.Errorf("boundary: tmpfs size %d bytes outside [%d, %d]", c.TmpfsBytes, uint64(minTmpfsBytes), uint64(maxTmpfsBytes))
+	}
+	if c.MaxProcs != 0 && (c.MaxProcs < minMaxProcs || c.MaxProcs > maxMaxProcs) {
+		return fmt.Errorf("boundary: max processes %d outside [%d, %d]", c.MaxProcs, minMaxProcs, maxMaxProcs)
 	}
 	for _, m := range c.Accept {
 		if !knownMech(m) {
@@ -148,7 +188,7 @@ func (c Config) accepts(mech string) bool {
 
 func knownMech(m string) bool {
 	switch m {
-	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechCaps, MechIOURing:
+	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechCaps, MechIOURing, MechTmpfsSize, MechNProc:
 		return true
 	}
 	return false

@@ -32,6 +32,10 @@ func runHelper(mode string, args []string) int {
 		return caps()
 	case "syscalls":
 		return syscalls()
+	case "fill":
+		return fill(args)
+	case "forkloop":
+		return forkLoop(args)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", mode)
 	return 2

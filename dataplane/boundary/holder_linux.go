@@ -62,7 +62,7 @@ func (b *Boundary) holderFromThread(h *holder, cg int) error {
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("session init: unshare mount namespace: %w", err)
 	}
-	if err := child.SessionMounts(false); err != nil {
+	if err := child.SessionMounts(false, b.cfg.TmpfsBytes); err != nil {
 		return fmt.Errorf("session init: %w", err)
 	}
 	cmd := &exec.Cmd{Path: b.cfg.Catatonit, Args: []string{"catatonit", "-P"}, Env: []string{}}
@@ -170,7 +170,7 @@ func procPidns() error {
 
 // startHolderInit makes the holder through the launcher's init mode.
 func (b *Boundary) startHolderInit(h *holder, cg int) error {
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args(), Env: []string{child.StartEnv}}
+	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit, TmpfsBytes: b.cfg.TmpfsBytes}.Args(), Env: []string{child.StartEnv}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags, UseCgroupFD: true, CgroupFD: cg, Setsid: true}
 	if err := startReporting(cmd, b.exe); err != nil {
 		return fmt.Errorf("session init: %w", err)

@@ -71,6 +71,12 @@ func (b *Boundary) probe() {
 	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; each run gets its own cgroup below the session's")
 	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, minimal /dev, cgroup2 showing the session's own subtree (cgroup namespace rooted at the session cgroup); "+b.holderHow)
 	b.useNS = okCat && okPID && okMnt
+	tmpErr := b.tmpfsErr
+	if !okMnt {
+		tmpErr = errors.New("needs " + MechMountNS)
+	}
+	add(MechTmpfsSize, tmpErr, fmt.Sprintf("/tmp and /dev/shm: tmpfs of %d bytes each (size=; writing past it: ENOSPC)", c.TmpfsBytes))
+	add(MechNProc, nprocProbe(), fmt.Sprintf("RLIMIT_NPROC %d, set by the launcher before it drops to the session's own uid: the kernel counts that uid's processes and threads on the whole host, i.e. the session's (a fork past it: EAGAIN); no cgroup pids.max", c.MaxProcs))
 
 	abi, lerr := ll.LandlockGetABIVersion()
 	switch {
@@ -95,6 +101,34 @@ func (b *Boundary) probe() {
 	if len(missing) > 0 {
 		b.ready = fmt.Errorf("boundary: session boundary incomplete on this host (accept the weaker level in the config to run anyway): %s", strings.Join(missing, "; "))
 	}
+}
+
+// tmpfsSized checks that the /tmp and /dev/shm of the session whose pid 1
+// is pid (the probe's holder) are tmpfs mounts of size bytes (rounded up to
+// whole pages).
+func tmpfsSized(pid int, size uint64) error {
+	page := uint64(os.Getpagesize())
+	want := (size + page - 1) / page * page
+	for _, d := range []string{"/tmp", "/dev/shm"} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(fmt.Sprintf("/proc/%d/root%s", pid, d), &st); err != nil {
+			return fmt.Errorf("statfs the probe session's %s: %w", d, err)
+		}
+		if got := st.Blocks * uint64(st.Bsize); st.Type != unix.TMPFS_MAGIC || got != want {
+			return fmt.Errorf("the probe session's %s: filesystem %#x of %d bytes, not a tmpfs of %d", d, st.Type, got, want)
+		}
+	}
+	return nil
+}
+
+// nprocProbe: the kernel has RLIMIT_NPROC, and it holds (the agent is not
+// exempt from it for session processes: they never run as root).
+func nprocProbe() error {
+	var cur unix.Rlimit
+	if err := unix.Prlimit(0, unix.RLIMIT_NPROC, nil, &cur); err != nil {
+		return fmt.Errorf("prlimit(RLIMIT_NPROC): %w", err)
+	}
+	return nil
 }
 
 // uidRangeFree: no user or group of the host has an id in the range.
@@ -173,17 +207,19 @@ func (b *Boundary) probeInit() error {
 		h := &holder{}
 		if err = b.startHolderDirect(h, -1); err == nil {
 			b.directInit = true
+			b.tmpfsErr = tmpfsSized(h.pid, b.cfg.TmpfsBytes)
 			b.release(h)
 			b.holderHow = "holders made by the agent (proc pidns option)"
 			return nil
 		}
 	}
 	b.holderHow = fmt.Sprintf("holders made by the launcher's init mode (direct: %v)", err)
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit}.Args()}
+	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit, TmpfsBytes: b.cfg.TmpfsBytes}.Args()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags}
 	if err := startReporting(cmd, b.exe); err != nil {
 		return err
 	}
+	b.tmpfsErr = tmpfsSized(cmd.Process.Pid, b.cfg.TmpfsBytes)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	return nil

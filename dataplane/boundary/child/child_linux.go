@@ -61,6 +61,14 @@ func launch(spec Launch, argv []string) error {
 		unix.CloseOnExec(spec.ExeFD)
 	}
 	if !spec.Privileged {
+		// Before setresuid: the kernel then marks the process if the
+		// uid already has NProc tasks, and execve fails with EAGAIN.
+		if spec.NProc != 0 {
+			lim := unix.Rlimit{Cur: spec.NProc, Max: spec.NProc}
+			if err := unix.Prlimit(0, unix.RLIMIT_NPROC, &lim, nil); err != nil {
+				return fmt.Errorf("RLIMIT_NPROC %d: %w", spec.NProc, err)
+			}
+		}
 		if err := dropPrivileges(spec.UID, spec.GID); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -15,7 +16,7 @@ import (
 func sessionInit(spec Init) error {
 	unix.CloseOnExec(spec.Status)
 	if !spec.NoMounts {
-		if err := SessionMounts(true); err != nil {
+		if err := SessionMounts(true, spec.TmpfsBytes); err != nil {
 			return err
 		}
 		if err := CgroupMounts("/proc/self/mountinfo", "self"); err != nil {
@@ -28,13 +29,14 @@ func sessionInit(spec Init) error {
 
 // SessionMounts: nothing propagates between the session and the host; the
 // host's root (and everything mounted below it) is read-only; a fresh /proc
-// shows only the session's processes; /tmp and /dev/shm are private tmpfs;
+// shows only the session's processes; /tmp and /dev/shm are private tmpfs
+// of tmpfsBytes each (0: the kernel's default size, half the host's memory);
 // /dev is a tmpfs with null, zero, full, random, urandom, tty and a private
 // devpts instance. It runs in the session's new mount namespace, as root.
 // With proc false it leaves /proc alone: a proc mount shows the PID
 // namespace of its mounter, so a caller outside the session's mounts /proc
 // itself (with the pidns option) once the session's pid 1 exists.
-func SessionMounts(proc bool) error {
+func SessionMounts(proc bool, tmpfsBytes uint64) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / rprivate: %w", err)
 	}
@@ -51,6 +53,10 @@ func SessionMounts(proc bool) error {
 		return nil
 	}
 	const common = unix.MS_NOSUID | unix.MS_NODEV
+	tmpfs := "mode=1777"
+	if tmpfsBytes > 0 {
+		tmpfs += ",size=" + strconv.FormatUint(tmpfsBytes, 10)
+	}
 	steps := []struct {
 		detach                    bool
 		src, target, fstype, data string
@@ -58,7 +64,7 @@ func SessionMounts(proc bool) error {
 	}{
 		{true, "proc", "/proc", "proc", "", common | unix.MS_NOEXEC},
 		{true, "tmpfs", "/dev", "tmpfs", "mode=755,size=64k,nr_inodes=64", unix.MS_NOSUID | unix.MS_NOEXEC},
-		{true, "tmpfs", "/tmp", "tmpfs", "mode=1777", common},
+		{true, "tmpfs", "/tmp", "tmpfs", tmpfs, common},
 	}
 	if !proc {
 		steps = steps[1:]
@@ -92,7 +98,7 @@ func SessionMounts(proc bool) error {
 	if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("mount devpts: %w", err)
 	}
-	if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", common, "mode=1777"); err != nil {
+	if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", common, tmpfs); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	for link, target := range map[string]string{

@@ -1,0 +1,32 @@
+package child
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestSpecVersions: v2 specs carry NProc and TmpfsBytes through; the v1
+// forms (without them) still parse, as 0 (left as inherited, kernel size).
+func TestSpecVersions(t *testing.T) {
+	l := Launch{UID: 7, GID: 7, Status: 3, ExeFD: 4, Landlock: 3, Path: "/bin/true", NProc: 4096}
+	got, argv, err := ParseLaunch(l.Args([]string{"true", "x"}))
+	if err != nil || got.NProc != 4096 || got.UID != 7 || !slices.Equal(argv, []string{"true", "x"}) {
+		t.Fatalf("v2 launch: %+v %v %v", got, argv, err)
+	}
+	got, _, err = ParseLaunch([]string{LaunchArg0, "v1,7,7,0,3,4,3,0", "", "/bin/true", "true"})
+	if err != nil || got.NProc != 0 || got.UID != 7 || got.Landlock != 3 {
+		t.Fatalf("v1 launch: %+v %v", got, err)
+	}
+	for _, bad := range []string{"v2,7,7,0,3,4,3,0", "v1,7,7,0,3,4,3,0,5", "v2,7,7,0,3,4,3,0,-1", "v2,7,7,0,3,4,3,0,4194305", "v3,7,7,0,3,4,3,0,5"} {
+		if _, _, err := ParseLaunch([]string{LaunchArg0, bad, "", "/bin/true"}); err == nil {
+			t.Errorf("launch spec %q accepted", bad)
+		}
+	}
+	i, err := ParseInit(Init{Status: 3, Catatonit: "/c", TmpfsBytes: 1 << 20}.Args())
+	if err != nil || i.TmpfsBytes != 1<<20 || i.Status != 3 {
+		t.Fatalf("v2 init: %+v %v", i, err)
+	}
+	if i, err = ParseInit([]string{InitArg0, "v1,3,1", "/c"}); err != nil || i.TmpfsBytes != 0 || !i.NoMounts {
+		t.Fatalf("v1 init: %+v %v", i, err)
+	}
+}
