@@ -8,7 +8,8 @@
 // made from it, read-only: it lists its own subtree, not the other
 // sessions). A locked thread of the agent
 // unshares a new mount namespace, makes the host's root read-only
-// (recursively), a private /tmp and /dev/shm and a minimal /dev there,
+// (recursively), a private /tmp and /dev/shm (tmpfs of Config.TmpfsBytes
+// each) and a minimal /dev there,
 // starts catatonit -P from that thread with
 // CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWCGROUP straight into the session
 // cgroup, mounts cgroup2 from catatonit's cgroup namespace and a proc of
