@@ -342,6 +342,10 @@ type Config struct {
 	// default: its opcodes reach what the syscall filter refuses, such as
 	// sockets of any family); the boundary report then says so.
 	SessionAllowIOURing bool
+	// SessionTmpfsBytes is the size of each session's /tmp and /dev/shm,
+	// SessionMaxProcs its RLIMIT_NPROC; 0: the backend's defaults.
+	SessionTmpfsBytes uint64
+	SessionMaxProcs   uint32
 	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.

@@ -32,11 +32,15 @@ type Config struct {
 	// The session boundary: the sessions' uid range (0: the default,
 	// 1879048192 + 2^20), whether sessions may make user namespaces, and
 	// the boundary mechanisms whose absence the operator accepts.
-	SessionUIDBase      uint32   `json:"session_uid_base"`
-	SessionUIDCount     uint32   `json:"session_uid_count"`
-	SessionAllowUserNS  bool     `json:"session_allow_userns"`
-	SessionAllowIOURing bool     `json:"session_allow_io_uring"`
-	BoundaryAccept      []string `json:"boundary_accept"`
+	SessionUIDBase      uint32 `json:"session_uid_base"`
+	SessionUIDCount     uint32 `json:"session_uid_count"`
+	SessionAllowUserNS  bool   `json:"session_allow_userns"`
+	SessionAllowIOURing bool   `json:"session_allow_io_uring"`
+	// Each session's /tmp and /dev/shm size, and its RLIMIT_NPROC (0: the
+	// boundary's defaults, 256 MiB and 4096).
+	SessionTmpfsBytes uint64   `json:"session_tmpfs_bytes"`
+	SessionMaxProcs   uint32   `json:"session_max_procs"`
+	BoundaryAccept    []string `json:"boundary_accept"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`
@@ -151,5 +155,6 @@ func load(args []string) (Config, bool, error) {
 func (c Config) backendConfig() backend.Config {
 	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
-		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept}
+		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
+		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs}
 }

@@ -14,7 +14,8 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 	// Every session gets the session boundary (own uid, namespaces, the
 	// launcher).
 	bc := &boundary.Config{UIDBase: cfg.SessionUIDBase, UIDCount: cfg.SessionUIDCount,
-		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker}
+		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
+		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs}
 	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc}
 	return dc, dc.Check()
 }
