@@ -15,10 +15,23 @@ import (
 // for exactly that scope (once, the address /32, the port), even for a
 // destination the tier table would auto-grant; the same from 1,000
 // concurrent reports; off for an image whose manifest does not say
-// "escalate net.egress". (The kernel's denial events are dataplane's
-// TestEventsAndCounters.)
+// "escalate net.egress". TestEscalationBurstKernel runs the same with real
+// connects and the kernel's own denial events.
 func TestEscalationBurst(t *testing.T) {
 	d := memKernel(t)
+	const srv = "127.0.0.9:8080"
+	testEscalationBurst(t, d, srv, func(i int) {
+		if got := connectTCP(t, d, "s1", srv); got != backend.ReasonNoRule {
+			t.Fatalf("connect %d: %s, want %s", i, got, backend.ReasonNoRule)
+		}
+	})
+}
+
+// testEscalationBurst: an agent on d with sessions s1 (its image escalates
+// net.egress) and s2 (it does not); deny(i) makes the i-th of 1,000 uses
+// of srv from s1 that d refuses, and d's denial events go to EscalateDenial
+// as the daemon's event loop sends them.
+func testEscalationBurst(t *testing.T, d Kernel, srv string, deny func(i int)) {
 	ms, err := ParseManifests("esc.manifest", []byte(testManifest+"escalate net.egress\nimage quiet\nallow net.egress cidrs=127.0.0.0/24\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,10 +43,7 @@ func TestEscalationBurst(t *testing.T) {
 	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Manifests = man })
 	mustSession(t, a, SessionSpec{ID: "s1"})
 	mustSession(t, a, SessionSpec{ID: "s2", Image: "quiet"})
-	const srv = "127.0.0.9:8080"
 
-	// 1,000 connects, denied by the backend; the denial events go to
-	// EscalateDenial as the daemon's event loop sends them.
 	rd, err := d.Events()
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +75,7 @@ func TestEscalationBurst(t *testing.T) {
 		}
 	}()
 	for i := 0; i < 1000; i++ {
-		if got := connectTCP(t, d, "s1", srv); got != backend.ReasonNoRule {
-			t.Fatalf("connect %d: %s, want %s", i, got, backend.ReasonNoRule)
-		}
+		deny(i)
 	}
 	<-done
 	cards := a.Cards(false)

@@ -22,6 +22,24 @@ import (
 // refusal escalates to a card for exactly the peer and the port.
 func TestInboundThroughTheAgent(t *testing.T) {
 	d := memKernel(t)
+	a, log := inboundAgent(t, d)
+	// The session listens on port; the peer connects from 127.0.0.12.
+	const port = uint16(8080)
+	dial := func() error {
+		why, err := d.Accept("w", netip.MustParseAddrPort("127.0.0.12:40000"), port, backend.ProtoTCP)
+		if err == nil && why != backend.ReasonNone {
+			err = fmt.Errorf("refused: %s", why)
+		}
+		return err
+	}
+	testInbound(t, a, log, port, dial, nil)
+}
+
+// inboundAgent: an agent on d whose image "web" may ask net.inbound (auto
+// from 127.0.0.0/24, ask from 127.0.1.0/24) and escalates it, and its
+// session w.
+func inboundAgent(t *testing.T, d Kernel) (*Agent, *eventLog) {
+	t.Helper()
 	ms, err := ParseManifests("in.manifest", []byte(`image web
 allow net.egress cidrs=127.0.0.0/24
 allow net.inbound cidrs=127.0.0.0/24 tier=auto
@@ -34,15 +52,15 @@ escalate net.inbound
 	log := &eventLog{}
 	a := openAgent(t, d, t.TempDir(), func(c *Config) { c.Manifests = map[string]*Manifest{"web": ms[0]}; c.Events = log })
 	mustSession(t, a, SessionSpec{ID: "w", Image: "web"})
-	// The session listens on port; the peer connects from 127.0.0.12.
-	const port = uint16(8080)
-	dial := func() error {
-		why, err := d.Accept("w", netip.MustParseAddrPort("127.0.0.12:40000"), port, backend.ProtoTCP)
-		if err == nil && why != backend.ReasonNone {
-			err = fmt.Errorf("refused: %s", why)
-		}
-		return err
-	}
+	return a, log
+}
+
+// testInbound runs the net.inbound sequence on session w: dial opens the
+// peer 127.0.0.12's flow to w's port (nil: admitted); admitted, when set,
+// runs after the dial the grant admitted (the kernel test accepts the
+// connection at the listener).
+func testInbound(t *testing.T, a *Agent, log *eventLog, port uint16, dial func() error, admitted func()) {
+	t.Helper()
 	inbound := func(cidr string, ports ...PortRange) Capability {
 		return Capability{Class: ClassNetInbound, Inbound: &InboundScope{CIDRs: []netip.Prefix{netip.MustParsePrefix(cidr)}, Ports: ports}}
 	}
@@ -66,6 +84,9 @@ escalate net.inbound
 	}
 	if err := dial(); err != nil {
 		t.Fatalf("dial with net.inbound granted: %v", err)
+	}
+	if admitted != nil {
+		admitted()
 	}
 	// Attenuation: a child may narrow, never widen (a wider prefix, another
 	// port, every port).
