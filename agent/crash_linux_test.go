@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
@@ -90,7 +91,7 @@ func crashPartly(d *dataplane.Dataplane, k int) {
 	hs, _ := d.Handles()
 	for _, h := range hs {
 		if os.Getenv("SHK_OP") == "grant" && h.State == backend.HandleLive {
-			rules := compile(crashCap(os.Getenv("SHK_X"), os.Getenv("SHK_Y")), h.Ref).AddressRules()
+			rules := capability.Compile(crashCap(os.Getenv("SHK_X"), os.Getenv("SHK_Y")), h.Ref).AddressRules()
 			if err := d.Apply("s1", backend.DeltaOf(rules[:k])); err != nil {
 				fmt.Println("child: partial apply:", err)
 				os.Exit(3)
@@ -126,7 +127,7 @@ func checkAgree(t *testing.T, a *Agent, k Kernel, session string) (liveGrants in
 		if !slices.ContainsFunc(live, func(h dataplane.Handle) bool { return h.Ref == g.Kernel }) {
 			t.Errorf("live grant %s: kernel handle %s not live", g.ID[:8], g.Kernel)
 		}
-		for _, r := range compile(g.Capability, g.Kernel).AddressRules() {
+		for _, r := range capability.Compile(g.Capability, g.Kernel).AddressRules() {
 			if !slices.ContainsFunc(rules, func(k dataplane.EgressRule) bool { return backend.SameRule(k, r) }) {
 				t.Errorf("live grant %s: rule %s missing", g.ID[:8], r)
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
@@ -41,7 +42,7 @@ func (a *Agent) dnsPolicyLocked(session string) (p dnsresolver.Policy, ok bool) 
 			}
 		}
 		for _, dom := range e.Domains {
-			for _, pr := range kernelPorts(e.Ports) {
+			for _, pr := range capability.BackendPorts(e.Ports) {
 				p.Grants = append(p.Grants, dnsresolver.Grant{Pattern: dom, Handle: g.Kernel, Proto: backend.ProtoAny, Ports: pr, AllowNonPublic: nonPublic})
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/agent/store"
 )
 
@@ -312,7 +313,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// 4. Push the OS delta: record what may land in the kernel, then push
 	// it in one Apply (all or nothing; a crash inside it leaves part of the
 	// recorded Delta in the kernel, which reconcile releases).
-	delta := compile(c, ref)
+	delta := capability.Compile(c, ref)
 	a.neverExceptions(rec.Session, delta.Egress)
 	rec.Delta = delta
 	rec.Phase = PhaseApplying

@@ -37,15 +37,3 @@ func (a *Agent) enforceable(c Capability) error {
 	}
 	return nil
 }
-
-// compile is a capability's Delta under ref: its class's registry entry
-// (agent/capability, class_<name>.go) compiles it; a class with no OS state
-// of its own compiles to an empty Delta.
-func compile(c Capability, ref backend.HandleRef) backend.Delta {
-	return capability.Compile(c, ref)
-}
-
-// kernelPorts is a scope's ports as the seam's ranges: any port when none.
-func kernelPorts(ports []PortRange) []backend.PortRange {
-	return capability.BackendPorts(ports)
-}
