@@ -133,6 +133,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	a.engine.DropSession(id)
 	a.bmu.Lock()
 	delete(a.breaker, id)
+	delete(a.kdWins, id)
 	a.bmu.Unlock()
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
