@@ -35,10 +35,23 @@ type kdWindow struct {
 	seen  map[kdKey]struct{}
 }
 
+// breakerReason says whether a kernel denial of this reason is the
+// session's own attempt, which counts on its breaker. A peer refused at the
+// session's listener (no_inbound) is someone else's attempt: counting it
+// would let anyone who can send the host packets trip (terminate) a
+// session. A packet of a flow whose grant died after it opened
+// (flow_revoked) is no new attempt either.
+func breakerReason(r backend.Reason) bool {
+	return r != backend.ReasonNoInbound && r != backend.ReasonFlowRevoked && r != backend.ReasonNone
+}
+
 // countKernelDenial counts one kernel denial on the session's breaker (once
 // per destination and reason a window) and reports whether it tripped it
 // now. a.bmu guards the windows.
 func (a *Agent) countKernelDenial(session string, ev backend.Event) bool {
+	if !breakerReason(ev.Reason) {
+		return false
+	}
 	now := a.cfg.Now()
 	k := kdKey{ev.Reason, ev.Dst}
 	a.bmu.Lock()

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 // of the memory backend, read from its event stream as the daemon does)
 // count on the breaker: three distinct refused destinations terminate a
 // headless session; a thousand retries of one destination count once (a
-// tight retry loop is not three denials), and a session the kernel never
-// refused is untouched.
+// tight retry loop is not three denials), peers refused at the session's
+// listener count nothing (someone else's attempts), and a session the
+// kernel never refused is untouched.
 func TestBreakerCountsKernelDenials(t *testing.T) {
 	d := memKernel(t)
 	a := openAgent(t, d, t.TempDir())
@@ -44,6 +46,17 @@ func TestBreakerCountsKernelDenials(t *testing.T) {
 	feed(1000)
 	if b, err := a.Breaker("loop"); err != nil || b.Tripped || b.Total != 1 {
 		t.Fatalf("retry loop: breaker %+v, %v; want one denial counted", b, err)
+	}
+	// Peers refused at the session's listener are not the session's
+	// attempts: 100 of them, from distinct addresses, count nothing.
+	for i := range 100 {
+		if got, err := d.Accept("loop", netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), 40000), 8080, backend.ProtoTCP); err != nil || got != backend.ReasonNoInbound {
+			t.Fatalf("accept: %s %v", got, err)
+		}
+	}
+	feed(100)
+	if b, err := a.Breaker("loop"); err != nil || b.Tripped || b.Total != 1 {
+		t.Fatalf("after refused peers: breaker %+v, %v; want still one denial", b, err)
 	}
 	for i := range 3 {
 		if got := connectTCP(t, d, "scan", fmt.Sprintf("198.51.100.%d:443", 10+i)); got != backend.ReasonNoRule {
