@@ -45,7 +45,8 @@ type Dataplane struct {
 	mu        sync.Mutex
 	sessions  map[string]*Session
 	byIndex   map[uint32]*Session
-	indices   idPool // session indices
+	names     sync.Map // uint32 → Session: byIndex for SessionByIndex, read without d.mu
+	indices   idPool   // session indices
 	prefixes  map[uint32]map[netip.Prefix]struct{}
 	cover     map[uint32]*coverIndex           // per session: the cover check's index (cover.go)
 	exp       expiring                         // DNS-derived entries: cap and collector (expiry_linux.go)
@@ -422,6 +423,7 @@ func (d *Dataplane) reconcile() error {
 		s := &Session{Name: name, Index: sess.Index, CgroupID: cgid, Path: filepath.Join(d.parent, name)}
 		d.sessions[name] = s
 		d.byIndex[s.Index] = s
+		d.names.Store(s.Index, *s)
 		used[s.Index] = true
 	}
 	if err := it.Err(); err != nil {

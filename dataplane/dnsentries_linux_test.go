@@ -328,3 +328,39 @@ func TestDestroyManyEntries(t *testing.T) {
 		t.Fatalf("exact IPv4 entries counted %d, want %d (the other session's)", occupied, writes)
 	}
 }
+
+// TestSessionByIndexWithoutLock: the resolver's per-query question (and the
+// agent's per-denial one) never waits for the dataplane lock, which bulk
+// work of another session may hold; it follows creation and removal.
+func TestSessionByIndexWithoutLock(t *testing.T) {
+	d := newDataplane(t, testConfig(t))
+	s, err := d.CreateSession("named", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	got := make(chan error, 1)
+	go func() {
+		r, err := d.SessionByIndex(s.Index)
+		if err == nil && r.Name != "named" {
+			err = fmt.Errorf("name %q", r.Name)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		d.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		d.mu.Unlock()
+		t.Fatal("SessionByIndex waited for the dataplane lock")
+	}
+	if err := d.DestroySession("named"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.SessionByIndex(s.Index); !isErr(err, ErrSessionNotFound) {
+		t.Fatalf("after destroy: %v", err)
+	}
+}

@@ -58,6 +58,7 @@ func (d *Dataplane) registerSession(name string) (Session, error) {
 	s := &Session{Name: name, Index: idx, CgroupID: id, Path: path}
 	d.sessions[name] = s
 	d.byIndex[idx] = s
+	d.names.Store(idx, *s)
 	return *s, nil
 }
 
@@ -92,6 +93,7 @@ func (d *Dataplane) DestroySession(name string) error {
 	}
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
+	d.names.Delete(s.Index)
 	neverErr := d.dropSessionNeverOKs(s.Index)
 	// The entries leave the index now (no write or lookup of this index
 	// sees them); the index itself is handed out again only once they are
@@ -487,13 +489,14 @@ func (d *Dataplane) DNSRedirect() (uint16, error) {
 
 // SessionByIndex returns the session with kernel index idx.
 func (d *Dataplane) SessionByIndex(idx uint32) (Session, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.byIndex[idx]
+	// Without d.mu: the resolver asks for every query and the agent for
+	// every kernel denial event; neither waits behind another session's
+	// writes (names changes under d.mu, with byIndex).
+	s, ok := d.names.Load(idx)
 	if !ok {
 		return Session{}, fmt.Errorf("%w: index %d", ErrSessionNotFound, idx)
 	}
-	return *s, nil
+	return s.(Session), nil
 }
 
 // Occupancy reports the entries in use and the capacity of the sessions,
