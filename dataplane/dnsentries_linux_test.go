@@ -257,8 +257,9 @@ func withPorts(r EgressRule, p PortRange) EgressRule { r.Ports = p; return r }
 
 // TestDestroyManyEntries: removing a session with 65,000 entries never
 // holds the dataplane lock for long: another session's writes keep going
-// while it runs, each within 100 ms (a hold of the whole purge took 156 ms
-// before), and every entry is gone from the kernel afterwards.
+// while it runs, none waiting more than a quarter of the destroy, nor 100 ms
+// (a hold of the whole purge took 156 ms before), and every entry is gone
+// from the kernel afterwards.
 func TestDestroyManyEntries(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxDNSEntries = 70000
@@ -313,8 +314,11 @@ func TestDestroyManyEntries(t *testing.T) {
 		t.Fatal(destroy)
 	}
 	t.Logf("destroy took %v; %d writes of another session meanwhile, the slowest %v", took, writes, worst)
-	if worst > 100*time.Millisecond {
-		t.Fatalf("a write of another session waited %v during the destroy", worst)
+	// Held across the purge, the lock made a write wait about the whole
+	// destroy; in batches, a small part of it. And where the purge is fast
+	// (under a second: not under emulation, as in .ci/vmtest), never 100 ms.
+	if worst > took/4 || (took < time.Second && worst > 100*time.Millisecond) {
+		t.Fatalf("a write of another session waited %v during a destroy of %v", worst, took)
 	}
 	for _, i := range []int{0, 1, n / 2, n - 1} {
 		if _, ok := inKernel(t, d, a.Index, addr(i)); ok {
