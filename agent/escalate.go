@@ -67,14 +67,13 @@ func (a *Agent) escalate(ctx context.Context, session, dest string, c Capability
 	now := a.cfg.Now()
 	key := session + "|" + dest
 	a.esc.mu.Lock()
-	if a.esc.last == nil {
-		a.esc.last = map[string]escalation{}
-	}
-	if e, ok := a.esc.last[key]; ok && (now.Sub(e.at) < EscalationWindow || a.cardPending(e.card)) {
-		a.esc.mu.Unlock()
+	e, ok := a.esc.last[key]
+	a.esc.mu.Unlock()
+	// a.esc.mu is never held while a.mu is taken (cardPending takes it):
+	// the session's end takes a.esc.mu under a.mu.
+	if ok && (now.Sub(e.at) < EscalationWindow || a.cardPending(e.card)) {
 		return e.card, false, nil
 	}
-	a.esc.mu.Unlock()
 	if !a.escalates(session, c.Class) {
 		a.claimEscalation(key, escalation{at: now}) // asked again only after the window
 		return "", false, nil

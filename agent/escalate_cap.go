@@ -188,3 +188,12 @@ func (a *Agent) settleEscalation(session string, c Capability, card string) {
 // EventEscalationCapped: escalations a session's cap held back (Outcome
 // says how many since the last such event).
 const EventEscalationCapped = "escalation.capped"
+
+// forgetEscalations drops what the cap keeps for an ended session.
+func (a *Agent) forgetEscalations(session string) {
+	a.esc.mu.Lock()
+	defer a.esc.mu.Unlock()
+	delete(a.esc.open, session)
+	delete(a.esc.held, session)
+	delete(a.esc.checked, session)
+}

@@ -135,6 +135,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	delete(a.breaker, id)
 	delete(a.kdWins, id)
 	a.bmu.Unlock()
+	a.forgetEscalations(id)
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
 

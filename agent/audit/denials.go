@@ -145,6 +145,10 @@ func (d *Denials) Flush(now time.Time) []Event {
 	for _, name := range names {
 		s := d.ses[name]
 		if now.Sub(s.window) >= time.Minute {
+			if len(s.keys) == 0 {
+				delete(d.ses, name) // quiet for a minute: nothing to remember
+				continue
+			}
 			s.window, s.bytes = now, 0
 		}
 		for _, k := range sortedKeys(s.keys) {
@@ -176,9 +180,6 @@ func (d *Denials) Flush(now time.Time) []Event {
 			out = append(out, Event{Type: EventSuppressed, Time: now, Session: name, Outcome: "suppressed", Count: s.heldDens,
 				Reason: fmt.Sprintf("%d denial records held back: the session's audit ceiling of %d bytes a minute", s.heldRecords, d.cfg.BytesPerMinute)})
 			s.heldRecords, s.heldDens = 0, 0
-		}
-		if s.bytes == 0 && now.Sub(s.window) >= time.Minute {
-			delete(d.ses, name) // nothing to remember
 		}
 	}
 	return out

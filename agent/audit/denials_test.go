@@ -65,6 +65,15 @@ func TestDenialsAggregate(t *testing.T) {
 	if evs := d.Flush(time.Now()); len(evs) != 0 {
 		t.Fatalf("second flush with nothing new: %+v", evs)
 	}
+	// A session quiet for a minute is forgotten (the aggregator's memory
+	// follows the sessions that deny, not every session ever seen).
+	d.Flush(time.Now().Add(2 * time.Minute))
+	d.mu.Lock()
+	left := len(d.ses)
+	d.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d sessions remembered after a quiet minute", left)
+	}
 }
 
 // TestDenialsCeiling: a session flooding denials for two minutes (a flush
