@@ -60,6 +60,10 @@ type Config struct {
 	// 24h); Sweep prunes older ones. A pruned grant's token
 	// still verifies (the MAC is the agent's), so Revoke stays idempotent.
 	TombstoneRetention time.Duration
+	// EscalationCards caps each session's pending escalation cards (cards
+	// opened for kernel denials; see escalate_cap.go). Default
+	// DefaultEscalationCards.
+	EscalationCards int
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;
 	// tests make it kill the process to check recovery.
 	CrashHook func(Step)
@@ -95,6 +99,12 @@ func (c *Config) validate() error {
 	}
 	if c.TombstoneRetention == 0 {
 		c.TombstoneRetention = 24 * time.Hour
+	}
+	if c.EscalationCards == 0 {
+		c.EscalationCards = DefaultEscalationCards
+	}
+	if c.EscalationCards < 0 {
+		return fmt.Errorf("%w: config: escalation cards %d must be positive", ErrInvalidRequest, c.EscalationCards)
 	}
 	return nil
 }
@@ -135,8 +145,9 @@ type Agent struct {
 
 	proofs proofs // grant proofs already made (prove.go); its own lock
 
-	bmu    sync.Mutex          // breaker counters (hot path of Decide)
-	bdirty map[string]struct{} // under bmu: sessions whose breaker moved since the last state write
+	bmu    sync.Mutex           // breaker counters (hot path of Decide)
+	bdirty map[string]struct{}  // under bmu: sessions whose breaker moved since the last state write
+	kdWins map[string]*kdWindow // under bmu: kernel denials already counted this window (kdeny.go)
 	// policyMu serializes policy changes (apply, reload).
 	policyMu sync.Mutex
 	esc      escalations // kernel denials turned into cards
@@ -170,7 +181,7 @@ func Open(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{},
+	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
 		dnsDirty: map[string]struct{}{}}
 	if err := a.start(); err != nil {
 		db.Close() // the journal is not left open by an agent that never started

@@ -23,6 +23,7 @@ var (
 	ErrMapFull           = backend.ErrMapFull
 	ErrRulesFull         = backend.ErrRulesFull
 	ErrCoverTooDeep      = backend.ErrCoverTooDeep
+	ErrEntryCap          = backend.ErrEntryCap
 	ErrRuleNotFound      = backend.ErrRuleNotFound
 	ErrLimitsUnsupported = backend.ErrLimitsUnsupported
 )

@@ -26,8 +26,10 @@ type Config struct {
 	Hub     *Hub
 	Auth    Authorizer
 	Logger  *slog.Logger
-	// Verify checks the audit log; nil when the agent keeps none.
-	Verify func() (any, error)
+	// Verify checks the audit log (full: every record; otherwise only what
+	// was appended since the last verification that passed); nil when the
+	// agent keeps none.
+	Verify func(full bool) (any, error)
 	// Status adds daemon-level facts to GET /v1/status.
 	Status func() map[string]any
 	// ObserveDecision receives the latency of each POST /v1/decide, as

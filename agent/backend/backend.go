@@ -346,6 +346,10 @@ type Config struct {
 	// SessionMaxProcs its RLIMIT_NPROC; 0: the backend's defaults.
 	SessionTmpfsBytes uint64
 	SessionMaxProcs   uint32
+	// SessionMaxDNSEntries caps each session's DNS-derived entries (rules
+	// with an expiry, from AllowEgress): past it AllowEgress returns
+	// ErrEntryCap. 0: the backend's default (Linux: 4096).
+	SessionMaxDNSEntries uint32
 	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.

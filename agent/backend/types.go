@@ -30,6 +30,9 @@ var (
 	ErrRulesFull    = errors.New("dataplane: too many rules on one prefix")
 	ErrCoverTooDeep = errors.New("dataplane: too many nested prefixes cover this one")
 	ErrRuleNotFound = errors.New("dataplane: no such egress rule")
+	// ErrEntryCap: the session already holds its cap of DNS-derived entries
+	// (rules with an expiry, written by AllowEgress).
+	ErrEntryCap = errors.New("dataplane: session's DNS-derived entry cap reached")
 	// ErrLimitsUnsupported is returned when the host cannot enforce a quota
 	// (on hybrid cgroup hosts the controllers sit on v1).
 	ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")

@@ -38,9 +38,17 @@ type Config struct {
 	SessionAllowIOURing bool   `json:"session_allow_io_uring"`
 	// Each session's /tmp and /dev/shm size, and its RLIMIT_NPROC (0: the
 	// boundary's defaults, 256 MiB and 4096).
-	SessionTmpfsBytes uint64   `json:"session_tmpfs_bytes"`
-	SessionMaxProcs   uint32   `json:"session_max_procs"`
-	BoundaryAccept    []string `json:"boundary_accept"`
+	SessionTmpfsBytes uint64 `json:"session_tmpfs_bytes"`
+	SessionMaxProcs   uint32 `json:"session_max_procs"`
+	// SessionMaxDNSEntries caps each session's DNS-derived kernel entries
+	// (0: the default, 4096); past it the resolver refuses the answer with
+	// a dns.deny event, reason entry_cap.
+	SessionMaxDNSEntries uint32 `json:"session_max_dns_entries"`
+	// AuditDenialBytesPerMinute is each session's ceiling on denial records
+	// in the audit log (0: 256 KiB); past it they are held back and counted
+	// in audit_suppressed records.
+	AuditDenialBytesPerMinute int      `json:"audit_denial_bytes_per_minute"`
+	BoundaryAccept            []string `json:"boundary_accept"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`
@@ -145,6 +153,9 @@ func load(args []string) (Config, bool, error) {
 	if err := host.CheckConfig(cfg.backendConfig()); err != nil {
 		return cfg, false, err
 	}
+	if b := cfg.AuditDenialBytesPerMinute; b != 0 && (b < 4096 || b > 1<<30) {
+		return cfg, false, fmt.Errorf("audit_denial_bytes_per_minute %d out of [4096, 2^30] (0: the default)", b)
+	}
 	if *upstreams != "" {
 		cfg.DNSUpstreams = splitComma(*upstreams)
 	}
@@ -156,5 +167,5 @@ func (c Config) backendConfig() backend.Config {
 	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
-		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs}
+		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries}
 }

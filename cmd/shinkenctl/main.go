@@ -50,7 +50,7 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ... (global
   deny CARD
   cancel CARD
   events [-f]
-  audit verify
+  audit verify [-full]
   panel [-port N]                          the permission panel in your browser (127.0.0.1, one-time token)
 `
 
@@ -217,11 +217,15 @@ func (c *client) dispatch(args []string) error {
 	case "events":
 		return c.events(len(args) > 1 && (args[1] == "-f" || args[1] == "--follow"))
 	case "audit":
-		if len(args) != 2 || args[1] != "verify" {
-			return errors.New("usage: audit verify")
+		if len(args) < 2 || args[1] != "verify" || len(args) > 3 || (len(args) == 3 && args[2] != "-full") {
+			return errors.New("usage: audit verify [-full]")
+		}
+		path := "/v1/audit/verify"
+		if len(args) == 3 {
+			path += "?full=1"
 		}
 		var res map[string]any
-		code, err := c.call("GET", "/v1/audit/verify", nil, &res)
+		code, err := c.call("GET", path, nil, &res)
 		if err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && code == http.StatusConflict {

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend, opts ...Option) 
 		{"Apply", testApply},
 		{"ApplyAllOrNothing", testApplyAllOrNothing},
 		{"AllowEgress", testAllowEgress},
+		{"DNSEntryCap", testDNSEntryCap},
 		{"Release", testRelease},
 		{"Revoke", testRevoke},
 		{"Membrane", testMembrane},

@@ -16,7 +16,7 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 	bc := &boundary.Config{UIDBase: cfg.SessionUIDBase, UIDCount: cfg.SessionUIDCount,
 		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
 		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs}
-	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc}
+	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries}
 	return dc, dc.Check()
 }
 
