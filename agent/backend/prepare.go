@@ -55,3 +55,14 @@ type Started struct {
 
 // StartFunc starts a prepared launch from the calling process.
 type StartFunc func(StartRequest) (Started, error)
+
+// Freezer is an optional role: a backend that can stop every process of a
+// session at once and let them go on later (Linux: cgroup v2
+// cgroup.freeze).
+type Freezer interface {
+	// Freeze freezes (true) or thaws (false) session and returns once the
+	// kernel reports it done, or an error after a bounded wait.
+	Freeze(session string, frozen bool) error
+	// Frozen says whether session is frozen.
+	Frozen(session string) (bool, error)
+}

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
@@ -242,7 +241,7 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
 	defer logf.Close()
 	cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
 		Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+		SysProcAttr: shimAttr()}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
-	"golang.org/x/sys/unix"
 )
 
 // The files of a process's directory (Config.Dir/ID): meta.json is the
@@ -96,13 +95,6 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("procs: write %s: %w", filepath.Base(path), err)
 	}
 	return nil
-}
-
-var signalNames = map[string]syscall.Signal{
-	"HUP": unix.SIGHUP, "INT": unix.SIGINT, "QUIT": unix.SIGQUIT, "KILL": unix.SIGKILL,
-	"USR1": unix.SIGUSR1, "USR2": unix.SIGUSR2, "TERM": unix.SIGTERM, "STOP": unix.SIGSTOP,
-	"CONT": unix.SIGCONT, "WINCH": unix.SIGWINCH, "ALRM": unix.SIGALRM, "PIPE": unix.SIGPIPE,
-	"TSTP": unix.SIGTSTP, "ABRT": unix.SIGABRT, "SEGV": unix.SIGSEGV,
 }
 
 // ParseSignal reads a signal name (TERM, SIGTERM) or number (1-64).

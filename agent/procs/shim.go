@@ -25,10 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/backend"
-	"golang.org/x/sys/unix"
 )
 
 // ShimArg0 is argv[0] of a binary re-executed as a shim; argv[1] is the
@@ -86,7 +84,7 @@ func runShim(start backend.StartFunc, dir string) int {
 		files = append(files, os.NewFile(uintptr(4+i), "prepared"))
 	}
 	for i, name := range []string{outFile, errFile} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return report(err)
 		}
@@ -308,7 +306,7 @@ func (s *shim) conn(c net.Conn) {
 		case ctlResize:
 			var ts wire.TermSize
 			if json.Unmarshal(p, &ts) == nil && s.pty != nil {
-				pty.Setsize(s.pty, &pty.Winsize{Rows: ts.Rows, Cols: ts.Cols})
+				setTermSize(s.pty, ts)
 			}
 		case ctlSignal:
 			if len(p) == 4 {
@@ -348,7 +346,7 @@ func removeTree(dir string) {
 		return
 	}
 	for i := 0; i < 200; i++ {
-		if err := unix.Rmdir(dir); err == nil || !errors.Is(err, unix.EBUSY) {
+		if err := rmdir(dir); err == nil || !errors.Is(err, errBusy) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

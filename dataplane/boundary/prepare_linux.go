@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/creack/pty"
@@ -56,8 +58,12 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {
 		return nil, fmt.Errorf("%w: launch in %s as uid %d gid %d (the session's: %d)", ErrIdentity, name, opts.UID, opts.GID, h.uid)
 	}
+	path, err := lookPath(p.Argv[0], p.Env)
+	if err != nil {
+		return nil, fmt.Errorf("boundary: prepare in %s: %w", name, err)
+	}
 	// The starter's child gets [status pipe, launcher binary] at fds 3, 4.
-	spec := child.Launch{Path: p.Argv[0], UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: uint64(b.cfg.MaxProcs), Status: 3, ExeFD: 4}
+	spec := child.Launch{Path: path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: uint64(b.cfg.MaxProcs), Status: 3, ExeFD: 4}
 	if b.useSeccomp {
 		spec.Filter = b.filter
 	}
@@ -119,6 +125,32 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 		}
 	}
 	return pl, nil
+}
+
+// lookPath resolves a program name without a slash along the PATH of env
+// (the default PATH without one), as exec.Command does for Launch: in the
+// agent's view of the file system, which is the session's for everything
+// but its private /tmp, /dev/shm and /dev.
+func lookPath(file string, env []string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // a relative PATH entry means nothing to a launch
+		}
+		f := filepath.Join(dir, file)
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("%q: %w in PATH %s", file, exec.ErrNotFound, path)
 }
 
 // StartPrepared starts a launch that Prepare made ready, from the calling

@@ -1,0 +1,233 @@
+package main
+
+// End-to-end: the session runtime (issue 20) through the real daemon and
+// shinkenctl: exec with exit codes, signals and stdin, a run that outlives
+// its request, kill -9 of the agent while a process prints, pause and
+// resume, and the attach stream (replay from an offset, several clients,
+// the Origin check).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/shinken-agent/shinken/agent/api/wire"
+)
+
+func (e *env) ctlCode(stdin string, args ...string) (string, int) {
+	cmd := exec.Command(filepath.Join(e.bin, "shinkenctl"), append([]string{"-socket", e.socket}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func (e *env) procs(session string) map[string]wire.Process {
+	var ps []wire.Process
+	e.ctlJSON(&ps, "ps", session)
+	m := map[string]wire.Process{}
+	for _, p := range ps {
+		m[p.ID] = p
+	}
+	return m
+}
+
+func (e *env) waitExit(session, id string) wire.Process {
+	e.t.Helper()
+	for i := 0; i < 300; i++ {
+		if p := e.procs(session)[id]; p.State != wire.ProcRunning {
+			return p
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("process %s did not end", id)
+	return wire.Process{}
+}
+
+func cpuUsage(t *testing.T, cgroup string) int64 {
+	b, err := os.ReadFile(filepath.Join(cgroup, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no usage_usec in %s", b)
+	return 0
+}
+
+func TestProcessesEndToEnd(t *testing.T) {
+	e := newEnv(t)
+	e.extra = []string{"-request-timeout", "2s"}
+	e.startAgent()
+	e.mustCtl("session", "create", "p1", "-image", "e2e")
+
+	t.Run("exit codes, signals and stdin pass through exec", func(t *testing.T) {
+		out, code := e.ctlCode("", "exec", "p1", "--", "sh", "-c", "echo out; echo err >&2; exit 5")
+		if code != 5 || !strings.Contains(out, "out\n") || !strings.Contains(out, "err\n") {
+			t.Errorf("exit 5: code %d, %q", code, out)
+		}
+		if out, code := e.ctlCode("", "exec", "p1", "--", "sh", "-c", "kill -TERM $$"); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("SIGTERM: code %d, %q", code, out)
+		}
+		if out, code := e.ctlCode("abc\ndef\n", "exec", "-i", "p1", "--", "cat"); code != 0 || out != "abc\ndef\n" {
+			t.Errorf("stdin: code %d, %q", code, out)
+		}
+	})
+
+	t.Run("a process outlives its request's deadline", func(t *testing.T) {
+		var res wire.RunResult
+		t0 := time.Now()
+		e.ctlJSON(&res, "run", "p1", "-timeout", "30", "--", "sh", "-c", "sleep 4; echo done")
+		if took := time.Since(t0); !res.Running || res.Process == "" || took > 3500*time.Millisecond {
+			t.Fatalf("run answered %+v after %v", res, took)
+		}
+		p := e.waitExit("p1", res.Process)
+		if p.ExitCode == nil || *p.ExitCode != 0 || p.Reason != "exit" {
+			t.Errorf("after the request: %+v", p)
+		}
+		if out := e.mustCtl("logs", "p1", res.Process); out != "done\n" {
+			t.Errorf("logs: %q", out)
+		}
+	})
+
+	t.Run("kill -9 of the agent while a process prints", func(t *testing.T) {
+		id := strings.TrimSpace(e.mustCtl("start", "p1", "--", "sh", "-c", "i=0; while [ $i -lt 40 ]; do echo tick-$i; i=$((i+1)); sleep 0.1; done"))
+		time.Sleep(600 * time.Millisecond)
+		before := e.procs("p1")[id]
+		e.stopAgent(syscall.SIGKILL)
+		time.Sleep(1500 * time.Millisecond) // it prints on, unwatched
+		e.startAgent()
+		after, ok := e.procs("p1")[id]
+		if !ok || after.PID != before.PID || before.PID == 0 {
+			t.Fatalf("after restart: %+v (before %+v)", after, before)
+		}
+		e.waitExit("p1", id)
+		var want strings.Builder
+		for i := 0; i < 40; i++ {
+			fmt.Fprintf(&want, "tick-%d\n", i)
+		}
+		if out := e.mustCtl("logs", "-f", "p1", id); out != want.String() {
+			t.Errorf("output across the restart:\n%q\nwant\n%q", out, want.String())
+		}
+	})
+
+	t.Run("pause stops a CPU loop and resume continues it", func(t *testing.T) {
+		id := strings.TrimSpace(e.mustCtl("start", "p1", "--", "sh", "-c", "while :; do :; done"))
+		cg := filepath.Join(e.cgroupDir, "p1")
+		time.Sleep(300 * time.Millisecond)
+		e.mustCtl("pause", "p1")
+		var v wire.SessionView
+		e.ctlJSON(&v, "session", "show", "p1")
+		if !v.Paused || v.PausedSince == nil {
+			t.Errorf("session view while paused: paused %v since %v", v.Paused, v.PausedSince)
+		}
+		u1 := cpuUsage(t, cg)
+		time.Sleep(time.Second)
+		u2 := cpuUsage(t, cg)
+		e.mustCtl("resume", "p1")
+		time.Sleep(500 * time.Millisecond)
+		u3 := cpuUsage(t, cg)
+		t.Logf("usage_usec: paused %d → %d over 1 s, resumed → %d", u1, u2, u3)
+		// Frozen: no task runs, but per-CPU usage not yet folded into
+		// cpu.stat when it was first read may still show (a few µs); a
+		// running loop adds about 1,000,000 µs per second.
+		if u2-u1 > 5000 || u3-u2 < 100000 {
+			t.Errorf("usage_usec: paused %d → %d, resumed → %d", u1, u2, u3)
+		}
+		var v2 wire.SessionView
+		e.ctlJSON(&v2, "session", "show", "p1")
+		if v2.Paused {
+			t.Error("still paused after resume")
+		}
+		e.mustCtl("kill", "p1", id)
+		if p := e.waitExit("p1", id); p.Reason != "killed" {
+			t.Errorf("kill: %+v", p)
+		}
+	})
+
+	t.Run("attach: replay from an offset, two clients, Origin", func(t *testing.T) {
+		id := strings.TrimSpace(e.mustCtl("start", "p1", "--", "sh", "-c", "i=0; while [ $i -lt 30 ]; do echo line-$i; i=$((i+1)); sleep 0.05; done"))
+		hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", e.socket) }}}
+		url := fmt.Sprintf("ws://shinken/v1/sessions/p1/processes/%s/attach", id)
+		// The first client reads a little and goes away.
+		first, _, off := attachRead(t, hc, url+"?from=0", 3)
+		// A second one reads it all, as does a third from where the first stopped.
+		done := make(chan string, 1)
+		go func() { all, _, _ := attachRead(t, hc, url+"?from=0", -1); done <- all }()
+		rest, info, _ := attachRead(t, hc, fmt.Sprintf("%s?from=%d", url, off), -1)
+		all := <-done
+		if info.Offset != off || info.Dropped != 0 || first+rest != all || !strings.HasSuffix(all, "line-29\n") {
+			t.Errorf("first %q + rest %q (from %d, info %+v) != %q", first, rest, off, info, all)
+		}
+		req, _ := http.NewRequest("GET", "http://shinken/v1/sessions/p1/processes/"+id+"/attach", nil)
+		for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "http://evil.example"} {
+			req.Header.Set(k, v)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("attach from a foreign Origin: %d", resp.StatusCode)
+		}
+	})
+}
+
+// attachRead attaches and reads stdout: n messages (then disconnects), or
+// to the end (n < 0). It returns the bytes, the first AttachInfo and the
+// offset after the bytes.
+func attachRead(t *testing.T, hc *http.Client, url string, n int) (string, wire.AttachInfo, uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{wire.AttachProtocol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	var out strings.Builder
+	var info wire.AttachInfo
+	var off uint64
+	got := 0
+	for n < 0 || got < n {
+		_, m, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("attach read: %v (so far %q)", err, out.String())
+		}
+		switch m[0] {
+		case wire.ChanInfo:
+			var i wire.AttachInfo
+			json.Unmarshal(m[1:], &i)
+			if i.Stream == "stdout" && info.Stream == "" {
+				info, off = i, i.Offset
+			}
+		case wire.ChanStdout:
+			out.Write(m[1:])
+			off += uint64(len(m) - 1)
+			got++
+		case wire.ChanStatus:
+			return out.String(), info, off
+		}
+	}
+	return out.String(), info, off
+}

@@ -1,0 +1,21 @@
+package main
+
+import (
+	"path/filepath"
+
+	"github.com/shinken-agent/shinken/agent/procs"
+)
+
+// openProcs opens the session runtime: the processes under
+// STATE_DIR/procs, each held by a shim (this binary re-executed), adopted
+// again when the agent restarts; those of sessions that no longer exist are
+// forgotten.
+func (d *daemon) openProcs() error {
+	m, err := procs.Open(procs.Config{Dir: filepath.Join(d.cfg.StateDir, "procs"), Door: d.ag, RingBytes: d.cfg.ProcessRingBytes},
+		func(s string) bool { _, ok := d.ag.Session(s); return ok })
+	if err != nil {
+		return err
+	}
+	d.procs = m
+	return nil
+}
