@@ -313,3 +313,20 @@ func TestAdoptAfterRestart(t *testing.T) {
 		t.Errorf("%+v", v)
 	}
 }
+
+// TestNoLeakedDescriptors: a session process holds its stdio and nothing
+// else of its shim's (the holder's pidfd, the run cgroup, the rings, the
+// control socket), with or without a terminal.
+func TestNoLeakedDescriptors(t *testing.T) {
+	r := newRig(t, 0)
+	for _, tty := range []*wire.TermSize{nil, {Rows: 10, Cols: 40}} {
+		p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "cd /proc/self/fd && echo * && ls -l /proc/self/fd"}, TTY: tty})
+		out, _ := readAll(t, p, 0, 0, 10*time.Second)
+		t.Logf("%s", out)
+		out, _, _ = strings.Cut(out, "\n")
+		// sh's glob runs in sh itself: 0 1 2 and the directory it reads.
+		if f := strings.Fields(out); len(f) != 4 || f[0] != "0" || f[1] != "1" || f[2] != "2" {
+			t.Errorf("tty %v: descriptors %q", tty != nil, out)
+		}
+	}
+}

@@ -64,6 +64,11 @@ func runShim(start backend.StartFunc, dir string) int {
 	// Caught, not ignored: an ignored signal stays ignored in the process
 	// the shim starts (a shell's ^C would then reach nothing).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
+	// Whatever the shim inherited beyond its stdio (the status pipe, the
+	// prepared launch's descriptors, anything the agent itself inherited
+	// without close-on-exec) reaches the launcher only where StartFunc
+	// passes it, never the session process.
+	closeOnExecFrom(3)
 	status := os.NewFile(3, "status")
 	report := func(err error) int {
 		if err != nil {
