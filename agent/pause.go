@@ -26,6 +26,97 @@ type pauses struct {
 	// ask holds the sessions paused for pending cards (pause-on-ask):
 	// resumed when the last of their cards is decided.
 	ask map[string]map[string]bool
+
+	qmu     sync.Mutex
+	queue   []askOp // card changes for the pause-on-ask worker, in order
+	running bool
+}
+
+type askOp struct {
+	session, card string
+	pending       bool
+}
+
+// askPause is told of every card change (emitCard, a.mu held): for a
+// session whose manifest says pause-on-ask, a card opening pauses it and
+// the last pending card decided (approved, denied, cancelled, timed out)
+// resumes it. The freezing runs on a worker goroutine, in order, never
+// under a.mu (it waits for the kernel).
+func (a *Agent) askPause(c *Card) {
+	s, ok := a.st.Sessions[c.Session]
+	if !ok {
+		return
+	}
+	if m := a.manifests[s.Spec.Image]; m == nil || !m.PauseOnAsk {
+		return
+	}
+	p := &a.pauses
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	p.queue = append(p.queue, askOp{session: c.Session, card: c.ID, pending: c.Status == CardPending})
+	if !p.running {
+		p.running = true
+		go a.askWorker()
+	}
+}
+
+func (a *Agent) askWorker() {
+	p := &a.pauses
+	for {
+		p.qmu.Lock()
+		if len(p.queue) == 0 {
+			p.running = false
+			p.qmu.Unlock()
+			return
+		}
+		op := p.queue[0]
+		p.queue = p.queue[1:]
+		p.qmu.Unlock()
+		if err := a.askStep(op); err != nil {
+			a.cfg.Logger.Error("pause-on-ask", "session", op.session, "card", op.card, "err", err)
+		}
+	}
+}
+
+func (a *Agent) askStep(op askOp) error {
+	f, err := a.freezer()
+	if err != nil {
+		return err
+	}
+	p := &a.pauses
+	p.mu.Lock()
+	cards := p.ask[op.session]
+	wasAsking := len(cards) > 0
+	if op.pending {
+		if cards == nil {
+			cards = map[string]bool{}
+			if p.ask == nil {
+				p.ask = map[string]map[string]bool{}
+			}
+			p.ask[op.session] = cards
+		}
+		cards[op.card] = true
+	} else {
+		delete(cards, op.card)
+	}
+	asking := len(cards) > 0
+	p.mu.Unlock()
+	switch {
+	case asking && !wasAsking:
+		return a.pause(op.session, "pause-on-ask", "card "+op.card+" pending")
+	case !asking && wasAsking:
+		if _, ok := a.Session(op.session); !ok {
+			p.mu.Lock()
+			delete(p.since, op.session)
+			delete(p.ask, op.session)
+			p.mu.Unlock()
+			return nil // ended: nothing to thaw
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return a.resumeLocked(f, op.session, "pause-on-ask")
+	}
+	return nil
 }
 
 func (a *Agent) freezer() (backend.Freezer, error) {
@@ -56,7 +147,7 @@ func (a *Agent) pause(session, actor, why string) error {
 	if _, ok := a.pauses.since[session]; ok {
 		return nil
 	}
-	if err := a.emit(Event{Kind: EventPause, Session: session, Actor: actor, Outcome: why}); err != nil {
+	if err := a.emit(Event{Kind: EventPause, Session: session, Actor: actor, Outcome: "paused: " + why}); err != nil {
 		return err
 	}
 	if err := f.Freeze(session, true); err != nil {

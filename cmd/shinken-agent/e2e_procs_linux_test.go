@@ -23,6 +23,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/audit"
 )
 
 func (e *env) ctlCode(stdin string, args ...string) (string, int) {
@@ -191,6 +192,55 @@ func TestProcessesEndToEnd(t *testing.T) {
 			t.Errorf("attach from a foreign Origin: %d", resp.StatusCode)
 		}
 	})
+}
+
+// TestPauseOnAsk: a session whose manifest says pause-on-ask is frozen
+// while its card is pending and thawed when the card is decided; the audit
+// log records both, with the time paused.
+func TestPauseOnAsk(t *testing.T) {
+	e := newEnv(t)
+	if err := os.WriteFile(filepath.Join(e.dir, "manifests", "ask.manifest"), []byte("image ask\nallow net.egress cidrs=127.0.0.3/32 tier=ask\npause-on-ask\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.startAgent()
+	e.mustCtl("session", "create", "pa", "-image", "ask")
+	id := strings.TrimSpace(e.mustCtl("start", "pa", "--", "sh", "-c", "while :; do :; done"))
+	cg := filepath.Join(e.cgroupDir, "pa")
+	paused := func() bool {
+		var v wire.SessionView
+		e.ctlJSON(&v, "session", "show", "pa")
+		return v.Paused
+	}
+	var res []reqResult
+	e.ctlJSON(&res, "request", "pa", "net.egress", "-cidr", "127.0.0.3/32", "-port", "80")
+	if res[0].Outcome != "pending" {
+		t.Fatalf("%+v", res)
+	}
+	for i := 0; i < 100 && !paused(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	u1 := cpuUsage(t, cg)
+	time.Sleep(500 * time.Millisecond)
+	if u2 := cpuUsage(t, cg); !paused() || u2-u1 > 5000 {
+		t.Fatalf("card pending: paused %v, usage %d → %d", paused(), u1, u2)
+	}
+	e.mustCtl("deny", res[0].Card)
+	for i := 0; i < 100 && paused(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	u3 := cpuUsage(t, cg)
+	time.Sleep(300 * time.Millisecond)
+	if u4 := cpuUsage(t, cg); paused() || u4-u3 < 50000 {
+		t.Fatalf("card denied: paused %v, usage %d → %d", paused(), u3, u4)
+	}
+	e.mustCtl("kill", "pa", id)
+	b, err := os.ReadFile(filepath.Join(e.dir, "state", audit.LogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "session.pause") || !strings.Contains(string(b), "resumed after") {
+		t.Errorf("audit log lacks the pause and its length:\n%s", grepLines(string(b), "session."))
+	}
 }
 
 // attachRead attaches and reads stdout: n messages (then disconnects), or
