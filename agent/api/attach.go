@@ -97,13 +97,23 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	if p.View().TTY {
 		streams = streams[:1] // a terminal has one stream
 	}
+	// While attached, the process waits for this client rather than
+	// have its output dropped (procs.Follower); from before the ring's
+	// start holds nothing back.
+	v0 := p.View()
+	hold := from
+	for i, end := range [2]uint64{v0.Stdout, v0.Stderr} {
+		hold[i] = max(hold[i], end-min(end, v0.RingBytes))
+	}
+	fl := p.Follow(hold)
+	defer fl.Release()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(streams))
 	for _, i := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errc <- s.followStream(ctx, p, i, from[i], send, sendJSON)
+			errc <- s.followStream(ctx, p, i, from[i], fl, send, sendJSON)
 		}()
 	}
 	wg.Wait()
@@ -128,7 +138,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 
 // followStream sends stream i from off until the process has ended and all
 // of it is sent (nil), or ctx ends or a write fails (the error).
-func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, send func(byte, []byte) error, sendJSON func(byte, any) error) error {
+func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, fl *procs.Follower, send func(byte, []byte) error, sendJSON func(byte, any) error) error {
 	name := [2]string{"stdout", "stderr"}[i]
 	ch := [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
 	first := true
@@ -150,5 +160,6 @@ func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uin
 			return err
 		}
 		off = c.Offset + uint64(len(c.Data))
+		fl.Advance(i, off)
 	}
 }

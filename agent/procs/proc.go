@@ -30,6 +30,12 @@ type Proc struct {
 	lost    bool
 	conn    net.Conn
 	changed chan struct{} // closed (and replaced) on every change
+
+	sendMu    sync.Mutex // one control frame at a time
+	holdMu    sync.Mutex // hold updates computed and sent in order
+	followers map[*Follower]bool
+	sentHold  [2]uint64
+	holding   bool
 }
 
 func newProc(dir string, md meta) *Proc {
@@ -248,8 +254,81 @@ func (p *Proc) send(typ byte, b []byte) error {
 	if done || c == nil {
 		return fmt.Errorf("%w: %s", ErrNotActive, p.meta.ID)
 	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	return writeFrame(c, typ, b)
+}
+
+// Follower is a live reader that holds the process back: while it is
+// registered, the shim reads no more of the process's output than the
+// ring can keep past the follower's offsets, so a process writing faster
+// than an attached client reads waits (as it would at a terminal) instead
+// of its output being dropped. With no agent connected nothing holds it.
+type Follower struct {
+	p   *Proc
+	off [2]uint64
+}
+
+// Follow registers a follower from the offsets from (stdout, stderr).
+func (p *Proc) Follow(from [2]uint64) *Follower {
+	f := &Follower{p: p, off: from}
+	p.mu.Lock()
+	if p.followers == nil {
+		p.followers = map[*Follower]bool{}
+	}
+	p.followers[f] = true
+	p.mu.Unlock()
+	p.updateHold()
+	return f
+}
+
+// Advance says the follower has read stream up to off.
+func (f *Follower) Advance(stream int, off uint64) {
+	f.p.mu.Lock()
+	f.off[stream] = off
+	f.p.mu.Unlock()
+	f.p.updateHold()
+}
+
+// Release ends the follower's hold.
+func (f *Follower) Release() {
+	f.p.mu.Lock()
+	delete(f.p.followers, f)
+	f.p.mu.Unlock()
+	f.p.updateHold()
+}
+
+// updateHold tells the shim the slowest follower's offsets (or that none
+// holds) when they changed.
+func (p *Proc) updateHold() {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	p.mu.Lock()
+	var min [2]uint64
+	first := true
+	for f := range p.followers {
+		for i := range min {
+			if first || f.off[i] < min[i] {
+				min[i] = f.off[i]
+			}
+		}
+		first = false
+	}
+	holding := len(p.followers) > 0
+	if holding == p.holding && (!holding || min == p.sentHold) {
+		p.mu.Unlock()
+		return
+	}
+	p.holding, p.sentHold = holding, min
+	p.mu.Unlock()
+	var b []byte
+	if holding {
+		b = make([]byte, 16)
+		binary.BigEndian.PutUint64(b, min[0])
+		binary.BigEndian.PutUint64(b[8:], min[1])
+	}
+	p.send(ctlHold, b)
 }
 
 // Stdin writes b to the process's stdin (its terminal, with a TTY).

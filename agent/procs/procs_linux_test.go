@@ -330,3 +330,43 @@ func TestNoLeakedDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowerHoldsBack: while a live reader follows, a process writing
+// faster than it reads waits for it (its output is not dropped, though the
+// ring is 40 times smaller than what it writes); when the reader goes,
+// nothing holds the process back.
+func TestFollowerHoldsBack(t *testing.T) {
+	r := newRig(t, 4096)
+	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "read x; head -c 163840 /dev/zero | tr '\\0' x; echo -n END"}, Interactive: true})
+	f := p.Follow([2]uint64{0, 0})
+	p.Stdin([]byte("go\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []byte
+	var off uint64
+	for {
+		c, ok, err := p.Next(ctx, 0, off, 1000)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		if !ok {
+			break
+		}
+		if c.Offset != off {
+			t.Fatalf("dropped %d bytes at %d while followed", c.Offset-off, off)
+		}
+		got = append(got, c.Data...)
+		off += uint64(len(c.Data))
+		f.Advance(0, off)
+		time.Sleep(time.Millisecond) // a slow reader
+	}
+	f.Release()
+	if len(got) != 163843 || !strings.HasSuffix(string(got), "xEND") {
+		t.Errorf("got %d bytes", len(got))
+	}
+	// Unfollowed, a writer is never held back.
+	q := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "head -c 163840 /dev/zero"}})
+	if v := wait(t, q); v.Stdout != 163840 {
+		t.Errorf("unfollowed: %+v", v)
+	}
+}

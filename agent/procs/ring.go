@@ -78,6 +78,7 @@ const (
 	ctlStdinClose = 'c'
 	ctlResize     = 'r' // TermSize JSON
 	ctlSignal     = 's' // 4-byte signal number
+	ctlHold       = 'h' // two 8-byte offsets (stdout, stderr) a live reader still needs; empty: none
 	// shim → agent
 	ctlEnds = 'e' // two 8-byte ends: stdout, stderr
 	ctlExit = 'x' // exitRecord JSON

@@ -58,6 +58,13 @@ type shim struct {
 	proc    *os.Process
 	reason  string // set by a deadline or a kill before the process ends
 	stdinMu sync.Mutex
+	// holds: per control connection, the offsets of the slowest reader
+	// it follows live (ctlHold); a pump does not read more than its ring
+	// can keep past them, so the process waits for an attached client
+	// instead of its output being dropped. Gone with the connection.
+	holds map[net.Conn][2]uint64
+	room  *sync.Cond // on mu: a hold moved or went
+	ended bool       // the process ended long ago: holds no longer count
 }
 
 func runShim(start backend.StartFunc, dir string) int {
@@ -80,7 +87,8 @@ func runShim(start backend.StartFunc, dir string) int {
 		status.Close()
 		return 0
 	}
-	s := &shim{dir: dir, conns: map[chan struct{}]bool{}}
+	s := &shim{dir: dir, conns: map[chan struct{}]bool{}, holds: map[net.Conn][2]uint64{}}
+	s.room = sync.NewCond(&s.mu)
 	if err := readJSON(filepath.Join(dir, metaFile), &s.meta); err != nil {
 		return report(err)
 	}
@@ -179,9 +187,19 @@ func runShim(start backend.StartFunc, dir string) int {
 	s.killTree()
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
+	// A live reader that holds the pumps back gets 30 s to catch up (what
+	// is left is at most a pipe's buffer); then the pumps go on regardless.
 	select {
 	case <-drained:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
+		s.mu.Lock()
+		s.ended = true
+		s.room.Broadcast()
+		s.mu.Unlock()
+		select {
+		case <-drained:
+		case <-time.After(5 * time.Second):
+		}
 	}
 	s.mu.Lock()
 	rec := exitRecord{Ended: time.Now().UTC(), Reason: s.reason, Stdout: s.rings[0].end, Stderr: s.rings[1].end}
@@ -218,8 +236,13 @@ func runShim(start backend.StartFunc, dir string) int {
 
 // pump copies one output stream into its ring (a terminal's into stdout).
 func (s *shim) pump(i int, r io.Reader) {
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, min(64<<10, s.meta.RingBytes))
 	for {
+		s.mu.Lock()
+		for s.held(i, uint64(len(buf))) {
+			s.room.Wait()
+		}
+		s.mu.Unlock()
 		n, err := r.Read(buf)
 		if n > 0 {
 			s.mu.Lock()
@@ -239,6 +262,20 @@ func (s *shim) pump(i int, r io.Reader) {
 			return
 		}
 	}
+}
+
+// held says whether writing n more bytes to ring i would overwrite bytes a
+// live reader has not read yet; s.mu held.
+func (s *shim) held(i int, n uint64) bool {
+	if s.ended {
+		return false
+	}
+	for _, h := range s.holds {
+		if s.rings[i].end+n > h[i]+s.rings[i].cap {
+			return true
+		}
+	}
+	return false
 }
 
 // serve takes the agent's control connections (one per agent that runs;
@@ -263,6 +300,9 @@ func (s *shim) conn(c net.Conn) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, note)
+		close(note)
+		delete(s.holds, c) // the agent went away: nothing holds the process back
+		s.room.Broadcast()
 		s.mu.Unlock()
 	}()
 	go func() { // the writer: the latest ends, then the exit
@@ -292,6 +332,15 @@ func (s *shim) conn(c net.Conn) {
 			return
 		}
 		switch typ {
+		case ctlHold:
+			s.mu.Lock()
+			if len(p) == 16 {
+				s.holds[c] = [2]uint64{binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])}
+			} else {
+				delete(s.holds, c)
+			}
+			s.room.Broadcast()
+			s.mu.Unlock()
 		case ctlStdin:
 			s.stdinMu.Lock()
 			if s.stdin != nil {

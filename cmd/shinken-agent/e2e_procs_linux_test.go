@@ -75,6 +75,17 @@ func cpuUsage(t *testing.T, cgroup string) int64 {
 	return 0
 }
 
+// grows waits (up to 10 s: the machine may be busy) for the cgroup's CPU
+// usage to pass from+by µs; it returns the last reading.
+func grows(t *testing.T, cgroup string, from, by int64) int64 {
+	u := cpuUsage(t, cgroup)
+	for i := 0; i < 200 && u-from < by; i++ {
+		time.Sleep(50 * time.Millisecond)
+		u = cpuUsage(t, cgroup)
+	}
+	return u
+}
+
 func TestProcessesEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	e.extra = []string{"-request-timeout", "2s"}
@@ -145,8 +156,7 @@ func TestProcessesEndToEnd(t *testing.T) {
 		time.Sleep(time.Second)
 		u2 := cpuUsage(t, cg)
 		e.mustCtl("resume", "p1")
-		time.Sleep(500 * time.Millisecond)
-		u3 := cpuUsage(t, cg)
+		u3 := grows(t, cg, u2, 100000)
 		t.Logf("usage_usec: paused %d → %d over 1 s, resumed → %d", u1, u2, u3)
 		// Frozen: no task runs, but per-CPU usage not yet folded into
 		// cpu.stat when it was first read may still show (a few µs); a
@@ -229,8 +239,7 @@ func TestPauseOnAsk(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	u3 := cpuUsage(t, cg)
-	time.Sleep(300 * time.Millisecond)
-	if u4 := cpuUsage(t, cg); paused() || u4-u3 < 50000 {
+	if u4 := grows(t, cg, u3, 50000); paused() || u4-u3 < 50000 {
 		t.Fatalf("card denied: paused %v, usage %d → %d", paused(), u3, u4)
 	}
 	e.mustCtl("kill", "pa", id)
