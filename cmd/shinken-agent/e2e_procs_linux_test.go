@@ -17,11 +17,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/creack/pty"
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/audit"
 )
@@ -102,6 +104,60 @@ func TestProcessesEndToEnd(t *testing.T) {
 		}
 		if out, code := e.ctlCode("abc\ndef\n", "exec", "-i", "p1", "--", "cat"); code != 0 || out != "abc\ndef\n" {
 			t.Errorf("stdin: code %d, %q", code, out)
+		}
+	})
+
+	t.Run("exec -it: a shell with our terminal's size, resize, ^C, exit code", func(t *testing.T) {
+		cmd := exec.Command(filepath.Join(e.bin, "shinkenctl"), "-socket", e.socket, "exec", "-it", "p1", "--", "bash", "--norc", "--noprofile", "-i")
+		ptm, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ptm.Close()
+		var mu sync.Mutex
+		var out strings.Builder
+		go func() {
+			buf := make([]byte, 4096)
+			for {
+				n, err := ptm.Read(buf)
+				mu.Lock()
+				out.Write(buf[:n])
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		expect := func(want string) {
+			t.Helper()
+			for i := 0; i < 200; i++ {
+				mu.Lock()
+				ok := strings.Contains(out.String(), want)
+				mu.Unlock()
+				if ok {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("no %q in %q", want, out.String())
+		}
+		ptm.Write([]byte("stty size\r"))
+		expect("24 80")
+		pty.Setsize(ptm, &pty.Winsize{Rows: 40, Cols: 120}) // SIGWINCH to shinkenctl
+		time.Sleep(300 * time.Millisecond)
+		ptm.Write([]byte("stty size\r"))
+		expect("40 120")
+		ptm.Write([]byte("sleep 100\r"))
+		time.Sleep(500 * time.Millisecond)
+		ptm.Write([]byte{3})
+		ptm.Write([]byte("echo st=$?\r"))
+		expect("st=130")
+		ptm.Write([]byte("exit 3\r"))
+		err = cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+			t.Errorf("shinkenctl exec -it: %v", err)
 		}
 	})
 
