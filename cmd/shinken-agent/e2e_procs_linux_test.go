@@ -105,6 +105,18 @@ func TestProcessesEndToEnd(t *testing.T) {
 		if out, code := e.ctlCode("abc\ndef\n", "exec", "-i", "p1", "--", "cat"); code != 0 || out != "abc\ndef\n" {
 			t.Errorf("stdin: code %d, %q", code, out)
 		}
+		// Refused before anything starts: clear errors, nothing listed.
+		for _, args := range [][]string{{"exec", "p1", "--", "no-such-program"}, {"exec", "-w", "relative", "p1", "--", "true"},
+			{"exec", "-uid", "1", "p1", "--", "true"}, {"exec", "nosession", "--", "true"}} {
+			if out, code := e.ctlCode("", args...); code != 1 || !strings.Contains(out, "HTTP 4") {
+				t.Errorf("%v: code %d, %q", args, code, out)
+			}
+		}
+		for _, p := range e.procs("p1") {
+			if p.Argv[0] == "no-such-program" || p.Argv[0] == "true" {
+				t.Errorf("a refused start is listed: %+v", p)
+			}
+		}
 	})
 
 	t.Run("exec -it: a shell with our terminal's size, resize, ^C, exit code", func(t *testing.T) {
@@ -258,6 +270,23 @@ func TestProcessesEndToEnd(t *testing.T) {
 			t.Errorf("attach from a foreign Origin: %d", resp.StatusCode)
 		}
 	})
+
+	if len(e.procDirs()) == 0 {
+		t.Fatal("no process directories before the session ends")
+	}
+	e.mustCtl("session", "rm", "p1")
+	for i := 0; i < 100 && len(e.procDirs()) > 0; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d := e.procDirs(); len(d) > 0 {
+		t.Errorf("process records left after the session ended: %v", d)
+	}
+}
+
+// The session's end takes its processes' records with it.
+func (e *env) procDirs() []string {
+	m, _ := filepath.Glob(filepath.Join(e.dir, "state", "procs", "p-*"))
+	return m
 }
 
 // TestPauseOnAsk: a session whose manifest says pause-on-ask is frozen

@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -145,9 +146,13 @@ type eventSink struct {
 	audit        func(agent.Event) error
 	kernelDenial func(session string, ev backend.Event) // aggregated for the audit log
 	observe      func(agent.Event)                      // latencies for the metrics
+	sessionEnded atomic.Pointer[func(session string)]   // the session runtime forgets its processes
 }
 
 func (s *eventSink) Emit(e agent.Event) error {
+	if f := s.sessionEnded.Load(); f != nil && e.Kind == "session.end" {
+		go (*f)(e.Session) // not under the agent's lock: it talks to shims
+	}
 	switch e.Kind {
 	case agent.EventDNSDeny:
 		// The stream's record as it has always been (not an audit record).

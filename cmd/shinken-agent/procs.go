@@ -19,5 +19,7 @@ func (d *daemon) openProcs() error {
 		return err
 	}
 	d.procs = m
+	remove := m.Remove
+	d.sink.sessionEnded.Store(&remove) // however it ends (API, breaker, expiry)
 	return nil
 }
