@@ -216,6 +216,9 @@ func runShim(start backend.StartFunc, dir string) int {
 			rec.Reason = "exit"
 		}
 	}
+	// The tree is gone (killed above, its cgroup removed) before the exit
+	// is recorded: a process listed as exited has left nothing behind.
+	removeTree(s.meta.Tree)
 	err = writeJSON(filepath.Join(dir, exitFile), rec)
 	s.mu.Lock()
 	s.exit = &rec
@@ -226,7 +229,6 @@ func runShim(start backend.StartFunc, dir string) int {
 		}
 	}
 	s.mu.Unlock()
-	removeTree(s.meta.Tree)
 	time.Sleep(200 * time.Millisecond) // let connected agents read the exit
 	if err != nil {
 		return 1
