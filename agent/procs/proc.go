@@ -371,6 +371,18 @@ func (p *Proc) Kill() error {
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], killTreeSignal)
 	err := p.send(ctlSignal, b[:])
+	if err == nil && p.meta.Tree != "" {
+		// The shim kills the tree and records why; if it has not within
+		// a second (busy, or stuck), the cgroup is killed from here.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if p.Wait(ctx) != nil {
+			if werr := os.WriteFile(filepath.Join(p.meta.Tree, "cgroup.kill"), []byte("1"), 0); werr != nil && !errors.Is(werr, os.ErrNotExist) {
+				return fmt.Errorf("procs: kill %s: %w", p.meta.ID, werr)
+			}
+		}
+		return nil
+	}
 	if err != nil && !errors.Is(err, ErrNotActive) && p.meta.Tree != "" {
 		if werr := os.WriteFile(filepath.Join(p.meta.Tree, "cgroup.kill"), []byte("1"), 0); werr == nil || errors.Is(werr, os.ErrNotExist) {
 			return nil

@@ -370,3 +370,23 @@ func TestFollowerHoldsBack(t *testing.T) {
 		t.Errorf("unfollowed: %+v", v)
 	}
 }
+
+// TestUnreadStdinHoldsUpNothing: a process that does not read its stdin,
+// sent more than a pipe holds, still gets its signals (and its holds and
+// kills) at once: stdin waits in the shim's queue, not in the control
+// connection.
+func TestUnreadStdinHoldsUpNothing(t *testing.T) {
+	r := newRig(t, 0)
+	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "echo ready; sleep 100"}, Interactive: true})
+	waitFor(t, p, 0, "ready")
+	if err := p.Stdin(make([]byte, 512<<10)); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if v := wait(t, p); v.Signal != "TERM" || time.Since(t0) > 3*time.Second {
+		t.Errorf("signal behind unread stdin: %+v after %v", v, time.Since(t0))
+	}
+}

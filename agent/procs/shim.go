@@ -57,7 +57,14 @@ type shim struct {
 	pty     *os.File
 	proc    *os.Process
 	reason  string // set by a deadline or a kill before the process ends
-	stdinMu sync.Mutex
+	// in queues stdin for stdinLoop, so that a process that does not read
+	// its stdin holds up no control frame (a hold, a signal, a kill).
+	in struct {
+		mu    sync.Mutex
+		cond  *sync.Cond
+		q     []stdinItem
+		bytes int
+	}
 	// holds: per control connection, the offsets of the slowest reader
 	// it follows live (ctlHold); a pump does not read more than its ring
 	// can keep past them, so the process waits for an attached client
@@ -160,18 +167,13 @@ func runShim(start backend.StartFunc, dir string) int {
 	if s.meta.Deadline != nil {
 		time.AfterFunc(time.Until(*s.meta.Deadline), func() { s.kill("deadline") })
 	}
+	s.in.cond = sync.NewCond(&s.in.mu)
+	go s.stdinLoop()
 	if s.meta.Stdin != nil {
-		go func() {
-			s.stdinMu.Lock()
-			defer s.stdinMu.Unlock()
-			if s.stdin != nil {
-				s.stdin.Write(s.meta.Stdin)
-				if !s.meta.Interactive && s.pty == nil {
-					s.stdin.Close()
-					s.stdin = nil
-				}
-			}
-		}()
+		s.queueStdin(s.meta.Stdin, false)
+	}
+	if !s.meta.Interactive && s.pty == nil && s.stdin != nil {
+		s.queueStdin(nil, true)
 	}
 	var wg sync.WaitGroup
 	for i, r := range pumps {
@@ -266,6 +268,53 @@ func (s *shim) pump(i int, r io.Reader) {
 	}
 }
 
+type stdinItem struct {
+	data  []byte
+	close bool // end of file (^D at a terminal)
+}
+
+// maxQueuedStdin bounds the stdin queued for a process that does not read
+// it; past it the control connection waits (the client's stdin with it).
+const maxQueuedStdin = 16 << 20
+
+func (s *shim) queueStdin(b []byte, close bool) {
+	s.in.mu.Lock()
+	defer s.in.mu.Unlock()
+	for s.in.bytes > maxQueuedStdin {
+		s.in.cond.Wait()
+	}
+	s.in.q = append(s.in.q, stdinItem{data: b, close: close})
+	s.in.bytes += len(b)
+	s.in.cond.Broadcast()
+}
+
+// stdinLoop writes the queued stdin to the process, in order.
+func (s *shim) stdinLoop() {
+	for {
+		s.in.mu.Lock()
+		for len(s.in.q) == 0 {
+			s.in.cond.Wait()
+		}
+		it := s.in.q[0]
+		s.in.q = s.in.q[1:]
+		s.in.mu.Unlock()
+		switch {
+		case s.stdin == nil:
+		case it.close && s.pty != nil:
+			s.pty.Write([]byte{4}) // ^D: end of file at the terminal's line discipline
+		case it.close:
+			s.stdin.Close()
+			s.stdin = nil
+		default:
+			s.stdin.Write(it.data) // EPIPE once the process has gone
+		}
+		s.in.mu.Lock()
+		s.in.bytes -= len(it.data)
+		s.in.cond.Broadcast()
+		s.in.mu.Unlock()
+	}
+}
+
 // held says whether writing n more bytes to ring i would overwrite bytes a
 // live reader has not read yet; s.mu held.
 func (s *shim) held(i int, n uint64) bool {
@@ -344,21 +393,9 @@ func (s *shim) conn(c net.Conn) {
 			s.room.Broadcast()
 			s.mu.Unlock()
 		case ctlStdin:
-			s.stdinMu.Lock()
-			if s.stdin != nil {
-				s.stdin.Write(p)
-			}
-			s.stdinMu.Unlock()
+			s.queueStdin(p, false)
 		case ctlStdinClose:
-			s.stdinMu.Lock()
-			switch {
-			case s.pty != nil:
-				s.pty.Write([]byte{4}) // ^D: end of file at the terminal's line discipline
-			case s.stdin != nil:
-				s.stdin.Close()
-				s.stdin = nil
-			}
-			s.stdinMu.Unlock()
+			s.queueStdin(nil, true)
 		case ctlResize:
 			var ts wire.TermSize
 			if json.Unmarshal(p, &ts) == nil && s.pty != nil {
