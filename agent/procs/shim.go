@@ -49,14 +49,14 @@ type shim struct {
 	dir  string
 	meta meta
 
-	mu      sync.Mutex
-	rings   [2]*ringWriter
-	conns   map[chan struct{}]bool
-	exit    *exitRecord
-	stdin   io.WriteCloser // nil: closed or none
-	pty     *os.File
-	proc    *os.Process
-	reason  string // set by a deadline or a kill before the process ends
+	mu     sync.Mutex
+	rings  [2]*ringWriter
+	conns  map[chan struct{}]bool
+	exit   *exitRecord
+	stdin  io.WriteCloser // nil: closed or none
+	pty    *os.File
+	proc   *os.Process
+	reason string // set by a deadline or a kill before the process ends
 	// in queues stdin for stdinLoop, so that a process that does not read
 	// its stdin holds up no control frame (a hold, a signal, a kill).
 	in struct {
