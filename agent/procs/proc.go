@@ -366,30 +366,29 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 }
 
 // Kill kills the process's whole tree: through the shim (which records
-// reason "killed"), or, when the shim cannot be reached, by its cgroup.
+// reason "killed"), or by its cgroup when the shim does not do it within a
+// second, cannot be reached, or is gone (a lost process may still run).
 func (p *Proc) Kill() error {
+	p.mu.Lock()
+	exited := p.exit != nil
+	p.mu.Unlock()
+	if exited {
+		return nil // nothing left: the shim removed the tree first
+	}
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], killTreeSignal)
-	err := p.send(ctlSignal, b[:])
-	if err == nil && p.meta.Tree != "" {
-		// The shim kills the tree and records why; if it has not within
-		// a second (busy, or stuck), the cgroup is killed from here.
+	if p.send(ctlSignal, b[:]) == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if p.Wait(ctx) != nil {
-			if werr := os.WriteFile(filepath.Join(p.meta.Tree, "cgroup.kill"), []byte("1"), 0); werr != nil && !errors.Is(werr, os.ErrNotExist) {
-				return fmt.Errorf("procs: kill %s: %w", p.meta.ID, werr)
-			}
-		}
-		return nil
-	}
-	if err != nil && !errors.Is(err, ErrNotActive) && p.meta.Tree != "" {
-		if werr := os.WriteFile(filepath.Join(p.meta.Tree, "cgroup.kill"), []byte("1"), 0); werr == nil || errors.Is(werr, os.ErrNotExist) {
+		if p.Wait(ctx) == nil {
 			return nil
 		}
 	}
-	if errors.Is(err, ErrNotActive) {
-		return nil // ended already: nothing left to kill
+	if p.meta.Tree == "" {
+		return fmt.Errorf("%w: %s: its shim did not kill it and it has no cgroup", ErrNotActive, p.meta.ID)
 	}
-	return err
+	if err := os.WriteFile(filepath.Join(p.meta.Tree, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("procs: kill %s: %w", p.meta.ID, err)
+	}
+	return nil
 }

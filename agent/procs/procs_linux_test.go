@@ -390,3 +390,39 @@ func TestUnreadStdinHoldsUpNothing(t *testing.T) {
 		t.Errorf("signal behind unread stdin: %+v after %v", v, time.Since(t0))
 	}
 }
+
+// TestShimKilled: a shim killed from outside leaves its process lost (no
+// exit recorded, its output up to then readable), and DELETE still kills
+// the process's tree through its cgroup.
+func TestShimKilled(t *testing.T) {
+	r := newRig(t, 0)
+	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "echo before; exec sleep 100"}})
+	waitFor(t, p, 0, "before")
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.started.HostPID) + "/status")
+	var shim int
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PPid:"); ok {
+			shim, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if shim <= 1 || shim == os.Getpid() {
+		t.Fatalf("shim pid %d", shim)
+	}
+	syscall.Kill(shim, syscall.SIGKILL) // our child: the test started it
+	if v := wait(t, p); v.State != wire.ProcLost {
+		t.Fatalf("%+v", v)
+	}
+	if out, _ := readAll(t, p, 0, 0, 5*time.Second); out != "before\n" {
+		t.Errorf("output of a lost process: %q", out)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if b, err := os.ReadFile(p.meta.Tree + "/cgroup.procs"); err != nil || len(b) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Error("the lost process's tree survived DELETE")
+}
