@@ -151,6 +151,7 @@ type Agent struct {
 	// policyMu serializes policy changes (apply, reload).
 	policyMu sync.Mutex
 	esc      escalations // kernel denials turned into cards
+	pauses   pauses      // sessions frozen (pause.go)
 	breaker  map[string]*BreakerState
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/procs"
 )
 
 // Config wires a Server to the agent's parts.
@@ -36,6 +37,12 @@ type Config struct {
 	// this transport measures it (the agent's own calls, requests and
 	// revokes, report theirs in its event stream).
 	ObserveDecision func(time.Duration)
+	// Processes is the session runtime (processes, attach, run); nil:
+	// run starts processes through Agent.Launch, the rest answer 501.
+	Processes *procs.Manager
+	// RequestTimeout bounds how long a call waits on a process (run); it
+	// is not the process's deadline (DefaultRequestTimeout when zero).
+	RequestTimeout time.Duration
 }
 
 // Server serves the /v1 operator API. It is a transport: it decodes a call,
@@ -78,6 +85,7 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /v1/audit/verify", s.verifyAudit)
 	m.HandleFunc("POST /v1/decide", s.decide)
 	m.HandleFunc("POST /v1/policies", s.policies)
+	s.processRoutes(m)
 	return s, nil
 }
 

@@ -49,6 +49,11 @@ type Config struct {
 	// in audit_suppressed records.
 	AuditDenialBytesPerMinute int      `json:"audit_denial_bytes_per_minute"`
 	BoundaryAccept            []string `json:"boundary_accept"`
+	// The session runtime: what each process's output ring keeps per
+	// stream (0: 1 MiB), and how long one API call waits on a process
+	// (run) — the request's deadline, not the process's.
+	ProcessRingBytes uint64   `json:"process_ring_bytes"`
+	RequestTimeout   duration `json:"request_timeout"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`
@@ -86,6 +91,7 @@ func defaults() Config {
 		ApprovalTimeout: duration{10 * time.Minute},
 		BreakerConsec:   3,
 		BreakerTotal:    20,
+		RequestTimeout:  duration{60 * time.Second},
 	}
 }
 
@@ -108,6 +114,7 @@ func load(args []string) (Config, bool, error) {
 	fs.StringVar(&over.FlowMode, "flow-mode", "", "how open flows are cut when their grant dies: auto, sweep (socket iterators, Linux 6.5+) or packet (per-packet cgroup_skb check) (default "+cfg.FlowMode+")")
 	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
 	acceptWiden := fs.Bool("accept-policy-widening", false, "start even if the policy directory widens the last applied policy set (the acceptance and the counterexample are audited)")
+	reqTimeout := fs.Duration("request-timeout", 0, "how long one API call waits on a process, e.g. run (default 60s); processes outlive it")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -150,6 +157,12 @@ func load(args []string) (Config, bool, error) {
 	set(&cfg.DNSListen, over.DNSListen)
 	set(&cfg.FlowMode, over.FlowMode)
 	cfg.AcceptPolicyWidening = *acceptWiden
+	if *reqTimeout != 0 {
+		cfg.RequestTimeout.Duration = *reqTimeout
+	}
+	if cfg.RequestTimeout.Duration <= 0 {
+		return cfg, false, fmt.Errorf("request_timeout %v: must be positive", cfg.RequestTimeout.Duration)
+	}
 	if err := host.CheckConfig(cfg.backendConfig()); err != nil {
 		return cfg, false, err
 	}

@@ -63,7 +63,7 @@ func build(t *testing.T) string {
 			return
 		}
 		os.Chmod(buildDir, 0o755)
-		out, err := exec.Command("go", "build", "-o", buildDir+"/", "github.com/shinken-agent/shinken/cmd/shinken-agent", "github.com/shinken-agent/shinken/cmd/shinkenctl", "github.com/shinken-agent/shinken/cmd/shinken-launch").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", buildDir+"/", "github.com/shinken-agent/shinken/cmd/shinken-agent", "github.com/shinken-agent/shinken/cmd/shinkenctl", "github.com/shinken-agent/shinken/cmd/shinken-launch", "github.com/shinken-agent/shinken/cmd/shinken-shim").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
 			return

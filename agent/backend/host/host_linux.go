@@ -53,3 +53,7 @@ func CheckConfig(cfg backend.Config) error {
 // dataplane/boundary) and returns in any other process. The daemon calls it
 // first thing.
 func Main() { boundary.Main() }
+
+// Start starts a launch the backend prepared (backend.Preparer), from the
+// calling process: what the session runtime's shim calls.
+var Start backend.StartFunc = dataplane.StartPrepared
