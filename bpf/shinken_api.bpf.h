@@ -34,7 +34,8 @@ enum shk_reason {
 	SHK_REASON_UNCHECKED = 6,
 	SHK_REASON_FLOW_REVOKED = 7,
 	SHK_REASON_NO_INBOUND = 8, /* a new inbound flow no inbound grant admits */
-	SHK_NR_REASONS = 9,
+	SHK_REASON_FORBIDDEN = 9,  /* the deny table (an admin or hard-deny forbid) */
+	SHK_NR_REASONS = 10,
 };
 
 /* How flows already open are cut when their authority dies (load-time
@@ -129,6 +130,35 @@ struct shk_never4_key {
 struct shk_never6_key {
 	__u32 prefixlen;
 	__u16 port; /* network order, 0 = any */
+	__u8 addr[16];
+};
+
+/* Port ranges one deny-table entry holds. */
+#define SHK_MAX_DENY_PORTS 16
+
+/* The deny table (shk_deny4|6): destinations no grant reaches, compiled by
+ * user space from the admin and hard-deny forbids whose condition is a
+ * destination. Keyed by address prefix (prefixlen: the address bits); the
+ * value is every port range refused there, including those of every
+ * shorter entry covering it (user space pushes them down), so one
+ * longest-prefix lookup answers. */
+struct shk_deny_ports {
+	__u16 lo; /* inclusive, host order */
+	__u16 hi;
+};
+
+struct shk_deny {
+	__u32 nports; /* valid entries of ports[] */
+	struct shk_deny_ports ports[SHK_MAX_DENY_PORTS];
+};
+
+struct shk_deny4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct shk_deny6_key {
+	__u32 prefixlen;
 	__u8 addr[16];
 };
 

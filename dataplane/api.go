@@ -65,6 +65,7 @@ const (
 	ReasonUnchecked      = backend.ReasonUnchecked
 	ReasonFlowRevoked    = backend.ReasonFlowRevoked
 	ReasonNoInbound      = backend.ReasonNoInbound
+	ReasonForbidden      = backend.ReasonForbidden
 	NumReasons           = backend.NumReasons
 )
 

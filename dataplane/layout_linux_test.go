@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // TestABILayout pins the sizes of the structs user space and the kernel
@@ -23,6 +25,9 @@ func TestABILayout(t *testing.T) {
 		{"shk_egress6_key", shkShkEgress6Key{}, 24},
 		{"shk_flow", shkShkFlow{}, 48},
 		{"shk_event", shkShkEvent{}, 72},
+		{"shk_deny", shkShkDeny{}, 4 + backend.MaxDenyPorts*4},
+		{"shk_deny4_key", shkShkDeny4Key{}, 8},
+		{"shk_deny6_key", shkShkDeny6Key{}, 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,7 +37,7 @@ func TestABILayout(t *testing.T) {
 		})
 	}
 	// Every reason below NumReasons has a name, and NumReasons has none.
-	if NumReasons != 9 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
+	if NumReasons != 10 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
 		t.Errorf("reasons out of step with enum shk_reason")
 	}
 }
