@@ -23,7 +23,8 @@ import (
 // SetDenyList replaces the deny table, writing only the entries that
 // change (added or changed first, then the stale ones deleted: a range
 // kept never has a gap). When it refuses something it did not before, the
-// open flows to what it now refuses are cut: one sweep in sweep mode; in
+// open flows to what it now refuses are cut: one sweep in sweep mode (and
+// its follow-ups, as after a revoke); in
 // packet mode the flow records of such peers are dropped, so their next
 // packet is decided afresh (and refused).
 func (d *Dataplane) SetDenyList(entries []backend.DenyEntry) error {
@@ -38,7 +39,10 @@ func (d *Dataplane) SetDenyList(entries []backend.DenyEntry) error {
 		return err
 	}
 	if d.sweep != nil {
+		// One sweep now, and the follow-ups a revoke schedules (a UDP
+		// connect allowed just before the write may complete after it).
 		_, err := d.sweep.run()
+		d.sweep.followUp()
 		return err
 	}
 	return d.dropDeniedFlows(t)
