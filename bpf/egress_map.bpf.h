@@ -152,6 +152,7 @@ struct {
 static __always_inline int denied(__u16 family, const __u32 *addr, __u16 dport)
 {
 	struct shk_deny *v;
+	__u32 idx;
 
 	if (family == AF_INET) {
 		struct shk_deny4_key k = { .prefixlen = 32 };
@@ -164,7 +165,14 @@ static __always_inline int denied(__u16 family, const __u32 *addr, __u16 dport)
 		__builtin_memcpy(k.addr, addr, 16);
 		v = bpf_map_lookup_elem(&shk_deny6, &k);
 	}
-	return v && (v->ports[(dport >> 3) & 8191] >> (dport & 7)) & 1;
+	if (!v)
+		return 0;
+	/* The mask stays in the program (clang would drop it, dport being
+	 * 16 bits): older verifiers (6.1) do not follow a value's bounds
+	 * through the byte swap that made dport. */
+	idx = dport;
+	asm volatile("" : "+r"(idx));
+	return (v->ports[(idx >> 3) & 8191] >> (idx & 7)) & 1;
 }
 
 /* Which rules a lookup tries (its dirs argument): egress rules match the
