@@ -66,6 +66,7 @@ const (
 	ReasonUnchecked      = backend.ReasonUnchecked
 	ReasonFlowRevoked    = backend.ReasonFlowRevoked
 	ReasonNoInbound      = backend.ReasonNoInbound
+	ReasonForbidden      = backend.ReasonForbidden
 	NumReasons           = backend.NumReasons
 )
 

@@ -305,10 +305,11 @@ const (
 	ReasonUnchecked      Reason = 6 // a packet that no connect/sendmsg check covered (raw, ICMP, unchecked SYN)
 	ReasonFlowRevoked    Reason = 7 // a packet of a flow whose handle died after connect
 	ReasonNoInbound      Reason = 8 // a new inbound flow (SYN to a listener, datagram to an unconnected socket) no inbound grant admits
-	NumReasons                  = 9
+	ReasonForbidden      Reason = 9 // the deny table: an admin or hard-deny forbid names the destination (DenyEntry)
+	NumReasons                  = 10
 )
 
-var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound"}
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden"}
 
 // Class is the capability class whose enforcement a denial of this reason
 // is: net.inbound for no_inbound, net.egress for every other reason today

@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend, opts ...Option) 
 		{"UseOnce", testUseOnce},
 		{"UseExpiry", testUseExpiry},
 		{"UseNeverList", testUseNeverList},
+		{"UseDenyList", testUseDenyList},
 		{"UseEvents", testUseEvents},
 		{"Launch", testLaunch},
 	} {

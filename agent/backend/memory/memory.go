@@ -100,6 +100,8 @@ type Backend struct {
 	handles   []slot // by slot number; grows with the pool
 	slots     idPool
 	never     []backend.NeverEntry
+	denyTable map[netip.Prefix][]backend.DenyRange // SetDenyList's, pushed down
+	denyOps   uint64                               // deny-table entries written or deleted, for tests
 	neverOKs  map[neverKey]*neverOK
 	dnsPort   uint16
 	counters  map[uint32]*backend.Denials
