@@ -256,10 +256,13 @@ func TestExpiredEntriesCollected(t *testing.T) {
 func withPorts(r EgressRule, p PortRange) EgressRule { r.Ports = p; return r }
 
 // TestDestroyManyEntries: removing a session with 65,000 entries never
-// holds the dataplane lock for long: another session's writes keep going
-// while it runs, none waiting more than a quarter of the destroy, nor 100 ms
-// (a hold of the whole purge took 156 ms before), and every entry is gone
-// from the kernel afterwards.
+// holds the dataplane lock across the purge of its entries: while the
+// destroy runs, another session's writes keep taking the lock, and at least
+// once, holding it, this test finds the removed session out of the index
+// with part of its entries still in the kernel (the deletes go on outside
+// the lock; a purge under the lock would leave none by the time the lock is
+// free). Every entry is gone afterwards. The waits are logged, not judged:
+// wall-clock bounds in a unit test only measure the machine's load.
 func TestDestroyManyEntries(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxDNSEntries = 70000
@@ -296,7 +299,7 @@ func TestDestroyManyEntries(t *testing.T) {
 		close(done)
 	}()
 	var worst time.Duration
-	writes := 0
+	writes, underway := 0, 0
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -305,6 +308,9 @@ func TestDestroyManyEntries(t *testing.T) {
 			mustAllow(t, d, "other", dnsRule(fmt.Sprintf("10.200.%d.%d", (i>>8)&255, i&255), h, exp))
 			worst = max(worst, time.Since(t0))
 			writes++
+			if purgeUnderway(t, d, a.Index, addr) {
+				underway++
+			}
 			continue
 		}
 		break
@@ -313,12 +319,9 @@ func TestDestroyManyEntries(t *testing.T) {
 	if destroy != nil {
 		t.Fatal(destroy)
 	}
-	t.Logf("destroy took %v; %d writes of another session meanwhile, the slowest %v", took, writes, worst)
-	// Held across the purge, the lock made a write wait about the whole
-	// destroy; in batches, a small part of it. And where the purge is fast
-	// (under a second: not under emulation, as in .ci/vmtest), never 100 ms.
-	if worst > took/4 || (took < time.Second && worst > 100*time.Millisecond) {
-		t.Fatalf("a write of another session waited %v during a destroy of %v", worst, took)
+	t.Logf("destroy took %v; %d writes of another session meanwhile, the slowest %v; %d times the lock was ours mid-purge", took, writes, worst, underway)
+	if underway == 0 {
+		t.Fatalf("never held the dataplane lock while the removed session's entries were being purged: the purge holds the lock")
 	}
 	for _, i := range []int{0, 1, n / 2, n - 1} {
 		if _, ok := inKernel(t, d, a.Index, addr(i)); ok {
@@ -331,6 +334,23 @@ func TestDestroyManyEntries(t *testing.T) {
 	if occupied != writes {
 		t.Fatalf("exact IPv4 entries counted %d, want %d (the other session's)", occupied, writes)
 	}
+}
+
+// purgeUnderway takes d.mu and reports whether the session "big" is out of
+// the index while some of its entries (a sample of 256 of the 65,000) are
+// still in the kernel.
+func purgeUnderway(t *testing.T, d *Dataplane, idx uint32, addr func(int) string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, live := d.sessions["big"]; live {
+		return false
+	}
+	for i := 0; i < 65000; i += 65000 / 256 {
+		if _, ok := inKernel(t, d, idx, addr(i)); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // TestSessionByIndexWithoutLock: the resolver's per-query question (and the
