@@ -65,6 +65,9 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 			rep.EndedSessions = append(rep.EndedSessions, id)
 		default:
 			a.engine.PutSession(a.sessionAttrs(rec.Spec))
+			if err := a.ensureWorkspace(rec.Spec); err != nil {
+				errs = append(errs, err)
+			}
 			a.bmu.Lock()
 			if a.breaker[id] == nil {
 				b := rec.Breaker

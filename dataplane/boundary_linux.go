@@ -73,13 +73,34 @@ func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
 		return Session{}, err
 	}
 	s, err := d.createSession(name)
-	if err != nil || l.IsZero() {
+	if err != nil {
 		return s, err
 	}
-	if err := d.setLimits(name, l); err != nil {
-		return Session{}, errors.Join(err, d.DestroySession(name))
+	if !l.IsZero() {
+		if err := d.setLimits(name, l); err != nil {
+			return Session{}, errors.Join(err, d.DestroySession(name))
+		}
+	}
+	if l.Workspace != nil {
+		if err := d.bnd.SetWorkspace(name, *l.Workspace); err != nil {
+			return Session{}, errors.Join(err, d.DestroySession(name))
+		}
 	}
 	return s, nil
+}
+
+// checkWorkspace refuses a workspace this host cannot give a session: its
+// form (Workspace.Validate), a directory reached through no symbolic link,
+// and the session boundary (the workspace is part of the session's mount
+// namespace).
+func (d *Dataplane) checkWorkspace(w backend.Workspace) error {
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	if d.cfg.Boundary == nil {
+		return fmt.Errorf("%w: a workspace needs the session boundary (its mount namespace)", ErrLimitsUnsupported)
+	}
+	return boundary.CheckWorkspace(w)
 }
 
 func (d *Dataplane) createSession(name string) (Session, error) {
@@ -140,4 +161,20 @@ func (d *Dataplane) closeBoundary() {
 		d.bnd.Close()
 		d.bnd = nil
 	}
+}
+
+var _ backend.WorkspaceViews = (*Dataplane)(nil)
+
+// EnsureWorkspace puts w back into session name's view if its mount is not
+// there (a holder remade while the agent was down); a holder that outlived
+// the agent keeps its view, which is left as it is.
+func (d *Dataplane) EnsureWorkspace(name string, w backend.Workspace) error {
+	if err := d.checkWorkspace(w); err != nil {
+		return err
+	}
+	ok, err := d.bnd.HasMountAt(name, w.Dir)
+	if err != nil || ok {
+		return err
+	}
+	return d.bnd.SetWorkspace(name, w)
 }

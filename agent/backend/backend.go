@@ -322,6 +322,14 @@ type SessionIdentity interface {
 	SessionUID(session string) (uint32, error)
 }
 
+// WorkspaceViews is an optional role: a backend that makes a session's
+// workspace (Limits.Workspace) part of its view puts it back where it is
+// missing (a session whose view was remade while the agent was down);
+// reconcile calls it for every active session with a workspace.
+type WorkspaceViews interface {
+	EnsureWorkspace(session string, w Workspace) error
+}
+
 // Config is what every backend is opened with; fields a backend does not
 // use are ignored.
 type Config struct {

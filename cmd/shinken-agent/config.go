@@ -41,6 +41,9 @@ type Config struct {
 	SessionTmpfsBytes uint64   `json:"session_tmpfs_bytes"`
 	SessionMaxProcs   uint32   `json:"session_max_procs"`
 	BoundaryAccept    []string `json:"boundary_accept"`
+	// WorkspaceProtected: paths relative to a session's workspace kept
+	// read-only in its view besides .git/hooks and .git/config.
+	WorkspaceProtected []string `json:"workspace_protected"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`

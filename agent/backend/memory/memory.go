@@ -237,6 +237,12 @@ func (b *Backend) CheckLimits(l backend.Limits) error {
 	if l.MemoryBytes > math.MaxInt64 || l.Pids > math.MaxInt64 {
 		return fmt.Errorf("%w: memory_bytes %d, pids %d: above 2^63-1", backend.ErrInvalidSession, l.MemoryBytes, l.Pids)
 	}
+	if l.Workspace != nil {
+		// The model has no files: the form only.
+		if err := l.Workspace.Validate(); err != nil {
+			return err
+		}
+	}
 	for _, c := range l.Controllers() {
 		if slices.Contains(b.cfg.RefuseControllers, c) {
 			return fmt.Errorf("%w: the modelled host has no %s controller", backend.ErrLimitsUnsupported, c)
