@@ -33,6 +33,14 @@ func (d *Dataplane) openBoundary() error {
 	for name, s := range d.sessions {
 		if err := b.Adopt(name, s.Path, s.Index); err != nil {
 			errs = append(errs, err.Error())
+			continue
+		}
+		// The view is derived again from the stored file entries of live
+		// handles: a mount an earlier agent left that they do not
+		// account for goes (fail-closed). The workspace comes back with
+		// reconcile (EnsureWorkspace).
+		if err := d.deriveView(name); err != nil {
+			errs = append(errs, err.Error())
 		}
 	}
 	sort.Strings(errs)
@@ -97,10 +105,10 @@ func (d *Dataplane) checkWorkspace(w backend.Workspace) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
-	if d.cfg.Boundary == nil {
+	if d.bnd == nil {
 		return fmt.Errorf("%w: a workspace needs the session boundary (its mount namespace)", ErrLimitsUnsupported)
 	}
-	return boundary.CheckWorkspace(w)
+	return d.bnd.CheckWorkspace(w)
 }
 
 func (d *Dataplane) createSession(name string) (Session, error) {

@@ -53,6 +53,9 @@ type Dataplane struct {
 	slots     idPool                           // handle slots
 
 	never neverIndex // who names each never-list exception, by handle (never_ok_linux.go)
+
+	files   map[string][]backend.FileEntry // each session's file entries (files_linux.go)
+	fsTable *ebpf.Map                      // the same, pinned (files_table_linux.go)
 }
 
 type progAttach struct {
@@ -108,6 +111,7 @@ func Open(cfg Config) (*Dataplane, error) {
 		parent:    filepath.Join(cfg.CgroupRoot, cfg.Parent),
 		sessions:  map[string]*Session{},
 		byIndex:   map[uint32]*Session{},
+		files:     map[string][]backend.FileEntry{},
 		prefixes:  map[uint32]map[netip.Prefix]struct{}{},
 		neverRefs: map[shkShkNeverOkKey][]HandleRef{},
 		never:     newNeverIndex(),
@@ -128,6 +132,10 @@ func Open(cfg Config) (*Dataplane, error) {
 		if errors.Is(parentErr, fs.ErrNotExist) {
 			unix.Rmdir(d.parent)
 		}
+		return nil, err
+	}
+	if err := d.openFileTable(); err != nil {
+		d.Close()
 		return nil, err
 	}
 	if err := d.openBoundary(); err != nil {
@@ -313,6 +321,7 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
+	errs = append(errs, d.closeFileTable())
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
 }

@@ -89,7 +89,10 @@ func (d *Dataplane) DestroySession(name string) error {
 	}
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
-	errs := []error{d.dropSessionNeverOKs(s.Index)}
+	// (Stale file entries of this index would come back with its next
+	// session: a failure keeps the index, as a stale egress entry does.)
+	errs := []error{d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true)}
+	delete(d.files, name)
 	for p := range d.prefixes[s.Index] {
 		err := d.deleteEntry(s.Index, p)
 		if err == nil {
@@ -249,6 +252,10 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	// flows that are open (sweep mode).
 	if err := d.cutFlows(); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but cutting open flows failed: %w", ref, err)
+	}
+	// And what the dead handles opened in the sessions' views goes.
+	if err := d.fileSweep(); err != nil {
+		return fmt.Errorf("revoke %s: handle revoked, but changing the file views failed: %w", ref, err)
 	}
 	return nil
 }

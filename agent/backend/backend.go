@@ -105,10 +105,13 @@ type Delta struct {
 	// Inbound is the net.inbound section: peers that may open flows to the
 	// session's own ports (every rule has Inbound set).
 	Inbound []EgressRule `json:"inbound,omitempty"`
+	// Files is the fs.scope section: paths the session may read, write or
+	// delete, and those it is denied (files.go).
+	Files []FileEntry `json:"files,omitempty"`
 }
 
 // IsEmpty reports whether the delta holds nothing.
-func (d Delta) IsEmpty() bool { return len(d.Egress) == 0 && len(d.Inbound) == 0 }
+func (d Delta) IsEmpty() bool { return len(d.Egress) == 0 && len(d.Inbound) == 0 && len(d.Files) == 0 }
 
 // AddressRules returns the rules of the sections that live in the address
 // tables (egress, then inbound), in order.
@@ -141,7 +144,7 @@ func (d Delta) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return fileEntriesValid(d.Files)
 }
 
 // Missing names the first entry of d that have does not hold, section by
@@ -159,7 +162,7 @@ func (d Delta) Missing(have Delta) string {
 			}
 		}
 	}
-	return ""
+	return missingFile(d.Files, have.Files)
 }
 
 // DeltaOf sorts address rules into their sections.
@@ -197,6 +200,9 @@ type Ops struct {
 	RevokeWrites   uint64 `json:"revoke_writes"`
 	Sweeps         uint64 `json:"sweeps"`
 	FollowUpSweeps uint64 `json:"follow_up_sweeps"`
+	// ViewSweeps: file view changes run by revokes (the Linux backend's
+	// mount view, fs.scope's sweep: at most one per revoke).
+	ViewSweeps uint64 `json:"view_sweeps"`
 }
 
 // Snapshot is what a backend holds, read in one pass: its sessions, its
@@ -358,4 +364,9 @@ type Config struct {
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.
 	AcceptWeaker []string
+	// FileNeverExtra are credential locations besides the backend's own
+	// list (root's home, shadow files, runtime sockets, the homes'
+	// credential directories): no file grant opens them (the agent's
+	// state and policy directories, its socket's directory).
+	FileNeverExtra []string
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -159,5 +160,8 @@ func (c Config) backendConfig() backend.Config {
 	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
-		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs}
+		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs,
+		// The agent's own files are credential locations to a session:
+		// no file grant opens them.
+		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)}}
 }

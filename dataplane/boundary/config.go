@@ -3,6 +3,7 @@ package boundary
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 )
 
 // Default identity range: above systemd's dynamic users (61184-65519) and
@@ -104,6 +105,10 @@ type Config struct {
 	// is not bounded). 0: DefaultMaxProcs (4096); otherwise between 8 and
 	// 4194304.
 	MaxProcs uint32
+	// FileNever are the credential locations no session's view opens,
+	// whatever a file grant says: masked wherever a grant or a workspace
+	// would show them. Nil: DefaultFileNever().
+	FileNever []string
 }
 
 // SetDefaults fills unset fields.
@@ -122,6 +127,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxProcs == 0 {
 		c.MaxProcs = DefaultMaxProcs
+	}
+	if c.FileNever == nil {
+		c.FileNever = DefaultFileNever()
 	}
 }
 
@@ -156,6 +164,11 @@ func (c Config) Validate(maxSessions uint32) error {
 	}
 	if c.MaxProcs != 0 && (c.MaxProcs < minMaxProcs || c.MaxProcs > maxMaxProcs) {
 		return fmt.Errorf("boundary: max processes %d outside [%d, %d]", c.MaxProcs, minMaxProcs, maxMaxProcs)
+	}
+	for _, p := range c.FileNever {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return fmt.Errorf("boundary: file never-list: %q is not an absolute clean path other than /", p)
+		}
 	}
 	for _, m := range c.Accept {
 		if !knownMech(m) {

@@ -63,6 +63,20 @@ func CheckWorkspace(w backend.Workspace) error {
 	return nil
 }
 
+// CheckWorkspace is the package's CheckWorkspace, and refuses a workspace
+// in a credential location (Config.FileNever: the view would mask it).
+func (b *Boundary) CheckWorkspace(w backend.Workspace) error {
+	if err := CheckWorkspace(w); err != nil {
+		return err
+	}
+	for _, n := range b.cfg.FileNever {
+		if backend.PathUnder(w.Dir, n) {
+			return fmt.Errorf("%w: workspace %s lies in the credential location %s", backend.ErrInvalidSession, w.Dir, n)
+		}
+	}
+	return nil
+}
+
 // SetWorkspace makes w part of session name's view: the directory at the
 // same path, its files (those of its owner, uid and gid) shown as the
 // session's (an idmapped mount: what the session creates is stored as the
@@ -73,73 +87,300 @@ func CheckWorkspace(w backend.Workspace) error {
 // removed (a mount point cannot be, in the namespace that holds the mount)
 // to put a writable copy in its place.
 func (b *Boundary) SetWorkspace(name string, w backend.Workspace) error {
-	if err := CheckWorkspace(w); err != nil {
+	if err := b.CheckWorkspace(w); err != nil {
 		return err
 	}
+	return b.updateView(name, func(v *ViewSpec) { v.Workspace = &w })
+}
+
+// SetFiles makes session name's view give what files (the file entries of
+// live handles) give, with every path under never denied wherever a grant
+// would open it; the mounts that change are changed, the others stay.
+func (b *Boundary) SetFiles(name string, files []backend.FileEntry, never []string) error {
+	return b.updateView(name, func(v *ViewSpec) { v.Files, v.Never = files, never })
+}
+
+// MountNS says whether sessions have a mount namespace of their own (a
+// view to change).
+func (b *Boundary) MountNS() bool { return b.useNS }
+
+// FileNever is the credential locations no session's view opens
+// (Config.FileNever).
+func (b *Boundary) FileNever() []string { return slices.Clone(b.cfg.FileNever) }
+
+// sessionView is what a session's view was made of and how it is laid out.
+type sessionView struct {
+	spec   ViewSpec
+	layout []ViewMount
+}
+
+// updateView edits session name's view spec and changes its mounts to the
+// new layout (ViewChange). If a mount step fails, the layout is read back
+// from the session's mount table at the next change.
+func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 	if !b.useNS {
-		return fmt.Errorf("%w: a workspace needs the session's mount namespace", backend.ErrLimitsUnsupported)
+		return fmt.Errorf("%w: a session's file view needs its mount namespace", backend.ErrLimitsUnsupported)
 	}
+	b.viewMu.Lock()
+	defer b.viewMu.Unlock()
 	b.mu.Lock()
 	h, ok := b.holders[name]
+	sv := b.views[name]
 	b.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
 	}
-	tree, err := b.idmappedTree(w.Dir, h.uid, w.Mode == backend.ModeReadOnly)
-	if err != nil {
-		return fmt.Errorf("boundary: workspace %s: %w", w.Dir, err)
+	if sv == nil {
+		// Not made by this agent (an adopted holder), or a failed change:
+		// read back what the view holds.
+		cur, err := readLayout(h.pid)
+		if err != nil {
+			return fmt.Errorf("boundary: session %s: read its view: %w", name, err)
+		}
+		sv = &sessionView{layout: cur}
+		if old := b.specs[name]; old != nil {
+			sv.spec = *old
+		}
 	}
-	defer unix.Close(tree)
-	protected := slices.Clone(w.Protected)
-	slices.Sort(protected)
+	spec := sv.spec
+	edit(&spec)
+	layout := spec.Layout()
+	remove, attach := ViewChange(sv.layout, layout)
+	if len(remove)+len(attach) == 0 {
+		sv.spec = spec
+		b.setView(name, sv)
+		return nil
+	}
+	b.setView(name, nil) // until the change is complete
+	fds, err := b.prepareMounts(h.uid, attach, layout)
+	defer func() {
+		for _, fd := range fds {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("boundary: session %s: %w", name, err)
+	}
 	err = b.inMountNS(h, func() error {
-		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, w.Dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("attach %s: %w", w.Dir, err)
-		}
-		if w.Mode != backend.ModeWorkspaceWrite {
-			return nil
-		}
-		pinned := map[string]bool{}
-		for _, p := range protected {
-			fi, err := os.Lstat(p)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if fi.Mode()&os.ModeSymlink != 0 {
-				return fmt.Errorf("protected path %s is a symbolic link", p)
-			}
-			for _, a := range between(w.Dir, p) {
-				if !pinned[a] {
-					if err := bindSelf(a, false); err != nil {
-						return err
-					}
-					pinned[a] = true
+		for _, m := range remove {
+			if m.State == ViewWrite && !m.Pin {
+				attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+				// EBUSY: a file is open for writing on it, and the kernel
+				// makes no mount with writers read-only; it is only
+				// detached then (README: what the view cannot take back).
+				if err := unix.MountSetattr(unix.AT_FDCWD, m.Path, unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
+					return fmt.Errorf("make %s read-only: %w", m.Path, err)
 				}
 			}
-			if err := bindSelf(p, true); err != nil {
-				return err
+			if err := unix.Unmount(m.Path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("detach %s: %w", m.Path, err)
+			}
+		}
+		for i, m := range attach {
+			switch {
+			case m.Pin:
+				if _, err := os.Lstat(m.Path); err != nil {
+					continue
+				}
+				if err := bindSelf(m.Path, false); err != nil {
+					return err
+				}
+			case fds[i] >= 0:
+				if err := unix.MoveMount(fds[i], "", unix.AT_FDCWD, m.Path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+					return fmt.Errorf("attach %s (%s): %w", m.Path, m.State, err)
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("boundary: session %s: workspace %s: %w", name, w.Dir, err)
+		b.mu.Lock()
+		b.specs[name] = &spec
+		b.mu.Unlock()
+		return fmt.Errorf("boundary: session %s: view: %w", name, err)
 	}
+	b.setView(name, &sessionView{spec: spec, layout: layout})
+	b.viewChanges.Add(1)
 	return nil
 }
 
-// between lists the directories strictly between dir and p, outermost
-// first.
-func between(dir, p string) []string {
-	var out []string
-	for a := filepath.Dir(p); a != dir && strings.HasPrefix(a, dir+"/"); a = filepath.Dir(a) {
-		out = append(out, a)
+func (b *Boundary) setView(name string, sv *sessionView) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if sv == nil {
+		delete(b.views, name)
+		return
 	}
-	slices.Reverse(out)
-	return out
+	b.views[name] = sv
+	b.specs[name] = &sv.spec
+}
+
+// ViewChanges counts the view changes made since New (mount changes that
+// a grant, a revoke or a workspace needed).
+func (b *Boundary) ViewChanges() uint64 { return b.viewChanges.Load() }
+
+// prepareMounts makes, in the host's mount namespace, a detached mount for
+// each of attach (-1 for a pin, made inside the session's namespace, and
+// for a protected or credential path the host does not have): an
+// idmapped clone for read and write, a mask for deny (with the mount
+// points of the deeper mounts of layout in it), a read-only clone for
+// base.
+func (b *Boundary) prepareMounts(uid uint32, attach, layout []ViewMount) ([]int, error) {
+	fds := make([]int, len(attach))
+	for i := range fds {
+		fds[i] = -1
+	}
+	for i, m := range attach {
+		if m.Pin {
+			continue
+		}
+		fi, err := os.Lstat(m.Path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // nothing there to show or hide (file entries are checked to exist when applied)
+		}
+		if err != nil {
+			return fds, err
+		}
+		switch m.State {
+		case ViewRead, ViewWrite:
+			fds[i], err = b.idmappedTree(m.Path, uid, m.State == ViewRead)
+		case ViewDeny:
+			fds[i], err = mask(m.Path, fi.IsDir(), layout)
+		default:
+			fds[i], err = plainTree(m.Path)
+		}
+		if err != nil {
+			return fds, fmt.Errorf("%s %s: %w", m.State, m.Path, err)
+		}
+	}
+	return fds, nil
+}
+
+// maskSource names the masks in the mount table (how readLayout knows
+// them).
+const maskSource = "shinken-mask"
+
+// mask is a detached read-only mount that hides p: for a directory an
+// empty tmpfs holding only the mount points of the layout's deeper mounts,
+// for anything else the host's /dev/null mounted nodev, which no one can
+// open (EACCES) or connect to.
+func mask(p string, dir bool, layout []ViewMount) (int, error) {
+	if !dir {
+		t, err := unix.OpenTree(unix.AT_FDCWD, "/dev/null", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return -1, fmt.Errorf("clone /dev/null: %w", err)
+		}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC | unix.MOUNT_ATTR_NOSUID}
+		if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			unix.Close(t)
+			return -1, err
+		}
+		return t, nil
+	}
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen tmpfs: %w", err)
+	}
+	defer unix.Close(fs)
+	for k, v := range map[string]string{"source": maskSource, "mode": "0755", "size": "64k", "nr_inodes": "1024"} {
+		if err := unix.FsconfigSetString(fs, k, v); err != nil {
+			return -1, fmt.Errorf("tmpfs %s: %w", k, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("tmpfs: %w", err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount tmpfs: %w", err)
+	}
+	for _, m := range layout {
+		if m.Path == p || !backend.PathUnder(m.Path, p) {
+			continue
+		}
+		rel := strings.TrimPrefix(m.Path, p+"/")
+		parts := strings.Split(rel, "/")
+		for k := 1; k < len(parts); k++ {
+			if err := unix.Mkdirat(mnt, strings.Join(parts[:k], "/"), 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(mnt)
+				return -1, fmt.Errorf("mask %s: mount point %s: %w", p, rel, err)
+			}
+		}
+		fi, err := os.Lstat(m.Path)
+		switch {
+		case err != nil:
+			continue
+		case fi.IsDir():
+			err = unix.Mkdirat(mnt, rel, 0o755)
+		default:
+			var fd int
+			if fd, err = unix.Openat(mnt, rel, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644); err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(mnt)
+			return -1, fmt.Errorf("mask %s: mount point %s: %w", p, rel, err)
+		}
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(mnt)
+		return -1, fmt.Errorf("mask read-only: %w", err)
+	}
+	return mnt, nil
+}
+
+// plainTree is a read-only clone of the host's p, with host ownership.
+func plainTree(p string) (int, error) {
+	t, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, err
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(t)
+		return -1, err
+	}
+	return t, nil
+}
+
+// readLayout reads back the mounts this package made in the mount
+// namespace of pid (a holder): idmapped mounts (read-only: ViewRead, else
+// ViewWrite) and masks (ViewDeny), outermost first.
+func readLayout(pid int) ([]ViewMount, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []ViewMount
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fs := strings.Fields(sc.Text())
+		sep := slices.Index(fs, "-")
+		if len(fs) < 6 || sep < 0 || sep+2 >= len(fs) {
+			continue
+		}
+		path, opts := unescapeMount(fs[4]), strings.Split(fs[5], ",")
+		fstype, source := fs[sep+1], fs[sep+2]
+		switch {
+		case slices.Contains(opts, "idmapped"):
+			st := ViewWrite
+			if slices.Contains(opts, "ro") {
+				st = ViewRead
+			}
+			out = append(out, ViewMount{Path: path, State: st})
+		case source == maskSource || (fstype == "devtmpfs" && fs[3] == "/null" && path != "/dev/null"):
+			out = append(out, ViewMount{Path: path, State: ViewDeny})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b ViewMount) int { return comparePaths(a.Path, b.Path) })
+	return out, sc.Err()
 }
 
 // bindSelf bind-mounts p onto itself in the current mount namespace (read

@@ -39,6 +39,9 @@ type Config struct {
 	// needing one with ErrLimitsUnsupported, as the Linux backend does on a
 	// hybrid cgroup host. Empty: every quota is accepted and recorded.
 	RefuseControllers []string
+	// FileNever are the credential locations no file entry opens (Open
+	// refuses every path under them), as backend.Config.FileNever.
+	FileNever []string
 	// Classes, when set, replaces the probe's class rows (to test the
 	// agent's gate against a host that lacks a class).
 	Classes []backend.Strength
@@ -144,6 +147,7 @@ func MustNew(cfg Config) *Backend {
 var modelled = map[backend.Class]backend.Strength{
 	backend.ClassNetEgress:  {Level: backend.RevocableInKernel, Mechanism: "per-session egress tables checked by Connect against the grant's handle chain"},
 	backend.ClassNetInbound: {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
+	backend.ClassFSScope:    {Level: backend.RevocableAtNextUse, Mechanism: "per-session file entries checked by Open against the grants' handle chains (the Linux mount view, derived again at every change)"},
 }
 
 // probe builds the report: what the model holds, and that it confines
@@ -219,6 +223,7 @@ type session struct {
 	backend.Session
 	limits  backend.Limits
 	entries map[netip.Prefix]*entry
+	files   []backend.FileEntry // the files section of the grants applied (files.go)
 }
 
 // entry is the rules of one (session, prefix), in order (at most MaxRules).
