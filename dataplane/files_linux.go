@@ -3,11 +3,11 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 )
 
 // The files section (fs.scope) on this host: no BPF LSM loads here, so the
@@ -62,7 +62,7 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 		if e.Access == backend.FileDeny {
 			continue
 		}
-		if _, err := os.Lstat(e.Path); err != nil {
+		if err := boundary.CheckPath(e.Path); err != nil {
 			return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
 		}
 	}

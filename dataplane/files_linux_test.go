@@ -207,6 +207,36 @@ func TestFileScopeEscapes(t *testing.T) {
 	if b, _ := os.ReadFile(r + "/other/f"); string(b) != "data\n" {
 		t.Errorf("other/f changed on the host: %q", b)
 	}
+	// A parent swapped for a symlink under a write root, then the root
+	// revoked while a nested grant stays: the view would now mount the
+	// nested path, which names what the link names (/etc/ssh, root's,
+	// shown as the session's); a path with a link on the way is refused.
+	hOuter := fileGrant(t, d, backend.FileEntry{Path: r + "/other", Access: backend.FileWrite})
+	if err := os.MkdirAll(r+"/other/c/ssh", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hNested := fileGrant(t, d, backend.FileEntry{Path: r + "/other/c/ssh", Access: backend.FileWrite})
+	wantSh(t, d, "swap a parent for a symlink", "mv "+r+"/other/c "+r+"/other/c-old && ln -s /etc "+r+"/other/c", true)
+	err := d.Revoke(hOuter)
+	t.Logf("revoke with a symlinked parent of a nested grant: %v", err)
+	wantSh(t, d, "write where the link points", "touch /etc/ssh/shinken-fs-test", false)
+	wantSh(t, d, "write in the revoked root", "echo x >> "+r+"/other/f", false)
+	os.Remove("/etc/ssh/shinken-fs-test")
+	// Until the grant whose path was poisoned goes, no view can be made:
+	// the session keeps the host's read-only root (fail-closed).
+	if err := d.Revoke(hNested); err != nil {
+		t.Fatal(err)
+	}
+	// A mount below a write root cannot be carried away by renaming a
+	// directory between them (the next change would then miss it): those
+	// directories are mount points.
+	if err := os.MkdirAll(r+"/deep/d/e/out", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fileGrant(t, d, backend.FileEntry{Path: r + "/deep", Access: backend.FileWrite}, backend.FileEntry{Path: r + "/deep/d/e/out", Access: backend.FileDeny})
+	wantSh(t, d, "rename a directory above a nested mount", "mv "+r+"/deep/d "+r+"/deep/d2", false)
+	wantSh(t, d, "rename the directory just above it", "mv "+r+"/deep/d/e "+r+"/deep/d/e2", false)
+	wantSh(t, d, "write beside them", "echo x > "+r+"/deep/d/new", true)
 }
 
 // TestFileScopeLiveShell: a grant made while a shell runs in the session

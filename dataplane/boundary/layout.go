@@ -137,6 +137,42 @@ func (v ViewSpec) Layout() []ViewMount {
 			out = append(out, ViewMount{Path: p, State: st, Pin: true})
 		}
 	}
+	return pinBetween(out)
+}
+
+// pinBetween adds a pin for every directory between a writable mount and a
+// deeper mount of the layout: the session could otherwise rename such a
+// directory (it may write there) and carry the deeper mount away from its
+// path, out of reach of the next change (a revoke would detach nothing);
+// a mount point cannot be renamed.
+func pinBetween(out []ViewMount) []ViewMount {
+	have := map[string]bool{}
+	for _, m := range out {
+		have[m.Path] = true
+	}
+	var add []ViewMount
+	for i, m := range out {
+		for j := i - 1; j >= 0; j-- {
+			a := out[j]
+			if !backend.PathUnder(m.Path, a.Path) || a.Path == m.Path {
+				continue
+			}
+			if a.State == ViewWrite {
+				for _, d := range between(a.Path, m.Path) {
+					if !have[d] {
+						have[d] = true
+						add = append(add, ViewMount{Path: d, State: ViewWrite, Pin: true})
+					}
+				}
+			}
+			break // the nearest mount above m
+		}
+	}
+	if len(add) == 0 {
+		return out
+	}
+	out = append(out, add...)
+	slices.SortStableFunc(out, func(a, b ViewMount) int { return comparePaths(a.Path, b.Path) })
 	return out
 }
 

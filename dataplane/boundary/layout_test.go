@@ -48,6 +48,8 @@ func TestLayout(t *testing.T) {
 		{"read grant is no write in a read-only workspace; write grant is", ViewSpec{Workspace: &backend.Workspace{Dir: "/w", Mode: backend.ModeReadOnly},
 			Files: []backend.FileEntry{fe("/w/out", backend.FileWrite, 1), fe("/w/in", backend.FileRead, 2)}},
 			[]string{"/w=read", "/w/out=write"}},
+		{"pins between a write root and a deeper mount", ViewSpec{Files: []backend.FileEntry{fe("/w", backend.FileWrite, 1), fe("/w/x/y/d", backend.FileDeny, 1)}},
+			[]string{"/w=write", "/w/x=write(pin)", "/w/x/y=write(pin)", "/w/x/y/d=deny"}},
 	} {
 		got := layoutString(c.spec.Layout())
 		if !slices.Equal(got, c.want) {

@@ -160,10 +160,51 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 			}
 		}
 	}()
-	if err != nil {
-		return fmt.Errorf("boundary: session %s: %w", name, err)
+	if err == nil {
+		err = b.changeMounts(h, remove, attach, fds)
 	}
-	err = b.inMountNS(h, func() error {
+	if err != nil {
+		// A view half made could show a write root without the mask
+		// inside it: fall back to the host's read-only root, every mount
+		// of ours gone (the workspace too); the error says why.
+		b.mu.Lock()
+		b.specs[name] = &spec
+		b.mu.Unlock()
+		if rerr := b.resetView(h); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("and removing the view's mounts failed: %w", rerr))
+		}
+		return fmt.Errorf("boundary: session %s: view: %w", name, err)
+	}
+	b.setView(name, &sessionView{spec: spec, layout: layout})
+	b.viewChanges.Add(1)
+	return nil
+}
+
+// resetView removes every mount of ours from h's namespace (read-only
+// first, deepest first).
+func (b *Boundary) resetView(h *holder) error {
+	cur, err := readLayout(h.pid)
+	if err != nil {
+		return err
+	}
+	slices.Reverse(cur)
+	return b.inMountNS(h, func() error {
+		var errs []error
+		for _, m := range cur {
+			attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+			_ = unix.MountSetattr(unix.AT_FDCWD, m.Path, unix.AT_SYMLINK_NOFOLLOW, &attr)
+			if err := unix.Unmount(m.Path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("detach %s: %w", m.Path, err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// changeMounts removes and attaches the mounts of a view change in h's
+// namespace (fds: the prepared detached mounts of attach).
+func (b *Boundary) changeMounts(h *holder, remove, attach []ViewMount, fds []int) error {
+	return b.inMountNS(h, func() error {
 		for _, m := range remove {
 			if m.State == ViewWrite && !m.Pin {
 				attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
@@ -188,22 +229,13 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 					return err
 				}
 			case fds[i] >= 0:
-				if err := unix.MoveMount(fds[i], "", unix.AT_FDCWD, m.Path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-					return fmt.Errorf("attach %s (%s): %w", m.Path, m.State, err)
+				if err := attachAt(fds[i], m.Path); err != nil {
+					return fmt.Errorf("%s: %w", m.State, err)
 				}
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		b.mu.Lock()
-		b.specs[name] = &spec
-		b.mu.Unlock()
-		return fmt.Errorf("boundary: session %s: view: %w", name, err)
-	}
-	b.setView(name, &sessionView{spec: spec, layout: layout})
-	b.viewChanges.Add(1)
-	return nil
 }
 
 func (b *Boundary) setView(name string, sv *sessionView) {
@@ -333,9 +365,61 @@ func mask(p string, dir bool, layout []ViewMount) (int, error) {
 	return mnt, nil
 }
 
+// openNoSymlinks opens p as an O_PATH descriptor, refusing a symbolic
+// link in any component (RESOLVE_NO_SYMLINKS): a session that may write a
+// parent of a path it is granted could otherwise swap a directory for a
+// link and have the agent mount, or mask, what the link names.
+func openNoSymlinks(p string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return -1, fmt.Errorf("open %s (no symbolic link on the way): %w", p, err)
+	}
+	return fd, nil
+}
+
+// CheckPath refuses a path the view could not mount: one that does not
+// exist or has a symbolic link on the way.
+func CheckPath(p string) error {
+	fd, err := openNoSymlinks(p)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	return nil
+}
+
+// cloneTree is a detached recursive clone of the mount tree at p, reached
+// through no symbolic link.
+func cloneTree(p string) (int, error) {
+	fd, err := openNoSymlinks(p)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fd)
+	t, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree %s: %w", p, err)
+	}
+	return t, nil
+}
+
+// attachAt attaches the detached mount src at p in the current mount
+// namespace, p reached through no symbolic link.
+func attachAt(src int, p string) error {
+	fd, err := openNoSymlinks(p)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(src, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach at %s: %w", p, err)
+	}
+	return nil
+}
+
 // plainTree is a read-only clone of the host's p, with host ownership.
 func plainTree(p string) (int, error) {
-	t, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	t, err := cloneTree(p)
 	if err != nil {
 		return -1, err
 	}
@@ -386,7 +470,12 @@ func readLayout(pid int) ([]ViewMount, error) {
 // bindSelf bind-mounts p onto itself in the current mount namespace (read
 // only with ro), never following a symbolic link.
 func bindSelf(p string, ro bool) error {
-	t, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	fd, err := openNoSymlinks(p)
+	if err != nil {
+		return err
+	}
+	t, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	unix.Close(fd)
 	if err != nil {
 		return fmt.Errorf("clone %s: %w", p, err)
 	}
@@ -397,10 +486,7 @@ func bindSelf(p string, ro bool) error {
 			return fmt.Errorf("make %s read-only: %w", p, err)
 		}
 	}
-	if err := unix.MoveMount(t, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("bind %s: %w", p, err)
-	}
-	return nil
+	return attachAt(t, p)
 }
 
 // idmappedTree clones the mount tree at dir (recursively, detached) with an
@@ -408,8 +494,14 @@ func bindSelf(p string, ro bool) error {
 // sess, nosuid and nodev, read-only with ro. Any other owner's files show
 // as the overflow id (nobody): the session has only their "other" access.
 func (b *Boundary) idmappedTree(dir string, sess uint32, ro bool) (int, error) {
+	fd, err := openNoSymlinks(dir)
+	if err != nil {
+		return -1, err
+	}
 	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	if err != nil {
 		return -1, err
 	}
 	ns, err := b.idmapNS(st.Uid, st.Gid, sess)
@@ -417,9 +509,9 @@ func (b *Boundary) idmappedTree(dir string, sess uint32, ro bool) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(ns)
-	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	tree, err := cloneTree(dir)
 	if err != nil {
-		return -1, fmt.Errorf("open_tree: %w", err)
+		return -1, err
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
 	if ro {

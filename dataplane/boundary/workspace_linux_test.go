@@ -205,6 +205,25 @@ func TestWorkspaceProtected(t *testing.T) {
 			t.Logf("verified: %s fails", what)
 		}
 	}
+	// The workspace is root's: what the session makes there is root's on
+	// the host, so no set-user-ID or set-group-ID bit may be set on it.
+	for what, script := range map[string]string{
+		"chmod u+s":                "cp /bin/true suid && chmod u+s suid",
+		"chmod g+s":                "cp /bin/true sgid && chmod g+s sgid",
+		"open with a setuid mode":  `python3 -c 'import os; os.open("suid2", os.O_CREAT|os.O_WRONLY, 0o4755)'`,
+		"mkdir with a setgid mode": "mkdir -m 2755 sgid-dir",
+		"chmod through fchmodat2":  `python3 -c 'import os; open("f2","w").close(); os.chmod("f2", 0o6755)'`,
+		"openat2 (mode in memory)": `python3 -c 'import ctypes,sys; sys.exit(0 if ctypes.CDLL(None).syscall(437, -100, b"o2", None, 0) >= 0 else 1)'`,
+	} {
+		if out, ok := inSession(t, b, "prot", ws, script); ok {
+			t.Errorf("%s succeeded in the workspace: %s", what, out)
+		} else {
+			t.Logf("verified: %s refused", what)
+		}
+	}
+	if out, err := exec.Command("find", ws, "-perm", "/6000").Output(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("set-ID files on the host: %q %v", out, err)
+	}
 	if out, ok := inSession(t, b, "prot", ws, "echo x > file && mkdir -p d/e && echo y > .git/description"); !ok {
 		t.Errorf("plain writes in the workspace (and the rest of .git) failed: %s", out)
 	}
