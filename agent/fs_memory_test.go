@@ -82,3 +82,59 @@ func TestFSScopeNotEnforceable(t *testing.T) {
 		t.Errorf("a refused grant left files: %v", snap.Deltas["s1"].Files)
 	}
 }
+
+// TestMemoryCrashFS: the agent dies after each step of a file grant's
+// GRANT and of its REVOKE; a new agent's reconcile leaves the backend's
+// files section and the state in agreement, fail-closed: the entries of a
+// live grant are held and open what they say, nothing else is held.
+func TestMemoryCrashFS(t *testing.T) {
+	fs := Capability{Class: ClassFSScope, FS: &FSScope{Read: []string{"/work"}, Write: []string{"/work/out"}}}
+	agree := func(t *testing.T, m *memoryAgent, at string) {
+		t.Helper()
+		snap, err := m.b.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := snap.Deltas["s1"].Files
+		var want []backend.FileEntry
+		m.mu.Lock()
+		for _, g := range m.st.Grants {
+			if g.Session == "s1" && g.Phase == PhaseLive {
+				want = append(want, g.Delta.Files...)
+			}
+		}
+		m.mu.Unlock()
+		if len(held) != len(want) || (backend.Delta{Files: want}).Missing(backend.Delta{Files: held}) != "" {
+			t.Fatalf("after a crash at %s: backend holds %v, live grants %v", at, held, want)
+		}
+		ok, _ := m.b.Open("s1", "/work/out/x", backend.FileWrite)
+		if ok != (len(want) > 0) {
+			t.Fatalf("after a crash at %s: write /work/out/x %v with %d live entries", at, ok, len(want))
+		}
+	}
+	for _, s := range GrantSteps {
+		t.Run("grant/"+string(s), func(t *testing.T) {
+			m := newMemoryAgent(t)
+			mustSession(t, m.Agent, SessionSpec{ID: "s1", Workspace: "/work"}) // writes inside it: notify
+			m.crash(t, memCrashAt{step: s}, func(a *Agent) error {
+				_, err := a.Grant(ctx, GrantRequest{Session: "s1", Capability: fs, Lifecycle: LifecycleSession})
+				return err
+			})
+			m.reopen(t)
+			agree(t, m, string(s))
+		})
+	}
+	for _, s := range RevokeSteps {
+		t.Run("revoke/"+string(s), func(t *testing.T) {
+			m := newMemoryAgent(t)
+			mustSession(t, m.Agent, SessionSpec{ID: "s1", Workspace: "/work"}) // writes inside it: notify
+			g := m.grant(t, GrantRequest{Session: "s1", Capability: fs})
+			m.crash(t, memCrashAt{step: s}, func(a *Agent) error { return a.Revoke(ctx, g.Handle) })
+			m.reopen(t)
+			agree(t, m, string(s))
+			if ok, _ := m.b.Open("s1", "/work/out/x", backend.FileWrite); ok {
+				t.Fatalf("a revoke that crashed at %s came back", s)
+			}
+		})
+	}
+}
