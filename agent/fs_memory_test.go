@@ -138,3 +138,41 @@ func TestMemoryCrashFS(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistenceThroughTheAgent: a persistence grant compiles to the
+// files section (persist entries: writes allowed under the path), asks
+// (default tier) outside system paths and is blocked on them; forgetting a
+// name's kept paths is refused while its session exists.
+func TestPersistenceThroughTheAgent(t *testing.T) {
+	ms, err := ParseManifests("p.manifest", []byte("image dev\nallow persistence paths=/home/agent/.cache survives_session=true tier=notify\nallow persistence paths=/etc survives_session=true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMemoryAgent(t, func(c *Config) { c.Manifests = map[string]*Manifest{"dev": ms[0]} })
+	mustSession(t, m.Agent, SessionSpec{ID: "p", Image: "dev"})
+	if _, err := m.Grant(ctx, GrantRequest{Session: "p", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassPersistence, Persistence: &PersistenceScope{Paths: []string{"/etc"}, SurvivesSession: true}}}); !errors.Is(err, ErrBlockTier) {
+		t.Errorf("persistence of /etc: %v, want %v", err, ErrBlockTier)
+	}
+	g, err := m.Grant(ctx, GrantRequest{Session: "p", Lifecycle: LifecycleSession, Capability: Capability{Class: ClassPersistence, Persistence: &PersistenceScope{Paths: []string{"/home/agent/.cache"}, SurvivesSession: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := m.b.Open("p", "/home/agent/.cache/x", backend.FileWrite); !ok {
+		t.Errorf("write in the persistent path refused")
+	}
+	if snap, _ := m.b.Snapshot(); len(snap.Deltas["p"].Files) != 1 || snap.Deltas["p"].Files[0].Access != backend.FilePersist {
+		t.Errorf("files section: %+v", snap.Deltas["p"].Files)
+	}
+	if err := m.ForgetPersisted("p"); !errors.Is(err, ErrSessionExists) {
+		t.Errorf("forget while the session exists: %v", err)
+	}
+	if err := m.Revoke(ctx, g.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EndSession("p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ForgetPersisted("p"); err != nil {
+		t.Errorf("forget after the session ended: %v", err)
+	}
+}

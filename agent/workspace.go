@@ -74,3 +74,25 @@ func (a *Agent) ensureWorkspace(spec SessionSpec) error {
 	}
 	return nil
 }
+
+// ForgetPersisted removes what sessions named name kept in their
+// persistent paths (persistence with survives_session). Refused while a
+// session of that name exists, and where the backend keeps none.
+func (a *Agent) ForgetPersisted(name string) error {
+	if err := backend.ValidSessionName(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	a.mu.Lock()
+	defer a.unlock()
+	if _, ok := a.st.Sessions[name]; ok {
+		return fmt.Errorf("%w: %q: end the session first", ErrSessionExists, name)
+	}
+	p, ok := a.kernel.(backend.PersistentPaths)
+	if !ok {
+		return fmt.Errorf("%w: this backend keeps no persistent paths", ErrNotEnforceable)
+	}
+	if err := p.ForgetPersisted(name); err != nil {
+		return fmt.Errorf("%w: forget %s: %w", ErrKernel, name, err)
+	}
+	return a.emit(Event{Kind: "persist.forget", Session: name, Outcome: "ok"})
+}

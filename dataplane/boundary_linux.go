@@ -35,10 +35,12 @@ func (d *Dataplane) openBoundary() error {
 			errs = append(errs, err.Error())
 			continue
 		}
-		// The view is derived again from the stored file entries of live
-		// handles: a mount an earlier agent left that they do not
-		// account for goes (fail-closed). The workspace comes back with
-		// reconcile (EnsureWorkspace).
+		// The view is derived again from the stored workspace and file
+		// entries of live handles: a mount an earlier agent left that
+		// they do not account for goes (fail-closed).
+		if w := d.workspaces[name]; w != nil {
+			b.SeedWorkspace(name, *w)
+		}
 		if err := d.deriveView(name); err != nil {
 			errs = append(errs, err.Error())
 		}
@@ -90,9 +92,17 @@ func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
 		}
 	}
 	if l.Workspace != nil {
-		if err := d.bnd.SetWorkspace(name, *l.Workspace); err != nil {
+		w := *l.Workspace
+		err := d.bnd.SetWorkspace(name, w)
+		if err == nil {
+			err = d.storeWorkspace(s.Index, &w)
+		}
+		if err != nil {
 			return Session{}, errors.Join(err, d.DestroySession(name))
 		}
+		d.mu.Lock()
+		d.workspaces[name] = &w
+		d.mu.Unlock()
 	}
 	return s, nil
 }

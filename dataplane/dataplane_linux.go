@@ -54,8 +54,10 @@ type Dataplane struct {
 
 	never neverIndex // who names each never-list exception, by handle (never_ok_linux.go)
 
-	files   map[string][]backend.FileEntry // each session's file entries (files_linux.go)
-	fsTable *ebpf.Map                      // the same, pinned (files_table_linux.go)
+	files      map[string][]backend.FileEntry // each session's file entries and workspace,
+	workspaces map[string]*backend.Workspace  // and both tables, pinned (files_table_linux.go)
+	fsTable    *ebpf.Map
+	wsTable    *ebpf.Map
 }
 
 type progAttach struct {
@@ -111,7 +113,6 @@ func Open(cfg Config) (*Dataplane, error) {
 		parent:    filepath.Join(cfg.CgroupRoot, cfg.Parent),
 		sessions:  map[string]*Session{},
 		byIndex:   map[uint32]*Session{},
-		files:     map[string][]backend.FileEntry{},
 		prefixes:  map[uint32]map[netip.Prefix]struct{}{},
 		neverRefs: map[shkShkNeverOkKey][]HandleRef{},
 		never:     newNeverIndex(),

@@ -184,3 +184,37 @@ func (d *Dataplane) fsRow(abi int, llErr error) backend.Strength {
 	}
 	return fs
 }
+
+// persistRow is the probe's persistence row: the same mount view as
+// fs.scope (fs), with a persist directory.
+func (d *Dataplane) persistRow(fs backend.Strength) backend.Strength {
+	p := backend.Strength{Class: backend.ClassPersistence, Level: backend.Unavailable, Mechanism: "none"}
+	switch {
+	case !fs.Level.Enforceable():
+		p.Reason = "no file view on this host: " + fs.Reason
+	case d.cfg.Boundary.PersistDir == "":
+		p.Reason = "no persist directory is configured (boundary.Config.PersistDir; the daemon sets STATE_DIR/persist)"
+	default:
+		p.Level = backend.RevocableAtNextUse
+		p.Mechanism = "the session's mount view: each persistent path is a bind mount of the session name's own directory under " + d.cfg.Boundary.PersistDir + " (keep/NAME with survives_session, kept until forgotten; session/NAME otherwise, removed with the session), idmapped to the session's uid; a revoke detaches it (read-only first)"
+		p.Reason = "the path's own host content is hidden under the mount, not merged (no overlay); a descriptor opened before a revoke keeps working"
+	}
+	return p
+}
+
+var _ backend.PersistentPaths = (*Dataplane)(nil)
+
+// ForgetPersisted removes what sessions named name kept (the boundary's
+// keep/NAME); refused while a session of the name exists.
+func (d *Dataplane) ForgetPersisted(name string) error {
+	if d.bnd == nil {
+		return fmt.Errorf("%w: persistence needs the session boundary", ErrNotSupported)
+	}
+	d.mu.Lock()
+	_, live := d.sessions[name]
+	d.mu.Unlock()
+	if live {
+		return fmt.Errorf("%w: session %s exists: end it first", backend.ErrSessionExists, name)
+	}
+	return d.bnd.ForgetPersisted(name)
+}

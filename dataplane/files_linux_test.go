@@ -61,13 +61,18 @@ func fsSession(t *testing.T) (*Dataplane, string) {
 	return d, root
 }
 
-// sh runs script in the session and says whether it exited 0.
+// sh runs script in the session fs and says whether it exited 0.
 func sh(t *testing.T, d *Dataplane, script string) (bool, string) {
+	t.Helper()
+	return shIn(t, d, "fs", script)
+}
+
+func shIn(t *testing.T, d *Dataplane, session, script string) (bool, string) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr, cmd.Dir = &out, &out, "/"
-	if err := d.Launch("fs", cmd, ProcOptions{}); err != nil {
+	if err := d.Launch(session, cmd, ProcOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return cmd.Wait() == nil, strings.TrimSpace(out.String())

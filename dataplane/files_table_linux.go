@@ -2,10 +2,12 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
@@ -23,7 +25,7 @@ const (
 	fsKeySize      = 16 + backend.MaxFilePath
 )
 
-var fsAccessCode = map[backend.FileAccess]byte{backend.FileRead: 1, backend.FileWrite: 2, backend.FileDelete: 3, backend.FileDeny: 4}
+var fsAccessCode = map[backend.FileAccess]byte{backend.FileRead: 1, backend.FileWrite: 2, backend.FileDelete: 3, backend.FileDeny: 4, backend.FilePersist: 5, backend.FilePersistSession: 6}
 
 func fsKey(index uint32, e backend.FileEntry) []byte {
 	k := make([]byte, fsKeySize)
@@ -60,12 +62,18 @@ func fsEntry(k []byte) (uint32, backend.FileEntry, bool) {
 // into d.files, by session; entries of sessions that no longer exist, or
 // malformed ones, are deleted.
 func (d *Dataplane) openFileTable() error {
-	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{Name: fsTableName, Type: ebpf.Hash, KeySize: fsKeySize, ValueSize: 1, MaxEntries: fsTableEntries, Pinning: ebpf.PinByName},
+	d.files, d.workspaces = map[string][]backend.FileEntry{}, map[string]*backend.Workspace{}
+	// BPF_F_NO_PREALLOC: entries take kernel memory as they come, not
+	// 65,536 of them up front.
+	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{Name: fsTableName, Type: ebpf.Hash, KeySize: fsKeySize, ValueSize: 1, MaxEntries: fsTableEntries, Flags: unix.BPF_F_NO_PREALLOC, Pinning: ebpf.PinByName},
 		ebpf.MapOptions{PinPath: d.cfg.PinPath})
 	if err != nil {
 		return fmt.Errorf("file entry table: %w", err)
 	}
 	d.fsTable = m
+	if err := d.openWorkspaceTable(); err != nil {
+		return err
+	}
 	var stale [][]byte
 	k := make([]byte, fsKeySize)
 	var v [1]byte
@@ -113,10 +121,83 @@ func (d *Dataplane) storeFiles(index uint32, es []backend.FileEntry, del bool) e
 }
 
 func (d *Dataplane) closeFileTable() error {
-	if d.fsTable == nil {
+	var errs []error
+	for _, m := range []**ebpf.Map{&d.fsTable, &d.wsTable} {
+		if *m != nil {
+			errs = append(errs, (*m).Close())
+			*m = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// The workspaces (Limits.Workspace) are kept in a pinned table too
+// (shk_workspaces: session index -> the workspace as JSON), so that a
+// restarted agent derives each session's whole view (workspace and file
+// grants) at once instead of taking the workspace away until reconcile
+// puts it back.
+
+const (
+	wsTableName  = "shk_workspaces"
+	wsValueSize  = 8192
+	wsMaxEntries = 1 << 16
+)
+
+func (d *Dataplane) openWorkspaceTable() error {
+	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{Name: wsTableName, Type: ebpf.Hash, KeySize: 4, ValueSize: wsValueSize, MaxEntries: wsMaxEntries, Flags: unix.BPF_F_NO_PREALLOC, Pinning: ebpf.PinByName},
+		ebpf.MapOptions{PinPath: d.cfg.PinPath})
+	if err != nil {
+		return fmt.Errorf("workspace table: %w", err)
+	}
+	d.wsTable = m
+	var (
+		k     uint32
+		v     = make([]byte, wsValueSize)
+		stale []uint32
+	)
+	it := m.Iterate()
+	d.mu.Lock()
+	for it.Next(&k, &v) {
+		s := d.byIndex[k]
+		n := binary.LittleEndian.Uint32(v)
+		var w backend.Workspace
+		if s == nil || n == 0 || int(n) > wsValueSize-4 || json.Unmarshal(v[4:4+n], &w) != nil || w.Validate() != nil {
+			stale = append(stale, k)
+			continue
+		}
+		d.workspaces[s.Name] = &w
+	}
+	d.mu.Unlock()
+	err = it.Err()
+	for _, k := range stale {
+		if derr := m.Delete(k); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+			err = errors.Join(err, derr)
+		}
+	}
+	return err
+}
+
+// storeWorkspace keeps (w nil: forgets) the workspace of the session with
+// index.
+func (d *Dataplane) storeWorkspace(index uint32, w *backend.Workspace) error {
+	if d.wsTable == nil {
 		return nil
 	}
-	err := d.fsTable.Close()
-	d.fsTable = nil
-	return err
+	if w == nil {
+		if err := d.wsTable.Delete(index); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+		return nil
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if len(b) > wsValueSize-4 {
+		return fmt.Errorf("%w: workspace %s: %d bytes with its protected paths (at most %d)", backend.ErrInvalidSession, w.Dir, len(b), wsValueSize-4)
+	}
+	v := make([]byte, wsValueSize)
+	binary.LittleEndian.PutUint32(v, uint32(len(b)))
+	copy(v[4:], b)
+	return d.wsTable.Put(index, v)
 }

@@ -91,8 +91,9 @@ func (d *Dataplane) DestroySession(name string) error {
 	delete(d.byIndex, s.Index)
 	// (Stale file entries of this index would come back with its next
 	// session: a failure keeps the index, as a stale egress entry does.)
-	errs := []error{d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true)}
+	errs := []error{d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil)}
 	delete(d.files, name)
+	delete(d.workspaces, name)
 	for p := range d.prefixes[s.Index] {
 		err := d.deleteEntry(s.Index, p)
 		if err == nil {

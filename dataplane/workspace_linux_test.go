@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,9 +89,36 @@ func TestWorkspaceThroughDataplane(t *testing.T) {
 	if err := d.EnsureWorkspace("ws-w", w); err != nil {
 		t.Fatal(err)
 	}
+	// The agent restarts while a shell works in the workspace: the view
+	// is left as it is (the workspace is in the pinned table), so its
+	// relative writes go on.
+	sh := exec.Command("/bin/sh", "-c", `cd `+ws+` && while read -r l; do eval "$l" >/dev/null 2>&1; echo "RC $?"; done`)
+	sh.Dir = "/"
+	in, _ := sh.StdinPipe()
+	outp, _ := sh.StdoutPipe()
+	if err := d.Launch("ws-w", sh, ProcOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(outp)
+	say := func(line string) string {
+		io.WriteString(in, line+"\n")
+		l, _ := rd.ReadString('\n')
+		return strings.TrimSpace(l)
+	}
+	if got := say("echo 1 >> rel"); got != "RC 0" {
+		t.Fatalf("relative write before the restart: %s", got)
+	}
+	d.Close()
+	dMid := newDataplane(t, cfg)
+	if got := say("echo 2 >> rel"); got != "RC 0" {
+		t.Errorf("relative write from inside the workspace after an agent restart: %s", got)
+	}
+	in.Close()
+	sh.Wait()
+	d = dMid
 	// The agent goes down; the session's processes and namespaces die
-	// (killed); the new dataplane remakes the holder, without the
-	// workspace, until EnsureWorkspace (reconcile) puts it back.
+	// (killed); the new dataplane remakes the holder and the workspace
+	// with it (from the pinned table).
 	s, _ := d.Session("ws-w")
 	d.Close()
 	// (Each process by pid, not cgroup.kill: on this kernel a process
@@ -110,14 +139,14 @@ func TestWorkspaceThroughDataplane(t *testing.T) {
 	if e := d2.Probe().Facts["session_boundary_adopt_errors"]; e != "" {
 		t.Fatalf("adoption: %s", e)
 	}
-	if _, ok := write(d2, "ws-w", ws+"/c"); ok {
-		t.Fatalf("the remade view already had the workspace")
+	if out, ok := write(d2, "ws-w", ws+"/c"); !ok {
+		t.Fatalf("the remade view lacks the workspace: %s", out)
 	}
 	if err := d2.EnsureWorkspace("ws-w", w); err != nil {
 		t.Fatal(err)
 	}
-	if out, ok := write(d2, "ws-w", ws+"/c"); !ok {
+	if out, ok := write(d2, "ws-w", ws+"/d"); !ok {
 		t.Fatalf("after EnsureWorkspace: %s", out)
 	}
-	t.Logf("verified: workspace-write writes, read-only and outside refused, bad workspaces refused with no session left, EnsureWorkspace restores a remade view")
+	t.Logf("verified: workspace-write writes, read-only and outside refused, bad workspaces refused with no session left, the view survives an agent restart untouched and comes back with a remade holder")
 }

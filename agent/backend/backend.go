@@ -369,4 +369,14 @@ type Config struct {
 	// credential directories): no file grant opens them (the agent's
 	// state and policy directories, its socket's directory).
 	FileNeverExtra []string
+	// PersistDir holds the sessions' persistent paths (persistence);
+	// empty: persistence is not offered.
+	PersistDir string
+}
+
+// PersistentPaths is an optional role: a backend that keeps a session
+// name's persistent paths (persistence with survives_session) removes
+// them on request; refused while a session of the name exists.
+type PersistentPaths interface {
+	ForgetPersisted(name string) error
 }

@@ -19,6 +19,12 @@ const (
 	FileWrite  FileAccess = "write"  // never implies read (the grammar's rule; a mount view cannot keep it: see the probe row)
 	FileDelete FileAccess = "delete" // unlink and rename away; never implies read or write
 	FileDeny   FileAccess = "deny"   // nothing under the path from this entry's handle
+	// FilePersist (persistence, survives_session): the path is the
+	// session name's own directory, kept by the backend across sessions
+	// of that name; FilePersistSession: the same for this session only.
+	// Both give read and write under the path.
+	FilePersist        FileAccess = "persist"
+	FilePersistSession FileAccess = "persist-session"
 )
 
 // MaxFilePath bounds a FileEntry's path (the Linux backend keeps entries
@@ -47,7 +53,7 @@ func (e FileEntry) Validate() error {
 		return fmt.Errorf("%w: path %q: absolute, clean, at most %d bytes", ErrInvalidFileEntry, e.Path, MaxFilePath)
 	}
 	switch e.Access {
-	case FileRead, FileWrite, FileDelete, FileDeny:
+	case FileRead, FileWrite, FileDelete, FileDeny, FilePersist, FilePersistSession:
 	default:
 		return fmt.Errorf("%w: %s: access %q", ErrInvalidFileEntry, e.Path, e.Access)
 	}
@@ -101,6 +107,8 @@ func FileRightsAt(entries []FileEntry, path string) FileRights {
 			h.del = true
 		case FileDeny:
 			h.deny = true
+		case FilePersist, FilePersistSession:
+			h.read, h.write = true, true
 		}
 	}
 	var r FileRights

@@ -163,5 +163,6 @@ func (c Config) backendConfig() backend.Config {
 		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs,
 		// The agent's own files are credential locations to a session:
 		// no file grant opens them.
-		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)}}
+		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)},
+		PersistDir:     filepath.Join(c.StateDir, "persist")}
 }

@@ -17,7 +17,7 @@ import (
 
 func (c *client) session(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: session create|ls|show|rm ...")
+		return errors.New("usage: session create|ls|show|rm|forget ...")
 	}
 	switch args[0] {
 	case "create":
@@ -98,6 +98,20 @@ func (c *client) session(args []string) error {
 			return nil
 		}
 		fmt.Printf("session %s removed\n", args[1])
+		return nil
+	case "forget":
+		if len(args) != 2 {
+			return errors.New("usage: session forget NAME (what sessions of that name kept in persistent paths)")
+		}
+		var res map[string]string
+		if _, err := c.call("DELETE", "/v1/persisted/"+args[1], nil, &res); err != nil {
+			return err
+		}
+		if c.output == "json" {
+			c.printJSON(res)
+			return nil
+		}
+		fmt.Printf("persistent paths of %s forgotten\n", args[1])
 		return nil
 	}
 	return fmt.Errorf("unknown session verb %q", args[0])

@@ -271,6 +271,11 @@ func (b *Boundary) Release(name string) {
 	if ok {
 		b.release(h)
 	}
+	if b.cfg.PersistDir != "" {
+		// What this session alone kept goes with it.
+		_, session := b.persistDirs(name)
+		_ = os.RemoveAll(session)
+	}
 }
 
 func (b *Boundary) release(h *holder) {

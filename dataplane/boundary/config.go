@@ -109,6 +109,11 @@ type Config struct {
 	// whatever a file grant says: masked wherever a grant or a workspace
 	// would show them. Nil: DefaultFileNever().
 	FileNever []string
+	// PersistDir holds the sessions' persistent paths (persistence
+	// grants): keep/NAME for those that survive the session, kept until
+	// ForgetPersisted, and session/NAME for the others, removed with the
+	// session. Empty: persistence is not offered.
+	PersistDir string
 }
 
 // SetDefaults fills unset fields.
@@ -164,6 +169,9 @@ func (c Config) Validate(maxSessions uint32) error {
 	}
 	if c.MaxProcs != 0 && (c.MaxProcs < minMaxProcs || c.MaxProcs > maxMaxProcs) {
 		return fmt.Errorf("boundary: max processes %d outside [%d, %d]", c.MaxProcs, minMaxProcs, maxMaxProcs)
+	}
+	if c.PersistDir != "" && (!filepath.IsAbs(c.PersistDir) || filepath.Clean(c.PersistDir) != c.PersistDir) {
+		return fmt.Errorf("boundary: persist directory %q is not an absolute clean path", c.PersistDir)
 	}
 	for _, p := range c.FileNever {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {

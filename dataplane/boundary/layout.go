@@ -6,6 +6,7 @@ package boundary
 // root (layout_test.go); view_linux.go mounts what they say.
 
 import (
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,14 +18,15 @@ import (
 type ViewState uint8
 
 const (
-	ViewBase  ViewState = iota // the host's root as every session sees it: read-only, host ownership
-	ViewRead                   // idmapped read-only bind of the host path
-	ViewWrite                  // idmapped writable bind of the host path
-	ViewDeny                   // masked: an empty read-only tmpfs (a directory) or a node no one can open (a file)
+	ViewBase    ViewState = iota // the host's root as every session sees it: read-only, host ownership
+	ViewRead                     // idmapped read-only bind of the host path
+	ViewWrite                    // idmapped writable bind of the host path
+	ViewDeny                     // masked: an empty read-only tmpfs (a directory) or a node no one can open (a file)
+	ViewPersist                  // the session name's own directory (Source), idmapped, writable
 )
 
 func (s ViewState) String() string {
-	return [...]string{"base", "read", "write", "deny"}[s]
+	return [...]string{"base", "read", "write", "deny", "persist"}[s]
 }
 
 // ViewMount is one mount of the layout: State from Path down, until a
@@ -37,6 +39,9 @@ type ViewMount struct {
 	// removed): the directories between a workspace and its protected
 	// paths.
 	Pin bool
+	// Source is the directory a ViewPersist mount shows (its files kept
+	// by the agent, not the host path's).
+	Source string `json:",omitempty"`
 }
 
 // ViewSpec is everything a session's view is made of.
@@ -44,6 +49,33 @@ type ViewSpec struct {
 	Workspace *backend.Workspace
 	Files     []backend.FileEntry // entries of live handles only
 	Never     []string            // credential locations: denied under any grant
+	// PersistKeep and PersistSession are the directories holding the
+	// session's persistent paths (persistence entries), kept across
+	// sessions of its name and for this session only.
+	PersistKeep, PersistSession string
+}
+
+// PersistSource is the directory under base that holds path p.
+func PersistSource(base, p string) string {
+	return filepath.Join(base, url.PathEscape(p))
+}
+
+// persistAt is the source of the persistent path covering p, if any
+// (the innermost).
+func (v ViewSpec) persistAt(p string) (string, bool) {
+	best := ""
+	src := ""
+	for _, e := range v.Files {
+		if (e.Access != backend.FilePersist && e.Access != backend.FilePersistSession) || !backend.PathUnder(p, e.Path) || len(e.Path) <= len(best) {
+			continue
+		}
+		base := v.PersistKeep
+		if e.Access == backend.FilePersistSession {
+			base = v.PersistSession
+		}
+		best, src = e.Path, PersistSource(base, e.Path)
+	}
+	return src, best != ""
 }
 
 // stateAt is the state of path p under spec.
@@ -52,6 +84,9 @@ func (v ViewSpec) stateAt(p string) ViewState {
 		if backend.PathUnder(p, n) {
 			return ViewDeny
 		}
+	}
+	if _, ok := v.persistAt(p); ok {
+		return ViewPersist
 	}
 	st := ViewBase
 	r := backend.FileRightsAt(v.Files, p)
@@ -117,18 +152,28 @@ func (v ViewSpec) Layout() []ViewMount {
 	slices.SortFunc(paths, comparePaths)
 	paths = slices.Compact(paths)
 	var out []ViewMount
-	above := func(p string) ViewState {
+	above := func(p string) (ViewState, string) {
 		for i := len(out) - 1; i >= 0; i-- {
 			if backend.PathUnder(p, out[i].Path) {
-				return out[i].State
+				return out[i].State, out[i].Source
 			}
 		}
-		return ViewBase
+		return ViewBase, ""
 	}
 	for _, p := range paths {
-		st, up := v.stateAt(p), above(p)
+		st := v.stateAt(p)
+		up, upSrc := above(p)
+		if st == ViewPersist {
+			if src, _ := v.persistAt(p); src != upSrc {
+				out = append(out, ViewMount{Path: p, State: st, Source: src})
+			}
+			continue
+		}
 		if never[p] && up == ViewBase && !slices.ContainsFunc(opened, func(o string) bool { return backend.PathUnder(o, p) }) {
 			continue // nothing opens it: the host's own permissions hold
+		}
+		if never[p] && up == ViewPersist {
+			continue // the session's own directory: the host's files are not there
 		}
 		switch {
 		case st != up:
@@ -157,7 +202,7 @@ func pinBetween(out []ViewMount) []ViewMount {
 			if !backend.PathUnder(m.Path, a.Path) || a.Path == m.Path {
 				continue
 			}
-			if a.State == ViewWrite {
+			if a.State == ViewWrite || a.State == ViewPersist {
 				for _, d := range between(a.Path, m.Path) {
 					if !have[d] {
 						have[d] = true

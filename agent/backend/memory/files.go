@@ -85,3 +85,19 @@ func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
 	}
 	return r.Delete, nil
 }
+
+var _ backend.PersistentPaths = (*Backend)(nil)
+
+// ForgetPersisted: the model keeps no content of persistent paths; it
+// refuses, as the Linux backend does, while a session of the name exists.
+func (b *Backend) ForgetPersisted(name string) error {
+	if err := backend.ValidSessionName(name); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.sessions[name]; ok {
+		return fmt.Errorf("%w: session %s exists: end it first", backend.ErrSessionExists, name)
+	}
+	return nil
+}

@@ -145,9 +145,10 @@ func MustNew(cfg Config) *Backend {
 // the model gains adds its row here; every other class is reported
 // unavailable.
 var modelled = map[backend.Class]backend.Strength{
-	backend.ClassNetEgress:  {Level: backend.RevocableInKernel, Mechanism: "per-session egress tables checked by Connect against the grant's handle chain"},
-	backend.ClassNetInbound: {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
-	backend.ClassFSScope:    {Level: backend.RevocableAtNextUse, Mechanism: "per-session file entries checked by Open against the grants' handle chains (the Linux mount view, derived again at every change)"},
+	backend.ClassNetEgress:   {Level: backend.RevocableInKernel, Mechanism: "per-session egress tables checked by Connect against the grant's handle chain"},
+	backend.ClassNetInbound:  {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
+	backend.ClassPersistence: {Level: backend.RevocableAtNextUse, Mechanism: "per-session persistent-path entries checked by Open as writes (the Linux mount view's per-name directories; their content is not modelled)"},
+	backend.ClassFSScope:     {Level: backend.RevocableAtNextUse, Mechanism: "per-session file entries checked by Open against the grants' handle chains (the Linux mount view, derived again at every change)"},
 }
 
 // probe builds the report: what the model holds, and that it confines
