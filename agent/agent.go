@@ -69,6 +69,11 @@ type Config struct {
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;
 	// tests make it kill the process to check recovery.
 	CrashHook func(Step)
+
+	// WorkspaceProtected names paths, relative to a session's workspace,
+	// kept read-only in its view besides WorkspaceProtected (.git/hooks,
+	// .git/config) and the agent's own files.
+	WorkspaceProtected []string
 }
 
 func (c *Config) validate() error {

@@ -38,7 +38,6 @@ func TestGrantRefusals(t *testing.T) {
 		{"undeclared class", GrantRequest{Session: "s1", Capability: Capability{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: "compute"}}, Lifecycle: LifecycleSession}, ErrOutsideManifest},
 		{"block tier (credentials)", GrantRequest{Session: "s1", Capability: Capability{Class: ClassCredentials, Credentials: &CredentialsScope{BrokerScopes: []string{"github:read"}, NeverRaw: true}}, Lifecycle: LifecycleSession}, ErrBlockTier},
 		{"never_raw false", GrantRequest{Session: "s1", Capability: Capability{Class: ClassCredentials, Credentials: &CredentialsScope{BrokerScopes: []string{"github:read"}}}, Lifecycle: LifecycleSession}, ErrInvalidCapability},
-		{"not enforceable (fs.scope)", GrantRequest{Session: "s1", Capability: fsCap([]string{"/work/src"}, nil, nil), Lifecycle: LifecycleSession}, ErrNotEnforceable},
 		{"not enforceable (clipboard)", GrantRequest{Session: "s1", Capability: Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, Lifecycle: LifecycleSession}, ErrNotEnforceable},
 		{"standing in session", GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: LifecycleStanding}, ErrStandingInSession},
 		{"bad lifecycle", GrantRequest{Session: "s1", Capability: loopEgress(x), Lifecycle: "forever"}, ErrInvalidRequest},

@@ -13,7 +13,7 @@ type ReconcileReport struct {
 	RolledBack     []string            `json:"rolled_back,omitempty"`     // grants that never went live, undone
 	Revoked        []string            `json:"revoked,omitempty"`         // live grants whose kernel side had drifted, or revocations finished
 	OrphanHandles  []backend.HandleRef `json:"orphan_handles,omitempty"`  // kernel handles no live grant accounts for, revoked and freed
-	OrphanRules    int                 `json:"orphan_rules,omitempty"`    // kernel egress rules no live grant accounts for, removed
+	OrphanRules    int                 `json:"orphan_rules,omitempty"`    // kernel egress rules and file entries no live grant accounts for, removed
 	OrphanSessions []string            `json:"orphan_sessions,omitempty"` // kernel sessions not in state, destroyed
 	EndedSessions  []string            `json:"ended_sessions,omitempty"`  // sessions half-created, half-ended or gone from the kernel
 }
@@ -65,6 +65,9 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 			rep.EndedSessions = append(rep.EndedSessions, id)
 		default:
 			a.engine.PutSession(a.sessionAttrs(rec.Spec))
+			if err := a.ensureWorkspace(rec.Spec); err != nil {
+				errs = append(errs, err)
+			}
 			a.bmu.Lock()
 			if a.breaker[id] == nil {
 				b := rec.Breaker
@@ -182,6 +185,18 @@ func (a *Agent) Reconcile() (*ReconcileReport, error) {
 			}
 			rep.OrphanRules++
 		}
+		// File entries (fs.scope) no live grant of the session accounts
+		// for: their view goes with them.
+		for _, e := range snap.Deltas[id].Files {
+			if a.fileAccounted(id, e) {
+				continue
+			}
+			if err := a.kernel.Release(id, backend.HandleRef{}, backend.Delta{Files: []backend.FileEntry{e}}); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			rep.OrphanRules++
+		}
 	}
 	errs = append(errs, a.persist())
 	if err := errors.Join(errs...); err != nil {
@@ -204,6 +219,16 @@ func (a *Agent) ruleAccounted(session string, r backend.EgressRule) bool {
 			if !r.Expires.IsZero() && g.Capability.Class == ClassNetEgress && len(g.Capability.Egress.Domains) > 0 {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// fileAccounted: a live grant of session holds e in its Delta.
+func (a *Agent) fileAccounted(session string, e backend.FileEntry) bool {
+	for _, g := range a.st.Grants {
+		if g.Session == session && g.Phase == PhaseLive && g.Kernel == e.Handle && (backend.Delta{Files: []backend.FileEntry{e}}).Missing(g.Delta) == "" {
+			return true
 		}
 	}
 	return false

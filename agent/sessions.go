@@ -35,8 +35,15 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	if err := spec.Normalize(); err != nil {
 		return err
 	}
-	// Quotas the host cannot enforce are refused before anything exists.
-	if err := a.kernel.CheckLimits(spec.Quotas); err != nil {
+	lim := spec.Quotas
+	ws, err := a.workspaceOf(spec)
+	if err != nil {
+		return err
+	}
+	lim.Workspace = ws
+	// Quotas (and a workspace) the host cannot enforce are refused before
+	// anything exists.
+	if err := a.kernel.CheckLimits(lim); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -52,7 +59,7 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	// persisted creating record (state files of earlier agents).
 	key := store.SessionKey(spec.ID)
 	a.crash(StepSessionIntent)
-	if _, err := a.kernel.CreateSession(spec.ID, spec.Quotas); err != nil {
+	if _, err := a.kernel.CreateSession(spec.ID, lim); err != nil {
 		delete(a.st.Sessions, spec.ID)
 		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.Write([]string{key}, true))
 	}

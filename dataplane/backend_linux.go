@@ -18,12 +18,13 @@ type opCounters struct {
 	sweeps         atomic.Uint64 // flow sweeps run by Revoke
 	followUpSweeps atomic.Uint64 // follow-up sweeps run after revokes (flows_linux.go)
 	denyWrites     atomic.Uint64 // deny-table entries written or deleted (deny_linux.go)
+	viewSweeps     atomic.Uint64 // file view changes run by Revoke (files_linux.go)
 }
 
 // Ops reports how many revoke writes, revoke sweeps and follow-up sweeps ran
 // since Open.
 func (d *Dataplane) Ops() backend.Ops {
-	return backend.Ops{RevokeWrites: d.ops.revokeWrites.Load(), Sweeps: d.ops.sweeps.Load(), FollowUpSweeps: d.ops.followUpSweeps.Load()}
+	return backend.Ops{RevokeWrites: d.ops.revokeWrites.Load(), Sweeps: d.ops.sweeps.Load(), FollowUpSweeps: d.ops.followUpSweeps.Load(), ViewSweeps: d.ops.viewSweeps.Load()}
 }
 
 // Probe returns what Open found on this host.
@@ -65,6 +66,16 @@ func (d *Dataplane) Apply(session string, delta backend.Delta) error {
 		}
 		added = append(added, r)
 	}
+	if err := d.applyFiles(session, delta.Files); err != nil {
+		var errs []error
+		for i := len(added) - 1; i >= 0; i-- {
+			errs = append(errs, d.RemoveEgress(session, added[i]))
+		}
+		if uerr := errors.Join(errs...); uerr != nil {
+			return fmt.Errorf("%w (undo incomplete: %v)", err, uerr)
+		}
+		return err
+	}
 	return nil
 }
 
@@ -104,6 +115,9 @@ func (d *Dataplane) Release(session string, ref HandleRef, delta backend.Delta) 
 			return fmt.Errorf("release %s: remove %s: %w", ref, r, err)
 		}
 	}
+	if err := d.releaseFiles(session, delta.Files); err != nil && !errors.Is(err, ErrSessionNotFound) {
+		return fmt.Errorf("release %s: files: %w", ref, err)
+	}
 	if !free {
 		return nil
 	}
@@ -134,8 +148,11 @@ func (d *Dataplane) Snapshot() (backend.Snapshot, error) {
 		if err != nil {
 			return backend.Snapshot{}, err
 		}
-		if len(rs) > 0 {
-			snap.Deltas[s.Name] = backend.DeltaOf(rs)
+		fs := d.fileEntries(s.Name)
+		if len(rs) > 0 || len(fs) > 0 {
+			delta := backend.DeltaOf(rs)
+			delta.Files = fs
+			snap.Deltas[s.Name] = delta
 		}
 	}
 	return snap, nil

@@ -33,6 +33,16 @@ func (d *Dataplane) openBoundary() error {
 	for name, s := range d.sessions {
 		if err := b.Adopt(name, s.Path, s.Index); err != nil {
 			errs = append(errs, err.Error())
+			continue
+		}
+		// The view is derived again from the stored workspace and file
+		// entries of live handles: a mount an earlier agent left that
+		// they do not account for goes (fail-closed).
+		if w := d.workspaces[name]; w != nil {
+			b.SeedWorkspace(name, *w)
+		}
+		if err := d.deriveView(name); err != nil {
+			errs = append(errs, err.Error())
 		}
 	}
 	sort.Strings(errs)
@@ -73,13 +83,42 @@ func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
 		return Session{}, err
 	}
 	s, err := d.createSession(name)
-	if err != nil || l.IsZero() {
+	if err != nil {
 		return s, err
 	}
-	if err := d.setLimits(name, l); err != nil {
-		return Session{}, errors.Join(err, d.DestroySession(name))
+	if !l.IsZero() {
+		if err := d.setLimits(name, l); err != nil {
+			return Session{}, errors.Join(err, d.DestroySession(name))
+		}
+	}
+	if l.Workspace != nil {
+		w := *l.Workspace
+		err := d.bnd.SetWorkspace(name, w)
+		if err == nil {
+			err = d.storeWorkspace(s.Index, &w)
+		}
+		if err != nil {
+			return Session{}, errors.Join(err, d.DestroySession(name))
+		}
+		d.mu.Lock()
+		d.workspaces[name] = &w
+		d.mu.Unlock()
 	}
 	return s, nil
+}
+
+// checkWorkspace refuses a workspace this host cannot give a session: its
+// form (Workspace.Validate), a directory reached through no symbolic link,
+// and the session boundary (the workspace is part of the session's mount
+// namespace).
+func (d *Dataplane) checkWorkspace(w backend.Workspace) error {
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	if d.bnd == nil {
+		return fmt.Errorf("%w: a workspace needs the session boundary (its mount namespace)", ErrLimitsUnsupported)
+	}
+	return d.bnd.CheckWorkspace(w)
 }
 
 func (d *Dataplane) createSession(name string) (Session, error) {
@@ -140,4 +179,20 @@ func (d *Dataplane) closeBoundary() {
 		d.bnd.Close()
 		d.bnd = nil
 	}
+}
+
+var _ backend.WorkspaceViews = (*Dataplane)(nil)
+
+// EnsureWorkspace puts w back into session name's view if its mount is not
+// there (a holder remade while the agent was down); a holder that outlived
+// the agent keeps its view, which is left as it is.
+func (d *Dataplane) EnsureWorkspace(name string, w backend.Workspace) error {
+	if err := d.checkWorkspace(w); err != nil {
+		return err
+	}
+	ok, err := d.bnd.HasMountAt(name, w.Dir)
+	if err != nil || ok {
+		return err
+	}
+	return d.bnd.SetWorkspace(name, w)
 }

@@ -2,10 +2,14 @@ package dataplane
 
 import (
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/backend/backendtest"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
 
@@ -17,7 +21,53 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newDataplane(t, testConfig(t)) },
 		backendtest.WithUser(func(t *testing.T, b backend.Backend) backendtest.User {
 			return &probeUser{t: t, d: b.(*Dataplane), procs: map[string]*probe.Proc{}}
+		}),
+		backendtest.WithFileUser(func(t *testing.T) backend.Backend {
+			cfg := testConfig(t)
+			cfg.Boundary = &boundary.Config{}
+			return newDataplane(t, cfg)
+		}, func(t *testing.T, b backend.Backend) backendtest.FileUser {
+			return shellFiles{t: t, d: b.(*Dataplane)}
 		}))
+}
+
+// shellFiles opens files as a session process does: a shell launched in
+// the session reads (cat) or appends to (>>) the file.
+type shellFiles struct {
+	t *testing.T
+	d *Dataplane
+}
+
+func (u shellFiles) FileTree(t *testing.T, files ...string) string {
+	root, err := os.MkdirTemp("/var/tmp", "shinken-conf-fs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	os.Chmod(root, 0o755)
+	for _, f := range files {
+		p := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("data\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func (u shellFiles) Open(session, path string, op backend.FileAccess) (bool, error) {
+	script := "cat " + path + " >/dev/null"
+	if op == backend.FileWrite {
+		script = "echo x >> " + path
+	}
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Dir = "/"
+	if err := u.d.Launch(session, cmd, ProcOptions{}); err != nil {
+		return false, err
+	}
+	return cmd.Wait() == nil, nil
 }
 
 // probeUser makes a use as a session process does: a TCP connect ("tcp")

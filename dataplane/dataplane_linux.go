@@ -56,6 +56,11 @@ type Dataplane struct {
 	slots     idPool                           // handle slots
 
 	never neverIndex // who names each never-list exception, by handle (never_ok_linux.go)
+
+	files      map[string][]backend.FileEntry // each session's file entries and workspace,
+	workspaces map[string]*backend.Workspace  // and both tables, pinned (files_table_linux.go)
+	fsTable    *ebpf.Map
+	wsTable    *ebpf.Map
 }
 
 type progAttach struct {
@@ -133,6 +138,10 @@ func Open(cfg Config) (*Dataplane, error) {
 		if errors.Is(parentErr, fs.ErrNotExist) {
 			unix.Rmdir(d.parent)
 		}
+		return nil, err
+	}
+	if err := d.openFileTable(); err != nil {
+		d.Close()
 		return nil, err
 	}
 	if err := d.openBoundary(); err != nil {
@@ -320,6 +329,7 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
+	errs = append(errs, d.closeFileTable())
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
 }

@@ -19,6 +19,11 @@ func (d *Dataplane) CheckLimits(l Limits) error {
 	if l.MemoryBytes > math.MaxInt64 || l.Pids > math.MaxInt64 {
 		return fmt.Errorf("%w: memory_bytes %d, pids %d: above 2^63-1", ErrInvalidSession, l.MemoryBytes, l.Pids)
 	}
+	if l.Workspace != nil {
+		if err := d.checkWorkspace(*l.Workspace); err != nil {
+			return err
+		}
+	}
 	need := l.Controllers()
 	if len(need) == 0 {
 		return nil

@@ -94,7 +94,11 @@ func (d *Dataplane) DestroySession(name string) error {
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
 	d.names.Delete(s.Index)
-	neverErr := d.dropSessionNeverOKs(s.Index)
+	// (Stale file entries of this index would come back with its next
+	// session: a failure keeps the index, as a stale egress entry does.)
+	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil))
+	delete(d.files, name)
+	delete(d.workspaces, name)
 	// The entries leave the index now (no write or lookup of this index
 	// sees them); the index itself is handed out again only once they are
 	// gone from the kernel and nothing of the session runs.
@@ -288,6 +292,10 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	// flows that are open (sweep mode).
 	if err := d.cutFlows(); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but cutting open flows failed: %w", ref, err)
+	}
+	// And what the dead handles opened in the sessions' views goes.
+	if err := d.fileSweep(); err != nil {
+		return fmt.Errorf("revoke %s: handle revoked, but changing the file views failed: %w", ref, err)
 	}
 	return nil
 }

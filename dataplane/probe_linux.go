@@ -61,17 +61,12 @@ func (d *Dataplane) probe() backend.Report {
 	}
 	r.Classes = append(r.Classes, inbound)
 
-	fs := backend.Strength{Class: backend.ClassFSScope, Level: backend.Unavailable, Mechanism: "none"}
-	if llErr == nil {
-		fs.Reason = fmt.Sprintf("Landlock ABI %d is present, but this build wires no fs.scope backend", abi)
-	} else {
-		fs.Reason = "no Landlock on this kernel (" + llErr.Error() + ") and no fs.scope backend in this build"
-	}
+	fs := d.fsRow(abi, llErr)
 	r.Classes = append(r.Classes, fs,
 		backend.Strength{Class: backend.ClassClipboard, Level: backend.Unavailable, Mechanism: "none", Reason: "a desktop-substrate control: a Linux host has no clipboard to gate"},
 		backend.Strength{Class: backend.ClassGPU, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev device grants and NVML metering are not wired in this build (an unmetered device class is not grantable)"},
 		backend.Strength{Class: backend.ClassInstall, Level: backend.Unavailable, Mechanism: "none", Reason: "the capability broker is not built"},
-		backend.Strength{Class: backend.ClassPersistence, Level: backend.Unavailable, Mechanism: "none", Reason: "the overlay/bind-mount scope is not built"},
+		d.persistRow(fs),
 		backend.Strength{Class: backend.ClassCredentials, Level: backend.Unavailable, Mechanism: "none", Reason: "the credential broker is not built"},
 		backend.Strength{Class: backend.ClassPeripheral, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
 	)

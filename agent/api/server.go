@@ -71,6 +71,7 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /v1/sessions", s.listSessions)
 	m.HandleFunc("GET /v1/sessions/{id}", s.showSession)
 	m.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
+	m.HandleFunc("DELETE /v1/persisted/{id}", s.forgetPersisted)
 	m.HandleFunc("POST /v1/sessions/{id}/run", s.run)
 	m.HandleFunc("POST /v1/requests", s.request)
 	m.HandleFunc("GET /v1/grants", s.listGrants)

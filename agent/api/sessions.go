@@ -111,6 +111,17 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 }
 
+// forgetPersisted removes what sessions of a name kept (persistence with
+// survives_session); refused while the session exists.
+func (s *Server) forgetPersisted(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.cfg.Agent.ForgetPersisted(id); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"forgotten": id})
+}
+
 type capped struct {
 	buf       bytes.Buffer
 	truncated bool

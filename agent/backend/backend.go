@@ -105,10 +105,13 @@ type Delta struct {
 	// Inbound is the net.inbound section: peers that may open flows to the
 	// session's own ports (every rule has Inbound set).
 	Inbound []EgressRule `json:"inbound,omitempty"`
+	// Files is the fs.scope section: paths the session may read, write or
+	// delete, and those it is denied (files.go).
+	Files []FileEntry `json:"files,omitempty"`
 }
 
 // IsEmpty reports whether the delta holds nothing.
-func (d Delta) IsEmpty() bool { return len(d.Egress) == 0 && len(d.Inbound) == 0 }
+func (d Delta) IsEmpty() bool { return len(d.Egress) == 0 && len(d.Inbound) == 0 && len(d.Files) == 0 }
 
 // AddressRules returns the rules of the sections that live in the address
 // tables (egress, then inbound), in order.
@@ -141,7 +144,7 @@ func (d Delta) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return fileEntriesValid(d.Files)
 }
 
 // Missing names the first entry of d that have does not hold, section by
@@ -159,7 +162,7 @@ func (d Delta) Missing(have Delta) string {
 			}
 		}
 	}
-	return ""
+	return missingFile(d.Files, have.Files)
 }
 
 // DeltaOf sorts address rules into their sections.
@@ -197,6 +200,9 @@ type Ops struct {
 	RevokeWrites   uint64 `json:"revoke_writes"`
 	Sweeps         uint64 `json:"sweeps"`
 	FollowUpSweeps uint64 `json:"follow_up_sweeps"`
+	// ViewSweeps: file view changes run by revokes (the Linux backend's
+	// mount view, fs.scope's sweep: at most one per revoke).
+	ViewSweeps uint64 `json:"view_sweeps"`
 }
 
 // Snapshot is what a backend holds, read in one pass: its sessions, its
@@ -337,6 +343,14 @@ type SessionIdentity interface {
 	SessionUID(session string) (uint32, error)
 }
 
+// WorkspaceViews is an optional role: a backend that makes a session's
+// workspace (Limits.Workspace) part of its view puts it back where it is
+// missing (a session whose view was remade while the agent was down);
+// reconcile calls it for every active session with a workspace.
+type WorkspaceViews interface {
+	EnsureWorkspace(session string, w Workspace) error
+}
+
 // Config is what every backend is opened with; fields a backend does not
 // use are ignored.
 type Config struct {
@@ -369,4 +383,19 @@ type Config struct {
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.
 	AcceptWeaker []string
+	// FileNeverExtra are credential locations besides the backend's own
+	// list (root's home, shadow files, runtime sockets, the homes'
+	// credential directories): no file grant opens them (the agent's
+	// state and policy directories, its socket's directory).
+	FileNeverExtra []string
+	// PersistDir holds the sessions' persistent paths (persistence);
+	// empty: persistence is not offered.
+	PersistDir string
+}
+
+// PersistentPaths is an optional role: a backend that keeps a session
+// name's persistent paths (persistence with survives_session) removes
+// them on request; refused while a session of the name exists.
+type PersistentPaths interface {
+	ForgetPersisted(name string) error
 }

@@ -348,11 +348,15 @@ type EventReader interface {
 	Close() error
 }
 
-// Limits are a session's resource quotas. Zero fields are unset.
+// Limits are a session's resource quotas and its workspace. Zero fields are
+// unset.
 type Limits struct {
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"` // memory.max
 	Pids        uint64 `json:"pids,omitempty"`         // pids.max
 	CPUPercent  uint32 `json:"cpu_percent,omitempty"`  // cpu.max, percent of one CPU (100 = one whole CPU)
+	// Workspace is the directory the session works in, made part of its
+	// view with the session (all or nothing, as the quotas); nil: none.
+	Workspace *Workspace `json:"workspace,omitempty"`
 }
 
 // Controllers names the cgroup controllers the set quotas need.

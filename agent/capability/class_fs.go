@@ -2,7 +2,11 @@ package capability
 
 // fs.scope: the paths a session may read and write.
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
 
 // FSScope is the scope of fs.scope: absolute, clean path prefixes. Write does
 // not imply read. A path under a Deny entry is denied whatever Read and Write
@@ -74,6 +78,21 @@ func init() {
 				return underAny(r.Path, c.FS.Write)
 			}
 			return false
+		},
+		// One file entry per path, under the grant's handle: the
+		// backend's view gives what the grant's entries give, a deny of
+		// the grant taking the grant's own rights under it.
+		compile: func(c Capability, ref backend.HandleRef) backend.Delta {
+			var d backend.Delta
+			for _, l := range []struct {
+				paths []string
+				a     backend.FileAccess
+			}{{c.FS.Read, backend.FileRead}, {c.FS.Write, backend.FileWrite}, {c.FS.Deny, backend.FileDeny}} {
+				for _, p := range l.paths {
+					d.Files = append(d.Files, backend.FileEntry{Path: p, Access: l.a, Handle: ref})
+				}
+			}
+			return d
 		},
 		// Read inside the workspace: auto; writes inside it: notify;
 		// anything outside it: ask.

@@ -2,6 +2,8 @@ package capability
 
 // persistence: paths whose writes outlive the session's scratch space.
 
+import "github.com/shinken-agent/shinken/agent/backend"
+
 // PersistenceScope is the scope of persistence.
 type PersistenceScope struct {
 	Paths           []string `json:"paths,omitempty"`
@@ -43,6 +45,20 @@ func init() {
 		},
 		allows: func(c Capability, r UseRequest) bool {
 			return r.Op == "persist" && r.Path != "" && underAny(r.Path, c.Persistence.Paths)
+		},
+		// One file entry per path: the backend gives the session name
+		// its own directory there (kept across sessions of that name
+		// with survives_session, else for this session only).
+		compile: func(c Capability, ref backend.HandleRef) backend.Delta {
+			a := backend.FilePersistSession
+			if c.Persistence.SurvivesSession {
+				a = backend.FilePersist
+			}
+			var d backend.Delta
+			for _, p := range c.Persistence.Paths {
+				d.Files = append(d.Files, backend.FileEntry{Path: p, Access: a, Handle: ref})
+			}
+			return d
 		},
 		// System paths: block; else (the workspace included): ask.
 		tier: func(c Capability, _ TierContext) Tier {

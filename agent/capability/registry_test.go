@@ -136,7 +136,7 @@ func splitFields(line string) []string {
 // class whose OS state does not exist yet compiles to an empty Delta.
 func TestCompile(t *testing.T) {
 	ref := backend.HandleRef{Slot: 3, Generation: 1}
-	withState := map[Class]bool{ClassNetEgress: true, ClassNetInbound: true}
+	withState := map[Class]bool{ClassNetEgress: true, ClassNetInbound: true, ClassFSScope: true, ClassPersistence: true}
 	for _, c := range Classes {
 		t.Run(string(c), func(t *testing.T) {
 			ms, err := ParseManifests("c", []byte("image x\nallow "+fullLines[c]+"\n"))

@@ -13,15 +13,19 @@ import (
 
 // SessionSpec describes a session at creation.
 type SessionSpec struct {
-	ID            string    `json:"id"` // also the kernel session (cgroup) name
-	Image         string    `json:"image"`
-	TrustTier     string    `json:"trust_tier"` // low | normal | high; default normal
-	Risk          string    `json:"risk"`       // normal | high; default normal
-	Headless      bool      `json:"headless"`
-	TLSInspection bool      `json:"tls_inspection"`
-	Home          string    `json:"home,omitempty"`      // for the protected-path forbids
-	Workspace     string    `json:"workspace,omitempty"` // for the tier table
-	Expires       time.Time `json:"expires,omitzero"`    // session end; zero: none
+	ID            string `json:"id"` // also the kernel session (cgroup) name
+	Image         string `json:"image"`
+	TrustTier     string `json:"trust_tier"` // low | normal | high; default normal
+	Risk          string `json:"risk"`       // normal | high; default normal
+	Headless      bool   `json:"headless"`
+	TLSInspection bool   `json:"tls_inspection"`
+	Home          string `json:"home,omitempty"`      // for the protected-path forbids
+	Workspace     string `json:"workspace,omitempty"` // the tier table's working tree; with Mode, part of the session's view
+	// Mode is the workspace's confinement mode: "" (the workspace names the
+	// tier table's working tree only and is not added to the session's
+	// view), backend.ModeReadOnly or backend.ModeWorkspaceWrite.
+	Mode    string    `json:"mode,omitempty"`
+	Expires time.Time `json:"expires,omitzero"` // session end; zero: none
 	// Quotas are the session's resource bounds, set by the backend with the
 	// session (all or nothing) and kept in the record, so a restarted agent
 	// knows them.
@@ -53,6 +57,17 @@ func (s *SessionSpec) Normalize() error {
 	}
 	if !slices.Contains([]string{"normal", "high"}, s.Risk) {
 		return fmt.Errorf("%w: risk %q", ErrInvalidRequest, s.Risk)
+	}
+	switch s.Mode {
+	case "":
+	case backend.ModeReadOnly, backend.ModeWorkspaceWrite:
+		if s.Workspace == "" {
+			return fmt.Errorf("%w: mode %q needs a workspace", ErrInvalidRequest, s.Mode)
+		}
+	case "full-access":
+		return fmt.Errorf("%w: mode full-access is not offered: a session's view is the host read-only plus its workspace", ErrInvalidRequest)
+	default:
+		return fmt.Errorf("%w: mode %q: %s or %s", ErrInvalidRequest, s.Mode, backend.ModeReadOnly, backend.ModeWorkspaceWrite)
 	}
 	for _, p := range []string{s.Home, s.Workspace} {
 		if p != "" {

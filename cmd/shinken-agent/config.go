@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -54,6 +55,9 @@ type Config struct {
 	// (run) — the request's deadline, not the process's.
 	ProcessRingBytes uint64   `json:"process_ring_bytes"`
 	RequestTimeout   duration `json:"request_timeout"`
+	// WorkspaceProtected: paths relative to a session's workspace kept
+	// read-only in its view besides .git/hooks and .git/config.
+	WorkspaceProtected []string `json:"workspace_protected"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`
@@ -180,5 +184,9 @@ func (c Config) backendConfig() backend.Config {
 	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
-		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries}
+		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries,
+		// The agent's own files are credential locations to a session:
+		// no file grant opens them.
+		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)},
+		PersistDir:     filepath.Join(c.StateDir, "persist")}
 }

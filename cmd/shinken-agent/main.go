@@ -219,6 +219,7 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 
 		AcceptPolicyWidening: cfg.AcceptPolicyWidening,
 		NeverList:            listenerNever(cfg.MetricsAddr),
+		WorkspaceProtected:   cfg.WorkspaceProtected,
 	}
 	if st, err := os.Stat(cfg.PolicyDir); err == nil && st.IsDir() {
 		acfg.PolicyDir = cfg.PolicyDir

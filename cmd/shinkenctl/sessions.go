@@ -17,7 +17,7 @@ import (
 
 func (c *client) session(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: session create|ls|show|rm ...")
+		return errors.New("usage: session create|ls|show|rm|forget ...")
 	}
 	switch args[0] {
 	case "create":
@@ -27,7 +27,8 @@ func (c *client) session(args []string) error {
 		risk := fs.String("risk", "normal", "risk: normal or high")
 		headless := fs.Bool("headless", false, "no human watches this session")
 		tls := fs.Bool("tls-inspection", false, "ask for TLS inspection of its egress (refused today: no proxy on this host enforces it)")
-		ws := fs.String("workspace", "", "workspace directory")
+		ws := fs.String("workspace", "", "workspace directory (with -mode, part of the session's view at the same path)")
+		mode := fs.String("mode", "", "workspace confinement: read-only or workspace-write (none: the workspace only names the tier table's working tree)")
 		home := fs.String("home", "", "home directory")
 		exp := fs.Duration("expires", 0, "session lifetime (0: none)")
 		mem := fs.Uint64("memory", 0, "memory quota, bytes (cgroup2 memory.max)")
@@ -39,7 +40,7 @@ func (c *client) session(args []string) error {
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
-		spec := capability.SessionSpec{ID: args[1], Image: *image, TrustTier: *trust, Risk: *risk, Headless: *headless, TLSInspection: *tls, Workspace: *ws, Home: *home}
+		spec := capability.SessionSpec{ID: args[1], Image: *image, TrustTier: *trust, Risk: *risk, Headless: *headless, TLSInspection: *tls, Workspace: *ws, Mode: *mode, Home: *home}
 		if *exp > 0 {
 			spec.Expires = time.Now().Add(*exp)
 		}
@@ -97,6 +98,20 @@ func (c *client) session(args []string) error {
 			return nil
 		}
 		fmt.Printf("session %s removed\n", args[1])
+		return nil
+	case "forget":
+		if len(args) != 2 {
+			return errors.New("usage: session forget NAME (what sessions of that name kept in persistent paths)")
+		}
+		var res map[string]string
+		if _, err := c.call("DELETE", "/v1/persisted/"+args[1], nil, &res); err != nil {
+			return err
+		}
+		if c.output == "json" {
+			c.printJSON(res)
+			return nil
+		}
+		fmt.Printf("persistent paths of %s forgotten\n", args[1])
 		return nil
 	}
 	return fmt.Errorf("unknown session verb %q", args[0])

@@ -64,9 +64,14 @@ type Boundary struct {
 	// Test knobs: remove one protection to show a test fails without it.
 	sharedUID uint32 // every session runs as this uid when non-zero
 
+	viewMu      sync.Mutex // orders view changes (view_linux.go)
+	viewChanges atomic.Uint64
+
 	mu      sync.Mutex
 	holders map[string]*holder
-	runs    map[*os.Process]*run // runs started with their own cgroup, until they are removed
+	views   map[string]*sessionView // the view of each session this agent laid out (view_linux.go)
+	specs   map[string]*ViewSpec    // what each session's view is made of, also after a failed change
+	runs    map[*os.Process]*run    // runs started with their own cgroup, until they are removed
 	runSeq  atomic.Uint64
 }
 
@@ -121,7 +126,7 @@ func New(cfg Config, maxSessions uint32) (*Boundary, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}, runs: map[*os.Process]*run{}}
+	b := &Boundary{cfg: cfg, exe: exe, holders: map[string]*holder{}, runs: map[*os.Process]*run{}, views: map[string]*sessionView{}, specs: map[string]*ViewSpec{}}
 	b.cexe, b.launcher = openExec(cfg.Exec, cfg.Launcher, what)
 	if b.filter, err = rawFilter(cfg.filterOptions()); err != nil {
 		b.Close()
@@ -187,6 +192,8 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	if old, ok := b.holders[name]; ok {
 		b.release(old)
 	}
+	delete(b.views, name) // a new mount namespace: nothing laid out yet
+	delete(b.specs, name)
 	b.holders[name] = h
 	return nil
 }
@@ -258,9 +265,16 @@ func (b *Boundary) Release(name string) {
 	b.mu.Lock()
 	h, ok := b.holders[name]
 	delete(b.holders, name)
+	delete(b.views, name)
+	delete(b.specs, name)
 	b.mu.Unlock()
 	if ok {
 		b.release(h)
+	}
+	if b.cfg.PersistDir != "" {
+		// What this session alone kept goes with it.
+		_, session := b.persistDirs(name)
+		_ = os.RemoveAll(session)
 	}
 }
 

@@ -3,6 +3,7 @@ package boundary
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 )
 
 // Default identity range: above systemd's dynamic users (61184-65519) and
@@ -104,6 +105,15 @@ type Config struct {
 	// is not bounded). 0: DefaultMaxProcs (4096); otherwise between 8 and
 	// 4194304.
 	MaxProcs uint32
+	// FileNever are the credential locations no session's view opens,
+	// whatever a file grant says: masked wherever a grant or a workspace
+	// would show them. Nil: DefaultFileNever().
+	FileNever []string
+	// PersistDir holds the sessions' persistent paths (persistence
+	// grants): keep/NAME for those that survive the session, kept until
+	// ForgetPersisted, and session/NAME for the others, removed with the
+	// session. Empty: persistence is not offered.
+	PersistDir string
 }
 
 // SetDefaults fills unset fields.
@@ -122,6 +132,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxProcs == 0 {
 		c.MaxProcs = DefaultMaxProcs
+	}
+	if c.FileNever == nil {
+		c.FileNever = DefaultFileNever()
 	}
 }
 
@@ -156,6 +169,14 @@ func (c Config) Validate(maxSessions uint32) error {
 	}
 	if c.MaxProcs != 0 && (c.MaxProcs < minMaxProcs || c.MaxProcs > maxMaxProcs) {
 		return fmt.Errorf("boundary: max processes %d outside [%d, %d]", c.MaxProcs, minMaxProcs, maxMaxProcs)
+	}
+	if c.PersistDir != "" && (!filepath.IsAbs(c.PersistDir) || filepath.Clean(c.PersistDir) != c.PersistDir) {
+		return fmt.Errorf("boundary: persist directory %q is not an absolute clean path", c.PersistDir)
+	}
+	for _, p := range c.FileNever {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return fmt.Errorf("boundary: file never-list: %q is not an absolute clean path other than /", p)
+		}
 	}
 	for _, m := range c.Accept {
 		if !knownMech(m) {

@@ -31,6 +31,37 @@ var refusedMounts = []string{
 	"move_mount", "open_tree", "open_tree_attr", "mount_setattr",
 }
 
+// setIDModes are the mode arguments (argument index by syscall) that
+// could make a set-user-ID or set-group-ID file: refused with EPERM when
+// the mode has S_ISUID or S_ISGID. A session writes its workspace and
+// granted roots through mounts that show their owner (root, often) as the
+// session's uid: without this rule it could chmod u+s a file it made there
+// and leave the host a setuid-root program (the mounts are nosuid in the
+// session's view, not on the host). openat2 passes its mode in memory a
+// filter cannot read: it returns ENOSYS (libc and Go do not use it for
+// open). Names the running architecture lacks (open, creat on arm64) are
+// skipped.
+var setIDModes = []struct {
+	name string
+	arg  uint32
+}{
+	{"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"fchmodat2", 2},
+	{"open", 2}, {"openat", 3}, {"creat", 1},
+	{"mkdir", 1}, {"mkdirat", 2}, {"mknod", 1}, {"mknodat", 2},
+}
+
+func setIDRules(names map[string]int) []seccomp.NameWithConditions {
+	var out []seccomp.NameWithConditions
+	for _, m := range setIDModes {
+		if _, ok := names[m.name]; !ok {
+			continue
+		}
+		out = append(out, seccomp.NameWithConditions{Name: m.name, Conditions: seccomp.ArgumentConditions{
+			{Argument: m.arg, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}})
+	}
+	return out
+}
+
 // ioURingSyscalls are refused with ENOSYS (a kernel without io_uring, which
 // programs fall back from) unless the operator allows io_uring: its
 // operations reach the kernel without a system call the filter sees
@@ -94,7 +125,10 @@ func policy(o filterOptions) seccomp.Policy {
 			{NamesWithCondtions: socketFamilies(), Action: seccomp.ActionErrno | seccomp.Action(unix.EAFNOSUPPORT)},
 		},
 	}
-	enosys := []string{}
+	if info, err := arch.GetInfo(""); err == nil {
+		p.Syscalls = append(p.Syscalls, seccomp.SyscallGroup{NamesWithCondtions: setIDRules(info.SyscallNames), Action: eperm})
+	}
+	enosys := []string{"openat2"}
 	if !o.allowIOURing {
 		enosys = append(enosys, ioURingSyscalls...)
 	}

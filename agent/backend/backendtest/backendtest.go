@@ -24,8 +24,10 @@ type User interface {
 type Option func(*config)
 
 type config struct {
-	user   func(t *testing.T, b backend.Backend) User
-	launch func() *exec.Cmd
+	user     func(t *testing.T, b backend.Backend) User
+	launch   func() *exec.Cmd
+	fileOpen func(t *testing.T) backend.Backend
+	fileUser func(t *testing.T, b backend.Backend) FileUser
 }
 
 // WithUser gives the suite its way of making uses on a backend that does
@@ -79,6 +81,8 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend, opts ...Option) 
 		{"UseDenyList", testUseDenyList},
 		{"UseEvents", testUseEvents},
 		{"Launch", testLaunch},
+		{"FilesApply", testFilesApply},
+		{"UseFiles", testUseFiles},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, s) })
 	}
@@ -263,5 +267,5 @@ func opsDelta(b backend.Backend, f func()) backend.Ops {
 	before := b.Ops()
 	f()
 	after := b.Ops()
-	return backend.Ops{RevokeWrites: after.RevokeWrites - before.RevokeWrites, Sweeps: after.Sweeps - before.Sweeps}
+	return backend.Ops{RevokeWrites: after.RevokeWrites - before.RevokeWrites, Sweeps: after.Sweeps - before.Sweeps, ViewSweeps: after.ViewSweeps - before.ViewSweeps}
 }

@@ -15,7 +15,8 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 	// launcher).
 	bc := &boundary.Config{UIDBase: cfg.SessionUIDBase, UIDCount: cfg.SessionUIDCount,
 		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
-		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs}
+		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs,
+		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
 	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries}
 	return dc, dc.Check()
 }

@@ -145,6 +145,13 @@ func (b *Backend) Revoke(ref backend.HandleRef) error {
 	b.repointNeverOKs(ref)
 	b.ops.Sweeps++
 	b.sweeps.Sweeps++
+	// The file views are derived again (the Linux backend's view sweep).
+	for _, s := range b.sessions {
+		if len(s.files) > 0 {
+			b.ops.ViewSweeps++
+			break
+		}
+	}
 	return nil
 }
 
@@ -183,6 +190,9 @@ func (b *Backend) Release(name string, ref backend.HandleRef, d backend.Delta) e
 		}
 	}
 	crash.at(len(rules))
+	if s, ok := b.sessions[name]; ok {
+		s.removeFiles(d.Files)
+	}
 	if !free {
 		return nil
 	}

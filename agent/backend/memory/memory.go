@@ -39,6 +39,9 @@ type Config struct {
 	// needing one with ErrLimitsUnsupported, as the Linux backend does on a
 	// hybrid cgroup host. Empty: every quota is accepted and recorded.
 	RefuseControllers []string
+	// FileNever are the credential locations no file entry opens (Open
+	// refuses every path under them), as backend.Config.FileNever.
+	FileNever []string
 	// Classes, when set, replaces the probe's class rows (to test the
 	// agent's gate against a host that lacks a class).
 	Classes []backend.Strength
@@ -152,8 +155,10 @@ func MustNew(cfg Config) *Backend {
 // the model gains adds its row here; every other class is reported
 // unavailable.
 var modelled = map[backend.Class]backend.Strength{
-	backend.ClassNetEgress:  {Level: backend.RevocableInKernel, Mechanism: "per-session egress tables checked by Connect against the grant's handle chain"},
-	backend.ClassNetInbound: {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
+	backend.ClassNetEgress:   {Level: backend.RevocableInKernel, Mechanism: "per-session egress tables checked by Connect against the grant's handle chain"},
+	backend.ClassNetInbound:  {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
+	backend.ClassPersistence: {Level: backend.RevocableAtNextUse, Mechanism: "per-session persistent-path entries checked by Open as writes (the Linux mount view's per-name directories; their content is not modelled)"},
+	backend.ClassFSScope:     {Level: backend.RevocableAtNextUse, Mechanism: "per-session file entries checked by Open against the grants' handle chains (the Linux mount view, derived again at every change)"},
 }
 
 // probe builds the report: what the model holds, and that it confines
@@ -229,6 +234,7 @@ type session struct {
 	backend.Session
 	limits  backend.Limits
 	entries map[netip.Prefix]*entry
+	files   []backend.FileEntry // the files section of the grants applied (files.go)
 }
 
 // entry is the rules of one (session, prefix), in order (at most MaxRules).
@@ -246,6 +252,12 @@ func (b *Backend) CheckLimits(l backend.Limits) error {
 	}
 	if l.MemoryBytes > math.MaxInt64 || l.Pids > math.MaxInt64 {
 		return fmt.Errorf("%w: memory_bytes %d, pids %d: above 2^63-1", backend.ErrInvalidSession, l.MemoryBytes, l.Pids)
+	}
+	if l.Workspace != nil {
+		// The model has no files: the form only.
+		if err := l.Workspace.Validate(); err != nil {
+			return err
+		}
 	}
 	for _, c := range l.Controllers() {
 		if slices.Contains(b.cfg.RefuseControllers, c) {

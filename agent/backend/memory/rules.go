@@ -134,7 +134,16 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 	if err := b.fault(OpApply); err != nil {
 		return err
 	}
+	// The files section is checked first and added last, in one step
+	// that cannot fail (the Linux backend derives the view once from all
+	// of it, after the address rules).
+	if err := b.checkFiles(name, d.Files); err != nil {
+		return err
+	}
 	if len(rules) == 0 {
+		if len(d.Files) > 0 {
+			b.sessions[name].addFiles(d.Files)
+		}
 		return nil
 	}
 	crash := b.crashPlan(OpApply, len(rules))
@@ -157,6 +166,9 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 		}
 	}
 	crash.at(len(rules))
+	if len(d.Files) > 0 {
+		b.sessions[name].addFiles(d.Files)
+	}
 	return nil
 }
 
@@ -180,8 +192,11 @@ func (b *Backend) Snapshot() (backend.Snapshot, error) {
 	}
 	snap := backend.Snapshot{Sessions: b.sessionsLocked(), Handles: b.handlesLocked(), Deltas: map[string]backend.Delta{}}
 	for _, s := range b.sessions {
-		if rs := s.rules(); len(rs) > 0 {
-			snap.Deltas[s.Name] = backend.DeltaOf(rs)
+		rs := s.rules()
+		if len(rs) > 0 || len(s.files) > 0 {
+			d := backend.DeltaOf(rs)
+			d.Files = slices.Clone(s.files)
+			snap.Deltas[s.Name] = d
 		}
 	}
 	return snap, nil

@@ -1,0 +1,86 @@
+package boundary
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+func fe(path string, a backend.FileAccess, slot uint32) backend.FileEntry {
+	return backend.FileEntry{Path: path, Access: a, Handle: backend.HandleRef{Slot: slot, Generation: 1}}
+}
+
+func layoutString(l []ViewMount) []string {
+	var out []string
+	for _, m := range l {
+		s := fmt.Sprintf("%s=%s", m.Path, m.State)
+		if m.Pin {
+			s += "(pin)"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestLayout: the mounts a view needs, for the nested write/deny/write
+// case, credential locations under a broad grant, a workspace with its
+// protected paths, and a grant's deny inside the workspace.
+func TestLayout(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spec ViewSpec
+		want []string
+	}{
+		{"nested across grants", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 2)}},
+			[]string{"/repo=write", "/repo/a=deny", "/repo/a/b=write"}},
+		{"deny wins inside one grant", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 1)}},
+			[]string{"/repo=write", "/repo/a=deny"}},
+		{"credentials under a broad grant", ViewSpec{Files: []backend.FileEntry{fe("/home", backend.FileRead, 1)}, Never: []string{"/home/u/.ssh", "/root", "/etc/shadow"}},
+			[]string{"/home=read", "/home/u/.ssh=deny"}},
+		{"credential above a grant", ViewSpec{Files: []backend.FileEntry{fe("/root/x", backend.FileWrite, 1)}, Never: []string{"/root"}},
+			[]string{"/root=deny"}},
+		{"workspace", ViewSpec{Workspace: &backend.Workspace{Dir: "/w", Mode: backend.ModeWorkspaceWrite, Protected: []string{"/w/.git/config", "/w/.git/hooks"}}},
+			[]string{"/w=write", "/w/.git=write(pin)", "/w/.git/config=read", "/w/.git/hooks=read"}},
+		{"read-only workspace", ViewSpec{Workspace: &backend.Workspace{Dir: "/w", Mode: backend.ModeReadOnly, Protected: []string{"/w/.git/config"}}},
+			[]string{"/w=read"}},
+		{"read grant is no write in a read-only workspace; write grant is", ViewSpec{Workspace: &backend.Workspace{Dir: "/w", Mode: backend.ModeReadOnly},
+			Files: []backend.FileEntry{fe("/w/out", backend.FileWrite, 1), fe("/w/in", backend.FileRead, 2)}},
+			[]string{"/w=read", "/w/out=write"}},
+		{"pins between a write root and a deeper mount", ViewSpec{Files: []backend.FileEntry{fe("/w", backend.FileWrite, 1), fe("/w/x/y/d", backend.FileDeny, 1)}},
+			[]string{"/w=write", "/w/x=write(pin)", "/w/x/y=write(pin)", "/w/x/y/d=deny"}},
+	} {
+		got := layoutString(c.spec.Layout())
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestViewChange: only what changed is remounted: a mount and everything
+// below it, and a mask above it (its mount points); writable mounts that
+// go are listed deepest first.
+func TestViewChange(t *testing.T) {
+	old := ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/other", backend.FileWrite, 3)}}.Layout()
+	add := ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 2), fe("/other", backend.FileWrite, 3)}}.Layout()
+	rm, at := ViewChange(old, add)
+	if got, want := layoutString(rm), []string{"/repo/a=deny"}; !slices.Equal(got, want) {
+		t.Errorf("remove %v, want %v", got, want)
+	}
+	if got, want := layoutString(at), []string{"/repo/a=deny", "/repo/a/b=write"}; !slices.Equal(got, want) {
+		t.Errorf("attach %v, want %v", got, want)
+	}
+	// Revoking grant 1 takes /repo and everything below it; /other stays.
+	rev := ViewSpec{Files: []backend.FileEntry{fe("/repo/a/b", backend.FileWrite, 2), fe("/other", backend.FileWrite, 3)}}.Layout()
+	rm, at = ViewChange(add, rev)
+	if got, want := layoutString(rm), []string{"/repo/a/b=write", "/repo/a=deny", "/repo=write"}; !slices.Equal(got, want) {
+		t.Errorf("remove %v, want %v", got, want)
+	}
+	if got, want := layoutString(at), []string{"/repo/a/b=write"}; !slices.Equal(got, want) {
+		t.Errorf("attach %v, want %v", got, want)
+	}
+	if rm, at := ViewChange(rev, rev); len(rm)+len(at) != 0 {
+		t.Errorf("no change changed %v %v", rm, at)
+	}
+}

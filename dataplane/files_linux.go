@@ -1,0 +1,220 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
+)
+
+// The files section (fs.scope) on this host: no BPF LSM loads here, so the
+// session's mount view is the enforcement (package boundary's SetFiles).
+// The dataplane keeps each session's file entries; after every change of
+// them, and after every revoke, it derives the view from the entries whose
+// handle chain is live, and the boundary changes the mounts that differ: a
+// write root is an idmapped writable bind, a deny a mask, a credential
+// location under a grant a mask. A revoke stays one handle-state write; the
+// view change that follows is this class's sweep (Ops.ViewSweeps), done
+// before Revoke returns. The next open through the view fails; a
+// descriptor opened before keeps working, and a process whose working
+// directory is inside a revoked write root can still read there (not
+// write: the mount is made read-only before it is detached).
+
+// checkFileHandles refuses entries the view cannot hold: a handle whose
+// chain is not live, an approve-once handle (no use-time hook consumes it)
+// and a handle chain with a deadline (the view has no timer: it would
+// outlive the deadline); d.mu held.
+func (d *Dataplane) checkFileHandles(es []backend.FileEntry) error {
+	for _, e := range es {
+		if _, err := d.chainDepth(e.Handle); err != nil {
+			return err
+		}
+		for ref, i := e.Handle, 0; !ref.IsZero() && i <= MaxChain; i++ {
+			h, err := d.readHandle(ref)
+			if err != nil {
+				return err
+			}
+			if h.State == uint32(HandleOnce) {
+				return fmt.Errorf("%w: %s: an approve-once handle: the mount view has no use to consume it at", ErrNotSupported, e)
+			}
+			if h.ExpiresNs != 0 {
+				return fmt.Errorf("%w: %s: a handle with a deadline: the mount view would outlive it", ErrNotSupported, e)
+			}
+			ref = HandleRef{Slot: h.Parent, Generation: h.ParentGeneration}
+		}
+	}
+	return nil
+}
+
+// applyFiles adds es to session's entries and changes its view; on failure
+// the entries are taken back and the view derived again.
+func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	if d.bnd == nil {
+		return fmt.Errorf("%w: fs.scope needs the session boundary (its mount namespace)", ErrNotSupported)
+	}
+	for _, e := range es {
+		if e.Access == backend.FileDeny {
+			continue
+		}
+		if err := boundary.CheckPath(e.Path); err != nil {
+			return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
+		}
+	}
+	d.mu.Lock()
+	if _, ok := d.sessions[session]; !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	if err := d.checkFileHandles(es); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	var added []backend.FileEntry
+	for _, e := range es {
+		if !slices.Contains(d.files[session], e) {
+			d.files[session] = append(d.files[session], e)
+			added = append(added, e)
+		}
+	}
+	index := d.sessions[session].Index
+	d.mu.Unlock()
+	err := d.storeFiles(index, added, false)
+	if err == nil {
+		err = d.deriveView(session)
+	}
+	if err != nil {
+		d.mu.Lock()
+		d.files[session] = slices.DeleteFunc(d.files[session], func(e backend.FileEntry) bool { return slices.Contains(added, e) })
+		d.mu.Unlock()
+		return errors.Join(err, d.storeFiles(index, added, true), d.deriveView(session))
+	}
+	return nil
+}
+
+// releaseFiles drops es from session's entries (their handles are dead:
+// the view no longer shows them).
+func (d *Dataplane) releaseFiles(session string, es []backend.FileEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	d.files[session] = slices.DeleteFunc(d.files[session], func(e backend.FileEntry) bool { return slices.Contains(es, e) })
+	if len(d.files[session]) == 0 {
+		delete(d.files, session)
+	}
+	s, ok := d.sessions[session]
+	d.mu.Unlock()
+	if !ok {
+		return nil // destroyed: its entries went with it
+	}
+	return errors.Join(d.storeFiles(s.Index, es, true), d.deriveView(session))
+}
+
+// deriveView gives session the view its live entries make.
+func (d *Dataplane) deriveView(session string) error {
+	if d.bnd == nil {
+		return nil
+	}
+	d.mu.Lock()
+	var live []backend.FileEntry
+	for _, e := range d.files[session] {
+		if _, err := d.chainDepth(e.Handle); err == nil {
+			live = append(live, e)
+		}
+	}
+	d.mu.Unlock()
+	return d.bnd.SetFiles(session, live, d.bnd.FileNever())
+}
+
+// fileSweep derives again the view of every session holding file entries
+// (after a revoke: what the dead handles opened goes), and counts one view
+// sweep when there was any.
+func (d *Dataplane) fileSweep() error {
+	d.mu.Lock()
+	names := make([]string, 0, len(d.files))
+	for n := range d.files {
+		names = append(names, n)
+	}
+	d.mu.Unlock()
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	d.ops.viewSweeps.Add(1)
+	var errs []error
+	for _, n := range names {
+		if err := d.deriveView(n); err != nil && !errors.Is(err, ErrSessionNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fileEntries is session's entries, for Snapshot.
+func (d *Dataplane) fileEntries(session string) []backend.FileEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.files[session])
+}
+
+// fsRow is the probe's fs.scope row: the mount view where the session
+// boundary has its mount namespace, else unavailable with why.
+func (d *Dataplane) fsRow(abi int, llErr error) backend.Strength {
+	fs := backend.Strength{Class: backend.ClassFSScope, Level: backend.Unavailable, Mechanism: "none"}
+	switch {
+	case d.bnd == nil:
+		fs.Reason = "the session boundary is off (dataplane.Config.Boundary): sessions have no mount namespace to hold a file view"
+	case d.bnd.Ready() != nil:
+		fs.Reason = "the session boundary cannot make sessions here: " + d.bnd.Ready().Error()
+	case !d.bnd.MountNS():
+		fs.Reason = "the session boundary runs without mount namespaces here (accepted weaker level): no file view to change"
+	default:
+		fs.Level = backend.RevocableAtNextUse
+		fs.Mechanism = "the session's mount view (no BPF LSM loads here): granted write and read roots bind-mounted into the live session's mount namespace (open_tree clone, idmapped to the session's uid, attached with move_mount by a thread that joined the holder's namespace), deny entries and the credential locations under a grant masked (an empty read-only tmpfs, or a nodev /dev/null over a file), narrowest-wins across grants; a revoke's handle write is followed by the view change (made read-only, then detached) before Revoke returns"
+		fs.Reason = "at next open only: a descriptor opened before a revoke keeps reading and writing, and while one is open for writing the kernel refuses to make the mount read-only, so relative paths from a working directory inside it keep working until the process leaves it; write and delete imply read and each other under a root (a mount is all or nothing); reads of world-readable host files outside read[] are not refused (the host root stays visible read-only); approve-once and expiring file grants are refused (no use-time hook, no timer)"
+		if llErr == nil {
+			fs.Reason += fmt.Sprintf("; Landlock ABI %d is present but not yet applied as a second layer", abi)
+		}
+	}
+	return fs
+}
+
+// persistRow is the probe's persistence row: the same mount view as
+// fs.scope (fs), with a persist directory.
+func (d *Dataplane) persistRow(fs backend.Strength) backend.Strength {
+	p := backend.Strength{Class: backend.ClassPersistence, Level: backend.Unavailable, Mechanism: "none"}
+	switch {
+	case !fs.Level.Enforceable():
+		p.Reason = "no file view on this host: " + fs.Reason
+	case d.cfg.Boundary.PersistDir == "":
+		p.Reason = "no persist directory is configured (boundary.Config.PersistDir; the daemon sets STATE_DIR/persist)"
+	default:
+		p.Level = backend.RevocableAtNextUse
+		p.Mechanism = "the session's mount view: each persistent path is a bind mount of the session name's own directory under " + d.cfg.Boundary.PersistDir + " (keep/NAME with survives_session, kept until forgotten; session/NAME otherwise, removed with the session), idmapped to the session's uid; a revoke detaches it (read-only first)"
+		p.Reason = "the path's own host content is hidden under the mount, not merged (no overlay); a descriptor opened before a revoke keeps working"
+	}
+	return p
+}
+
+var _ backend.PersistentPaths = (*Dataplane)(nil)
+
+// ForgetPersisted removes what sessions named name kept (the boundary's
+// keep/NAME); refused while a session of the name exists.
+func (d *Dataplane) ForgetPersisted(name string) error {
+	if d.bnd == nil {
+		return fmt.Errorf("%w: persistence needs the session boundary", ErrNotSupported)
+	}
+	d.mu.Lock()
+	_, live := d.sessions[name]
+	d.mu.Unlock()
+	if live {
+		return fmt.Errorf("%w: session %s exists: end it first", backend.ErrSessionExists, name)
+	}
+	return d.bnd.ForgetPersisted(name)
+}
