@@ -17,8 +17,8 @@ type opCounters struct {
 	revokeWrites   atomic.Uint64 // handle-state writes that revoke
 	sweeps         atomic.Uint64 // flow sweeps run by Revoke
 	followUpSweeps atomic.Uint64 // follow-up sweeps run after revokes (flows_linux.go)
-	denyWrites     atomic.Uint64 // deny-table entries written or deleted (deny_linux.go)
 	viewSweeps     atomic.Uint64 // file view changes run by Revoke (files_linux.go)
+	denyWrites     atomic.Uint64 // deny-table entries written or deleted (deny_linux.go)
 }
 
 // Ops reports how many revoke writes, revoke sweeps and follow-up sweeps ran
