@@ -135,6 +135,7 @@ func runShim(start backend.StartFunc, dir string) int {
 			if err != nil {
 				return report(err)
 			}
+			growPipe(r, pipeBytes)
 			pumps = append(pumps, r)
 			childEnds = append(childEnds, w)
 		}
@@ -238,16 +239,27 @@ func runShim(start backend.StartFunc, dir string) int {
 	return 0
 }
 
+// Sizes on the output path: each output pipe holds up to pipeBytes (the
+// kernel's default, 64 KiB, made a process writing fast wait for the shim
+// at every 64 KiB); the shim reads up to readBytes at once (and never more
+// than the ring can keep past the slowest live reader).
+const (
+	pipeBytes = 1 << 20
+	readBytes = 256 << 10
+)
+
 // pump copies one output stream into its ring (a terminal's into stdout).
 func (s *shim) pump(i int, r io.Reader) {
-	buf := make([]byte, min(64<<10, s.meta.RingBytes))
+	buf := make([]byte, min(readBytes, s.meta.RingBytes))
 	for {
 		s.mu.Lock()
-		for s.held(i, uint64(len(buf))) {
+		room := s.space(i, uint64(len(buf)))
+		for room == 0 {
 			s.room.Wait()
+			room = s.space(i, uint64(len(buf)))
 		}
 		s.mu.Unlock()
-		n, err := r.Read(buf)
+		n, err := r.Read(buf[:room])
 		if n > 0 {
 			s.mu.Lock()
 			werr := s.rings[i].write(buf[:n])
@@ -315,18 +327,20 @@ func (s *shim) stdinLoop() {
 	}
 }
 
-// held says whether writing n more bytes to ring i would overwrite bytes a
-// live reader has not read yet; s.mu held.
-func (s *shim) held(i int, n uint64) bool {
+// space says how many bytes (at most max) ring i can take without
+// overwriting bytes a live reader has not read yet; s.mu held.
+func (s *shim) space(i int, max uint64) uint64 {
 	if s.ended {
-		return false
+		return max
 	}
+	r := s.rings[i]
 	for _, h := range s.holds {
-		if s.rings[i].end+n > h[i]+s.rings[i].cap {
-			return true
+		if r.end >= h[i]+r.cap {
+			return 0
 		}
+		max = min(max, h[i]+r.cap-r.end)
 	}
-	return false
+	return max
 }
 
 // serve takes the agent's control connections (one per agent that runs;

@@ -2,7 +2,11 @@
 
 package procs
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // closeOnExecFrom marks descriptors from fd up (to 4096) close-on-exec.
 func closeOnExecFrom(fd int) {
@@ -10,3 +14,6 @@ func closeOnExecFrom(fd int) {
 		unix.CloseOnExec(n)
 	}
 }
+
+// growPipe: BSD pipes size themselves.
+func growPipe(*os.File, int) {}

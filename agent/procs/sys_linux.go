@@ -19,3 +19,11 @@ func closeOnExecFrom(fd int) {
 		}
 	}
 }
+
+// growPipe sets the pipe f's capacity to n bytes (best effort: the default
+// 64 KiB works, only slower).
+func growPipe(f *os.File, n int) {
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, n) })
+	}
+}

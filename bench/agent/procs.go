@@ -133,11 +133,23 @@ func attachStream(hc *http.Client, session string, mib int) (direct, attach floa
 	}
 	defer c.CloseNow()
 	var got uint64
+	// The client reads each message into one reused buffer (c.Read would
+	// allocate and copy every message): the stream is timed, not the
+	// client's allocator.
+	buf := make([]byte, 1<<20)
 	for {
-		_, m, err := c.Read(ctx)
+		_, r, err := c.Reader(ctx)
 		if err != nil {
 			return 0, 0, 0, fmt.Errorf("attach of cat: %w", err)
 		}
+		n, err := io.ReadFull(r, buf)
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return 0, 0, 0, fmt.Errorf("attach of cat: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		m := buf[:n]
 		switch m[0] {
 		case wire.ChanStdout:
 			got += uint64(len(m) - 1)
