@@ -77,6 +77,10 @@ type Manager struct {
 	cfg   Config
 	mu    sync.Mutex
 	procs map[string]*Proc
+	// spares: shims started ahead of need (spare.go).
+	spares        []*spare
+	spareStarting int
+	closed        bool
 }
 
 // Open adopts the processes found in cfg.Dir (running ones through their
@@ -117,12 +121,14 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 		p.adopt()
 		m.procs[md.ID] = p
 	}
+	go m.refill()
 	return m, nil
 }
 
 // Close drops the agent's connections to the shims; the processes and
 // their shims keep running (a new Manager adopts them).
 func (m *Manager) Close() {
+	m.closeSpares()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.procs {
@@ -224,9 +230,10 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 	return p, nil
 }
 
-// startShim starts the shim (setsid: its own session and process group,
-// nothing the agent's terminal or process group receives reaches it) and
-// waits for its report on the status pipe.
+// startShim hands the process to a spare shim, or starts a shim for it
+// (setsid: its own session and process group, nothing the agent's
+// terminal or process group receives reaches it), and waits for its report
+// on the status pipe.
 func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -239,15 +246,26 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
-		Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
-		SysProcAttr: shimAttr()}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return fmt.Errorf("procs: start shim: %w", err)
+	var proc *os.Process
+	if sp := m.takeSpare(); sp != nil {
+		if err := sp.handJob(dir, w, logf, pl.Files); err == nil {
+			proc = sp.cmd.Process
+		} else {
+			sp.cmd.Process.Kill() // gone or broken: a shim of its own instead
+		}
 	}
-	go cmd.Wait() // reap it when it ends (after the process)
+	if proc == nil {
+		cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
+			Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
+			SysProcAttr: shimAttr()}
+		if err := cmd.Start(); err != nil {
+			w.Close()
+			return fmt.Errorf("procs: start shim: %w", err)
+		}
+		go cmd.Wait() // reap it when it ends (after the process)
+		proc = cmd.Process
+	}
+	w.Close()
 	res := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(r, 4096))
@@ -258,14 +276,14 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
 		if string(b) == "ok" {
 			return nil
 		}
-		cmd.Process.Kill()
+		proc.Kill()
 		if len(b) == 0 {
 			b, _ = os.ReadFile(filepath.Join(dir, shimLog))
 			return fmt.Errorf("procs: shim ended without a report: %s", strings.TrimSpace(string(b)))
 		}
 		return fmt.Errorf("procs: %s", b)
 	case <-time.After(m.cfg.StartTimeout):
-		cmd.Process.Kill()
+		proc.Kill()
 		return fmt.Errorf("procs: the shim did not report a start within %v", m.cfg.StartTimeout)
 	}
 }

@@ -31,18 +31,31 @@ import (
 
 // ShimArg0 is argv[0] of a binary re-executed as a shim; argv[1] is the
 // process's directory, fd 3 its status pipe, fds 4... the prepared
-// launch's descriptors.
+// launch's descriptors. A spare shim (spare.go) has argv[1] the processes'
+// directory, argv[2] spareArg, and gets the same over fd 3, a socket.
 const ShimArg0 = "shinken-process-shim"
+
+const spareArg = "spare"
 
 // ShimMain runs the shim when this binary was started as one and never
 // returns then; in any other process it returns at once. The agent's
 // binary (and test binaries that start processes) call it first thing,
 // with the backend's StartFunc.
 func ShimMain(start backend.StartFunc) {
-	if len(os.Args) != 2 || os.Args[0] != ShimArg0 || start == nil {
+	if len(os.Args) < 2 || os.Args[0] != ShimArg0 || start == nil {
 		return
 	}
-	os.Exit(runShim(start, os.Args[1]))
+	switch {
+	case len(os.Args) == 2:
+		// Whatever the shim inherited beyond its stdio (the status pipe, the
+		// prepared launch's descriptors, anything the agent itself inherited
+		// without close-on-exec) reaches the launcher only where StartFunc
+		// passes it, never the session process.
+		closeOnExecFrom(3)
+		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil))
+	case len(os.Args) == 3 && os.Args[2] == spareArg:
+		os.Exit(runSpare(start))
+	}
 }
 
 type shim struct {
@@ -74,16 +87,13 @@ type shim struct {
 	ended bool       // the process ended long ago: holds no longer count
 }
 
-func runShim(start backend.StartFunc, dir string) int {
+// runShim holds the process of directory dir: status is where it reports
+// its start; files are the prepared launch's descriptors (nil: inherited
+// at fds 4..., as many as meta.json says).
+func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File) int {
 	// Caught, not ignored: an ignored signal stays ignored in the process
 	// the shim starts (a shell's ^C would then reach nothing).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
-	// Whatever the shim inherited beyond its stdio (the status pipe, the
-	// prepared launch's descriptors, anything the agent itself inherited
-	// without close-on-exec) reaches the launcher only where StartFunc
-	// passes it, never the session process.
-	closeOnExecFrom(3)
-	status := os.NewFile(3, "status")
 	report := func(err error) int {
 		if err != nil {
 			fmt.Fprintf(status, "%v", err)
@@ -99,9 +109,13 @@ func runShim(start backend.StartFunc, dir string) int {
 	if err := readJSON(filepath.Join(dir, metaFile), &s.meta); err != nil {
 		return report(err)
 	}
-	var files []*os.File
-	for i := 0; i < s.meta.Files; i++ {
-		files = append(files, os.NewFile(uintptr(4+i), "prepared"))
+	if files == nil {
+		for i := 0; i < s.meta.Files; i++ {
+			files = append(files, os.NewFile(uintptr(4+i), "prepared"))
+		}
+	}
+	if len(files) != s.meta.Files {
+		return report(fmt.Errorf("procs: shim got %d descriptors, the prepared launch has %d", len(files), s.meta.Files))
 	}
 	for i, name := range []string{outFile, errFile} {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)

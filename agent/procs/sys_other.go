@@ -5,7 +5,10 @@ package procs
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"syscall"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
 )
@@ -26,3 +29,14 @@ var errBusy = errors.New("busy")
 func closeOnExecFrom(int) {}
 
 func growPipe(*os.File, int) {}
+
+// No spare shims (spare.go) either.
+type spare struct{ cmd *exec.Cmd }
+
+func (m *Manager) takeSpare() *spare { return nil }
+func (m *Manager) refill()           {}
+func (m *Manager) closeSpares()      {}
+
+func (sp *spare) handJob(string, *os.File, *os.File, []*os.File) error { return errors.ErrUnsupported }
+
+func runSpare(backend.StartFunc) int { return 1 }

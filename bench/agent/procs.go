@@ -53,9 +53,9 @@ func dialAttach(ctx context.Context, hc *http.Client, session, id string) (*webs
 }
 
 // timeExecFirstByte: n times, start echo in session s<i mod sessions>,
-// attach and wait for its first stdout byte. Times in ms.
-func timeExecFirstByte(hc *http.Client, sessions, n int) ([]float64, error) {
-	var out []float64
+// attach and wait for its first stdout byte. Times in ms: the whole, and
+// its first part (the start request's answer).
+func timeExecFirstByte(hc *http.Client, sessions, n int) (out, starts []float64, err error) {
 	for i := 0; i < n; i++ {
 		s := "s" + strconv.Itoa(i%sessions)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -63,19 +63,20 @@ func timeExecFirstByte(hc *http.Client, sessions, n int) ([]float64, error) {
 		p, err := startProc(hc, s, "/bin/echo", "x")
 		if err != nil {
 			cancel()
-			return nil, err
+			return nil, nil, err
 		}
+		starts = append(starts, float64(time.Since(t0).Microseconds())/1e3)
 		c, err := dialAttach(ctx, hc, s, p.ID)
 		if err != nil {
 			cancel()
-			return nil, err
+			return nil, nil, err
 		}
 		for {
 			_, m, err := c.Read(ctx)
 			if err != nil {
 				c.CloseNow()
 				cancel()
-				return nil, fmt.Errorf("exec %s in %s: no output: %w", p.ID, s, err)
+				return nil, nil, fmt.Errorf("exec %s in %s: no output: %w", p.ID, s, err)
 			}
 			if len(m) > 1 && m[0] == wire.ChanStdout {
 				out = append(out, float64(time.Since(t0).Microseconds())/1e3)
@@ -85,7 +86,7 @@ func timeExecFirstByte(hc *http.Client, sessions, n int) ([]float64, error) {
 		c.CloseNow()
 		cancel()
 	}
-	return out, nil
+	return out, starts, nil
 }
 
 // attachStream: a file of mib MiB (outside the state directory, readable
