@@ -246,6 +246,7 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
 		return err
 	}
 	defer logf.Close()
+	defer func() { go m.refill() }()
 	var proc *os.Process
 	if sp := m.takeSpare(); sp != nil {
 		if err := sp.handJob(dir, w, logf, pl.Files); err == nil {

@@ -91,15 +91,16 @@ func (m *Manager) refill() {
 	}
 }
 
-// takeSpare returns a spare (nil: none) and starts its replacement.
+// takeSpare returns a spare (nil: none). The caller starts its
+// replacement (refill) once its own start is done: a shim starting beside
+// it would take CPU from it.
 func (m *Manager) takeSpare() *spare {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	var sp *spare
 	if n := len(m.spares); n > 0 {
 		sp, m.spares = m.spares[n-1], m.spares[:n-1]
 	}
-	m.mu.Unlock()
-	go m.refill()
 	return sp
 }
 

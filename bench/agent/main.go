@@ -245,7 +245,7 @@ func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%d idle processes held with an attach stream open each, over %d sessions: agent RSS +%.0f KiB per process, each shim Pss %.0f KiB\n",
+		fmt.Printf("%d idle processes held with an attach stream open each, over %d sessions: agent RSS +%.0f KiB per process, shims' Pss (the spares' included) %.0f KiB per process\n",
 			*flagHeld, *flagSessions, agentKiB, shimKiB)
 		fmt.Printf("processes_per_session_held=%.2f\nagent_rss_kib_per_attached_process=%.0f\nshim_pss_kib_per_process=%.0f\n",
 			float64(*flagHeld)/float64(*flagSessions), agentKiB, shimKiB)

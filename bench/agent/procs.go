@@ -168,7 +168,7 @@ func attachStream(hc *http.Client, session string, mib int) (direct, attach floa
 
 // holdProcs starts n idle processes across the sessions, each with an
 // attach stream open, and reads the daemon's RSS growth and the shims'
-// Pss. It kills them afterwards.
+// Pss (the spares' included) per process. It kills them afterwards.
 func holdProcs(hc *http.Client, agentPid, sessions, n int, stateDir string) (agentKiB, shimKiB float64, err error) {
 	before := rssMiB(agentPid)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -221,8 +221,11 @@ func holdProcs(hc *http.Client, agentPid, sessions, n int, stateDir string) (age
 			}
 		}
 	}
+	// The shims found include the spares the agent keeps ready (at most
+	// two, agent/procs/spare.go): their memory is the runtime's too, so
+	// the sum is shared out over the processes held.
 	if shims < n {
 		return 0, 0, fmt.Errorf("held %d processes but found %d shims", n, shims)
 	}
-	return agentKiB, pss / float64(shims), nil
+	return agentKiB, pss / float64(n), nil
 }
