@@ -100,6 +100,10 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 	}
 	for _, e := range ents {
 		dir := filepath.Join(cfg.Dir, e.Name())
+		if strings.HasPrefix(e.Name(), spareDirPrefix) {
+			os.RemoveAll(dir) // a spare's, with no job: it is gone or going
+			continue
+		}
 		var md meta
 		if !e.IsDir() || readJSON(filepath.Join(dir, metaFile), &md) != nil || md.ID != e.Name() {
 			continue // not ours, or a start that never finished: left alone
@@ -206,13 +210,23 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fail(fmt.Errorf("procs: %w", err))
+	// A spare's directory, renamed, holds its rings and socket already.
+	sp := m.takeSpare()
+	if sp != nil && sp.take(dir) != nil {
+		sp = nil
+	}
+	if sp == nil {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fail(fmt.Errorf("procs: %w", err))
+		}
 	}
 	if err := writeJSON(filepath.Join(dir, metaFile), md); err != nil {
+		if sp != nil {
+			sp.abandon()
+		}
 		return fail(err)
 	}
-	if err := m.startShim(dir, pl); err != nil {
+	if err := m.startShim(dir, pl, sp); err != nil {
 		return fail(err)
 	}
 	pl.Close(false)
@@ -230,32 +244,36 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 	return p, nil
 }
 
-// startShim hands the process to a spare shim, or starts a shim for it
-// (setsid: its own session and process group, nothing the agent's
-// terminal or process group receives reaches it), and waits for its report
-// on the status pipe.
-func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
+// startShim hands the process to sp, a spare shim whose directory is now
+// dir, or (sp nil, or gone) starts a shim for it (setsid: its own session
+// and process group, nothing the agent's terminal or process group
+// receives reaches it), and waits for its report on the status pipe.
+func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) error {
+	defer func() { go m.refill() }()
 	r, w, err := os.Pipe()
 	if err != nil {
+		if sp != nil {
+			sp.abandon()
+		}
 		return err
 	}
 	defer r.Close()
-	logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		w.Close()
-		return err
-	}
-	defer logf.Close()
-	defer func() { go m.refill() }()
 	var proc *os.Process
-	if sp := m.takeSpare(); sp != nil {
-		if err := sp.handJob(dir, w, logf, pl.Files); err == nil {
+	if sp != nil {
+		if err := sp.handJob(dir, w, pl.Files); err == nil {
 			proc = sp.cmd.Process
-		} else {
-			sp.cmd.Process.Kill() // gone or broken: a shim of its own instead
+		} else { // gone or broken: a shim of its own instead, in its place
+			sp.cmd.Process.Kill()
+			os.Remove(filepath.Join(dir, ctlFile))
 		}
 	}
 	if proc == nil {
+		logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			w.Close()
+			return err
+		}
+		defer logf.Close()
 		cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
 			Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
 			SysProcAttr: shimAttr()}

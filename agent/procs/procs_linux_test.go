@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -462,6 +463,9 @@ func TestSparesEndWithTheirManager(t *testing.T) {
 		if !gone {
 			t.Errorf("spare %d outlived its manager", pid)
 		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(r.cfg.Dir, spareDirPrefix+"*")); len(left) != 0 {
+		t.Errorf("spares' directories left: %v", left)
 	}
 	m2, err := Open(r.cfg, nil)
 	if err != nil {

@@ -52,7 +52,7 @@ func ShimMain(start backend.StartFunc) {
 		// without close-on-exec) reaches the launcher only where StartFunc
 		// passes it, never the session process.
 		closeOnExecFrom(3)
-		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil))
+		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil, nil))
 	case len(os.Args) == 3 && os.Args[2] == spareArg:
 		os.Exit(runSpare(start))
 	}
@@ -87,10 +87,18 @@ type shim struct {
 	ended bool       // the process ended long ago: holds no longer count
 }
 
+// staged is what a spare shim made ahead in its directory: the two ring
+// files and the control socket's listener.
+type staged struct {
+	rings [2]*os.File
+	ln    net.Listener
+}
+
 // runShim holds the process of directory dir: status is where it reports
 // its start; files are the prepared launch's descriptors (nil: inherited
-// at fds 4..., as many as meta.json says).
-func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File) int {
+// at fds 4..., as many as meta.json says); pre, from a spare, its rings and
+// listener (nil: made here).
+func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File, pre *staged) int {
 	// Caught, not ignored: an ignored signal stays ignored in the process
 	// the shim starts (a shell's ^C would then reach nothing).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
@@ -117,17 +125,17 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 	if len(files) != s.meta.Files {
 		return report(fmt.Errorf("procs: shim got %d descriptors, the prepared launch has %d", len(files), s.meta.Files))
 	}
-	for i, name := range []string{outFile, errFile} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
+	if pre == nil {
+		var err error
+		if pre, err = stage(dir); err != nil {
 			return report(err)
 		}
+	}
+	for i, f := range pre.rings {
 		s.rings[i] = &ringWriter{f: f, cap: s.meta.RingBytes}
 	}
-	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
-	if err != nil {
-		return report(err)
-	}
+	ln := pre.ln
+	var err error
 	req := backend.StartRequest{Args: s.meta.Prepared, Files: files}
 	var pumps []io.Reader
 	var childEnds []*os.File
@@ -292,6 +300,27 @@ func (s *shim) pump(i int, r io.Reader) {
 			return
 		}
 	}
+}
+
+// stage makes the rings and the control socket in dir.
+func stage(dir string) (*staged, error) {
+	var pre staged
+	for i, name := range []string{outFile, errFile} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		pre.rings[i] = f
+	}
+	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
+	if err != nil {
+		return nil, err
+	}
+	// A spare's directory is renamed to the process's: the socket moves
+	// with it, and nothing is to be removed under the old name.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	pre.ln = ln
+	return &pre, nil
 }
 
 type stdinItem struct {

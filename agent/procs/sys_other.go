@@ -33,10 +33,14 @@ func growPipe(*os.File, int) {}
 // No spare shims (spare.go) either.
 type spare struct{ cmd *exec.Cmd }
 
+const spareDirPrefix = ".spare-"
+
 func (m *Manager) takeSpare() *spare { return nil }
 func (m *Manager) refill()           {}
 func (m *Manager) closeSpares()      {}
 
-func (sp *spare) handJob(string, *os.File, *os.File, []*os.File) error { return errors.ErrUnsupported }
+func (sp *spare) abandon()                                   {}
+func (sp *spare) take(string) error                          { return errors.ErrUnsupported }
+func (sp *spare) handJob(string, *os.File, []*os.File) error { return errors.ErrUnsupported }
 
 func runSpare(backend.StartFunc) int { return 1 }
