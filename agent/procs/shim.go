@@ -31,8 +31,9 @@ import (
 
 // ShimArg0 is argv[0] of a binary re-executed as a shim; argv[1] is the
 // process's directory, fd 3 its status pipe, fds 4... the prepared
-// launch's descriptors. A spare shim (spare.go) has argv[1] the processes'
-// directory, argv[2] spareArg, and gets the same over fd 3, a socket.
+// launch's descriptors. A spare shim (spare.go) has argv[1] a directory of
+// its own (STATE_DIR/procs/.spare-*), argv[2] spareArg, and gets the
+// process's directory and descriptors later over fd 3, a socket.
 const ShimArg0 = "shinken-process-shim"
 
 const spareArg = "spare"
