@@ -57,16 +57,17 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var wmu sync.Mutex
-	send := func(ch byte, b []byte) error {
+	// sendMsg writes one message: its channel byte and payload.
+	sendMsg := func(m []byte) error {
 		wmu.Lock()
 		defer wmu.Unlock()
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
-		return c.Write(wctx, websocket.MessageBinary, append([]byte{ch}, b...))
+		return c.Write(wctx, websocket.MessageBinary, m)
 	}
 	sendJSON := func(ch byte, v any) error {
 		b, _ := json.Marshal(v)
-		return send(ch, b)
+		return sendMsg(append([]byte{ch}, b...))
 	}
 	go func() { // client → process
 		defer cancel()
@@ -113,7 +114,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errc <- s.followStream(ctx, p, i, from[i], fl, send, sendJSON)
+			errc <- s.followStream(ctx, p, i, from[i], fl, sendMsg, sendJSON)
 		}()
 	}
 	wg.Wait()
@@ -136,14 +137,21 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// attachFrameBytes bounds the output one message carries (clients read
+// messages of up to 1 MiB): large enough that a fast writer costs few
+// messages, control frames and wake-ups.
+const attachFrameBytes = 256 << 10
+
 // followStream sends stream i from off until the process has ended and all
-// of it is sent (nil), or ctx ends or a write fails (the error).
-func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, fl *procs.Follower, send func(byte, []byte) error, sendJSON func(byte, any) error) error {
+// of it is sent (nil), or ctx ends or a write fails (the error). One buffer
+// serves every message: the channel byte, then the bytes read into it.
+func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, fl *procs.Follower, sendMsg func([]byte) error, sendJSON func(byte, any) error) error {
 	name := [2]string{"stdout", "stderr"}[i]
-	ch := [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
+	msg := make([]byte, 1+attachFrameBytes)
+	msg[0] = [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
 	first := true
 	for {
-		c, ok, err := p.Next(ctx, i, off, 64<<10)
+		c, ok, err := p.NextInto(ctx, i, off, msg[1:])
 		if err != nil {
 			return err
 		}
@@ -156,10 +164,11 @@ func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uin
 		if !ok {
 			return nil
 		}
-		if err := send(ch, c.Data); err != nil {
+		n := copy(msg[1:], c.Data) // the same bytes, moved to the front when the ring dropped some
+		if err := sendMsg(msg[:1+n]); err != nil {
 			return err
 		}
-		off = c.Offset + uint64(len(c.Data))
+		off = c.Offset + uint64(n)
 		fl.Advance(i, off)
 	}
 }

@@ -77,6 +77,10 @@ type Manager struct {
 	cfg   Config
 	mu    sync.Mutex
 	procs map[string]*Proc
+	// spares: shims started ahead of need (spare.go).
+	spares        []*spare
+	spareStarting int
+	closed        bool
 }
 
 // Open adopts the processes found in cfg.Dir (running ones through their
@@ -96,6 +100,10 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 	}
 	for _, e := range ents {
 		dir := filepath.Join(cfg.Dir, e.Name())
+		if strings.HasPrefix(e.Name(), spareDirPrefix) {
+			os.RemoveAll(dir) // a spare's, with no job: it is gone or going
+			continue
+		}
 		var md meta
 		if !e.IsDir() || readJSON(filepath.Join(dir, metaFile), &md) != nil || md.ID != e.Name() {
 			continue // not ours, or a start that never finished: left alone
@@ -117,12 +125,14 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 		p.adopt()
 		m.procs[md.ID] = p
 	}
+	go m.refill()
 	return m, nil
 }
 
 // Close drops the agent's connections to the shims; the processes and
 // their shims keep running (a new Manager adopts them).
 func (m *Manager) Close() {
+	m.closeSpares()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.procs {
@@ -200,13 +210,23 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fail(fmt.Errorf("procs: %w", err))
+	// A spare's directory, renamed, holds its rings and socket already.
+	sp := m.takeSpare()
+	if sp != nil && sp.take(dir) != nil {
+		sp = nil
+	}
+	if sp == nil {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fail(fmt.Errorf("procs: %w", err))
+		}
 	}
 	if err := writeJSON(filepath.Join(dir, metaFile), md); err != nil {
+		if sp != nil {
+			sp.abandon()
+		}
 		return fail(err)
 	}
-	if err := m.startShim(dir, pl); err != nil {
+	if err := m.startShim(dir, pl, sp); err != nil {
 		return fail(err)
 	}
 	pl.Close(false)
@@ -224,30 +244,47 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 	return p, nil
 }
 
-// startShim starts the shim (setsid: its own session and process group,
-// nothing the agent's terminal or process group receives reaches it) and
-// waits for its report on the status pipe.
-func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
+// startShim hands the process to sp, a spare shim whose directory is now
+// dir, or (sp nil, or gone) starts a shim for it (setsid: its own session
+// and process group, nothing the agent's terminal or process group
+// receives reaches it), and waits for its report on the status pipe.
+func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) error {
+	defer func() { go m.refill() }()
 	r, w, err := os.Pipe()
 	if err != nil {
+		if sp != nil {
+			sp.abandon()
+		}
 		return err
 	}
 	defer r.Close()
-	logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		w.Close()
-		return err
+	var proc *os.Process
+	if sp != nil {
+		if err := sp.handJob(dir, w, pl.Files); err == nil {
+			proc = sp.cmd.Process
+		} else { // gone or broken: a shim of its own instead, in its place
+			sp.cmd.Process.Kill()
+			os.Remove(filepath.Join(dir, ctlFile))
+		}
 	}
-	defer logf.Close()
-	cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
-		Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
-		SysProcAttr: shimAttr()}
-	err = cmd.Start()
+	if proc == nil {
+		logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			w.Close()
+			return err
+		}
+		defer logf.Close()
+		cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
+			Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
+			SysProcAttr: shimAttr()}
+		if err := cmd.Start(); err != nil {
+			w.Close()
+			return fmt.Errorf("procs: start shim: %w", err)
+		}
+		go cmd.Wait() // reap it when it ends (after the process)
+		proc = cmd.Process
+	}
 	w.Close()
-	if err != nil {
-		return fmt.Errorf("procs: start shim: %w", err)
-	}
-	go cmd.Wait() // reap it when it ends (after the process)
 	res := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(r, 4096))
@@ -258,14 +295,14 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch) error {
 		if string(b) == "ok" {
 			return nil
 		}
-		cmd.Process.Kill()
+		proc.Kill()
 		if len(b) == 0 {
 			b, _ = os.ReadFile(filepath.Join(dir, shimLog))
 			return fmt.Errorf("procs: shim ended without a report: %s", strings.TrimSpace(string(b)))
 		}
 		return fmt.Errorf("procs: %s", b)
 	case <-time.After(m.cfg.StartTimeout):
-		cmd.Process.Kill()
+		proc.Kill()
 		return fmt.Errorf("procs: the shim did not report a start within %v", m.cfg.StartTimeout)
 	}
 }

@@ -204,6 +204,13 @@ type Chunk struct {
 // Read reads up to max bytes of stream (0 stdout, 1 stderr) from offset
 // off, without waiting.
 func (p *Proc) Read(stream int, off uint64, max int) (Chunk, error) {
+	return p.ReadInto(stream, off, make([]byte, max))
+}
+
+// ReadInto is Read into buf: the chunk's Data is a slice of buf (a reader
+// that follows a stream reuses one buffer instead of allocating one per
+// read).
+func (p *Proc) ReadInto(stream int, off uint64, buf []byte) (Chunk, error) {
 	if stream != 0 && stream != 1 {
 		return Chunk{}, fmt.Errorf("%w: stream %d", ErrInvalid, stream)
 	}
@@ -211,7 +218,7 @@ func (p *Proc) Read(stream int, off uint64, max int) (Chunk, error) {
 	if off > end {
 		off = end
 	}
-	data, start, err := readRing(p.rings[stream], p.meta.RingBytes, off, end, max, func() uint64 { return p.end(stream) })
+	data, start, err := readRing(p.rings[stream], p.meta.RingBytes, off, end, buf, func() uint64 { return p.end(stream) })
 	if err != nil {
 		return Chunk{}, err
 	}
@@ -228,12 +235,24 @@ func (p *Proc) end(stream int) uint64 {
 // ctx is done), and reads them. ok is false when the stream is complete
 // (the process ended and off is its end).
 func (p *Proc) Next(ctx context.Context, stream int, off uint64, max int) (c Chunk, ok bool, err error) {
+	return p.next(ctx, stream, off, max, nil)
+}
+
+// NextInto is Next into buf (see ReadInto).
+func (p *Proc) NextInto(ctx context.Context, stream int, off uint64, buf []byte) (c Chunk, ok bool, err error) {
+	return p.next(ctx, stream, off, len(buf), buf)
+}
+
+func (p *Proc) next(ctx context.Context, stream int, off uint64, max int, buf []byte) (c Chunk, ok bool, err error) {
 	for {
 		p.mu.Lock()
 		end, done, ch := p.ends[stream], p.exit != nil || p.lost, p.changed
 		p.mu.Unlock()
 		if off < end {
-			c, err := p.Read(stream, off, max)
+			if buf == nil {
+				buf = make([]byte, min(uint64(max), end-off))
+			}
+			c, err := p.ReadInto(stream, off, buf)
 			return c, err == nil, err
 		}
 		if done {
@@ -316,7 +335,13 @@ func (p *Proc) updateHold() {
 		first = false
 	}
 	holding := len(p.followers) > 0
-	if holding == p.holding && (!holding || min == p.sentHold) {
+	// A hold that moved by less than an eighth of the ring is not sent:
+	// the shim, reading no more than the room past the hold it knows,
+	// still has at least 7/8 of the ring to fill when the followers have
+	// read all it wrote, so it never waits for a hold that is not sent;
+	// and one control frame per eighth of the ring, not per chunk read.
+	step := p.meta.RingBytes / 8
+	if holding == p.holding && (!holding || (min[0]-p.sentHold[0] < step && min[1]-p.sentHold[1] < step && min[0] >= p.sentHold[0] && min[1] >= p.sentHold[1])) {
 		p.mu.Unlock()
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -425,4 +426,54 @@ func TestShimKilled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Error("the lost process's tree survived DELETE")
+}
+
+// TestSparesEndWithTheirManager: the spare shims a manager keeps ready
+// exit when it closes (their sockets close), so none outlives its agent;
+// and a start after them still works (a shim of its own, or a new spare).
+func TestSparesEndWithTheirManager(t *testing.T) {
+	r := newRig(t, 0)
+	var pids []int
+	for i := 0; i < 200 && len(pids) < spareCount; i++ {
+		r.m.mu.Lock()
+		pids = pids[:0]
+		for _, sp := range r.m.spares {
+			pids = append(pids, sp.cmd.Process.Pid)
+		}
+		r.m.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(pids) != spareCount {
+		t.Fatalf("%d spares ready, want %d", len(pids), spareCount)
+	}
+	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/echo", "spare"}})
+	if out, _ := readAll(t, p, 0, 0, 10*time.Second); out != "spare\n" {
+		t.Errorf("through a spare: %q", out)
+	}
+	r.m.Close()
+	for _, pid := range pids {
+		gone := false
+		for i := 0; i < 100 && !gone; i++ {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			// the one that took the job ended with its process; a reaped
+			// or zombie spare reads empty
+			gone = err != nil || len(b) == 0 || !strings.Contains(string(b), spareArg)
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !gone {
+			t.Errorf("spare %d outlived its manager", pid)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(r.cfg.Dir, spareDirPrefix+"*")); len(left) != 0 {
+		t.Errorf("spares' directories left: %v", left)
+	}
+	m2, err := Open(r.cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m2
+	q := r.start(t, wire.ProcessStart{Argv: []string{"/bin/echo", "again"}})
+	if out, _ := readAll(t, q, 0, 0, 10*time.Second); out != "again\n" {
+		t.Errorf("after reopening: %q", out)
+	}
 }

@@ -39,12 +39,12 @@ func (w *ringWriter) write(p []byte) error {
 	return nil
 }
 
-// readRing reads up to max bytes of the ring f (capacity cp) from stream
-// offset off, the writer's end being end. It returns the bytes and the
-// offset of the first (start > off: the bytes between are gone). endNow
-// gives the writer's end after the read: bytes it has overwritten since are
-// dropped from the front.
-func readRing(f *os.File, cp, off, end uint64, max int, endNow func() uint64) ([]byte, uint64, error) {
+// readRing reads up to len(buf) bytes of the ring f (capacity cp) into buf
+// from stream offset off, the writer's end being end. It returns the bytes
+// (a slice of buf) and the offset of the first (start > off: the bytes
+// between are gone). endNow gives the writer's end after the read: bytes it
+// has overwritten since are dropped from the front.
+func readRing(f *os.File, cp, off, end uint64, buf []byte, endNow func() uint64) ([]byte, uint64, error) {
 	start := off
 	if end > cp && start < end-cp {
 		start = end - cp
@@ -52,8 +52,8 @@ func readRing(f *os.File, cp, off, end uint64, max int, endNow func() uint64) ([
 	if start >= end {
 		return nil, start, nil
 	}
-	n := min(end-start, uint64(max))
-	buf := make([]byte, n)
+	n := min(end-start, uint64(len(buf)))
+	buf = buf[:n]
 	for got := uint64(0); got < n; {
 		pos := (start + got) % cp
 		k := min(n-got, cp-pos)

@@ -40,14 +40,14 @@ func TestRing(t *testing.T) {
 		{12, 3, "mno", 12},
 		{18, 100, "", 18},
 	} {
-		got, start, err := readRing(f, 8, tc.off, w.end, int(tc.max), end)
+		got, start, err := readRing(f, 8, tc.off, w.end, make([]byte, tc.max), end)
 		if err != nil || string(got) != tc.want || start != tc.wantOffset {
 			t.Errorf("read from %d: %q at %d (%v), want %q at %d", tc.off, got, start, err, tc.want, tc.wantOffset)
 		}
 	}
 	// The writer laps the reader during its read: the overwritten front
 	// is dropped, never returned as if it were the old bytes.
-	got, start, _ := readRing(f, 8, 12, w.end, 100, func() uint64 { return w.end + 3 })
+	got, start, _ := readRing(f, 8, 12, w.end, make([]byte, 100), func() uint64 { return w.end + 3 })
 	if string(got) != "nopqr" || start != 13 { // 21-8: byte 12 was overwritten
 		t.Errorf("lapped read: %q at %d", got, start)
 	}

@@ -31,18 +31,32 @@ import (
 
 // ShimArg0 is argv[0] of a binary re-executed as a shim; argv[1] is the
 // process's directory, fd 3 its status pipe, fds 4... the prepared
-// launch's descriptors.
+// launch's descriptors. A spare shim (spare.go) has argv[1] a directory of
+// its own (STATE_DIR/procs/.spare-*), argv[2] spareArg, and gets the
+// process's directory and descriptors later over fd 3, a socket.
 const ShimArg0 = "shinken-process-shim"
+
+const spareArg = "spare"
 
 // ShimMain runs the shim when this binary was started as one and never
 // returns then; in any other process it returns at once. The agent's
 // binary (and test binaries that start processes) call it first thing,
 // with the backend's StartFunc.
 func ShimMain(start backend.StartFunc) {
-	if len(os.Args) != 2 || os.Args[0] != ShimArg0 || start == nil {
+	if len(os.Args) < 2 || os.Args[0] != ShimArg0 || start == nil {
 		return
 	}
-	os.Exit(runShim(start, os.Args[1]))
+	switch {
+	case len(os.Args) == 2:
+		// Whatever the shim inherited beyond its stdio (the status pipe, the
+		// prepared launch's descriptors, anything the agent itself inherited
+		// without close-on-exec) reaches the launcher only where StartFunc
+		// passes it, never the session process.
+		closeOnExecFrom(3)
+		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil, nil))
+	case len(os.Args) == 3 && os.Args[2] == spareArg:
+		os.Exit(runSpare(start))
+	}
 }
 
 type shim struct {
@@ -74,16 +88,21 @@ type shim struct {
 	ended bool       // the process ended long ago: holds no longer count
 }
 
-func runShim(start backend.StartFunc, dir string) int {
+// staged is what a spare shim made ahead in its directory: the two ring
+// files and the control socket's listener.
+type staged struct {
+	rings [2]*os.File
+	ln    net.Listener
+}
+
+// runShim holds the process of directory dir: status is where it reports
+// its start; files are the prepared launch's descriptors (nil: inherited
+// at fds 4..., as many as meta.json says); pre, from a spare, its rings and
+// listener (nil: made here).
+func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File, pre *staged) int {
 	// Caught, not ignored: an ignored signal stays ignored in the process
 	// the shim starts (a shell's ^C would then reach nothing).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
-	// Whatever the shim inherited beyond its stdio (the status pipe, the
-	// prepared launch's descriptors, anything the agent itself inherited
-	// without close-on-exec) reaches the launcher only where StartFunc
-	// passes it, never the session process.
-	closeOnExecFrom(3)
-	status := os.NewFile(3, "status")
 	report := func(err error) int {
 		if err != nil {
 			fmt.Fprintf(status, "%v", err)
@@ -99,21 +118,25 @@ func runShim(start backend.StartFunc, dir string) int {
 	if err := readJSON(filepath.Join(dir, metaFile), &s.meta); err != nil {
 		return report(err)
 	}
-	var files []*os.File
-	for i := 0; i < s.meta.Files; i++ {
-		files = append(files, os.NewFile(uintptr(4+i), "prepared"))
+	if files == nil {
+		for i := 0; i < s.meta.Files; i++ {
+			files = append(files, os.NewFile(uintptr(4+i), "prepared"))
+		}
 	}
-	for i, name := range []string{outFile, errFile} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
+	if len(files) != s.meta.Files {
+		return report(fmt.Errorf("procs: shim got %d descriptors, the prepared launch has %d", len(files), s.meta.Files))
+	}
+	if pre == nil {
+		var err error
+		if pre, err = stage(dir); err != nil {
 			return report(err)
 		}
+	}
+	for i, f := range pre.rings {
 		s.rings[i] = &ringWriter{f: f, cap: s.meta.RingBytes}
 	}
-	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
-	if err != nil {
-		return report(err)
-	}
+	ln := pre.ln
+	var err error
 	req := backend.StartRequest{Args: s.meta.Prepared, Files: files}
 	var pumps []io.Reader
 	var childEnds []*os.File
@@ -135,6 +158,7 @@ func runShim(start backend.StartFunc, dir string) int {
 			if err != nil {
 				return report(err)
 			}
+			growPipe(r, pipeBytes)
 			pumps = append(pumps, r)
 			childEnds = append(childEnds, w)
 		}
@@ -238,16 +262,27 @@ func runShim(start backend.StartFunc, dir string) int {
 	return 0
 }
 
+// Sizes on the output path: each output pipe holds up to pipeBytes (the
+// kernel's default, 64 KiB, made a process writing fast wait for the shim
+// at every 64 KiB); the shim reads up to readBytes at once (and never more
+// than the ring can keep past the slowest live reader).
+const (
+	pipeBytes = 1 << 20
+	readBytes = 256 << 10
+)
+
 // pump copies one output stream into its ring (a terminal's into stdout).
 func (s *shim) pump(i int, r io.Reader) {
-	buf := make([]byte, min(64<<10, s.meta.RingBytes))
+	buf := make([]byte, min(readBytes, s.meta.RingBytes))
 	for {
 		s.mu.Lock()
-		for s.held(i, uint64(len(buf))) {
+		room := s.space(i, uint64(len(buf)))
+		for room == 0 {
 			s.room.Wait()
+			room = s.space(i, uint64(len(buf)))
 		}
 		s.mu.Unlock()
-		n, err := r.Read(buf)
+		n, err := r.Read(buf[:room])
 		if n > 0 {
 			s.mu.Lock()
 			werr := s.rings[i].write(buf[:n])
@@ -266,6 +301,27 @@ func (s *shim) pump(i int, r io.Reader) {
 			return
 		}
 	}
+}
+
+// stage makes the rings and the control socket in dir.
+func stage(dir string) (*staged, error) {
+	var pre staged
+	for i, name := range []string{outFile, errFile} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		pre.rings[i] = f
+	}
+	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
+	if err != nil {
+		return nil, err
+	}
+	// A spare's directory is renamed to the process's: the socket moves
+	// with it, and nothing is to be removed under the old name.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	pre.ln = ln
+	return &pre, nil
 }
 
 type stdinItem struct {
@@ -315,18 +371,20 @@ func (s *shim) stdinLoop() {
 	}
 }
 
-// held says whether writing n more bytes to ring i would overwrite bytes a
-// live reader has not read yet; s.mu held.
-func (s *shim) held(i int, n uint64) bool {
+// space says how many bytes (at most max) ring i can take without
+// overwriting bytes a live reader has not read yet; s.mu held.
+func (s *shim) space(i int, max uint64) uint64 {
 	if s.ended {
-		return false
+		return max
 	}
+	r := s.rings[i]
 	for _, h := range s.holds {
-		if s.rings[i].end+n > h[i]+s.rings[i].cap {
-			return true
+		if r.end >= h[i]+r.cap {
+			return 0
 		}
+		max = min(max, h[i]+r.cap-r.end)
 	}
-	return false
+	return max
 }
 
 // serve takes the agent's control connections (one per agent that runs;

@@ -19,3 +19,19 @@ func closeOnExecFrom(fd int) {
 		}
 	}
 }
+
+// growPipe sets the pipe f's capacity to n bytes (best effort: the default
+// 64 KiB works, only slower).
+func growPipe(f *os.File, n int) {
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, n) })
+	}
+}
+
+// dupTo makes fd to a copy of fd old (not close-on-exec).
+func dupTo(old, to int) error { return unix.Dup3(old, to, 0) }
+
+// seqpacketPair is a close-on-exec AF_UNIX SOCK_SEQPACKET socket pair.
+func seqpacketPair() ([2]int, error) {
+	return unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+}

@@ -5,7 +5,10 @@ package procs
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"syscall"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
 )
@@ -24,3 +27,20 @@ func rmdir(dir string) error { return os.Remove(dir) }
 var errBusy = errors.New("busy")
 
 func closeOnExecFrom(int) {}
+
+func growPipe(*os.File, int) {}
+
+// No spare shims (spare.go) either.
+type spare struct{ cmd *exec.Cmd }
+
+const spareDirPrefix = ".spare-"
+
+func (m *Manager) takeSpare() *spare { return nil }
+func (m *Manager) refill()           {}
+func (m *Manager) closeSpares()      {}
+
+func (sp *spare) abandon()                                   {}
+func (sp *spare) take(string) error                          { return errors.ErrUnsupported }
+func (sp *spare) handJob(string, *os.File, []*os.File) error { return errors.ErrUnsupported }
+
+func runSpare(backend.StartFunc) int { return 1 }

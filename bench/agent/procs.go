@@ -53,9 +53,9 @@ func dialAttach(ctx context.Context, hc *http.Client, session, id string) (*webs
 }
 
 // timeExecFirstByte: n times, start echo in session s<i mod sessions>,
-// attach and wait for its first stdout byte. Times in ms.
-func timeExecFirstByte(hc *http.Client, sessions, n int) ([]float64, error) {
-	var out []float64
+// attach and wait for its first stdout byte. Times in ms: the whole, and
+// its first part (the start request's answer).
+func timeExecFirstByte(hc *http.Client, sessions, n int) (out, starts []float64, err error) {
 	for i := 0; i < n; i++ {
 		s := "s" + strconv.Itoa(i%sessions)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -63,19 +63,20 @@ func timeExecFirstByte(hc *http.Client, sessions, n int) ([]float64, error) {
 		p, err := startProc(hc, s, "/bin/echo", "x")
 		if err != nil {
 			cancel()
-			return nil, err
+			return nil, nil, err
 		}
+		starts = append(starts, float64(time.Since(t0).Microseconds())/1e3)
 		c, err := dialAttach(ctx, hc, s, p.ID)
 		if err != nil {
 			cancel()
-			return nil, err
+			return nil, nil, err
 		}
 		for {
 			_, m, err := c.Read(ctx)
 			if err != nil {
 				c.CloseNow()
 				cancel()
-				return nil, fmt.Errorf("exec %s in %s: no output: %w", p.ID, s, err)
+				return nil, nil, fmt.Errorf("exec %s in %s: no output: %w", p.ID, s, err)
 			}
 			if len(m) > 1 && m[0] == wire.ChanStdout {
 				out = append(out, float64(time.Since(t0).Microseconds())/1e3)
@@ -85,7 +86,7 @@ func timeExecFirstByte(hc *http.Client, sessions, n int) ([]float64, error) {
 		c.CloseNow()
 		cancel()
 	}
-	return out, nil
+	return out, starts, nil
 }
 
 // attachStream: a file of mib MiB (outside the state directory, readable
@@ -133,11 +134,23 @@ func attachStream(hc *http.Client, session string, mib int) (direct, attach floa
 	}
 	defer c.CloseNow()
 	var got uint64
+	// The client reads each message into one reused buffer (c.Read would
+	// allocate and copy every message): the stream is timed, not the
+	// client's allocator.
+	buf := make([]byte, 1<<20)
 	for {
-		_, m, err := c.Read(ctx)
+		_, r, err := c.Reader(ctx)
 		if err != nil {
 			return 0, 0, 0, fmt.Errorf("attach of cat: %w", err)
 		}
+		n, err := io.ReadFull(r, buf)
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return 0, 0, 0, fmt.Errorf("attach of cat: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		m := buf[:n]
 		switch m[0] {
 		case wire.ChanStdout:
 			got += uint64(len(m) - 1)
@@ -155,7 +168,7 @@ func attachStream(hc *http.Client, session string, mib int) (direct, attach floa
 
 // holdProcs starts n idle processes across the sessions, each with an
 // attach stream open, and reads the daemon's RSS growth and the shims'
-// Pss. It kills them afterwards.
+// Pss (the spares' included) per process. It kills them afterwards.
 func holdProcs(hc *http.Client, agentPid, sessions, n int, stateDir string) (agentKiB, shimKiB float64, err error) {
 	before := rssMiB(agentPid)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -208,8 +221,11 @@ func holdProcs(hc *http.Client, agentPid, sessions, n int, stateDir string) (age
 			}
 		}
 	}
+	// The shims found include the spares the agent keeps ready (at most
+	// two, agent/procs/spare.go): their memory is the runtime's too, so
+	// the sum is shared out over the processes held.
 	if shims < n {
 		return 0, 0, fmt.Errorf("held %d processes but found %d shims", n, shims)
 	}
-	return agentKiB, pss / float64(shims), nil
+	return agentKiB, pss / float64(n), nil
 }

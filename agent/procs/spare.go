@@ -1,0 +1,270 @@
+//go:build unix
+
+package procs
+
+// Spare shims: a shim's own start (exec of a Go binary, its runtime and
+// package initialisation) and the files it makes (a directory, two ring
+// files, its log and its control socket: file creations cost 0.03–1 ms
+// each on this machine's ext4, depending on the disk's other work) are
+// paid before a start is asked for. The manager keeps spareCount shims
+// ready, each in a directory of its own (STATE_DIR/procs/.spare-RANDOM)
+// holding those files, and waiting on its end of a socket pair (fd 3). A
+// start renames a spare's directory to the process's (the open rings and
+// the bound socket move with it), writes meta.json there, and hands the
+// spare its job: the directory's new name and, as descriptors, the status
+// pipe and the prepared launch's; a replacement starts once the start is
+// done. A spare whose socket closes with no job (the manager closed, the
+// agent gone, even by kill -9) removes its directory and exits: none
+// outlives its agent. A start that finds none ready starts a shim of its
+// own.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+	"golang.org/x/sys/unix"
+)
+
+// spareCount spares are kept ready: one start at a time always finds one
+// that has finished starting; a burst takes them all and the rest start
+// shims of their own.
+const spareCount = 2
+
+// maxJobFiles bounds the descriptors of one job (status and the prepared
+// launch's).
+const maxJobFiles = 16
+
+// spareDirPrefix names a spare's directory in the processes' directory.
+const spareDirPrefix = ".spare-"
+
+type spare struct {
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+	dir  string
+}
+
+// startSpare starts one spare shim and waits until it is ready (its
+// directory made).
+func (m *Manager) startSpare() (*spare, error) {
+	fds, err := seqpacketPair()
+	if err != nil {
+		return nil, err
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "spare"), os.NewFile(uintptr(fds[1]), "spare")
+	defer theirs.Close()
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		return nil, err
+	}
+	sp := &spare{conn: c.(*net.UnixConn), dir: filepath.Join(m.cfg.Dir, spareDirPrefix+newID()[2:])}
+	sp.cmd = &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, sp.dir, spareArg}, Env: []string{"GOMAXPROCS=2"},
+		ExtraFiles: []*os.File{theirs}, SysProcAttr: shimAttr()}
+	if err := sp.cmd.Start(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("procs: start spare shim: %w", err)
+	}
+	go sp.cmd.Wait() // reap it when it ends
+	var b [1]byte
+	sp.conn.SetReadDeadline(time.Now().Add(m.cfg.StartTimeout))
+	if n, err := sp.conn.Read(b[:]); err != nil || n != 1 || b[0] != 'r' {
+		sp.abandon()
+		return nil, fmt.Errorf("procs: spare shim not ready: %v", err)
+	}
+	sp.conn.SetReadDeadline(time.Time{})
+	return sp, nil
+}
+
+// abandon ends a spare that will get no job (and removes its directory
+// if it could not).
+func (sp *spare) abandon() {
+	sp.conn.Close()
+	sp.cmd.Process.Kill()
+	os.RemoveAll(sp.dir)
+}
+
+// refill starts spares until spareCount are kept (or the manager closed).
+func (m *Manager) refill() {
+	for {
+		m.mu.Lock()
+		if m.closed || len(m.spares)+m.spareStarting >= spareCount {
+			m.mu.Unlock()
+			return
+		}
+		m.spareStarting++
+		m.mu.Unlock()
+		sp, err := m.startSpare()
+		m.mu.Lock()
+		m.spareStarting--
+		if err == nil && !m.closed {
+			m.spares = append(m.spares, sp)
+			sp = nil
+		}
+		m.mu.Unlock()
+		if sp != nil {
+			sp.abandon() // the manager closed meanwhile
+		}
+		if err != nil {
+			return // the next start tries again
+		}
+	}
+}
+
+// takeSpare returns a spare (nil: none). The caller starts its
+// replacement (refill) once its own start is done: a shim starting beside
+// it would take CPU from it.
+func (m *Manager) takeSpare() *spare {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sp *spare
+	if n := len(m.spares); n > 0 {
+		sp, m.spares = m.spares[n-1], m.spares[:n-1]
+	}
+	return sp
+}
+
+// closeSpares ends the spares (their sockets close: they exit).
+func (m *Manager) closeSpares() {
+	m.mu.Lock()
+	sps := m.spares
+	m.spares, m.closed = nil, true
+	m.mu.Unlock()
+	for _, sp := range sps {
+		sp.conn.Close() // it removes its directory and exits
+	}
+}
+
+// take renames the spare's directory to dir, the process's.
+func (sp *spare) take(dir string) error {
+	if err := os.Rename(sp.dir, dir); err != nil {
+		sp.abandon()
+		return err
+	}
+	sp.dir = dir
+	return nil
+}
+
+// handJob sends a spare (its directory renamed to dir) its job: dir, then
+// as descriptors the status pipe and the prepared launch's. The spare owns
+// its copies once this returns nil.
+func (sp *spare) handJob(dir string, status *os.File, files []*os.File) error {
+	defer sp.conn.Close() // one job per spare
+	fds := []int{int(status.Fd())}
+	for _, f := range files {
+		fds = append(fds, int(f.Fd()))
+	}
+	if len(fds) > maxJobFiles {
+		return fmt.Errorf("procs: %d descriptors for a shim (at most %d)", len(fds), maxJobFiles)
+	}
+	_, _, err := sp.conn.WriteMsgUnix([]byte(dir), unix.UnixRights(fds...), nil)
+	return err
+}
+
+// runSpare is a spare shim: it makes its directory (argv[1]) and what a
+// shim makes there, says it is ready on fd 3, and waits there for its job
+// and runs it (or, the socket closed with no job, removes the directory
+// and exits).
+func runSpare(start backend.StartFunc) int {
+	closeOnExecFrom(3)
+	f := os.NewFile(3, "spare")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return 1
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 1
+	}
+	staging := os.Args[1]
+	if !filepath.IsAbs(staging) || !strings.HasPrefix(filepath.Base(staging), spareDirPrefix) || os.Mkdir(staging, 0o700) != nil {
+		return 1
+	}
+	pre, err := stageSpare(staging)
+	if err != nil {
+		os.RemoveAll(staging)
+		return 1
+	}
+	if _, err := uc.Write([]byte{'r'}); err != nil {
+		os.RemoveAll(staging)
+		return 0
+	}
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*maxJobFiles))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	uc.Close()
+	if err != nil || n == 0 {
+		os.RemoveAll(staging) // closed with no job
+		return 0
+	}
+	fds, err := parseRights(oob[:oobn])
+	if err != nil || len(fds) < 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return 1
+	}
+	status := os.NewFile(uintptr(fds[0]), "status")
+	files := []*os.File{}
+	for _, fd := range fds[1:] {
+		files = append(files, os.NewFile(uintptr(fd), "prepared"))
+	}
+	dir := string(buf[:n])
+	if !filepath.IsAbs(dir) || filepath.Dir(dir) != filepath.Dir(staging) {
+		fmt.Fprintf(status, "procs: spare shim: bad directory %q", dir)
+		return 1
+	}
+	return runShim(start, dir, status, files, pre)
+}
+
+// stageSpare makes a spare's files in its directory: its log (its stdout
+// and stderr from now on, as a shim started for its job has them), the
+// rings and the control socket.
+func stageSpare(dir string) (*staged, error) {
+	log, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	for _, to := range []int{1, 2} {
+		if err := dupTo(int(log.Fd()), to); err != nil {
+			return nil, err
+		}
+	}
+	return stage(dir)
+}
+
+// parseRights returns the descriptors in a message's control data, each
+// marked close-on-exec.
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for i := range msgs {
+		if msgs[i].Header.Level != syscall.SOL_SOCKET || msgs[i].Header.Type != syscall.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, got...)
+	}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+	}
+	if len(fds) == 0 {
+		return nil, errors.New("no descriptors")
+	}
+	return fds, nil
+}
