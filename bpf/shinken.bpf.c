@@ -60,4 +60,5 @@
 #include "sock_addr.bpf.c" /* connect4|6, sendmsg4|6, sock_create */
 #include "dns.bpf.c"       /* recvmsg4|6, getpeername4|6 */
 #include "skb.bpf.c"       /* cgroup_skb ingress|egress */
+#include "inbound.bpf.c"   /* sk_lookup, post_bind4|6, sockops, sock_release */
 #include "sweep.bpf.c"     /* iter/tcp, iter/udp */

@@ -62,17 +62,22 @@ type progAttach struct {
 }
 
 // inMode says whether a hook is attached in flow mode m: packet mode checks
-// packets on egress; sweep mode instead refuses the sockets whose packets no
-// other hook sees.
+// packets (both ways); sweep mode runs no program per packet: it refuses the
+// sockets whose packets no other hook sees, and checks new inbound flows in
+// sk_lookup, with the port holds of post_bind, sockops and sock_release.
 func (a progAttach) inMode(m FlowMode) bool {
 	switch a.name {
-	case "skb_egress":
+	case "skb_egress", "skb_ingress":
 		return m == FlowPacket
-	case "sock_create":
+	case "sock_create", "post_bind4", "post_bind6", "sockops", "sock_release", "sk_lookup":
 		return m == FlowSweep
 	}
 	return true
 }
+
+// netns says whether the hook is attached to the agent's network namespace
+// (sk_lookup) rather than to the sessions' parent cgroup.
+func (a progAttach) netns() bool { return a.attach == ebpf.AttachSkLookup }
 
 var attachments = []progAttach{
 	{"connect4", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect4 }, ebpf.AttachCGroupInet4Connect},
@@ -86,6 +91,11 @@ var attachments = []progAttach{
 	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
 	{"getpeername4", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername4 }, ebpf.AttachCgroupInet4GetPeername},
 	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
+	{"post_bind4", func(p *shkPrograms) *ebpf.Program { return p.ShkPostBind4 }, ebpf.AttachCGroupInet4PostBind},
+	{"post_bind6", func(p *shkPrograms) *ebpf.Program { return p.ShkPostBind6 }, ebpf.AttachCGroupInet6PostBind},
+	{"sockops", func(p *shkPrograms) *ebpf.Program { return p.ShkSockops }, ebpf.AttachCGroupSockOps},
+	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
+	{"sk_lookup", func(p *shkPrograms) *ebpf.Program { return p.ShkSkLookup }, ebpf.AttachSkLookup},
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -262,7 +272,7 @@ func (d *Dataplane) attach() error {
 		prog := a.prog(&d.objs.shkPrograms)
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 			info, err := l.Info()
-			if err == nil {
+			if err == nil && !a.netns() {
 				if cg := info.Cgroup(); cg != nil && cg.CgroupId != parentID {
 					l.Close()
 					return fmt.Errorf("pinned link %s is attached to cgroup %d, not the parent %s (%d)", pin, cg.CgroupId, d.parent, parentID)
@@ -277,7 +287,12 @@ func (d *Dataplane) attach() error {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("adopt %s: %w", a.name, err)
 		}
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: d.parent, Attach: a.attach, Program: prog})
+		var l link.Link
+		if a.netns() {
+			l, err = attachNetNs(prog)
+		} else {
+			l, err = link.AttachCgroup(link.CgroupOptions{Path: d.parent, Attach: a.attach, Program: prog})
+		}
 		if err != nil {
 			return fmt.Errorf("attach %s at %s: %w", a.name, d.parent, err)
 		}
@@ -578,6 +593,15 @@ func (d *Dataplane) attachedPrograms() (int, error) {
 	defer unix.Close(fd)
 	n := 0
 	for _, a := range attachments {
+		if a.netns() {
+			// Other agents' programs may share the namespace: count ours.
+			m, err := netnsAttached(a.prog(&d.objs.shkPrograms))
+			if err != nil {
+				return 0, fmt.Errorf("query %s: %w", a.name, err)
+			}
+			n += m
+			continue
+		}
 		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: a.attach})
 		if err != nil {
 			return 0, fmt.Errorf("query %s: %w", a.name, err)
