@@ -55,49 +55,6 @@ type Dataplane struct {
 	never neverIndex // who names each never-list exception, by handle (never_ok_linux.go)
 }
 
-type progAttach struct {
-	name   string
-	prog   func(*shkPrograms) *ebpf.Program
-	attach ebpf.AttachType
-}
-
-// inMode says whether a hook is attached in flow mode m: packet mode checks
-// packets (both ways); sweep mode runs no program per packet: it refuses the
-// sockets whose packets no other hook sees, and checks new inbound flows in
-// sk_lookup, with the port holds of post_bind, sockops and sock_release.
-func (a progAttach) inMode(m FlowMode) bool {
-	switch a.name {
-	case "skb_egress", "skb_ingress":
-		return m == FlowPacket
-	case "sock_create", "post_bind4", "post_bind6", "sockops", "sock_release", "sk_lookup":
-		return m == FlowSweep
-	}
-	return true
-}
-
-// netns says whether the hook is attached to the agent's network namespace
-// (sk_lookup) rather than to the sessions' parent cgroup.
-func (a progAttach) netns() bool { return a.attach == ebpf.AttachSkLookup }
-
-var attachments = []progAttach{
-	{"connect4", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect4 }, ebpf.AttachCGroupInet4Connect},
-	{"connect6", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect6 }, ebpf.AttachCGroupInet6Connect},
-	{"sendmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg4 }, ebpf.AttachCGroupUDP4Sendmsg},
-	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
-	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
-	{"sock_create", func(p *shkPrograms) *ebpf.Program { return p.ShkSockCreate }, ebpf.AttachCGroupInetSockCreate},
-	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
-	{"recvmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg4 }, ebpf.AttachCGroupUDP4Recvmsg},
-	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
-	{"getpeername4", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername4 }, ebpf.AttachCgroupInet4GetPeername},
-	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
-	{"post_bind4", func(p *shkPrograms) *ebpf.Program { return p.ShkPostBind4 }, ebpf.AttachCGroupInet4PostBind},
-	{"post_bind6", func(p *shkPrograms) *ebpf.Program { return p.ShkPostBind6 }, ebpf.AttachCGroupInet6PostBind},
-	{"sockops", func(p *shkPrograms) *ebpf.Program { return p.ShkSockops }, ebpf.AttachCGroupSockOps},
-	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
-	{"sk_lookup", func(p *shkPrograms) *ebpf.Program { return p.ShkSkLookup }, ebpf.AttachSkLookup},
-}
-
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
 // maps are reused as they are, and pinned links are switched atomically to
 // the newly loaded programs (BPF_LINK_UPDATE), so enforcement never lapses.
@@ -255,55 +212,6 @@ func (d *Dataplane) watchDeadlines() error {
 		}
 	}
 	return nil
-}
-
-func (d *Dataplane) attach() error {
-	parentID, err := cgroupID(d.parent)
-	if err != nil {
-		return err
-	}
-	used := map[string]bool{}
-	for _, a := range attachments {
-		if !a.inMode(d.cfg.FlowMode) {
-			continue
-		}
-		used[a.name] = true
-		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
-		prog := a.prog(&d.objs.shkPrograms)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			info, err := l.Info()
-			if err == nil && !a.netns() {
-				if cg := info.Cgroup(); cg != nil && cg.CgroupId != parentID {
-					l.Close()
-					return fmt.Errorf("pinned link %s is attached to cgroup %d, not the parent %s (%d)", pin, cg.CgroupId, d.parent, parentID)
-				}
-			}
-			if err := l.Update(prog); err != nil {
-				l.Close()
-				return fmt.Errorf("adopt %s: replace program: %w", a.name, err)
-			}
-			d.links = append(d.links, l)
-			continue
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("adopt %s: %w", a.name, err)
-		}
-		var l link.Link
-		if a.netns() {
-			l, err = attachNetNs(prog)
-		} else {
-			l, err = link.AttachCgroup(link.CgroupOptions{Path: d.parent, Attach: a.attach, Program: prog})
-		}
-		if err != nil {
-			return fmt.Errorf("attach %s at %s: %w", a.name, d.parent, err)
-		}
-		if err := l.Pin(pin); err != nil {
-			l.Close()
-			return fmt.Errorf("pin %s: %w", a.name, err)
-		}
-		d.links = append(d.links, l)
-	}
-	// Only now, with every hook of this mode in place, let go of the others.
-	return d.removeObsoleteLinks(used)
 }
 
 // Adopted reports whether Open found a pinned dataplane and took it over.
@@ -581,32 +489,4 @@ func sleepBriefly(i int) {
 		return
 	}
 	time.Sleep(5 * time.Millisecond)
-}
-
-// attachedPrograms counts the programs attached at the parent cgroup over all
-// of Shinken's hooks (each hook should hold exactly one).
-func (d *Dataplane) attachedPrograms() (int, error) {
-	fd, err := unix.Open(d.parent, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open parent cgroup: %w", err)
-	}
-	defer unix.Close(fd)
-	n := 0
-	for _, a := range attachments {
-		if a.netns() {
-			// Other agents' programs may share the namespace: count ours.
-			m, err := netnsAttached(a.prog(&d.objs.shkPrograms))
-			if err != nil {
-				return 0, fmt.Errorf("query %s: %w", a.name, err)
-			}
-			n += m
-			continue
-		}
-		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: a.attach})
-		if err != nil {
-			return 0, fmt.Errorf("query %s: %w", a.name, err)
-		}
-		n += len(res.Programs)
-	}
-	return n, nil
 }

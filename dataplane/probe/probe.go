@@ -117,6 +117,9 @@ func (p *prober) do(f []string) string {
 		}
 		return ""
 	}
+	if r, ok := p.portCmd(f); ok {
+		return r
+	}
 	switch f[0] {
 	case "dns":
 		from, reply, err := dnsQuery(arg(1), arg(2))

@@ -1,0 +1,146 @@
+package dataplane
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestInboundEvasion: the ways a session could try to be reached by a peer
+// no inbound rule admits, around sweep mode's inbound check (sk_lookup, which
+// decides by the port a session socket holds): a port the kernel picked for
+// it (a listen or a send without a bind), a port shared between two of its
+// sockets of which one closes, a port shared with another session. Each must
+// fail in both flow modes (packet mode checks every packet on its socket).
+func TestInboundEvasion(t *testing.T) { forModes(t, testInboundEvasion) }
+
+func testInboundEvasion(t *testing.T, mode FlowMode) {
+	d := newDataplane(t, modeConfig(t, mode))
+	s, _ := d.CreateSession("ev", Limits{})
+	p := startProbe(t, s, ProcOptions{})
+	// send writes one datagram from a new host socket on src to dst.
+	send := func(src, dst, msg string) {
+		t.Helper()
+		pc, err := net.ListenPacket("udp", src+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		ua, _ := net.ResolveUDPAddr("udp", dst)
+		if _, err := pc.WriteTo([]byte(msg), ua); err != nil {
+			t.Fatal(err)
+		}
+	}
+	portOK := func(got string) string {
+		t.Helper()
+		if !strings.HasPrefix(got, "ok ") {
+			t.Fatalf("probe: %s", got)
+		}
+		return strings.TrimPrefix(got, "ok ")
+	}
+
+	t.Run("listen without bind", func(t *testing.T) {
+		for _, fam := range []string{"4", "6"} {
+			port := portOK(p.Do("alisten a" + fam + " " + fam))
+			target := "127.0.0.1:" + port
+			if fam == "6" {
+				target = "[::1]:" + port
+			}
+			dl := net.Dialer{Timeout: 300 * time.Millisecond}
+			if c, err := dl.Dial("tcp", target); err == nil {
+				c.Close()
+				t.Errorf("IPv%s: a connection to the autobound listener %s was established", fam, target)
+			}
+			if got := p.Do("accept a" + fam + " x 50"); got != "err timeout" {
+				t.Errorf("IPv%s: accept: %s, want no connection", fam, got)
+			}
+			// With an inbound grant, the same dial gets through.
+			peer := pfx("127.0.0.1/32")
+			if fam == "6" {
+				peer = pfx("::1/128")
+			}
+			h := mustHandle(t, d, HandleRef{}, time.Time{})
+			mustAllow(t, d, "ev", EgressRule{Prefix: peer, Proto: ProtoTCP, Ports: Port(portOf(t, target)), Handle: h, Inbound: true})
+			c, err := dl.Dial("tcp", target)
+			if err != nil {
+				t.Fatalf("IPv%s: dial with an inbound grant: %v", fam, err)
+			}
+			c.Close()
+			if got := p.Do("accept a" + fam + " y 1000"); got != "ok" {
+				t.Errorf("IPv%s: accept with an inbound grant: %s", fam, got)
+			}
+		}
+	})
+
+	t.Run("receive on a port a send picked", func(t *testing.T) {
+		peer, err := net.ListenPacket("udp", "127.0.0.2:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer peer.Close()
+		h := mustHandle(t, d, HandleRef{}, time.Time{})
+		mustAllow(t, d, "ev", EgressRule{Prefix: pfx("127.0.0.2/32"), Proto: ProtoUDP, Ports: Port(portOf(t, peer.LocalAddr().String())), Handle: h})
+		if got := p.Do("usock u 4"); got != "ok" {
+			t.Fatal(got)
+		}
+		if got := p.Do("sendto u " + peer.LocalAddr().String() + " hi"); got != "ok" {
+			t.Fatalf("send to the granted peer: %s", got)
+		}
+		port := portOK(p.Do("port u"))
+		send("127.0.0.6", "127.0.0.1:"+port, "uninvited")
+		if got := p.Do("recv u 300"); got != "err timeout" {
+			t.Errorf("datagram from an unadmitted peer to the autobound port %s: %s", port, got)
+		}
+		// The granted peer's reply still comes in.
+		ua, _ := net.ResolveUDPAddr("udp", "127.0.0.1:"+port)
+		if _, err := peer.WriteTo([]byte("reply"), ua); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Do("recv u 1000"); !strings.HasSuffix(got, " reply") {
+			t.Errorf("reply from the granted peer: %s", got)
+		}
+	})
+
+	t.Run("one of two sockets on a port closes", func(t *testing.T) {
+		port := portOK(p.Do("ubindr r1 127.0.0.1:0"))
+		if got := portOK(p.Do("ubindr r2 127.0.0.1:" + port)); got != port {
+			t.Fatalf("second bind on %s: port %s", port, got)
+		}
+		if got := p.Do("close r1"); got != "ok" {
+			t.Fatal(got)
+		}
+		send("127.0.0.6", "127.0.0.1:"+port, "uninvited")
+		if got := p.Do("recv r2 300"); got != "err timeout" {
+			t.Errorf("datagram from an unadmitted peer after one socket of the port closed: %s", got)
+		}
+	})
+
+	t.Run("a port another session holds", func(t *testing.T) {
+		s2, err := d.CreateSession("ev2", Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2 := startProbe(t, s2, ProcOptions{})
+		h := mustHandle(t, d, HandleRef{}, time.Time{})
+		mustAllow(t, d, "ev2", EgressRule{Prefix: pfx("127.0.0.6/32"), Proto: ProtoUDP, Handle: h, Inbound: true})
+		port := portOK(p.Do("ubindr o 127.0.0.1:0"))
+		got := p2.Do("ubindr o 127.0.0.1:" + port)
+		if mode == FlowSweep {
+			if got != "err EPERM" {
+				t.Errorf("a second session's bind of the first one's port %s: %s, want err EPERM", port, got)
+			}
+			return
+		}
+		// Packet mode judges each socket by its own session: the first
+		// session's socket still refuses what the second one admits.
+		if !strings.HasPrefix(got, "ok ") {
+			t.Fatalf("second session's bind: %s", got)
+		}
+		p2.Do("close o")
+		send("127.0.0.6", "127.0.0.1:"+port, "uninvited")
+		if got := p.Do("recv o 300"); got != "err timeout" {
+			t.Errorf("datagram admitted by another session's rule: %s", got)
+		}
+	})
+}
