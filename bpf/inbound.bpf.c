@@ -28,6 +28,9 @@
  *    judged by that session's rules: refused at bind and send.
  *  - close one of two sockets sharing a port to drop the other's check: the
  *    hold is counted per socket.
+ *  - open a listener before the hooks were there (an older agent, packet
+ *    mode): iter/tcp and iter/udp take its hold when user space attaches
+ *    (sweep.bpf.c, shk_hold_tcp|udp).
  * Known limits (the threat model in README): datagrams the kernel delivers
  * without a socket lookup (broadcast, multicast) are not checked; a host
  * socket sharing a session socket's address and port (SO_REUSEADDR or

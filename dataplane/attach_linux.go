@@ -3,6 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
 
@@ -101,6 +102,13 @@ func (d *Dataplane) attach() error {
 		}
 		d.links = append(d.links, l)
 	}
+	if d.cfg.FlowMode == FlowSweep {
+		// Sockets made before these hooks hold no port yet; the hooks
+		// they were made under (packet mode's ingress) still run.
+		if err := d.holdExistingPorts(); err != nil {
+			return err
+		}
+	}
 	// Only now, with every hook of this mode in place, let go of the others.
 	return d.removeObsoleteLinks(used)
 }
@@ -177,4 +185,28 @@ func netnsAttached(prog *ebpf.Program) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// holdExistingPorts has every session socket already listening (TCP) or
+// bound and unconnected (UDP) take the hold on its port that sweep mode's
+// inbound check needs (shk_hold_tcp|udp, bpf/sweep.bpf.c): sockets made
+// under an older agent or in packet mode, which no bind hook saw. Holds
+// already taken stay as they are.
+func (d *Dataplane) holdExistingPorts() error {
+	for _, p := range []*ebpf.Program{d.objs.ShkHoldTcp, d.objs.ShkHoldUdp} {
+		it, err := link.AttachIter(link.IterOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach port-hold iterator: %w", err)
+		}
+		r, err := it.Open()
+		if err == nil {
+			_, err = io.Copy(io.Discard, r)
+			r.Close()
+		}
+		it.Close()
+		if err != nil {
+			return fmt.Errorf("run port-hold iterator: %w", err)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,4 +147,30 @@ func testEstablishedFlowRunsNoProgram(t *testing.T, mode FlowMode) {
 			t.Errorf("packet mode: %d program runs over %d packets: the count misses the per-packet checks", total, pkts)
 		}
 	}
+
+	// The connect path, for the record (counts, not timings): which
+	// programs run per connect+close from the session, and how often.
+	const conns = 200
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	before = programRuns(t, d)
+	if r := p.Do(fmt.Sprintf("tcpflood %d %s 0", conns, ln.Addr())); !strings.HasPrefix(r, "ok ") {
+		t.Fatalf("tcpflood: %s", r)
+	}
+	after = programRuns(t, d)
+	var per []string
+	for name, a := range after {
+		if r := a - before[name]; r > 0 {
+			per = append(per, fmt.Sprintf("%s=%.2f", name, float64(r)/conns))
+		}
+	}
+	sort.Strings(per)
+	t.Logf("%s mode: program runs per connect+close %v", mode, per)
 }

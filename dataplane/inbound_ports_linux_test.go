@@ -144,3 +144,60 @@ func testInboundEvasion(t *testing.T, mode FlowMode) {
 		}
 	})
 }
+
+// TestInboundAfterModeSwitch: sockets a session opened in packet mode (where
+// no bind hook takes a port hold) are checked by sweep mode's inbound check
+// once an agent adopts the dataplane in sweep mode: a listener and an
+// unconnected UDP socket, each refusing a peer no inbound rule admits.
+func TestInboundAfterModeSwitch(t *testing.T) {
+	if len(flowModes(t)) < 2 {
+		t.Skip("only packet mode runs on this kernel")
+	}
+	cfg := testConfig(t)
+	cfg.FlowMode = FlowPacket
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Remove(cfg) })
+	s, err := d.CreateSession("sw", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProbe(t, s, ProcOptions{})
+	got := p.Do("listen l 127.0.0.1:0")
+	if !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("listen: %s", got)
+	}
+	tport := strings.TrimPrefix(got, "ok ")
+	got = p.Do("ubind u 127.0.0.1:0")
+	if !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("ubind: %s", got)
+	}
+	uport := strings.TrimPrefix(got, "ok ")
+	d.Close()
+
+	cfg.FlowMode = FlowSweep
+	d, err = Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dl := net.Dialer{Timeout: 300 * time.Millisecond}
+	if c, err := dl.Dial("tcp", "127.0.0.1:"+tport); err == nil {
+		c.Close()
+		t.Errorf("a connection to a listener made in packet mode was established in sweep mode")
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.6:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	ua, _ := net.ResolveUDPAddr("udp", "127.0.0.1:"+uport)
+	if _, err := pc.WriteTo([]byte("uninvited"), ua); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Do("recv u 300"); got != "err timeout" {
+		t.Errorf("datagram to a UDP socket made in packet mode, in sweep mode: %s", got)
+	}
+}

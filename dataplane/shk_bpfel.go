@@ -208,6 +208,8 @@ const (
 	shkProgShkConnect6     = "shk_connect6"
 	shkProgShkGetpeername4 = "shk_getpeername4"
 	shkProgShkGetpeername6 = "shk_getpeername6"
+	shkProgShkHoldTcp      = "shk_hold_tcp"
+	shkProgShkHoldUdp      = "shk_hold_udp"
 	shkProgShkPostBind4    = "shk_post_bind4"
 	shkProgShkPostBind6    = "shk_post_bind6"
 	shkProgShkRecvmsg4     = "shk_recvmsg4"
@@ -274,6 +276,8 @@ type shkProgramSpecs struct {
 	ShkConnect6     *ebpf.ProgramSpec `ebpf:"shk_connect6"`
 	ShkGetpeername4 *ebpf.ProgramSpec `ebpf:"shk_getpeername4"`
 	ShkGetpeername6 *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
+	ShkHoldTcp      *ebpf.ProgramSpec `ebpf:"shk_hold_tcp"`
+	ShkHoldUdp      *ebpf.ProgramSpec `ebpf:"shk_hold_udp"`
 	ShkPostBind4    *ebpf.ProgramSpec `ebpf:"shk_post_bind4"`
 	ShkPostBind6    *ebpf.ProgramSpec `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4     *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
@@ -408,6 +412,8 @@ type shkPrograms struct {
 	ShkConnect6     *ebpf.Program `ebpf:"shk_connect6"`
 	ShkGetpeername4 *ebpf.Program `ebpf:"shk_getpeername4"`
 	ShkGetpeername6 *ebpf.Program `ebpf:"shk_getpeername6"`
+	ShkHoldTcp      *ebpf.Program `ebpf:"shk_hold_tcp"`
+	ShkHoldUdp      *ebpf.Program `ebpf:"shk_hold_udp"`
 	ShkPostBind4    *ebpf.Program `ebpf:"shk_post_bind4"`
 	ShkPostBind6    *ebpf.Program `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4     *ebpf.Program `ebpf:"shk_recvmsg4"`
@@ -430,6 +436,8 @@ func (p *shkPrograms) Close() error {
 		p.ShkConnect6,
 		p.ShkGetpeername4,
 		p.ShkGetpeername6,
+		p.ShkHoldTcp,
+		p.ShkHoldUdp,
 		p.ShkPostBind4,
 		p.ShkPostBind6,
 		p.ShkRecvmsg4,
