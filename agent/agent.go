@@ -14,9 +14,11 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/policy"
 	"github.com/shinken-agent/shinken/agent/store"
 )
 
@@ -129,6 +131,12 @@ type Agent struct {
 	st *store.State
 
 	never []backend.NeverEntry // under mu: the never-list in force (SetNeverList)
+	// neverView is never as Decide reads it (no lock); neverRules holds
+	// each grant's NeverOK rules (grant id -> []backend.EgressRule), for
+	// Decide too (never.go).
+	neverView  atomic.Pointer[[]backend.NeverEntry]
+	neverRules sync.Map
+	forbids    policy.KernelForbids // under mu: the deny table in force and the forbids only Decide enforces (forbids.go)
 
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
@@ -190,7 +198,19 @@ func (a *Agent) start() error {
 	if err := a.setNeverLocked(nil); err != nil {
 		return err
 	}
+	// So does the deny table (the forbids in force), before any grant.
+	if err := a.setDenyList(a.engine.KernelForbids()); err != nil {
+		return err
+	}
 	if _, err := a.Reconcile(); err != nil {
+		return err
+	}
+	// Every live grant's never-list exceptions, from the admin permits in
+	// force (they may have changed while the agent was down).
+	a.mu.Lock()
+	err := a.rederiveNever()
+	a.unlock()
+	if err != nil {
 		return err
 	}
 	return a.openCards()
@@ -260,13 +280,15 @@ func (a *Agent) sortedGrants() []*GrantRecord {
 	return out
 }
 
-// ReloadPolicies re-reads the policy directory (see Engine.Reload): a
+// ReloadPolicies re-reads the policy directory (as Engine.Reload does): a
 // directory with errors, or an edit that widens authority without
-// opts.AllowWiden, leaves the previous set in force.
+// opts.AllowWiden, leaves the previous set in force. The new set's deny
+// table is in the kernel before the engine decides by it, and the live
+// grants' never-list exceptions are re-derived (forbids.go).
 func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
 	a.policyMu.Lock()
 	defer a.policyMu.Unlock()
-	rep, err := a.engine.Reload(opts)
+	rep, err := a.reload(opts)
 	if err == nil {
 		a.dnsDecisionsChanged() // the set was replaced
 	}

@@ -112,6 +112,7 @@ func (a *Agent) setNeverLocked(extra []backend.NeverEntry) error {
 		return fmt.Errorf("%w: never-list: %w", ErrKernel, err)
 	}
 	a.never = list
+	a.neverView.Store(&list)
 	return nil
 }
 

@@ -184,6 +184,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		"sessions":    len(sessions),
 		"enforcement": s.cfg.Agent.Enforcement(),
 		"backend":     rep,
+		// Which forbids the kernel enforces, and which only decide time.
+		"forbids": s.cfg.Agent.Forbids(),
 	}
 	if p, ok := rep.Facts["cgroup_parent"]; ok {
 		st["cgroup"] = p
