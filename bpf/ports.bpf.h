@@ -73,6 +73,25 @@ struct {
 	__uint(max_entries, 65536);
 } shk_ports SEC(".maps");
 
+/* Holds per (protocol, port) whatever the address: sk_lookup's first test,
+ * one array read, so that a new flow to a port no session socket holds (the
+ * host's own traffic) costs no hash lookup. Index: port, plus 65536 for UDP.
+ * Raised before a hold is taken, lowered after it is dropped: never below
+ * the holds in shk_ports. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __s32);
+	__uint(max_entries, 2 * 65536);
+} shk_port_used SEC(".maps");
+
+static __always_inline __s32 *port_used(__u16 port, __u8 proto)
+{
+	__u32 i = (__u32)port + (proto == IPPROTO_UDP ? 65536 : 0);
+
+	return bpf_map_lookup_elem(&shk_port_used, &i);
+}
+
 /* What a socket holds in shk_ports. */
 struct shk_sock {
 	struct shk_port_key key;
@@ -113,10 +132,8 @@ struct {
 		(k)->pad = 0;                     \
 	} while (0)
 
-/* Takes a hold on k for session cgroup cgid. Returns 0, or -1 when another
- * session holds it or no hold could be taken (the map is full, or the entry
- * kept dying through every try). */
-static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid)
+/* port_hold's entry in shk_ports. */
+static __always_inline int port_take(const struct shk_port_key *k, __u64 cgid)
 {
 	for (int i = 0; i < 4; i++) {
 		struct shk_port *v = bpf_map_lookup_elem(&shk_ports, k);
@@ -140,15 +157,36 @@ static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid)
 	return -1;
 }
 
+/* Takes a hold on k for session cgroup cgid. Returns 0, or -1 when another
+ * session holds it or no hold could be taken (the map is full, or the entry
+ * kept dying through every try). */
+static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid)
+{
+	__s32 *used = port_used(k->port, k->proto);
+
+	if (!used)
+		return -1;
+	__sync_fetch_and_add(used, 1);
+	if (port_take(k, cgid) == 0)
+		return 0;
+	__sync_fetch_and_add(used, -1);
+	return -1;
+}
+
 /* Drops a hold taken by port_hold. */
 static __always_inline void port_drop(const struct shk_port_key *k)
 {
 	struct shk_port *v = bpf_map_lookup_elem(&shk_ports, k);
 
+	__s32 *used;
+
 	if (!v)
 		return;
 	if (__sync_fetch_and_add(&v->refs, -1) == 1 && __sync_val_compare_and_swap(&v->refs, 0, -1) == 0)
 		bpf_map_delete_elem(&shk_ports, k);
+	used = port_used(k->port, k->proto);
+	if (used)
+		__sync_fetch_and_add(used, -1);
 }
 
 /* The session holding (proto, local address, port) of a new inbound flow
@@ -156,8 +194,11 @@ static __always_inline void port_drop(const struct shk_port_key *k)
  * receive it. k is spent. */
 static __always_inline struct shk_port *port_holder(struct shk_port_key *k, __u32 family)
 {
+	__s32 *used = port_used(k->port, k->proto);
 	struct shk_port *v;
 
+	if (!used || *used <= 0)
+		return 0; /* no session socket holds this port on any address */
 	v = bpf_map_lookup_elem(&shk_ports, k);
 	if (v && v->refs > 0)
 		return v;

@@ -199,6 +199,7 @@ const (
 	shkMapShkNever4        = "shk_never4"
 	shkMapShkNever6        = "shk_never6"
 	shkMapShkNeverOks      = "shk_never_oks"
+	shkMapShkPortUsed      = "shk_port_used"
 	shkMapShkPorts         = "shk_ports"
 	shkMapShkSessions      = "shk_sessions"
 	shkMapShkSettings      = "shk_settings"
@@ -312,6 +313,7 @@ type shkMapSpecs struct {
 	ShkNever4    *ebpf.MapSpec `ebpf:"shk_never4"`
 	ShkNever6    *ebpf.MapSpec `ebpf:"shk_never6"`
 	ShkNeverOks  *ebpf.MapSpec `ebpf:"shk_never_oks"`
+	ShkPortUsed  *ebpf.MapSpec `ebpf:"shk_port_used"`
 	ShkPorts     *ebpf.MapSpec `ebpf:"shk_ports"`
 	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.MapSpec `ebpf:"shk_settings"`
@@ -363,6 +365,7 @@ type shkMaps struct {
 	ShkNever4    *ebpf.Map `ebpf:"shk_never4"`
 	ShkNever6    *ebpf.Map `ebpf:"shk_never6"`
 	ShkNeverOks  *ebpf.Map `ebpf:"shk_never_oks"`
+	ShkPortUsed  *ebpf.Map `ebpf:"shk_port_used"`
 	ShkPorts     *ebpf.Map `ebpf:"shk_ports"`
 	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.Map `ebpf:"shk_settings"`
@@ -386,6 +389,7 @@ func (m *shkMaps) Close() error {
 		m.ShkNever4,
 		m.ShkNever6,
 		m.ShkNeverOks,
+		m.ShkPortUsed,
 		m.ShkPorts,
 		m.ShkSessions,
 		m.ShkSettings,
