@@ -66,8 +66,11 @@ struct shk_port {
 	__u32 pad;
 };
 
+/* Sized by user space (four per session, at least 65536); allocated as
+ * holds are taken, not up front. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct shk_port_key);
 	__type(value, struct shk_port);
 	__uint(max_entries, 65536);

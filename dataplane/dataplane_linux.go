@@ -144,6 +144,7 @@ func (d *Dataplane) open() error {
 		"shk_counters": d.cfg.MaxSessions * NumReasons,
 		"shk_events":   d.cfg.EventRingBytes,
 		"shk_flows":    d.cfg.MaxFlows,
+		"shk_ports":    uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
