@@ -10,7 +10,8 @@
  *                        (the peer sees a reset or a port unreachable)
  *   cgroup/post_bind4|6  a session socket's bind takes a hold on its port
  *   sockops              TCP_LISTEN_CB: a listen on an autobound port, same
- *   cgroup/sock_release  a session socket's close drops its hold
+ *   cgroup/sock_release  a session socket's close drops its hold (attached
+ *                        in both modes)
  *   (sendmsg4|6, sock_addr.bpf.c: an unconnected send from an autobound
  *   UDP port takes a hold)
  *
@@ -100,8 +101,8 @@ int shk_sock_release(struct bpf_sock *sk)
 {
 	struct shk_sock *st;
 
-	if (shk_flow_mode != SHK_FLOW_SWEEP)
-		return 1;
+	/* Both modes: a hold taken in sweep mode is dropped in packet mode
+	 * too, so that an agent returning to sweep mode finds none stale. */
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, 0);
 	if (st && st->held) {
 		st->held = 0;

@@ -201,3 +201,53 @@ func TestInboundAfterModeSwitch(t *testing.T) {
 		t.Errorf("datagram to a UDP socket made in packet mode, in sweep mode: %s", got)
 	}
 }
+
+// TestPortHoldAcrossModes: a port hold taken in sweep mode is dropped when
+// its socket closes while an agent runs packet mode, so that back in sweep
+// mode another session may bind that address and port.
+func TestPortHoldAcrossModes(t *testing.T) {
+	if len(flowModes(t)) < 2 {
+		t.Skip("only packet mode runs on this kernel")
+	}
+	cfg := testConfig(t)
+	open := func(m FlowMode) *Dataplane {
+		t.Helper()
+		cfg.FlowMode = m
+		d, err := Open(cfg)
+		if err != nil {
+			t.Fatalf("open in %s mode: %v", m, err)
+		}
+		return d
+	}
+	d := open(FlowSweep)
+	t.Cleanup(func() { Remove(cfg) })
+	a, err := d.CreateSession("pa", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.CreateSession("pb", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa := startProbe(t, a, ProcOptions{})
+	pb := startProbe(t, b, ProcOptions{})
+	got := pa.Do("ubindr u 127.0.0.1:0")
+	if !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("ubindr: %s", got)
+	}
+	port := strings.TrimPrefix(got, "ok ")
+	if got := pb.Do("ubindr u 127.0.0.1:" + port); got != "err EPERM" {
+		t.Fatalf("another session's bind of a held port: %s, want err EPERM", got)
+	}
+	d.Close()
+	d = open(FlowPacket)
+	if got := pa.Do("close u"); got != "ok" {
+		t.Fatal(got)
+	}
+	d.Close()
+	d = open(FlowSweep)
+	defer d.Close()
+	if got := pb.Do("ubindr u 127.0.0.1:" + port); !strings.HasPrefix(got, "ok ") {
+		t.Errorf("bind of a port whose holder closed in packet mode: %s", got)
+	}
+}
