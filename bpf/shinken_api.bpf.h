@@ -133,23 +133,14 @@ struct shk_never6_key {
 	__u8 addr[16];
 };
 
-/* Port ranges one deny-table entry holds. */
-#define SHK_MAX_DENY_PORTS 16
-
 /* The deny table (shk_deny4|6): destinations no grant reaches, compiled by
  * user space from the admin and hard-deny forbids whose condition is a
  * destination. Keyed by address prefix (prefixlen: the address bits); the
- * value is every port range refused there, including those of every
- * shorter entry covering it (user space pushes them down), so one
- * longest-prefix lookup answers. */
-struct shk_deny_ports {
-	__u16 lo; /* inclusive, host order */
-	__u16 hi;
-};
-
+ * value is a bitmap of the ports refused there (bit p of ports[p / 8]),
+ * those of every shorter entry covering it included (user space pushes
+ * them down), so one longest-prefix lookup and one bit test answer. */
 struct shk_deny {
-	__u32 nports; /* valid entries of ports[] */
-	struct shk_deny_ports ports[SHK_MAX_DENY_PORTS];
+	__u8 ports[8192];
 };
 
 struct shk_deny4_key {

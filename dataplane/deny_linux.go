@@ -14,16 +14,17 @@ import (
 // The deny table (shk_deny4|6): destinations the connect and send hooks
 // refuse before any grant and before the never-list, compiled by the agent
 // from the admin and hard-deny forbids whose condition is a destination.
-// Each entry holds the port ranges of every entry covering it
-// (backend.DenyTable pushes them down), so the kernel makes one
-// longest-prefix lookup per connect, per unconnected send, per UDP reply
+// Each entry is a bitmap of the ports refused there, those of every entry
+// covering it included (backend.DenyTable pushes them down), so the kernel
+// makes one longest-prefix lookup and one bit test (no loop) per connect, per unconnected send, per UDP reply
 // admitted as one, and per flow without a verdict in packet mode; never one
 // per packet of a flow that has its verdict.
 
 // SetDenyList replaces the deny table, writing only the entries that
 // change (added or changed first, then the stale ones deleted: a range
 // kept never has a gap). When it refuses something it did not before, the
-// open flows to what it now refuses are cut: one sweep in sweep mode; in
+// open flows to what it now refuses are cut: one sweep in sweep mode (and
+// its follow-ups, as after a revoke); in
 // packet mode the flow records of such peers are dropped, so their next
 // packet is decided afresh (and refused).
 func (d *Dataplane) SetDenyList(entries []backend.DenyEntry) error {
@@ -38,7 +39,10 @@ func (d *Dataplane) SetDenyList(entries []backend.DenyEntry) error {
 		return err
 	}
 	if d.sweep != nil {
+		// One sweep now, and the follow-ups a revoke schedules (a UDP
+		// connect allowed just before the write may complete after it).
 		_, err := d.sweep.run()
+		d.sweep.followUp()
 		return err
 	}
 	return d.dropDeniedFlows(t)
@@ -63,12 +67,14 @@ func (d *Dataplane) setDenyTable(t map[netip.Prefix][]backend.DenyRange) (grew b
 		if !ok || !rangesWithin(rs, o) {
 			grew = true
 		}
-		v := shkShkDeny{Nports: uint32(len(rs))}
-		for i, r := range rs {
-			v.Ports[i] = shkShkDenyPorts{Lo: r.Lo, Hi: r.Hi}
+		var v shkShkDeny
+		for _, r := range rs {
+			for port := uint32(r.Lo); port <= uint32(r.Hi); port++ {
+				v.Ports[port>>3] |= 1 << (port & 7)
+			}
 		}
 		m, k := d.denyKey(p)
-		if err := m.Update(k, v, ebpf.UpdateAny); err != nil {
+		if err := m.Update(k, &v, ebpf.UpdateAny); err != nil {
 			return grew, fmt.Errorf("deny table %s: %w", p, err)
 		}
 		d.ops.denyWrites.Add(1)
@@ -110,10 +116,17 @@ func (d *Dataplane) denyKey(p netip.Prefix) (*ebpf.Map, any) {
 // readDenyTable reads what the maps hold; d.mu held.
 func (d *Dataplane) readDenyTable() (map[netip.Prefix][]backend.DenyRange, error) {
 	out := map[netip.Prefix][]backend.DenyRange{}
-	ranges := func(v shkShkDeny) []backend.DenyRange {
-		rs := make([]backend.DenyRange, 0, v.Nports)
-		for i := uint32(0); i < v.Nports && i < backend.MaxDenyPorts; i++ {
-			rs = append(rs, backend.DenyRange{Lo: v.Ports[i].Lo, Hi: v.Ports[i].Hi})
+	ranges := func(v *shkShkDeny) []backend.DenyRange {
+		var rs []backend.DenyRange
+		for port := uint32(0); port <= 0xffff; port++ {
+			if v.Ports[port>>3]&(1<<(port&7)) == 0 {
+				continue
+			}
+			if n := len(rs); n > 0 && uint32(rs[n-1].Hi)+1 == port {
+				rs[n-1].Hi = uint16(port)
+			} else {
+				rs = append(rs, backend.DenyRange{Lo: uint16(port), Hi: uint16(port)})
+			}
 		}
 		return rs
 	}
@@ -124,14 +137,14 @@ func (d *Dataplane) readDenyTable() (map[netip.Prefix][]backend.DenyRange, error
 	)
 	it := d.objs.ShkDeny4.Iterate()
 	for it.Next(&k4, &v) {
-		out[netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen))] = ranges(v)
+		out[netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen))] = ranges(&v)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("deny table: %w", err)
 	}
 	it = d.objs.ShkDeny6.Iterate()
 	for it.Next(&k6, &v) {
-		out[netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen))] = ranges(v)
+		out[netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen))] = ranges(&v)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("deny table: %w", err)

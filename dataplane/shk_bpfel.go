@@ -21,9 +21,8 @@ type shkShkConfig struct {
 }
 
 type shkShkDeny struct {
-	_      structs.HostLayout
-	Nports uint32
-	Ports  [16]shkShkDenyPorts
+	_     structs.HostLayout
+	Ports [8192]uint8
 }
 
 type shkShkDeny4Key struct {
@@ -36,12 +35,6 @@ type shkShkDeny6Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Addr      [16]uint8
-}
-
-type shkShkDenyPorts struct {
-	_  structs.HostLayout
-	Lo uint16
-	Hi uint16
 }
 
 type shkShkEgress4Key struct {

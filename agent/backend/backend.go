@@ -276,9 +276,9 @@ type Grants interface {
 	// destinations refused before any grant and before the never-list and
 	// its exceptions (ReasonForbidden). It writes only the entries that
 	// change (DenyTable's, pushed down), and cuts the open flows to what
-	// it newly refuses that no inbound rule covers. A table an entry of
-	// which would hold more than MaxDenyPorts ranges is ErrRulesFull,
-	// changing nothing.
+	// it newly refuses that no inbound rule covers. More than
+	// MaxDenyEntries prefixes of one family is ErrMapFull, changing
+	// nothing.
 	SetDenyList(entries []DenyEntry) error
 	// SetNeverOK makes the session's rule r (the one SameRule names, the
 	// NeverOK flag aside) an exception to the never-list or not, as

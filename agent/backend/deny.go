@@ -45,14 +45,10 @@ func (e DenyEntry) Validate() error {
 	return nil
 }
 
-// MaxDenyPorts is how many disjoint port ranges one deny-table entry holds
-// (SHK_MAX_DENY_PORTS), counting those pushed down from the shorter entries
-// covering it.
-const MaxDenyPorts = 16
-
 // MaxDenyEntries is how many prefixes the deny table holds per address
-// family (shk_deny4|6's max_entries).
-const MaxDenyEntries = 4096
+// family (shk_deny4|6's max_entries; each entry is a bitmap of the 65,536
+// ports, 8 KiB).
+const MaxDenyEntries = 1024
 
 // DenyRange is one port range of a deny-table entry (inclusive).
 type DenyRange struct{ Lo, Hi uint16 }
@@ -61,8 +57,8 @@ type DenyRange struct{ Lo, Hi uint16 }
 // some entry, with the port ranges of every entry covering it (its own and
 // those of every shorter prefix containing it), merged and sorted, so one
 // longest-prefix lookup of an address finds every range refused there.
-// Both backends build their tables with it; an entry that would hold more
-// than MaxDenyPorts ranges is ErrRulesFull.
+// Both backends build their tables with it; more than MaxDenyEntries
+// prefixes of one family is ErrMapFull.
 func DenyTable(entries []DenyEntry) (map[netip.Prefix][]DenyRange, error) {
 	own := map[netip.Prefix][]DenyRange{}
 	for _, e := range entries {
@@ -88,11 +84,7 @@ func DenyTable(entries []DenyEntry) (map[netip.Prefix][]DenyRange, error) {
 				rs = append(rs, qr...)
 			}
 		}
-		rs = mergeRanges(rs)
-		if len(rs) > MaxDenyPorts {
-			return nil, fmt.Errorf("%w: deny table: %s would hold %d port ranges (at most %d)", ErrRulesFull, p, len(rs), MaxDenyPorts)
-		}
-		out[p] = rs
+		out[p] = mergeRanges(rs)
 	}
 	return out, nil
 }

@@ -145,14 +145,4 @@ func TestKernelForbidsDecideOnly(t *testing.T) {
 	if fmt.Sprint(kf.Kernel) != "[admin.kernel]" || fmt.Sprint(kf.Entries) != "[10.0.0.0/8 port 443]" {
 		t.Errorf("kernel %v entries %v, want [admin.kernel] [10.0.0.0/8 port 443]", kf.Kernel, kf.Entries)
 	}
-	// Over the kernel's bounds: more ranges under one prefix than an entry
-	// holds. The forbid that would overflow it is decide-time only.
-	var many []string
-	for i := range backend.MaxDenyPorts + 1 {
-		many = append(many, fmt.Sprintf(`@id("admin.p%02d") forbid (principal, action == Shinken::Action::"use", resource) when { context.request.cidr_keys.contains("10.0.0.0/8") && context.request.port_keys.contains("%d/16") };`, i, 1000+2*i))
-	}
-	kf = forbidEngine(t, many...).KernelForbids()
-	if len(kf.Kernel) != backend.MaxDenyPorts || len(kf.DecideOnly) != 2 || kf.DecideOnly[0].ID != fmt.Sprintf("admin.p%02d", backend.MaxDenyPorts) {
-		t.Errorf("over the bound: kernel %v, decide-only %v", kf.Kernel, kf.DecideOnly)
-	}
 }

@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -65,10 +66,10 @@ func testUseDenyList(t *testing.T, s *suite) {
 	wantErr(t, "host bits", b.SetDenyList([]backend.DenyEntry{deny("127.0.0.1/8", 1, 1)}), backend.ErrInvalidPrefix)
 	wantErr(t, "an empty range", b.SetDenyList([]backend.DenyEntry{deny("127.0.0.0/8", 2, 1)}), backend.ErrInvalidPorts)
 	var many []backend.DenyEntry
-	for i := range backend.MaxDenyPorts + 1 {
-		many = append(many, deny("127.0.0.0/8", uint16(1000+2*i), uint16(1000+2*i)))
+	for i := range backend.MaxDenyEntries + 1 {
+		many = append(many, deny(fmt.Sprintf("10.%d.%d.0/24", i>>8, i&255), 1, 1))
 	}
-	wantErr(t, "too many ranges", b.SetDenyList(many), backend.ErrRulesFull)
+	wantErr(t, "too many prefixes", b.SetDenyList(many), backend.ErrMapFull)
 	wantUse(t, u, "s1", "127.0.0.8:40001", backend.ProtoTCP, backend.ReasonForbidden)
 
 	// Only what changes is written: one entry's ranges.
@@ -89,6 +90,17 @@ func testUseDenyList(t *testing.T, s *suite) {
 		}
 	}
 	wantUse(t, u, "s1", "127.0.0.8:40005", backend.ProtoTCP, backend.ReasonNone)
+
+	// Many ranges under one prefix (a bitmap of ports in the kernel).
+	var ranges []backend.DenyEntry
+	for i := range 40 {
+		ranges = append(ranges, deny("127.0.0.0/8", uint16(1000+2*i), uint16(1000+2*i)))
+	}
+	if err := b.SetDenyList(append(ranges, deny("127.0.0.0/24", 40001, 40001))); err != nil {
+		t.Fatal(err)
+	}
+	wantUse(t, u, "s1", "127.0.0.8:1078", backend.ProtoTCP, backend.ReasonForbidden)
+	wantUse(t, u, "s1", "127.0.0.8:1079", backend.ProtoTCP, backend.ReasonNone)
 
 	// Emptied: the grants and the exception reach again.
 	setDeny(t, b)
