@@ -95,7 +95,9 @@ static __always_inline __s32 *port_used(__u16 port, __u8 proto)
 	return bpf_map_lookup_elem(&shk_port_used, &i);
 }
 
-/* What a socket holds in shk_ports. */
+/* What a socket holds in shk_ports. Never BPF_F_CLONE: a connection
+ * accepted from a listener would inherit the listener's hold and drop it
+ * when it closes, leaving the listener unchecked. */
 struct shk_sock {
 	struct shk_port_key key;
 	__u32 held;
