@@ -4,7 +4,7 @@
  * relocations (preserve_access_index), so the loader fits the offsets to the
  * running kernel's BTF. Only the fields read are declared: add one here when
  * a program needs it (today the socket iterators of sweep.bpf.c read a
- * socket's peer, local port, state and cgroup).
+ * socket's peer, bound address, local port, state and cgroup).
  */
 #pragma once
 
@@ -12,11 +12,13 @@
 
 struct sock_common {
 	__be32 skc_daddr;
+	__be32 skc_rcv_saddr; /* the bound address */
 	__be16 skc_dport;
 	__u16 skc_num; /* the local port, host order */
 	unsigned short skc_family;
 	volatile unsigned char skc_state;
 	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
 } __attribute__((preserve_access_index));
 
 struct kernfs_node {

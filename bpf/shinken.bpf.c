@@ -6,20 +6,24 @@
  *
  *   cgroup/connect4|6   every TCP connect and UDP connect
  *   cgroup/sendmsg4|6   every unconnected UDP send
- *   cgroup_skb/ingress  every TCP handshake of a session socket: an inbound
- *                       SYN (someone connecting to a session's listener) and
- *                       the SYN-ACK that completes a session's connect must
- *                       be covered by the egress map under a live handle
  *   cgroup/recvmsg4|6   DNS replies (and getpeername4|6 on a DNS socket) show
  *   cgroup/getpeername4|6  the server the session asked
+ *
+ * New inbound flows (a SYN to a session listener, a datagram to an
+ * unconnected session UDP socket) must be admitted by an inbound rule: in
+ * SWEEP mode by sk_lookup (attached to the agent's network namespace) for
+ * the ports session sockets hold (post_bind4|6, sockops, sock_release,
+ * sendmsg4|6: inbound.bpf.c, ports.bpf.h); in PACKET mode by
+ * cgroup_skb/ingress.
  *
  * Flows already open when their authority dies are cut in one of two ways,
  * chosen at load (shk_flow_mode):
  *
  *   SWEEP   (kernels with the bpf_sock_destroy kfunc) iter/tcp and iter/udp
  *           walk every TCP and UDP socket when user space asks (after each
- *           revoke, at each handle deadline) and destroy each session socket
- *           whose peer no live grant covers any more. No per-packet hook.
+ *           revoke, its follow-ups, at each handle deadline) and destroy each
+ *           session socket whose peer no live grant covers any more. No
+ *           program runs per packet of an established flow.
  *   PACKET  cgroup_skb/egress checks every active open and data packet, and
  *           ingress every data packet, against the handle the flow was
  *           allowed under (kept per socket cookie in shk_flows).
@@ -45,6 +49,7 @@
  *   handle.bpf.h       shk_handles, shk_handle_check: the membrane walk
  *   egress_map.bpf.h   shk_egress4|6, shk_exact4|6, lookup()
  *   flows.bpf.h        shk_flow_mode, shk_flows, shk_lastconns
+ *   ports.bpf.h        shk_ports, shk_socks: the ports session sockets hold
  *   dns.bpf.h          shk_settings, redirecting DNS to the resolver
  *   events.bpf.h       shk_counters, shk_stats, shk_events: count(), report()
  *   core.bpf.h         the kernel structures read with CO-RE
@@ -60,4 +65,5 @@
 #include "sock_addr.bpf.c" /* connect4|6, sendmsg4|6, sock_create */
 #include "dns.bpf.c"       /* recvmsg4|6, getpeername4|6 */
 #include "skb.bpf.c"       /* cgroup_skb ingress|egress */
+#include "inbound.bpf.c"   /* sk_lookup, post_bind4|6, sockops, sock_release */
 #include "sweep.bpf.c"     /* iter/tcp, iter/udp */

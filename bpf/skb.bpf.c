@@ -1,21 +1,30 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * The packet hooks (cgroup_skb):
+ * The packet hooks (cgroup_skb), PACKET mode only (user space attaches them
+ * there and nowhere else):
  *
- *   cgroup_skb/ingress  both flow modes: every new inbound flow to a session
- *                       socket must be admitted by an inbound rule under a
- *                       live handle (check_inbound): a SYN to a session
- *                       listener, a datagram to an unconnected session UDP
- *                       socket (unless it comes from a peer and port the
- *                       session may send to: a reply). Sweep mode also
- *                       checks the SYN-ACK that completes a session's
- *                       connect against the egress map (check_handshake).
- *   cgroup_skb/egress   PACKET mode only (user space attaches it there)
+ *   cgroup_skb/ingress  every new inbound flow to a session socket must be
+ *                       admitted by an inbound rule under a live handle
+ *                       (check_inbound): a SYN to a session listener, a
+ *                       datagram to an unconnected session UDP socket
+ *                       (unless it comes from a peer and port the session
+ *                       may send to: a reply); every data packet is checked
+ *                       against the handle its flow was allowed under.
+ *   cgroup_skb/egress   every active open and data packet, likewise.
  *
- * In PACKET mode (check_skb) egress checks every active open and data packet,
- * and ingress every data packet, against the handle the flow was allowed
- * under (kept per socket cookie in shk_flows). Part of the one object built
- * from shinken.bpf.c.
+ * The handle a flow was allowed under is kept per socket cookie in shk_flows.
+ *
+ * SWEEP mode attaches no packet hook: a program attached here runs for every
+ * packet of every session socket, so an established flow would pay a
+ * dispatch and a header parse per packet (measured: one shk_skb_ingress run
+ * per packet the session received, bench/README). There, new inbound flows
+ * are checked by the sk_lookup program of inbound.bpf.c, which the kernel
+ * runs only when it looks for a listening TCP socket or an unconnected UDP
+ * socket, never for an established flow; and a TCP connect racing a revoke
+ * (allowed by the connect hook, its socket not yet visible to the revoke's
+ * sweep) is destroyed by the revoke's follow-up sweeps, as a UDP connect
+ * is (followup.go), instead of by a check of its SYN-ACK here. Part of the
+ * one object built from shinken.bpf.c.
  */
 
 #include "common.bpf.h"
@@ -113,8 +122,9 @@ static __always_inline int same_peer(const struct shk_flow *f, const struct pkt 
 }
 
 /*
- * Both modes, ingress: a new inbound flow, parsed into p (a SYN to a session
- * listener, a datagram to an unconnected session UDP socket). It is admitted
+ * A new inbound flow to a socket of the session cgroup cgid, parsed into p
+ * (a SYN to a session listener, a datagram to an unconnected session UDP
+ * socket): packet mode's ingress hook and sweep mode's sk_lookup. It is admitted
  * only by an inbound rule of the session (source prefix, local port) under a
  * live handle; egress grants never admit a peer in. A datagram is also let
  * in when it comes from a peer and port the session may send to (a reply to
@@ -125,13 +135,11 @@ static __always_inline int same_peer(const struct shk_flow *f, const struct pkt 
  * SHK_REASON_NO_INBOUND with the peer's address and the session's port (the
  * scope a grant would need).
  */
-static __always_inline int check_inbound(struct __sk_buff *skb, const struct pkt *p)
+static __always_inline int check_inbound(__u64 cgid, const struct pkt *p)
 {
 	struct shk_flow ref = {};
 	struct shk_session *s;
-	__u64 cgid;
 
-	cgid = skb_session_cgroup(skb);
 	s = session_of(&cgid);
 	if (!s) {
 		report(cgid, 0, 0, SHK_REASON_UNKNOWN_SESSION, p->family, p->proto, p->local_port, p->peer,
@@ -166,59 +174,6 @@ static __always_inline int new_inbound(const struct bpf_sock *sk, const struct p
 }
 
 /*
- * Sweep mode, ingress: the packets that start a flow. An inbound SYN or
- * datagram goes to check_inbound. The SYN-ACK completing a session's connect
- * is checked again (handles only): a connect allowed just before a revoke,
- * whose socket a concurrent sweep could not see yet, never becomes
- * established. Every other packet passes; flows are cut by the sweep.
- */
-static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_sock *sk)
-{
-	struct shk_flow ref = {};
-	struct shk_session *s;
-	struct pkt p = {};
-	__u32 why;
-	__u64 cgid;
-
-	if (sk->protocol != IPPROTO_TCP && sk->protocol != IPPROTO_UDP)
-		return 1;
-	if (sk->protocol == IPPROTO_UDP && sk->state == 1 /* connected */)
-		return 1; /* the kernel delivers only its connect-checked peer's */
-	if (parse(skb, 0, &p) < 0 || p.proto != sk->protocol) {
-		why = SHK_REASON_UNCHECKED;
-		cgid = skb_session_cgroup(skb);
-		goto deny;
-	}
-	if (new_inbound(sk, &p))
-		return check_inbound(skb, &p);
-	if (!p.synack)
-		return 1;
-	cgid = skb_session_cgroup(skb);
-	s = session_of(&cgid);
-	if (!s) {
-		why = SHK_REASON_UNKNOWN_SESSION;
-		goto deny;
-	}
-	/* The handshake of a connect already allowed checks handles (and the
-	 * deny table: a forbid written since the connect, whose socket the
-	 * sweep that followed could not see yet). */
-	if (denied(p.family, p.peer, p.peer_port))
-		why = SHK_REASON_FORBIDDEN;
-	else
-		why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, 0, SHK_USE_FLOW, &ref);
-	if (why == SHK_REASON_NONE)
-		return 1;
-	if (resolver_peer(p.family, p.peer, p.peer_port))
-		return 1; /* the session's own resolver (redirected DNS over TCP) */
-	why = SHK_REASON_FLOW_REVOKED;
-deny:
-	s = session_of(&cgid);
-	report(cgid, s ? s->index : 0, 0, why, p.family, p.proto, p.peer_port, p.peer, p.family == AF_INET6 ? 4 : 1,
-	       0);
-	return 0;
-}
-
-/*
  * Packet mode: every packet of a session socket. Control packets of TCP flows (no payload,
  * no SYN) pass; an active open (SYN) and every data packet must be covered by
  * the egress map under a live handle, checked against the flow's recorded
@@ -239,7 +194,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	if (!sk)
 		return 1; /* request and timewait sockets */
 	if (shk_flow_mode != SHK_FLOW_PACKET)
-		return egress ? 1 : check_handshake(skb, sk);
+		return 1; /* never attached in sweep mode */
 	if (sk->protocol != IPPROTO_TCP && sk->protocol != IPPROTO_UDP) {
 		if (!egress)
 			return 1;
@@ -255,7 +210,7 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 		goto deny;
 	}
 	if (!egress && new_inbound(sk, &p))
-		return check_inbound(skb, &p);
+		return check_inbound(skb_session_cgroup(skb), &p);
 	if (p.proto == IPPROTO_TCP && !p.data && !(p.syn && egress))
 		return 1; /* ACK, FIN, RST, SYN-ACK: no data moves */
 

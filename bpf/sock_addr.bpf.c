@@ -3,7 +3,8 @@
  * The egress check at connect and send, and which sockets a session may open:
  *
  *   cgroup/connect4|6   every TCP connect and UDP connect
- *   cgroup/sendmsg4|6   every unconnected UDP send
+ *   cgroup/sendmsg4|6   every unconnected UDP send (sweep mode: the sending
+ *                       socket holds its port, ports.bpf.h)
  *   cgroup/sock_create  sweep mode: only TCP, MPTCP and UDP sockets
  *
  * A destination is allowed when no forbid names it (the deny table) and the
@@ -17,6 +18,7 @@
 #include "handle.bpf.h"
 #include "egress_map.bpf.h"
 #include "flows.bpf.h"
+#include "ports.bpf.h"
 #include "dns.bpf.h"
 #include "events.bpf.h"
 
@@ -84,6 +86,14 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	if (!s) {
 		pid = bpf_get_current_pid_tgid() >> 32;
 		report(cgid, 0, pid, SHK_REASON_UNKNOWN_SESSION, family, proto, dport, daddr,
+		       family == AF_INET6 ? 4 : 1, 1);
+		return 0;
+	}
+	/* Sweep mode: an unconnected UDP socket that sends can receive; its
+	 * port must be held (ports.bpf.h) for sk_lookup to check what comes in. */
+	if (shk_flow_mode == SHK_FLOW_SWEEP && !connect && proto == IPPROTO_UDP && hold_sender(ctx->sk, cgid) < 0) {
+		pid = bpf_get_current_pid_tgid() >> 32;
+		report(cgid, s->index, pid, SHK_REASON_NO_INBOUND, family, proto, dport, daddr,
 		       family == AF_INET6 ? 4 : 1, 1);
 		return 0;
 	}

@@ -16,6 +16,7 @@
 #include "egress_map.bpf.h"
 #include "dns.bpf.h"
 #include "events.bpf.h"
+#include "ports.bpf.h"
 
 /* The iterators' contexts, with CO-RE relocations like core.bpf.h. */
 struct bpf_iter_meta {
@@ -138,4 +139,66 @@ int shk_sweep_udp(struct bpf_iter__udp *ctx)
 	if (!u)
 		return 0;
 	return sweep(ctx->meta, (struct sock_common *)u, (struct sock *)u, IPPROTO_UDP);
+}
+
+/*
+ * Sweep mode, once when user space attaches the hooks: every session socket
+ * already listening (TCP) or bound and unconnected (UDP) takes the hold on
+ * its port (ports.bpf.h) that no hook took for it (it was made under an older
+ * agent, or in packet mode), so that sk_lookup checks what comes in to it.
+ */
+static __always_inline int hold_existing(struct sock *sk, __u8 proto)
+{
+	struct sock_common *skc = &sk->__sk_common;
+	struct shk_port_key k = {};
+	struct shk_sock *st;
+	__u64 cgid;
+
+	if (!skc->skc_num)
+		return 0;
+	cgid = sock_session_cgroup(sk);
+	if (!session_of(&cgid))
+		return 0;
+	if (skc->skc_family == AF_INET) {
+		k.addr[2] = bpf_htonl(0xffff);
+		k.addr[3] = skc->skc_rcv_saddr;
+	} else if (skc->skc_family == AF_INET6) {
+		k.addr[0] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[0];
+		k.addr[1] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[1];
+		k.addr[2] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[2];
+		k.addr[3] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[3];
+	} else {
+		return 0;
+	}
+	k.port = skc->skc_num;
+	k.proto = proto;
+	st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st || st->held)
+		return 0;
+	hold_for(st, &k, cgid);
+	return 0;
+}
+
+SEC("iter/tcp")
+int shk_hold_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp || ((struct sock *)tp)->__sk_common.skc_state != SHK_TCP_LISTEN)
+		return 0;
+	return hold_existing((struct sock *)tp, IPPROTO_TCP);
+}
+
+SEC("iter/udp")
+int shk_hold_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *u = ctx->udp_sk;
+
+	if (!u || ((struct sock *)u)->__sk_common.skc_state == SHK_TCP_ESTABLISHED)
+		return 0; /* connected: receives from its checked peer only */
+	return hold_existing((struct sock *)u, IPPROTO_UDP);
 }

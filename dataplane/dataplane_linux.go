@@ -63,39 +63,6 @@ type Dataplane struct {
 	wsTable    *ebpf.Map
 }
 
-type progAttach struct {
-	name   string
-	prog   func(*shkPrograms) *ebpf.Program
-	attach ebpf.AttachType
-}
-
-// inMode says whether a hook is attached in flow mode m: packet mode checks
-// packets on egress; sweep mode instead refuses the sockets whose packets no
-// other hook sees.
-func (a progAttach) inMode(m FlowMode) bool {
-	switch a.name {
-	case "skb_egress":
-		return m == FlowPacket
-	case "sock_create":
-		return m == FlowSweep
-	}
-	return true
-}
-
-var attachments = []progAttach{
-	{"connect4", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect4 }, ebpf.AttachCGroupInet4Connect},
-	{"connect6", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect6 }, ebpf.AttachCGroupInet6Connect},
-	{"sendmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg4 }, ebpf.AttachCGroupUDP4Sendmsg},
-	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
-	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
-	{"sock_create", func(p *shkPrograms) *ebpf.Program { return p.ShkSockCreate }, ebpf.AttachCGroupInetSockCreate},
-	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
-	{"recvmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg4 }, ebpf.AttachCGroupUDP4Recvmsg},
-	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
-	{"getpeername4", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername4 }, ebpf.AttachCgroupInet4GetPeername},
-	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
-}
-
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
 // maps are reused as they are, and pinned links are switched atomically to
 // the newly loaded programs (BPF_LINK_UPDATE), so enforcement never lapses.
@@ -191,6 +158,7 @@ func (d *Dataplane) open() error {
 		"shk_counters": d.cfg.MaxSessions * NumReasons,
 		"shk_events":   d.cfg.EventRingBytes,
 		"shk_flows":    d.cfg.MaxFlows,
+		"shk_ports":    uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
@@ -260,50 +228,6 @@ func (d *Dataplane) watchDeadlines() error {
 		}
 	}
 	return nil
-}
-
-func (d *Dataplane) attach() error {
-	parentID, err := cgroupID(d.parent)
-	if err != nil {
-		return err
-	}
-	used := map[string]bool{}
-	for _, a := range attachments {
-		if !a.inMode(d.cfg.FlowMode) {
-			continue
-		}
-		used[a.name] = true
-		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
-		prog := a.prog(&d.objs.shkPrograms)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			info, err := l.Info()
-			if err == nil {
-				if cg := info.Cgroup(); cg != nil && cg.CgroupId != parentID {
-					l.Close()
-					return fmt.Errorf("pinned link %s is attached to cgroup %d, not the parent %s (%d)", pin, cg.CgroupId, d.parent, parentID)
-				}
-			}
-			if err := l.Update(prog); err != nil {
-				l.Close()
-				return fmt.Errorf("adopt %s: replace program: %w", a.name, err)
-			}
-			d.links = append(d.links, l)
-			continue
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("adopt %s: %w", a.name, err)
-		}
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: d.parent, Attach: a.attach, Program: prog})
-		if err != nil {
-			return fmt.Errorf("attach %s at %s: %w", a.name, d.parent, err)
-		}
-		if err := l.Pin(pin); err != nil {
-			l.Close()
-			return fmt.Errorf("pin %s: %w", a.name, err)
-		}
-		d.links = append(d.links, l)
-	}
-	// Only now, with every hook of this mode in place, let go of the others.
-	return d.removeObsoleteLinks(used)
 }
 
 // Adopted reports whether Open found a pinned dataplane and took it over.
@@ -556,23 +480,4 @@ func sleepBriefly(i int) {
 		return
 	}
 	time.Sleep(5 * time.Millisecond)
-}
-
-// attachedPrograms counts the programs attached at the parent cgroup over all
-// of Shinken's hooks (each hook should hold exactly one).
-func (d *Dataplane) attachedPrograms() (int, error) {
-	fd, err := unix.Open(d.parent, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open parent cgroup: %w", err)
-	}
-	defer unix.Close(fd)
-	n := 0
-	for _, a := range attachments {
-		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: a.attach})
-		if err != nil {
-			return 0, fmt.Errorf("query %s: %w", a.name, err)
-		}
-		n += len(res.Programs)
-	}
-	return n, nil
 }

@@ -5,11 +5,13 @@ import (
 	"time"
 )
 
-// Follow-up sweeps after each revoke. A UDP connect() allowed just before a
+// Follow-up sweeps after each revoke. A connect() allowed just before a
 // revoke finishes connecting outside the connect hook, so the sweep that
-// follows the map write can see its socket before it has a peer; these later
-// sweeps find it connected and destroy it. (A TCP connect in the same window
-// cannot complete: the ingress hook checks its SYN-ACK against the handles.)
+// follows the map write can run before its socket is hashed (TCP) or has a
+// peer (UDP); these later sweeps find it and destroy it. A TCP connection in
+// that window can be established until then: sweep mode runs no program on
+// its packets (the SYN-ACK check of cgroup_skb/ingress it once had ran on
+// every packet of every session flow; bench/README).
 //
 // Each step asks, for a revoke at r, for one sweep that starts between
 // r+after and r+after+window. Any sweep serves it: a later revoke's own

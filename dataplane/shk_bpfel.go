@@ -135,6 +135,21 @@ type shkShkNeverOkKey struct {
 	Addr    [4]uint32
 }
 
+type shkShkPort struct {
+	_    structs.HostLayout
+	Cgid uint64
+	Refs int32
+	Pad  uint32
+}
+
+type shkShkPortKey struct {
+	_     structs.HostLayout
+	Addr  [4]uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type shkShkRule struct {
 	_          structs.HostLayout
 	Handle     uint32
@@ -151,6 +166,12 @@ type shkShkSession struct {
 	_     structs.HostLayout
 	Index uint32
 	Flags uint32
+}
+
+type shkShkSock struct {
+	_    structs.HostLayout
+	Key  shkShkPortKey
+	Held uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -171,20 +192,30 @@ const (
 	shkMapShkNever4        = "shk_never4"
 	shkMapShkNever6        = "shk_never6"
 	shkMapShkNeverOks      = "shk_never_oks"
+	shkMapShkPortUsed      = "shk_port_used"
+	shkMapShkPorts         = "shk_ports"
 	shkMapShkSessions      = "shk_sessions"
 	shkMapShkSettings      = "shk_settings"
+	shkMapShkSocks         = "shk_socks"
 	shkMapShkStats         = "shk_stats"
 	shkProgShkConnect4     = "shk_connect4"
 	shkProgShkConnect6     = "shk_connect6"
 	shkProgShkGetpeername4 = "shk_getpeername4"
 	shkProgShkGetpeername6 = "shk_getpeername6"
+	shkProgShkHoldTcp      = "shk_hold_tcp"
+	shkProgShkHoldUdp      = "shk_hold_udp"
+	shkProgShkPostBind4    = "shk_post_bind4"
+	shkProgShkPostBind6    = "shk_post_bind6"
 	shkProgShkRecvmsg4     = "shk_recvmsg4"
 	shkProgShkRecvmsg6     = "shk_recvmsg6"
 	shkProgShkSendmsg4     = "shk_sendmsg4"
 	shkProgShkSendmsg6     = "shk_sendmsg6"
+	shkProgShkSkLookup     = "shk_sk_lookup"
 	shkProgShkSkbEgress    = "shk_skb_egress"
 	shkProgShkSkbIngress   = "shk_skb_ingress"
 	shkProgShkSockCreate   = "shk_sock_create"
+	shkProgShkSockRelease  = "shk_sock_release"
+	shkProgShkSockops      = "shk_sockops"
 	shkProgShkSweepTcp     = "shk_sweep_tcp"
 	shkProgShkSweepUdp     = "shk_sweep_udp"
 	shkVarShkFlowMode      = "shk_flow_mode"
@@ -239,13 +270,20 @@ type shkProgramSpecs struct {
 	ShkConnect6     *ebpf.ProgramSpec `ebpf:"shk_connect6"`
 	ShkGetpeername4 *ebpf.ProgramSpec `ebpf:"shk_getpeername4"`
 	ShkGetpeername6 *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
+	ShkHoldTcp      *ebpf.ProgramSpec `ebpf:"shk_hold_tcp"`
+	ShkHoldUdp      *ebpf.ProgramSpec `ebpf:"shk_hold_udp"`
+	ShkPostBind4    *ebpf.ProgramSpec `ebpf:"shk_post_bind4"`
+	ShkPostBind6    *ebpf.ProgramSpec `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4     *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
 	ShkRecvmsg6     *ebpf.ProgramSpec `ebpf:"shk_recvmsg6"`
 	ShkSendmsg4     *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
 	ShkSendmsg6     *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
+	ShkSkLookup     *ebpf.ProgramSpec `ebpf:"shk_sk_lookup"`
 	ShkSkbEgress    *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
 	ShkSkbIngress   *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
 	ShkSockCreate   *ebpf.ProgramSpec `ebpf:"shk_sock_create"`
+	ShkSockRelease  *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
+	ShkSockops      *ebpf.ProgramSpec `ebpf:"shk_sockops"`
 	ShkSweepTcp     *ebpf.ProgramSpec `ebpf:"shk_sweep_tcp"`
 	ShkSweepUdp     *ebpf.ProgramSpec `ebpf:"shk_sweep_udp"`
 }
@@ -268,8 +306,11 @@ type shkMapSpecs struct {
 	ShkNever4    *ebpf.MapSpec `ebpf:"shk_never4"`
 	ShkNever6    *ebpf.MapSpec `ebpf:"shk_never6"`
 	ShkNeverOks  *ebpf.MapSpec `ebpf:"shk_never_oks"`
+	ShkPortUsed  *ebpf.MapSpec `ebpf:"shk_port_used"`
+	ShkPorts     *ebpf.MapSpec `ebpf:"shk_ports"`
 	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.MapSpec `ebpf:"shk_settings"`
+	ShkSocks     *ebpf.MapSpec `ebpf:"shk_socks"`
 	ShkStats     *ebpf.MapSpec `ebpf:"shk_stats"`
 }
 
@@ -317,8 +358,11 @@ type shkMaps struct {
 	ShkNever4    *ebpf.Map `ebpf:"shk_never4"`
 	ShkNever6    *ebpf.Map `ebpf:"shk_never6"`
 	ShkNeverOks  *ebpf.Map `ebpf:"shk_never_oks"`
+	ShkPortUsed  *ebpf.Map `ebpf:"shk_port_used"`
+	ShkPorts     *ebpf.Map `ebpf:"shk_ports"`
 	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.Map `ebpf:"shk_settings"`
+	ShkSocks     *ebpf.Map `ebpf:"shk_socks"`
 	ShkStats     *ebpf.Map `ebpf:"shk_stats"`
 }
 
@@ -338,8 +382,11 @@ func (m *shkMaps) Close() error {
 		m.ShkNever4,
 		m.ShkNever6,
 		m.ShkNeverOks,
+		m.ShkPortUsed,
+		m.ShkPorts,
 		m.ShkSessions,
 		m.ShkSettings,
+		m.ShkSocks,
 		m.ShkStats,
 	)
 }
@@ -362,13 +409,20 @@ type shkPrograms struct {
 	ShkConnect6     *ebpf.Program `ebpf:"shk_connect6"`
 	ShkGetpeername4 *ebpf.Program `ebpf:"shk_getpeername4"`
 	ShkGetpeername6 *ebpf.Program `ebpf:"shk_getpeername6"`
+	ShkHoldTcp      *ebpf.Program `ebpf:"shk_hold_tcp"`
+	ShkHoldUdp      *ebpf.Program `ebpf:"shk_hold_udp"`
+	ShkPostBind4    *ebpf.Program `ebpf:"shk_post_bind4"`
+	ShkPostBind6    *ebpf.Program `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4     *ebpf.Program `ebpf:"shk_recvmsg4"`
 	ShkRecvmsg6     *ebpf.Program `ebpf:"shk_recvmsg6"`
 	ShkSendmsg4     *ebpf.Program `ebpf:"shk_sendmsg4"`
 	ShkSendmsg6     *ebpf.Program `ebpf:"shk_sendmsg6"`
+	ShkSkLookup     *ebpf.Program `ebpf:"shk_sk_lookup"`
 	ShkSkbEgress    *ebpf.Program `ebpf:"shk_skb_egress"`
 	ShkSkbIngress   *ebpf.Program `ebpf:"shk_skb_ingress"`
 	ShkSockCreate   *ebpf.Program `ebpf:"shk_sock_create"`
+	ShkSockRelease  *ebpf.Program `ebpf:"shk_sock_release"`
+	ShkSockops      *ebpf.Program `ebpf:"shk_sockops"`
 	ShkSweepTcp     *ebpf.Program `ebpf:"shk_sweep_tcp"`
 	ShkSweepUdp     *ebpf.Program `ebpf:"shk_sweep_udp"`
 }
@@ -379,13 +433,20 @@ func (p *shkPrograms) Close() error {
 		p.ShkConnect6,
 		p.ShkGetpeername4,
 		p.ShkGetpeername6,
+		p.ShkHoldTcp,
+		p.ShkHoldUdp,
+		p.ShkPostBind4,
+		p.ShkPostBind6,
 		p.ShkRecvmsg4,
 		p.ShkRecvmsg6,
 		p.ShkSendmsg4,
 		p.ShkSendmsg6,
+		p.ShkSkLookup,
 		p.ShkSkbEgress,
 		p.ShkSkbIngress,
 		p.ShkSockCreate,
+		p.ShkSockRelease,
+		p.ShkSockops,
 		p.ShkSweepTcp,
 		p.ShkSweepUdp,
 	)

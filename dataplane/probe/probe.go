@@ -118,6 +118,9 @@ func (p *prober) do(f []string) string {
 		}
 		return ""
 	}
+	if r, ok := p.portCmd(f); ok {
+		return r
+	}
 	switch f[0] {
 	case "dns":
 		from, reply, err := dnsQuery(arg(1), arg(2))
@@ -294,6 +297,16 @@ func (p *prober) do(f []string) string {
 		}
 		p.socks[arg(2)] = fd
 		return result("", nil)
+	case "send", "sink": // send|sink NAME BYTES: write, or read, exactly BYTES on a socket
+		fd, ok := p.socks[arg(1)]
+		if !ok {
+			return "err no such socket"
+		}
+		n, err := strconv.ParseInt(arg(2), 10, 64)
+		if err != nil || n < 0 {
+			return "err bad byte count"
+		}
+		return result("", moveBytes(fd, n, f[0] == "send"))
 	case "write":
 		fd, ok := p.socks[arg(1)]
 		if !ok {
@@ -550,4 +563,30 @@ func cpuNs() int64 {
 		return 0
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// moveBytes writes (or reads) exactly n bytes on fd.
+func moveBytes(fd int, n int64, send bool) error {
+	buf := make([]byte, 64<<10)
+	for n > 0 {
+		chunk := buf[:min(int64(len(buf)), n)]
+		var m int
+		var err error
+		if send {
+			m, err = unix.Write(fd, chunk)
+		} else {
+			m, err = unix.Read(fd, chunk)
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if m == 0 {
+			return errors.New("end of stream")
+		}
+		n -= int64(m)
+	}
+	return nil
 }
