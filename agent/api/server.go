@@ -87,6 +87,7 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("POST /v1/decide", s.decide)
 	m.HandleFunc("POST /v1/policies", s.policies)
 	s.processRoutes(m)
+	s.fileRoutes(m)
 	return s, nil
 }
 
@@ -96,7 +97,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, err)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if isUpload(r) {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxFileBytes)
+	} else {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	}
 	s.mux.ServeHTTP(w, r)
 }
 

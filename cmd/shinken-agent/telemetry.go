@@ -112,6 +112,9 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		// the agent was the one door (its argv hashed by the log).
 		ev.Type, ev.Action, ev.Tool, ev.Reason = audit.EventDecision, "run", e.Tool, ""
 		ev.Params, _ = json.Marshal(e.Args)
+	case e.Kind == agent.EventFilePut || e.Kind == agent.EventFileGet:
+		ev.Type, ev.Action, ev.Reason = audit.EventDecision, e.Kind, fileReason(e.Detail)
+		ev.Resource = fileResource(e.Detail)
 	case e.Kind == "session.create":
 		ev.Type = audit.EventSessionCreate
 	case e.Kind == "session.end":
@@ -181,4 +184,19 @@ func (d *daemon) flushDenials() {
 	if err := d.audit.log.AppendBatch(evs); auditErr("append", err) != nil {
 		d.log.Error("audit denials", "err", err)
 	}
+}
+
+// fileResource and fileReason put a file transfer's path, size and hash
+// into its audit record.
+func fileResource(d any) string {
+	t, _ := d.(agent.FileTransfer)
+	return t.Path
+}
+
+func fileReason(d any) string {
+	t, _ := d.(agent.FileTransfer)
+	if t.Error != "" {
+		return fmt.Sprintf("%d bytes: %s", t.Bytes, t.Error)
+	}
+	return fmt.Sprintf("%d bytes, sha256 %s", t.Bytes, t.SHA256)
 }

@@ -43,6 +43,7 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ... (global
   ps SESSION | logs [-f] [-from N] [-stderr] SESSION ID | attach [-i] [-t] [-from N] SESSION ID
   kill [-s SIGNAL] SESSION ID              a signal, or (without -s) kill the process's whole tree
   pause SESSION | resume SESSION           freeze / thaw every process of the session
+  cp SRC SESSION:PATH | cp SESSION:PATH DST  a file into or out of the session's workspace (- : stdin/stdout)
   request SESSION CLASS [-cidr P]... [-domain D]... [-port N|LO-HI]... [-lifecycle once|session] [-ttl DUR] [-external] [-parent HANDLE] [-json SCOPE]
   decide SESSION CLASS OP [-domain D] [-ip A] [-port N] [-path P] [-item I] [-mode M]
                                            use-time decision and the rule that decided (exit 3: deny)
@@ -109,6 +110,8 @@ func (c *client) dispatch(args []string) error {
 		return c.session(args[1:])
 	case "run":
 		return c.run(args[1:])
+	case "cp":
+		return c.cp(args[1:])
 	case "exec", "start", "ps", "logs", "attach", "kill", "pause", "resume":
 		return c.procVerb(args[0], args[1:])
 	case "request":

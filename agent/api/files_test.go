@@ -1,0 +1,36 @@
+package api
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/shinken-agent/shinken/agent"
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+func TestWorkspacePath(t *testing.T) {
+	const ws = "/var/tmp/ws"
+	for _, c := range []struct {
+		p, abs, rel string
+		err         error
+	}{
+		{"a/b.txt", ws + "/a/b.txt", "a/b.txt", nil},
+		{ws + "/a", ws + "/a", "a", nil},
+		{"./a//b", ws + "/a/b", "a/b", nil},
+		{"", "", "", agent.ErrInvalidRequest},
+		{"a\x00b", "", "", agent.ErrInvalidRequest},
+		{ws, "", "", agent.ErrInvalidRequest},
+		{".", "", "", agent.ErrInvalidRequest},
+		{"..", "", "", backend.ErrFileOutside},
+		{"../ws2/x", "", "", backend.ErrFileOutside},
+		{"a/../b", "", "", backend.ErrFileOutside},
+		{ws + "/../etc/passwd", "", "", backend.ErrFileOutside},
+		{"/etc/passwd", "", "", backend.ErrFileOutside},
+		{ws + "2/x", "", "", backend.ErrFileOutside},
+	} {
+		abs, rel, err := WorkspacePath(ws, c.p)
+		if !errors.Is(err, c.err) || (c.err == nil && (abs != c.abs || rel != c.rel)) {
+			t.Errorf("WorkspacePath(%q) = %q, %q, %v; want %q, %q, %v", c.p, abs, rel, err, c.abs, c.rel, c.err)
+		}
+	}
+}
