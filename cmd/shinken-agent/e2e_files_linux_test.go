@@ -127,8 +127,9 @@ func TestFilesInAndOut(t *testing.T) {
 
 	small := filepath.Join(local, "small")
 	must(os.WriteFile(small, []byte("payload\n"), 0o644))
-	// The session makes its own way out: a link to the host's /etc.
-	e.mustCtl("run", "fw", "--", "ln", "-s", "/etc", ws+"/session-link")
+	// The session makes its own way out: a link to its /tmp, a place it
+	// may write outside the workspace.
+	e.mustCtl("run", "fw", "--", "sh", "-c", "ln -s /tmp "+ws+"/session-link && echo p > /tmp/planted")
 	e.mustCtl("run", "fw", "--", "mkfifo", ws+"/fifo")
 	for _, c := range []struct {
 		args []string
@@ -141,7 +142,7 @@ func TestFilesInAndOut(t *testing.T) {
 		{[]string{"cp", small, "fw:session-link/shinken-e2e-files"}, "HTTP 403"},
 		{[]string{"cp", small, "fw:hostname-link"}, "HTTP 403"},
 		{[]string{"cp", "fw:hostname-link", "-"}, "HTTP 403"},
-		{[]string{"cp", "fw:session-link/passwd", "-"}, "HTTP 403"},
+		{[]string{"cp", "fw:session-link/planted", "-"}, "HTTP 403"},
 		{[]string{"cp", small, "fw:.git/config"}, "HTTP 403"},
 		{[]string{"cp", "fw:rootonly", "-"}, "HTTP 403"},
 		{[]string{"cp", "fw:missing", "-"}, "HTTP 404"},
@@ -171,6 +172,18 @@ func TestFilesInAndOut(t *testing.T) {
 	}
 	if l := leftovers(ws); len(l) > 0 {
 		t.Errorf("refused uploads left %v", l)
+	}
+	// The session swaps a directory and a link to its /tmp in a loop
+	// while uploads go through that name: each lands in the directory or
+	// is refused, never in /tmp.
+	race := strings.TrimSpace(e.mustCtl("start", "fw", "--", "sh", "-c",
+		"cd "+ws+" && while :; do mkdir -p race; rm -rf race; ln -s /tmp race; rm -f race; done"))
+	for i := 0; i < 40; i++ {
+		e.ctl("cp", small, "fw:race/raced")
+	}
+	e.mustCtl("kill", "fw", race)
+	if out := e.mustCtl("run", "fw", "--", "ls", "-a", "/tmp"); strings.Contains(out, "raced") || strings.Contains(out, "shinken-e2e-files") {
+		t.Errorf("an upload went through a session's symbolic link into its /tmp: %q", out)
 	}
 	// Replacing a file keeps its mode.
 	must(os.Chmod(filepath.Join(ws, "by-session"), 0o640))

@@ -2,7 +2,7 @@
 //
 //	shinkenctl [-socket PATH] [-o table|json] VERB ...
 //
-// Verbs: status; session create|ls|show|rm; run SESSION -- CMD...; request;
+// Verbs: status; session create|ls|show|rm; run SESSION -- CMD...; cp; request;
 // decide; policy diff|apply;
 // grants; revoke; attenuate; cards; approve CARD --once|--session|--pattern;
 // deny CARD; cancel CARD; events [-f]; audit verify. `shinkenctl help` prints
