@@ -27,15 +27,15 @@ package boundary
 // changed, so it cannot be traced).
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -179,8 +179,6 @@ func (b *Boundary) OpenFile(name, root, rel string) (*os.File, error) {
 	return f, err
 }
 
-var tmpSeq atomic.Uint64
-
 // WriteFile writes root/rel as session name (see backend.SessionFiles): a
 // temporary name in rel's directory (O_EXCL), renamed over rel at the end,
 // so that a failed or refused upload leaves nothing and a reader never
@@ -222,13 +220,21 @@ func (b *Boundary) WriteFile(name, root, rel string, r io.Reader, max int64, com
 		case !errors.Is(err, unix.ENOENT):
 			return fileErr(rel, err)
 		}
-		tmp := ".shinken-upload-" + strconv.FormatUint(tmpSeq.Add(1), 10) + "-" + base
-		if len(tmp) > 255 {
-			tmp = tmp[:255]
-		}
-		fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
-		if err != nil {
-			return fileErr(rel, err)
+		// A random temporary name, tried afresh if taken: the session can
+		// see the directory and could plant the next name to stop uploads.
+		var tmp string
+		fd := -1
+		for i := 0; fd < 0; i++ {
+			var rnd [8]byte
+			rand.Read(rnd[:])
+			tmp = ".shinken-upload-" + hex.EncodeToString(rnd[:]) + "-" + base
+			if len(tmp) > 255 {
+				tmp = tmp[:255]
+			}
+			fd, err = unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+			if err != nil && (!errors.Is(err, unix.EEXIST) || i == 7) {
+				return fileErr(rel, err)
+			}
 		}
 		f := os.NewFile(uintptr(fd), tmp)
 		done := false
