@@ -3,10 +3,12 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,6 +91,18 @@ func TestFilesInAndOut(t *testing.T) {
 	must(err)
 	must(f.Close())
 	want := fileSum(t, big)
+	hwm := func() int64 { // the agent's peak resident memory, KiB
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.agent.Process.Pid))
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no VmHWM")
+		return 0
+	}
+	hwm0 := hwm()
 	// Into a directory that is not there: refused, nothing made, no
 	// temporary left.
 	if out, err := e.ctl("cp", big, "fw:sub/"); err == nil || !strings.Contains(out, "HTTP 404") {
@@ -122,8 +136,22 @@ func TestFilesInAndOut(t *testing.T) {
 	if got := fileSum(t, back); got != want {
 		t.Fatalf("round trip: sha256 %s, want %s", got, want)
 	}
+	// Streamed, not held: the agent's peak memory grew by far less than
+	// the file (100 MiB in and out).
+	grew := hwm() - hwm0
+	t.Logf("agent peak RSS: %d KiB, grew %d KiB over the round trip", hwm0, grew)
+	if grew > 32<<10 {
+		t.Errorf("the agent's peak RSS grew by %d KiB over a 100 MiB round trip", grew)
+	}
 	os.Remove(big)
 	os.Remove(back)
+	// From stdin: a chunked upload of unknown length.
+	if out, code := e.ctlCode("from stdin\n", "cp", "-", "fw:stdin.txt"); code != 0 {
+		t.Errorf("cp - fw:stdin.txt: %d %s", code, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "stdin.txt")); err != nil || string(b) != "from stdin\n" {
+		t.Errorf("stdin.txt: %q %v", b, err)
+	}
 
 	small := filepath.Join(local, "small")
 	must(os.WriteFile(small, []byte("payload\n"), 0o644))
