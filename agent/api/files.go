@@ -41,10 +41,13 @@ func (s *Server) fileRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /v1/sessions/{id}/files", s.getFile)
 }
 
-// isUpload says whether r is a file upload, whose body is bounded by
-// MaxFileBytes instead of the API's 1 MiB.
-func isUpload(r *http.Request) bool {
-	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/sessions/") && strings.HasSuffix(r.URL.Path, "/files")
+// bodyLimit bounds a request's body: MaxFileBytes for a file upload, 1
+// MiB for every other call.
+func bodyLimit(r *http.Request) int64 {
+	if r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/sessions/") && strings.HasSuffix(r.URL.Path, "/files") {
+		return MaxFileBytes
+	}
+	return 1 << 20
 }
 
 func fileStatus(err error) int {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent"
@@ -31,6 +32,24 @@ func TestWorkspacePath(t *testing.T) {
 		abs, rel, err := WorkspacePath(ws, c.p)
 		if !errors.Is(err, c.err) || (c.err == nil && (abs != c.abs || rel != c.rel)) {
 			t.Errorf("WorkspacePath(%q) = %q, %q, %v; want %q, %q, %v", c.p, abs, rel, err, c.abs, c.rel, c.err)
+		}
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	for _, c := range []struct {
+		method, path string
+		want         int64
+	}{
+		{"PUT", "/v1/sessions/s1/files", MaxFileBytes},
+		{"GET", "/v1/sessions/s1/files", 1 << 20},
+		{"POST", "/v1/sessions/s1/files", 1 << 20},
+		{"POST", "/v1/sessions", 1 << 20},
+		{"POST", "/v1/sessions/s1/processes", 1 << 20},
+	} {
+		r := httptest.NewRequest(c.method, c.path+"?path=x", nil)
+		if got := bodyLimit(r); got != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, got, c.want)
 		}
 	}
 }

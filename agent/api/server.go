@@ -97,11 +97,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, err)
 		return
 	}
-	if isUpload(r) {
-		r.Body = http.MaxBytesReader(w, r.Body, MaxFileBytes)
-	} else {
-		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	}
+	r.Body = http.MaxBytesReader(w, r.Body, bodyLimit(r))
 	s.mux.ServeHTTP(w, r)
 }
 
