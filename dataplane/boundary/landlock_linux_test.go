@@ -41,8 +41,8 @@ func TestLandlockCredentials(t *testing.T) {
 		t.Fatalf("cp: %v %s", err, out)
 	}
 	b := newBoundary(t, Config{FileNever: []string{cred, "/etc/shadow", "/etc/gshadow"}}, nil)
-	if !b.useLandlockFS {
-		t.Fatalf("the Landlock baseline is not in use: %+v", b.Report())
+	if i := slices.IndexFunc(b.Report(), func(s backend.Strength) bool { return s.Class == MechLandlockFS }); !b.useLandlockFS || i < 0 || b.Report()[i].Level != backend.FixedAtExec {
+		t.Fatalf("the Landlock baseline is not in use, or not reported fixed at exec: %+v", b.Report())
 	}
 	session(t, b, "ll", 70)
 	ws := workspaceDir(t)
