@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent clean
+.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent bench-fs clean
 
 all: build
 
@@ -56,7 +56,7 @@ run: build
 	$(BIN)/shinken-agent
 
 # Every benchmark; each prints its figures last. See bench/README.md.
-bench: bench-egress bench-decision bench-dns bench-agent
+bench: bench-egress bench-decision bench-dns bench-agent bench-fs
 
 # 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
 bench-egress: deps
@@ -74,6 +74,11 @@ bench-dns: deps
 bench-agent: build
 	$(GO) build -o $(BIN)/shinken-bench-agent ./bench/agent
 	$(BIN)/shinken-bench-agent -bin $(BIN)
+
+# Files: open, git status and exec with the fs mechanism vs without; grant to visible.
+bench-fs: build
+	$(GO) build -o $(BIN)/shinken-bench-fs ./bench/fs
+	$(BIN)/shinken-bench-fs -bin $(BIN) $(BENCH_FS_FLAGS)
 
 include bench/decision.mk
 

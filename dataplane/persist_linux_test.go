@@ -22,9 +22,16 @@ func TestPersistence(t *testing.T) {
 		t.Skipf("no %s here: %v", boundary.DefaultCatatonit, err)
 	}
 	r := fsTree(t)
-	pdir := t.TempDir()
+	// As the agent has it: the persistent paths' directory lies in a
+	// credential location (its state directory), outside /tmp, so the
+	// Landlock baseline denies it but for each persistence mount's root.
+	pdir, err := os.MkdirTemp("/var/tmp", "shinken-persist-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pdir) })
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh"}, PersistDir: pdir}
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, PersistDir: pdir}
 	d := newDataplane(t, cfg)
 	if lvl := d.Probe().Class(backend.ClassPersistence); !lvl.Level.Enforceable() {
 		t.Fatalf("persistence: %s", lvl.Reason)

@@ -7,18 +7,20 @@
  * (child.Launch.Args):
  *
  *   argv[0] "shinken-session-launch"
- *   argv[1] "v2,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV,NPROC"
- *           (or v1, the same less NPROC)
+ *   argv[1] "v3,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV,NPROC,FS"
+ *           (or v2, the same less FS, or v1, less NPROC too)
  *   argv[2] the seccomp filter: struct sock_filter array, lower-case hex
- *   argv[3] the target's path (resolved inside the session)
- *   argv[4...] the target's argv
+ *   argv[3] v3 only: the Landlock rules, paths joined by newlines
+ *   then the target's path (resolved inside the session)
+ *   and the target's argv
  *
  * It sets RLIMIT_NPROC to NPROC (when not 0; before setresuid, so that
  * execve fails with EAGAIN if the uid already has NPROC tasks), locks
  * securebits, empties the capability bounding set, becomes
  * UID:GID with no supplementary groups, clears every capability set and the
  * ambient set, sets no_new_privs, enters a Landlock domain with the given
- * IPC scopes, installs the filter and executes the target: what the Go
+ * IPC scopes (and with FS: handling those filesystem rights, allowed beneath
+ * each rule, the credential locations left out), installs the filter and executes the target: what the Go
  * launcher's launch mode (child.launch) does, in the same order. Any
  * failure ends the process (exit 127) before the target runs, and is
  * reported on the status pipe (fd STATUS, close-on-exec: it closes with no
@@ -38,7 +40,8 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 
 #if defined(__x86_64__)
-enum { NR_write = 1, NR_close = 3, NR_fcntl = 72, NR_prctl = 157, NR_prlimit64 = 302, NR_setgroups = 116, NR_setresuid = 117,
+enum { O_NOFOLLOW = 0400000 };
+enum { NR_write = 1, NR_close = 3, NR_openat = 257, NR_fcntl = 72, NR_prctl = 157, NR_prlimit64 = 302, NR_setgroups = 116, NR_setresuid = 117,
        NR_setresgid = 119, NR_capset = 126, NR_seccomp = 317, NR_execve = 59, NR_exit_group = 231 };
 static long sys6(long n, long a, long b, long c, long d, long e)
 {
@@ -54,7 +57,8 @@ static long sys6(long n, long a, long b, long c, long d, long e)
 /* The kernel enters with argc at the stack pointer. */
 __asm__(".text\n.global _start\n_start:\n\txor %ebp, %ebp\n\tmov %rsp, %rdi\n\tand $-16, %rsp\n\tcall start\n\thlt\n");
 #elif defined(__aarch64__)
-enum { NR_write = 64, NR_close = 57, NR_fcntl = 25, NR_prctl = 167, NR_prlimit64 = 261, NR_setgroups = 159, NR_setresuid = 147,
+enum { O_NOFOLLOW = 0100000 };
+enum { NR_write = 64, NR_close = 57, NR_openat = 56, NR_fcntl = 25, NR_prctl = 167, NR_prlimit64 = 261, NR_setgroups = 159, NR_setresuid = 147,
        NR_setresgid = 149, NR_capset = 91, NR_seccomp = 277, NR_execve = 221, NR_exit_group = 94 };
 static long sys6(long n, long a, long b, long c, long d, long e)
 {
@@ -73,8 +77,11 @@ __asm__(".text\n.global _start\n_start:\n\tmov x29, #0\n\tmov x30, #0\n\tmov x0,
 #endif
 
 /* Generic numbers (the same on both). */
-enum { NR_landlock_create_ruleset = 444, NR_landlock_restrict_self = 446 };
-enum { EINVAL = 22 };
+enum { NR_landlock_create_ruleset = 444, NR_landlock_add_rule = 445, NR_landlock_restrict_self = 446 };
+enum { ENOENT = 2, EINVAL = 22 };
+enum { AT_FDCWD = -100, O_PATH = 010000000, O_CLOEXEC = 02000000, LANDLOCK_RULE_PATH_BENEATH = 1 };
+/* child.fileRights: execute, write_file, read_file, truncate, ioctl_dev. */
+enum { FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15), MAX_FS = (1 << 17) - 1 };
 enum { F_SETFD = 2, FD_CLOEXEC = 1 };
 enum {
 	PR_CAPBSET_READ = 23, PR_CAPBSET_DROP = 24, PR_SET_SECUREBITS = 28, PR_SET_NO_NEW_PRIVS = 38,
@@ -238,21 +245,72 @@ static void landlock_scope(u64 scoped)
 	sys(NR_close, fd, 0, 0);
 }
 
+/* landlock_fs: child.landlockFS, the same steps. rules is FSRules joined
+ * by newlines (edited in place); each is opened O_PATH without following a
+ * symbolic link, here in the session's mount namespace. ENOENT (gone since
+ * the agent listed it), or EINVAL also for the file rights (a symbolic
+ * link): no rule, so less access, never more. */
+static void landlock_fs(u64 fs, u64 scoped, char *rules)
+{
+	struct {
+		u64 fs, net, scoped;
+	} attr = {fs, 0, scoped};
+	long fd = sys(NR_landlock_create_ruleset, &attr, sizeof attr, 0);
+	if (fd < 0)
+		fail("landlock: create ruleset", fd);
+	while (*rules != '\0') {
+		char *r = rules;
+		while (*rules != '\0' && *rules != '\n')
+			rules++;
+		if (*rules == '\n')
+			*rules++ = '\0';
+		long pfd = sys6(NR_openat, AT_FDCWD, (long)r, O_PATH | O_CLOEXEC | O_NOFOLLOW, 0, 0);
+		if (pfd == -ENOENT)
+			continue;
+		if (pfd < 0)
+			fail("landlock: open rule", pfd);
+		struct {
+			u64 allowed;
+			int parent;
+		} __attribute__((packed)) pb = {fs, (int)pfd};
+		long e = sys6(NR_landlock_add_rule, fd, LANDLOCK_RULE_PATH_BENEATH, (long)&pb, 0, 0);
+		if (e == -EINVAL && (fs & FILE_RIGHTS) != 0) {
+			pb.allowed = fs & FILE_RIGHTS;
+			e = sys6(NR_landlock_add_rule, fd, LANDLOCK_RULE_PATH_BENEATH, (long)&pb, 0, 0);
+			if (e == -EINVAL)
+				e = 0;
+		}
+		sys(NR_close, pfd, 0, 0);
+		if (e != 0)
+			fail("landlock: add rule", e);
+	}
+	check("landlock: restrict self", sys(NR_landlock_restrict_self, fd, 0, 0));
+	sys(NR_close, fd, 0, 0);
+}
+
 __attribute__((noreturn, used)) void start(long *sp)
 {
 	long argc = sp[0];
 	char **argv = (char **)(sp + 1), **envp = argv + argc + 1;
-	long n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-	static const long lo[8] = {0, 0, 0, 3, -1, 0, 0, 0};
-	static const long hi[8] = {0xffffffffL, 0xffffffffL, 1, 1 << 20, 1 << 20, 0xffffffffL, 1, MAX_NPROC};
-	if (argc < 5 || !eq(argv[0], "shinken-session-launch") || argv[1][0] != 'v' ||
-	    (argv[1][1] != '1' && argv[1][1] != '2') || argv[1][2] != ',')
+	long n[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+	static const long lo[9] = {0, 0, 0, 3, -1, 0, 0, 0, 0};
+	static const long hi[9] = {0xffffffffL, 0xffffffffL, 1, 1 << 20, 1 << 20, 0xffffffffL, 1, MAX_NPROC, MAX_FS};
+	if (argc < 5 || !eq(argv[0], "shinken-session-launch") || argv[1][0] != 'v' || argv[1][1] < '1' || argv[1][1] > '3' ||
+	    argv[1][2] != ',')
 		usage();
-	int nf = argv[1][1] == '2' ? 8 : 7; /* v1 has no NPROC */
+	int version = argv[1][1] - '0';
+	int nf = version == 3 ? 9 : version == 2 ? 8 : 7; /* v2 has no FS, v1 no NPROC */
+	if (version == 3 && argc < 6)
+		usage();
 	const char *p = argv[1] + 3;
 	for (int i = 0; i < nf; i++)
 		if (parse_int(&p, i < nf - 1 ? ',' : '\0', lo[i], hi[i], &n[i]) != 0)
 			usage();
+	/* v3: argv[3] is the Landlock rules, the target's path follows. */
+	char *rules = version == 3 ? argv[3] : 0;
+	char **target = version == 3 ? argv + 4 : argv + 3;
+	if (n[8] == 0 && rules != 0 && rules[0] != '\0')
+		usage();
 	if (sys(NR_fcntl, n[3], F_SETFD, FD_CLOEXEC) != 0)
 		fail("no status pipe", 0); /* nothing to report on: exit 127 */
 	status_fd = (int)n[3];
@@ -267,7 +325,9 @@ __attribute__((noreturn, used)) void start(long *sp)
 			check("RLIMIT_NPROC", sys6(NR_prlimit64, 0, RLIMIT_NPROC, (long)lim, 0, 0));
 		}
 		drop_privileges(n[0], n[1]);
-		if (n[5] != 0)
+		if (n[8] != 0)
+			landlock_fs((u64)n[8], (u64)n[5], rules);
+		else if (n[5] != 0)
 			landlock_scope((u64)n[5]);
 		if (insns > 0) {
 			struct {
@@ -287,11 +347,11 @@ __attribute__((noreturn, used)) void start(long *sp)
 		if (e > 0 && eq(envp[e - 1], "GOMAXPROCS=1"))
 			envp[e - 1] = 0;
 	}
-	long r = sys(NR_execve, argv[3], argv + 4, envp);
+	long r = sys(NR_execve, target[0], target + 1, envp);
 	/* "exec PATH", as the Go launcher says it. */
 	char what[200] = "exec ";
 	u64 k = 5;
-	for (const char *s = argv[3]; *s != '\0' && k < sizeof what - 1; s++)
+	for (const char *s = target[0]; *s != '\0' && k < sizeof what - 1; s++)
 		what[k++] = *s;
 	what[k] = '\0';
 	fail(what, r);

@@ -56,8 +56,10 @@ type Boundary struct {
 	ready    error // why sessions cannot be created, nil when they can
 
 	useNS, useSeccomp, useLandlock bool
-	directInit                     bool   // holders made from a thread of ours (see startHolder)
-	holderHow                      string // how holders are made, for the report
+	useLandlockFS                  bool         // the Landlock baseline (landlock_linux.go)
+	llTree                         landlockTree // its rules, cached
+	directInit                     bool         // holders made from a thread of ours (see startHolder)
+	holderHow                      string       // how holders are made, for the report
 	landlockABI                    int
 	tmpfsErr                       error // the probe session's tmpfs mounts are not of TmpfsBytes
 
@@ -349,6 +351,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if b.useLandlock {
 		spec.Landlock = landlockScopes
 	}
+	spec.FS, spec.FSRules = b.landlockSpec(name)
 	// A uid or gid of 0 is the default, the session's own; any other
 	// must be that too (the launcher sets no supplementary group).
 	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {

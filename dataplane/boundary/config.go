@@ -37,17 +37,18 @@ const (
 // Mechanism names: one per row of the boundary report, and the names an
 // operator lists in Config.Accept to accept a weaker level.
 const (
-	MechUIDRange  = "uid range"
-	MechSeccomp   = "seccomp"
-	MechUserNS    = "user namespaces"
-	MechPIDNS     = "pid namespace"
-	MechMountNS   = "mount namespace"
-	MechCatatonit = "session init (catatonit)"
-	MechLandlock  = "landlock scoping"
-	MechCaps      = "capabilities and no_new_privs"
-	MechIOURing   = "io_uring"
-	MechTmpfsSize = "session tmpfs size"
-	MechNProc     = "session process limit"
+	MechUIDRange   = "uid range"
+	MechSeccomp    = "seccomp"
+	MechUserNS     = "user namespaces"
+	MechPIDNS      = "pid namespace"
+	MechMountNS    = "mount namespace"
+	MechCatatonit  = "session init (catatonit)"
+	MechLandlock   = "landlock scoping"
+	MechLandlockFS = "landlock credential deny"
+	MechCaps       = "capabilities and no_new_privs"
+	MechIOURing    = "io_uring"
+	MechTmpfsSize  = "session tmpfs size"
+	MechNProc      = "session process limit"
 )
 
 // Config is the session boundary's configuration. The zero value is the
@@ -209,7 +210,7 @@ func (c Config) accepts(mech string) bool {
 
 func knownMech(m string) bool {
 	switch m {
-	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechCaps, MechIOURing, MechTmpfsSize, MechNProc:
+	case MechUIDRange, MechSeccomp, MechUserNS, MechPIDNS, MechMountNS, MechCatatonit, MechLandlock, MechLandlockFS, MechCaps, MechIOURing, MechTmpfsSize, MechNProc:
 		return true
 	}
 	return false

@@ -34,15 +34,17 @@
 // a new cgroup of its own below it (killed whole with cgroup.kill). The
 // child, still root, locks securebits, drops the capability bounding set,
 // switches to the session uid, clears every capability set, sets
-// no_new_privs, applies Landlock IPC scoping (ABI 6) and the seccomp filter
-// the agent assembled, and executes the target. The tainted thread is never
+// no_new_privs, enters a Landlock domain (IPC scoping, ABI 6, and the
+// credential baseline of landlock_linux.go: every filesystem right denied
+// beneath the credential locations) and the seccomp filter the agent
+// assembled, and executes the target. The tainted thread is never
 // unlocked: Go ends it with the goroutine.
 //
 // Why a launcher in C: Go cannot run code between fork and exec, so every
 // launch executes a launcher first, and a Go launcher's runtime start-up
 // (about 1 ms here) was most of a launch: `run SESSION -- /bin/true` took
 // about 4 times a plain spawn. The C launcher is freestanding (no libc: raw
-// system calls on amd64 and arm64, under 300 lines, a 10 KB static binary):
+// system calls on amd64 and arm64, under 400 lines, a 10 KB static binary):
 // even a static glibc's start-up cost about 0.3 ms per launch here (its CPU
 // feature probing executes cpuid, which traps in a VM). Started and waited
 // for on its own it takes about 0.2 ms, a quarter of /bin/true (the Go

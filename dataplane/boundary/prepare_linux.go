@@ -70,6 +70,7 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 	if b.useLandlock {
 		spec.Landlock = landlockScopes
 	}
+	spec.FS, spec.FSRules = b.landlockSpec(name)
 	env := append([]string{}, p.Env...)
 	if b.cexe == nil {
 		spec.DropEnv = true

@@ -87,6 +87,14 @@ func (b *Boundary) probe() {
 	}
 	b.landlockABI = abi
 	b.useLandlock = add(MechLandlock, lerr, fmt.Sprintf("Landlock ABI %d: abstract UNIX sockets and signals scoped to the process tree of each launch", abi))
+	// The baseline needs ABI 2 only (refer), not the scopes of ABI 6.
+	var fsErr error
+	if _, err := ll.LandlockGetABIVersion(); err != nil {
+		fsErr = fmt.Errorf("Landlock is not enabled: %w", err)
+	} else if landlockFSRights(abi) == 0 {
+		fsErr = fmt.Errorf("Landlock ABI %d cannot handle refer (needs 2): renames and links across directories would all be refused", abi)
+	}
+	b.useLandlockFS = add(MechLandlockFS, fsErr, fmt.Sprintf("Landlock ABI %d, entered by the launcher at every launch: every filesystem right (read, write, execute, ...) denied beneath the %d credential locations (%s), whatever the mount view shows and whatever a grant says; allowed everywhere else, where the mount view and file permissions decide", abi, len(c.FileNever), strings.Join(c.FileNever, ", ")))
 
 	b.report = rows
 	var missing []string

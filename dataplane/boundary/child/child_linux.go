@@ -72,7 +72,11 @@ func launch(spec Launch, argv []string) error {
 		if err := dropPrivileges(spec.UID, spec.GID); err != nil {
 			return err
 		}
-		if spec.Landlock != 0 {
+		if spec.FS != 0 {
+			if err := landlockFS(spec.FS, spec.Landlock, spec.FSRules); err != nil {
+				return err
+			}
+		} else if spec.Landlock != 0 {
 			if err := landlockScope(spec.Landlock); err != nil {
 				return err
 			}

@@ -38,6 +38,14 @@ type Launch struct {
 	// NProc is RLIMIT_NPROC (soft and hard), set before the launcher
 	// drops to UID; 0: left as inherited (the v1 spec has no such field).
 	NProc uint64
+	// FS is the Landlock filesystem access rights the launcher's domain
+	// handles (LANDLOCK_ACCESS_FS_*; 0: none, only the scopes of
+	// Landlock). FSRules are the paths beneath which all of them are
+	// allowed (a path that is not a directory: the file rights among
+	// them); everything else, the credential locations among it, is
+	// denied them (landlock_linux.go in package boundary). v3 only.
+	FS      uint64
+	FSRules []string
 }
 
 // StartEnv is added to the launcher's environment: with GOMAXPROCS set,
@@ -48,39 +56,65 @@ const StartEnv = "GOMAXPROCS=1"
 // MaxNProc bounds Launch.NProc (the kernel's PID_MAX_LIMIT).
 const MaxNProc = 1 << 22
 
-// Args is the launcher's argv: its spec, then the target's argv. The spec
-// is "v2,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV,NPROC"; the
-// launchers also read v1, the same less NPROC.
+// MaxFS bounds Launch.FS (the Landlock filesystem rights of ABI 1 to 9).
+const MaxFS = 1<<17 - 1
+
+// Args is the launcher's argv: its spec, the seccomp filter, the Landlock
+// rules, the target's path, then the target's argv. The spec is
+// "v3,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV,NPROC,FS" and the
+// rules FSRules joined by newlines (a path holding a newline is left out:
+// it gets no rule, so less access, never more). The launchers also read
+// v2 (no FS, no rules argument) and v1 (the same less NPROC).
 func (l Launch) Args(argv []string) []string {
-	f := fmt.Sprintf("v2,%d,%d,%d,%d,%d,%d,%d,%d", l.UID, l.GID, b2i(l.Privileged), l.Status, l.ExeFD, l.Landlock, b2i(l.DropEnv), l.NProc)
-	return append([]string{LaunchArg0, f, hex.EncodeToString(l.Filter), l.Path}, argv...)
+	f := fmt.Sprintf("v3,%d,%d,%d,%d,%d,%d,%d,%d,%d", l.UID, l.GID, b2i(l.Privileged), l.Status, l.ExeFD, l.Landlock, b2i(l.DropEnv), l.NProc, l.FS)
+	rules := make([]string, 0, len(l.FSRules))
+	for _, r := range l.FSRules {
+		if r != "" && !strings.Contains(r, "\n") {
+			rules = append(rules, r)
+		}
+	}
+	return append([]string{LaunchArg0, f, hex.EncodeToString(l.Filter), strings.Join(rules, "\n"), l.Path}, argv...)
 }
 
-// ParseLaunch reads what Args wrote (v2), or a v1 spec; it returns the
-// target's argv.
+// ParseLaunch reads what Args wrote (v3), or a v2 or v1 spec; it returns
+// the target's argv.
 func ParseLaunch(args []string) (Launch, []string, error) {
 	var l Launch
 	if len(args) < 4 || args[0] != LaunchArg0 {
 		return l, nil, errors.New("not a launch")
 	}
-	n, err := fields(args[1], "v2", 8)
-	if err != nil {
+	n, err := fields(args[1], "v3", 9)
+	rest := 4
+	if err == nil {
+		if len(args) < 5 {
+			return l, nil, errors.New("bad launch spec")
+		}
+		rest = 5
+		if args[3] != "" {
+			l.FSRules = strings.Split(args[3], "\n")
+		}
+	} else if n, err = fields(args[1], "v2", 8); err == nil {
+		n = append(n, 0)
+	} else {
 		if n, err = fields(args[1], "v1", 7); err != nil {
 			return l, nil, err
 		}
-		n = append(n, 0)
+		n = append(n, 0, 0)
 	}
-	if n[0] < 0 || n[1] < 0 || n[5] < 0 || n[0] > 1<<32-1 || n[1] > 1<<32-1 || n[3] < 3 || n[3] > 1<<20 || n[4] > 1<<20 || n[7] < 0 || n[7] > MaxNProc {
+	if n[0] < 0 || n[1] < 0 || n[5] < 0 || n[0] > 1<<32-1 || n[1] > 1<<32-1 || n[3] < 3 || n[3] > 1<<20 || n[4] > 1<<20 || n[7] < 0 || n[7] > MaxNProc || n[8] < 0 || n[8] > MaxFS {
 		return l, nil, errors.New("bad launch spec")
 	}
-	l = Launch{UID: uint32(n[0]), GID: uint32(n[1]), Privileged: n[2] == 1, Status: int(n[3]), ExeFD: int(n[4]), Landlock: uint64(n[5]), DropEnv: n[6] == 1, Path: args[3], NProc: uint64(n[7])}
+	if n[8] == 0 && l.FSRules != nil {
+		return l, nil, errors.New("bad launch spec: Landlock rules without rights")
+	}
+	l = Launch{UID: uint32(n[0]), GID: uint32(n[1]), Privileged: n[2] == 1, Status: int(n[3]), ExeFD: int(n[4]), Landlock: uint64(n[5]), DropEnv: n[6] == 1, Path: args[rest-1], NProc: uint64(n[7]), FS: uint64(n[8]), FSRules: l.FSRules}
 	if l.Filter, err = hex.DecodeString(args[2]); err != nil || len(l.Filter)%8 != 0 {
 		return l, nil, errors.New("bad seccomp filter")
 	}
 	if len(l.Filter) == 0 {
 		l.Filter = nil
 	}
-	return l, args[4:], nil
+	return l, args[rest:], nil
 }
 
 // Init is what the agent tells the session-init child.

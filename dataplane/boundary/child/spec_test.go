@@ -13,6 +13,26 @@ func TestSpecVersions(t *testing.T) {
 	if err != nil || got.NProc != 4096 || got.UID != 7 || !slices.Equal(argv, []string{"true", "x"}) {
 		t.Fatalf("v2 launch: %+v %v %v", got, argv, err)
 	}
+	// v3: the Landlock rights and rules; a rule holding a newline is
+	// left out (no rule: less access); v2 still parses, with none.
+	l.FS, l.FSRules = 0x7fff, []string{"/usr", "/etc/passwd", "/bad\nname", "/var/tmp"}
+	got, argv, err = ParseLaunch(l.Args([]string{"true"}))
+	if err != nil || got.FS != 0x7fff || !slices.Equal(got.FSRules, []string{"/usr", "/etc/passwd", "/var/tmp"}) || got.Path != "/bin/true" || !slices.Equal(argv, []string{"true"}) {
+		t.Fatalf("v3 launch: %+v %v %v", got, argv, err)
+	}
+	got, argv, err = ParseLaunch([]string{LaunchArg0, "v2,7,7,0,3,4,3,0,9", "", "/bin/true", "true"})
+	if err != nil || got.FS != 0 || got.FSRules != nil || got.NProc != 9 || got.Path != "/bin/true" || !slices.Equal(argv, []string{"true"}) {
+		t.Fatalf("v2 launch: %+v %v %v", got, argv, err)
+	}
+	for _, bad := range [][]string{
+		{LaunchArg0, "v3,7,7,0,3,4,3,0,9,0", "", "/usr", "/bin/true", "true"},  // rules without rights
+		{LaunchArg0, "v3,7,7,0,3,4,3,0,9,131072", "", "", "/bin/true", "true"}, // a right past MaxFS
+		{LaunchArg0, "v3,7,7,0,3,4,3,0,9,7", "", "/usr"},                       // no target path
+	} {
+		if _, _, err := ParseLaunch(bad); err == nil {
+			t.Errorf("launch %q accepted", bad)
+		}
+	}
 	got, _, err = ParseLaunch([]string{LaunchArg0, "v1,7,7,0,3,4,3,0", "", "/bin/true", "true"})
 	if err != nil || got.NProc != 0 || got.UID != 7 || got.Landlock != 3 {
 		t.Fatalf("v1 launch: %+v %v", got, err)

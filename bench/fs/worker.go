@@ -1,0 +1,155 @@
+//go:build linux
+
+package main
+
+// The worker: this binary, started inside a session through the API
+// (POST /v1/sessions/{id}/run), times its own operations so that the
+// launch through the agent is not part of a figure, and prints one line
+// per operation: "open N1 N2 ...", "git ...", "exec ..." (nanoseconds per
+// call), or for the grant-to-visible phase "seen T1 T2 ..." (CLOCK_MONOTONIC
+// nanoseconds at which each probe file could first be created).
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func monoNS() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// workerMain runs argv[2:] = MODE ARGS... (argv[1] is "worker"): "ops FILE REPO NOPEN NGIT NEXEC"
+// or "visible DIR K".
+func workerMain() {
+	a := os.Args[2:]
+	var err error
+	switch {
+	case len(a) == 6 && a[0] == "ops":
+		err = ops(a[1], a[2], atoi(a[3]), atoi(a[4]), atoi(a[5]))
+	case len(a) == 3 && a[0] == "visible":
+		err = visible(a[1], atoi(a[2]))
+	default:
+		err = fmt.Errorf("worker: bad arguments %q", a)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "worker: bad count %q\n", s)
+		os.Exit(2)
+	}
+	return n
+}
+
+func line(name string, ns []int64) {
+	var b strings.Builder
+	b.WriteString(name)
+	for _, v := range ns {
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(v, 10))
+	}
+	fmt.Println(b.String())
+}
+
+// ops times nOpen open+read+close of file, nGit `git status` in repo and
+// nExec fork+exec+wait of /bin/true.
+func ops(file, repo string, nOpen, nGit, nExec int) error {
+	buf := make([]byte, 4096)
+	times := make([]int64, 0, nOpen)
+	for i := 0; i < nOpen; i++ {
+		t0 := monoNS()
+		fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", file, err)
+		}
+		if _, err := unix.Read(fd, buf); err != nil {
+			return fmt.Errorf("read %s: %w", file, err)
+		}
+		unix.Close(fd)
+		times = append(times, monoNS()-t0)
+	}
+	line("open", times)
+	times = times[:0]
+	for i := 0; i < nGit; i++ {
+		cmd := exec.Command("git", "-c", "safe.directory=*", "-c", "core.untrackedCache=false", "-C", repo, "status", "--porcelain")
+		t0 := monoNS()
+		out, err := cmd.CombinedOutput()
+		took := monoNS() - t0
+		if err != nil || len(out) != 0 {
+			return fmt.Errorf("git status in %s: %v %q (want a clean tree)", repo, err, out)
+		}
+		times = append(times, took)
+	}
+	line("git", times)
+	times = times[:0]
+	for i := 0; i < nExec; i++ {
+		t0 := monoNS()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			return fmt.Errorf("exec /bin/true: %w", err)
+		}
+		times = append(times, monoNS()-t0)
+	}
+	line("exec", times)
+	return nil
+}
+
+// visible creates dir/probe-0 ... dir/probe-(k-1) in turn: for each i it
+// waits for dir/go-i (made by the bench on the host once the previous
+// grant is revoked, so the mount is read-only again), then retries
+// open(O_CREAT) of probe-i every 50 µs until it succeeds (the bench grants
+// write on dir, waits for the probe on the host, revokes), and records
+// when it did.
+func visible(dir string, k int) error {
+	seen := make([]int64, 0, k)
+	deadline := time.Now().Add(5 * time.Minute)
+	wait := func(what string, ok func() (bool, error)) error {
+		for {
+			done, err := ok()
+			if done || err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: waited 5 minutes", what)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	for i := 0; i < k; i++ {
+		g := fmt.Sprintf("%s/go-%d", dir, i)
+		if err := wait(g, func() (bool, error) { return unix.Access(g, unix.F_OK) == nil, nil }); err != nil {
+			return err
+		}
+		p := fmt.Sprintf("%s/probe-%d", dir, i)
+		err := wait(p, func() (bool, error) {
+			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+			if err == nil {
+				seen = append(seen, monoNS())
+				unix.Close(fd)
+				return true, nil
+			}
+			if err != unix.EROFS && err != unix.EACCES && err != unix.EPERM {
+				return false, fmt.Errorf("open %s: %w", p, err)
+			}
+			return false, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	line("seen", seen)
+	return nil
+}
