@@ -78,7 +78,7 @@ static __always_inline int post_bind(struct bpf_sock *sk, int v6)
 	k.port = sk->src_port;
 	k.proto = sk->protocol;
 	k.pad = 0;
-	r = st ? hold_for(st, &k, cgid) : -1;
+	r = st ? hold_for(st, &k, cgid, shk_max_ports) : -1;
 	if (r == 0)
 		return 1;
 	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32,
@@ -138,8 +138,12 @@ static __always_inline __u64 sock_session_cgroup(struct sock *sk)
 
 /* A listen on a port the socket did not bind (the kernel autobinds it in
  * listen): it holds the port from now on. sock_ops cannot refuse the listen;
- * a hold that cannot be taken is reported. Every other sock_ops callback
- * (a few per connection, none per packet) returns at once. */
+ * a hold that cannot be taken is reported. The hold is counted against the
+ * session's port limit but never refused for it: a listener without a hold
+ * would be unchecked (sk_lookup passes a port no session holds), so the
+ * limit yields here; such ports stay bounded by the socket limit. Every
+ * other sock_ops callback (a few per connection, none per packet) returns
+ * at once. */
 SEC("sockops")
 int shk_sockops(struct bpf_sock_ops *ops)
 {
@@ -168,11 +172,10 @@ int shk_sockops(struct bpf_sock_ops *ops)
 		return 1;
 	port_key(&k, ops->family, ops->local_ip4, ops->local_ip6, ops->local_port, IPPROTO_TCP);
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	r = st ? hold_for(st, &k, cgid) : -1;
+	r = st ? hold_for(st, &k, cgid, 0) : -1;
 	if (r == 0)
 		return 1;
-	report(cgid, s->index, 0, r == -2 ? SHK_REASON_PORT_LIMIT : SHK_REASON_NO_INBOUND, AF_INET6, IPPROTO_TCP,
-	       ops->local_port, k.addr, 4, 0);
+	report(cgid, s->index, 0, SHK_REASON_NO_INBOUND, AF_INET6, IPPROTO_TCP, ops->local_port, k.addr, 4, 0);
 	return 1;
 }
 

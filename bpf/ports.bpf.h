@@ -164,18 +164,18 @@ static __always_inline int port_take(const struct shk_port_key *k, __u64 cgid)
 	return -1;
 }
 
-/* Takes a hold on k for session cgroup cgid. Returns 0; -2 when the session
- * has shk_max_ports holds already (quota.bpf.h); -1 when another session
- * holds it or no hold could be taken (the map is full, or the entry kept
- * dying through every try). */
-static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid)
+/* Takes a hold on k for session cgroup cgid, counted against limit max (0:
+ * counted, never refused). Returns 0; -2 when the session has max holds
+ * already (quota.bpf.h); -1 when another session holds it or no hold could
+ * be taken (the map is full, or the entry kept dying through every try). */
+static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid, __u32 max)
 {
 	__s32 *used = port_used(k->port, k->proto);
 	struct shk_quota *u = use_of(cgid);
 
 	if (!used || !u)
 		return -1;
-	if (use_take(&u->ports, shk_max_ports) < 0)
+	if (use_take(&u->ports, max) < 0)
 		return -2;
 	__sync_fetch_and_add(used, 1);
 	if (port_take(k, cgid) == 0)
@@ -231,11 +231,12 @@ static __always_inline struct shk_port *port_holder(struct shk_port_key *k, __u3
 	return 0;
 }
 
-/* Takes the hold of a socket (its storage st) on k for session cgroup cgid.
- * Returns 0, or port_hold's -1 or -2 (nothing held). */
-static __always_inline int hold_for(struct shk_sock *st, const struct shk_port_key *k, __u64 cgid)
+/* Takes the hold of a socket (its storage st) on k for session cgroup cgid,
+ * against limit max as port_hold. Returns 0, or port_hold's -1 or -2
+ * (nothing held). */
+static __always_inline int hold_for(struct shk_sock *st, const struct shk_port_key *k, __u64 cgid, __u32 max)
 {
-	int r = port_hold(k, cgid);
+	int r = port_hold(k, cgid, max);
 
 	if (r < 0)
 		return r;
@@ -262,5 +263,5 @@ static __always_inline int hold_sender(struct bpf_sock *sk, __u64 cgid)
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st)
 		return -1;
-	return hold_for(st, &k, cgid);
+	return hold_for(st, &k, cgid, shk_max_ports);
 }

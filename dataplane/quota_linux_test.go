@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -98,6 +99,22 @@ func testSocketQuota(t *testing.T, mode FlowMode) {
 			t.Errorf("port_limit denials %d, want 1", n)
 		}
 		want(t, pb, "nbind p 3 127.0.0.1", "ok 3")
+		// A listen on an autobound port cannot be refused (sockops): its
+		// hold is taken past the limit, so it is still checked (no inbound
+		// grant: nothing connects).
+		port := pa.Do("alisten l 4")
+		if !strings.HasPrefix(port, "ok ") {
+			t.Fatalf("alisten: %s", port)
+		}
+		if u := use(t, "qa"); u.Ports != maxPorts+1 {
+			t.Errorf("after a listen past the limit, session qa holds %d ports, want %d", u.Ports, maxPorts+1)
+		}
+		dl := net.Dialer{Timeout: 300 * time.Millisecond}
+		if c, err := dl.Dial("tcp", "127.0.0.1:"+strings.TrimPrefix(port, "ok ")); err == nil {
+			c.Close()
+			t.Error("a listener past the port limit was reached with no inbound grant")
+		}
+		want(t, pa, "close l", "ok")
 		want(t, pa, "closen p 1", "ok 1")
 		want(t, pa, "nbind q 2 127.0.0.1", "ok 1 "+eperm)
 		want(t, pa, "closen p 1000", fmt.Sprintf("ok %d", maxPorts-1))
