@@ -77,10 +77,10 @@ func (d *Dataplane) pruneQuotas() error {
 func (d *Dataplane) quotaRows() []backend.Strength {
 	socks := backend.Strength{Class: "sockets", Level: backend.RevocableInKernel,
 		Mechanism: fmt.Sprintf("BPF cgroup/sock_create counts each inet socket (TCP, UDP, every inet type) a session task creates, cgroup/sock_release uncounts it; past %d open per session socket() fails with EPERM (reason socket_limit); counted to the creating session wherever its descriptor goes (SCM_RIGHTS)", d.cfg.MaxSocketsPerSession),
-		Reason: "not counted: AF_UNIX and other non-inet sockets and socketpairs (cgroup/sock_create runs for inet sockets only: bounded by RLIMIT_NOFILE per process and RLIMIT_NPROC), connections accepted from a session listener (no sock_create), sockets made before the task joined the session or before the hooks were attached"}
+		Reason:    "not counted: AF_UNIX and other non-inet sockets and socketpairs (cgroup/sock_create runs for inet sockets only: bounded by RLIMIT_NOFILE per process and RLIMIT_NPROC), connections accepted from a session listener (no sock_create), sockets made before the task joined the session or before the hooks were attached"}
 	ports := backend.Strength{Class: "ports", Level: backend.RevocableInKernel,
 		Mechanism: fmt.Sprintf("sweep mode: each bound, listening or unconnected-sending session socket holds its port (ports.bpf.h); past %d holds per session bind() and the unconnected send fail with EPERM (reason port_limit); a listen on an autobound port (which sockops cannot refuse) and a socket held when the hooks are attached are counted but never refused, since a listener without a hold would be unchecked; those, and a connected socket's local port, are bounded by the socket limit (%d)", d.cfg.MaxPortsPerSession, d.cfg.MaxSocketsPerSession),
-		Reason: "TCP connects share local ports across destinations, UDP connects take one each: a session can hold at most its socket limit of the host's ephemeral range; many sessions together can still exhaust it"}
+		Reason:    "TCP connects share local ports across destinations, UDP connects take one each: a session can hold at most its socket limit of the host's ephemeral range; many sessions together can still exhaust it"}
 	if d.cfg.FlowMode != FlowSweep {
 		ports.Mechanism = fmt.Sprintf("packet mode keeps no port holds: a session's local ports are bounded by its socket limit only (%d, one port per socket at most)", d.cfg.MaxSocketsPerSession)
 	}
