@@ -146,6 +146,9 @@ type Agent struct {
 	st *store.State
 
 	never []backend.NeverEntry // under mu: the never-list in force (SetNeverList)
+	// neverExtra and hostNever are the parts of never the daemon sets
+	// (SetNeverList's extra, SetHostAddrs's entries); under mu.
+	neverExtra, hostNever []backend.NeverEntry
 	// neverView is never as Decide reads it (no lock); neverRules holds
 	// each grant's NeverOK rules (grant id -> []backend.EgressRule), for
 	// Decide too (never.go).

@@ -107,11 +107,12 @@ func (a *Agent) SetNeverList(extra []backend.NeverEntry) error {
 }
 
 func (a *Agent) setNeverLocked(extra []backend.NeverEntry) error {
-	list := append(append(slices.Clone(backend.DefaultNeverList), a.cfg.NeverList...), extra...)
+	list := append(append(append(slices.Clone(backend.DefaultNeverList), a.cfg.NeverList...), extra...), a.hostNever...)
 	if err := a.kernel.SetNeverList(list); err != nil {
 		return fmt.Errorf("%w: never-list: %w", ErrKernel, err)
 	}
 	a.never = list
+	a.neverExtra = extra
 	a.neverView.Store(&list)
 	return nil
 }

@@ -40,9 +40,15 @@ type kdWindow struct {
 // session's listener (no_inbound) is someone else's attempt: counting it
 // would let anyone who can send the host packets trip (terminate) a
 // session. A packet of a flow whose grant died after it opened
-// (flow_revoked) is no new attempt either.
+// (flow_revoked) is no new attempt either. A socket or port past the
+// session's limit (socket_limit, port_limit) is a quota reached, not an
+// attempt at something ungranted: the kernel already refuses it.
 func breakerReason(r backend.Reason) bool {
-	return r != backend.ReasonNoInbound && r != backend.ReasonFlowRevoked && r != backend.ReasonNone
+	switch r {
+	case backend.ReasonNone, backend.ReasonNoInbound, backend.ReasonFlowRevoked, backend.ReasonSocketLimit, backend.ReasonPortLimit:
+		return false
+	}
+	return true
 }
 
 // countKernelDenial counts one kernel denial on the session's breaker (once

@@ -74,3 +74,16 @@ func TestBreakerCountsKernelDenials(t *testing.T) {
 		t.Fatalf("the other session: %v", err)
 	}
 }
+
+// TestBreakerSkipsQuotaReasons: a socket or port past the session's limit is
+// a quota the kernel enforces, not an attempt at something ungranted: it
+// never counts on the breaker; every egress refusal does.
+func TestBreakerSkipsQuotaReasons(t *testing.T) {
+	for r := backend.Reason(0); r < backend.NumReasons; r++ {
+		want := r != backend.ReasonNone && r != backend.ReasonNoInbound && r != backend.ReasonFlowRevoked &&
+			r != backend.ReasonSocketLimit && r != backend.ReasonPortLimit
+		if got := breakerReason(r); got != want {
+			t.Errorf("breakerReason(%s) = %v, want %v", r, got, want)
+		}
+	}
+}

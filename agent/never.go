@@ -46,6 +46,9 @@ func (a *Agent) neverOK(session string, r backend.EgressRule) bool {
 	if r.Inbound || r.Prefix.Bits() != r.Prefix.Addr().BitLen() || r.Ports.Lo != r.Ports.Hi || !neverListed(a.neverList(), r) {
 		return false
 	}
+	if a.hostAddrOK(r) {
+		return true // a host address the grant names exactly (hostaddr.go)
+	}
 	u := UseRequest{Class: ClassNetEgress, Op: "connect", IP: r.Prefix.Addr(), Port: r.Ports.Lo}
 	_, ok := a.engine.AdminPermit(session, u, a.cfg.Now())
 	return ok

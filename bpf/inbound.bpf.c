@@ -10,8 +10,8 @@
  *                        (the peer sees a reset or a port unreachable)
  *   cgroup/post_bind4|6  a session socket's bind takes a hold on its port
  *   sockops              TCP_LISTEN_CB: a listen on an autobound port, same
- *   cgroup/sock_release  a session socket's close drops its hold (attached
- *                        in both modes)
+ *   cgroup/sock_release  a session socket's close drops its hold and its
+ *                        count (quota.bpf.h) (attached in both modes)
  *   (sendmsg4|6, sock_addr.bpf.c: an unconnected send from an autobound
  *   UDP port takes a hold)
  *
@@ -58,6 +58,7 @@ static __always_inline int post_bind(struct bpf_sock *sk, int v6)
 	struct shk_session *s;
 	struct shk_sock *st;
 	__u64 cgid;
+	int r;
 
 	if (shk_flow_mode != SHK_FLOW_SWEEP)
 		return 1;
@@ -77,10 +78,12 @@ static __always_inline int post_bind(struct bpf_sock *sk, int v6)
 	k.port = sk->src_port;
 	k.proto = sk->protocol;
 	k.pad = 0;
-	if (st && hold_for(st, &k, cgid) == 0)
+	r = st ? hold_for(st, &k, cgid, shk_max_ports) : -1;
+	if (r == 0)
 		return 1;
-	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32, SHK_REASON_NO_INBOUND, AF_INET6, sk->protocol,
-	       sk->src_port, k.addr, 4, 1);
+	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32,
+	       r == -2 ? SHK_REASON_PORT_LIMIT : SHK_REASON_NO_INBOUND, AF_INET6, sk->protocol, sk->src_port, k.addr,
+	       4, 1);
 	return 0;
 }
 
@@ -104,9 +107,15 @@ int shk_sock_release(struct bpf_sock *sk)
 	/* Both modes: a hold taken in sweep mode is dropped in packet mode
 	 * too, so that an agent returning to sweep mode finds none stale. */
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, 0);
-	if (st && st->held) {
+	if (!st)
+		return 1;
+	if (st->held) {
 		st->held = 0;
 		port_drop(&st->key);
+	}
+	if (st->counted) {
+		sock_uncount(st->counted);
+		st->counted = 0;
 	}
 	return 1;
 }
@@ -129,8 +138,12 @@ static __always_inline __u64 sock_session_cgroup(struct sock *sk)
 
 /* A listen on a port the socket did not bind (the kernel autobinds it in
  * listen): it holds the port from now on. sock_ops cannot refuse the listen;
- * a hold that cannot be taken is reported. Every other sock_ops callback
- * (a few per connection, none per packet) returns at once. */
+ * a hold that cannot be taken is reported. The hold is counted against the
+ * session's port limit but never refused for it: a listener without a hold
+ * would be unchecked (sk_lookup passes a port no session holds), so the
+ * limit yields here; such ports stay bounded by the socket limit. Every
+ * other sock_ops callback (a few per connection, none per packet) returns
+ * at once. */
 SEC("sockops")
 int shk_sockops(struct bpf_sock_ops *ops)
 {
@@ -140,6 +153,7 @@ int shk_sockops(struct bpf_sock_ops *ops)
 	struct shk_sock *st;
 	struct tcp_sock *tp;
 	__u64 cgid;
+	int r;
 
 	if (ops->op != BPF_SOCK_OPS_TCP_LISTEN_CB || shk_flow_mode != SHK_FLOW_SWEEP)
 		return 1;
@@ -158,7 +172,8 @@ int shk_sockops(struct bpf_sock_ops *ops)
 		return 1;
 	port_key(&k, ops->family, ops->local_ip4, ops->local_ip6, ops->local_port, IPPROTO_TCP);
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (st && hold_for(st, &k, cgid) == 0)
+	r = st ? hold_for(st, &k, cgid, 0) : -1;
+	if (r == 0)
 		return 1;
 	report(cgid, s->index, 0, SHK_REASON_NO_INBOUND, AF_INET6, IPPROTO_TCP, ops->local_port, k.addr, 4, 0);
 	return 1;

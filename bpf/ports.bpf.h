@@ -23,6 +23,7 @@
 #pragma once
 
 #include "common.bpf.h"
+#include "quota.bpf.h"
 
 /* Reads a context field as a value the compiler cannot re-derive: clang
  * otherwise selects between &ctx->x_ip4 and &ctx->x_ip6[0] and loads through
@@ -101,6 +102,7 @@ static __always_inline __s32 *port_used(__u16 port, __u8 proto)
 struct shk_sock {
 	struct shk_port_key key;
 	__u32 held;
+	__u64 counted; /* the session cgroup it is counted to (quota.bpf.h), 0 = none */
 };
 
 struct {
@@ -162,19 +164,24 @@ static __always_inline int port_take(const struct shk_port_key *k, __u64 cgid)
 	return -1;
 }
 
-/* Takes a hold on k for session cgroup cgid. Returns 0, or -1 when another
- * session holds it or no hold could be taken (the map is full, or the entry
- * kept dying through every try). */
-static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid)
+/* Takes a hold on k for session cgroup cgid, counted against limit max (0:
+ * counted, never refused). Returns 0; -2 when the session has max holds
+ * already (quota.bpf.h); -1 when another session holds it or no hold could
+ * be taken (the map is full, or the entry kept dying through every try). */
+static __always_inline int port_hold(const struct shk_port_key *k, __u64 cgid, __u32 max)
 {
 	__s32 *used = port_used(k->port, k->proto);
+	struct shk_quota *u = use_of(cgid);
 
-	if (!used)
+	if (!used || !u)
 		return -1;
+	if (use_take(&u->ports, max) < 0)
+		return -2;
 	__sync_fetch_and_add(used, 1);
 	if (port_take(k, cgid) == 0)
 		return 0;
 	__sync_fetch_and_add(used, -1);
+	__sync_fetch_and_add(&u->ports, -1);
 	return -1;
 }
 
@@ -187,6 +194,7 @@ static __always_inline void port_drop(const struct shk_port_key *k)
 
 	if (!v)
 		return;
+	use_drop_port(v->cgid); /* read while this hold keeps the entry */
 	if (__sync_fetch_and_add(&v->refs, -1) == 1 && __sync_val_compare_and_swap(&v->refs, 0, -1) == 0)
 		bpf_map_delete_elem(&shk_ports, k);
 	used = port_used(k->port, k->proto);
@@ -223,12 +231,15 @@ static __always_inline struct shk_port *port_holder(struct shk_port_key *k, __u3
 	return 0;
 }
 
-/* Takes the hold of a socket (its storage st) on k for session cgroup cgid.
- * Returns 0, or -1 (nothing held). */
-static __always_inline int hold_for(struct shk_sock *st, const struct shk_port_key *k, __u64 cgid)
+/* Takes the hold of a socket (its storage st) on k for session cgroup cgid,
+ * against limit max as port_hold. Returns 0, or port_hold's -1 or -2
+ * (nothing held). */
+static __always_inline int hold_for(struct shk_sock *st, const struct shk_port_key *k, __u64 cgid, __u32 max)
 {
-	if (port_hold(k, cgid) < 0)
-		return -1;
+	int r = port_hold(k, cgid, max);
+
+	if (r < 0)
+		return r;
 	st->key = *k;
 	st->held = 1;
 	return 0;
@@ -236,8 +247,8 @@ static __always_inline int hold_for(struct shk_sock *st, const struct shk_port_k
 
 /* A session's unconnected send from socket sk (sendmsg4|6): the kernel has
  * bound it (autobind) before the hook runs, and from now on it can receive;
- * it holds its port unless it does already. Returns 0, or -1 (nothing held:
- * the send is refused). */
+ * it holds its port unless it does already. Returns 0, or hold_for's -1 or
+ * -2 (nothing held: the send is refused). */
 static __always_inline int hold_sender(struct bpf_sock *sk, __u64 cgid)
 {
 	struct shk_port_key k;
@@ -252,5 +263,5 @@ static __always_inline int hold_sender(struct bpf_sock *sk, __u64 cgid)
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st)
 		return -1;
-	return hold_for(st, &k, cgid);
+	return hold_for(st, &k, cgid, shk_max_ports);
 }

@@ -50,6 +50,8 @@
  *   egress_map.bpf.h   shk_egress4|6, shk_exact4|6, lookup()
  *   flows.bpf.h        shk_flow_mode, shk_flows, shk_lastconns
  *   ports.bpf.h        shk_ports, shk_socks: the ports session sockets hold
+ *   quota.bpf.h        shk_quotas, shk_max_socks|ports: per-session socket and
+ *                      port-hold limits
  *   dns.bpf.h          shk_settings, redirecting DNS to the resolver
  *   events.bpf.h       shk_counters, shk_stats, shk_events: count(), report()
  *   core.bpf.h         the kernel structures read with CO-RE

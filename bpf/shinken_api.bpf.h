@@ -35,7 +35,9 @@ enum shk_reason {
 	SHK_REASON_FLOW_REVOKED = 7,
 	SHK_REASON_NO_INBOUND = 8, /* a new inbound flow no inbound grant admits */
 	SHK_REASON_FORBIDDEN = 9,  /* the deny table (an admin or hard-deny forbid) */
-	SHK_NR_REASONS = 10,
+	SHK_REASON_SOCKET_LIMIT = 10, /* a socket past the session's socket limit (quota.bpf.h) */
+	SHK_REASON_PORT_LIMIT = 11,   /* a port hold past the session's bound-port limit */
+	SHK_NR_REASONS = 12,
 };
 
 /* How flows already open are cut when their authority dies (load-time
@@ -228,6 +230,15 @@ struct shk_event {
 	__u8 pad[7];
 	__u8 daddr[16];  /* IPv4 in the first 4 bytes */
 	char comm[16];
+};
+
+/* Value of shk_quotas, keyed by the session cgroup's id (__u64): what one
+ * session holds of the host's shared socket resources (quota.bpf.h). Set by
+ * the kernel programs only; user space reads it and deletes it with the
+ * session. */
+struct shk_quota {
+	__s32 socks; /* inet sockets the session created and has not released */
+	__s32 ports; /* port holds its sockets have (ports.bpf.h), one per socket */
 };
 
 /* Global statistics (per-CPU array shk_stats). */

@@ -5,7 +5,8 @@
  *   cgroup/connect4|6   every TCP connect and UDP connect
  *   cgroup/sendmsg4|6   every unconnected UDP send (sweep mode: the sending
  *                       socket holds its port, ports.bpf.h)
- *   cgroup/sock_create  sweep mode: only TCP, MPTCP and UDP sockets
+ *   cgroup/sock_create  the session's socket limit (quota.bpf.h); sweep
+ *                       mode: only TCP, MPTCP and UDP sockets
  *
  * A destination is allowed when no forbid names it (the deny table) and the
  * egress map covers it under a live handle (egress_map.bpf.h); a DNS query (port 53) is re-aimed at the session's
@@ -91,11 +92,15 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 	}
 	/* Sweep mode: an unconnected UDP socket that sends can receive; its
 	 * port must be held (ports.bpf.h) for sk_lookup to check what comes in. */
-	if (shk_flow_mode == SHK_FLOW_SWEEP && !connect && proto == IPPROTO_UDP && hold_sender(ctx->sk, cgid) < 0) {
-		pid = bpf_get_current_pid_tgid() >> 32;
-		report(cgid, s->index, pid, SHK_REASON_NO_INBOUND, family, proto, dport, daddr,
-		       family == AF_INET6 ? 4 : 1, 1);
-		return 0;
+	if (shk_flow_mode == SHK_FLOW_SWEEP && !connect && proto == IPPROTO_UDP) {
+		int r = hold_sender(ctx->sk, cgid);
+
+		if (r < 0) {
+			pid = bpf_get_current_pid_tgid() >> 32;
+			report(cgid, s->index, pid, r == -2 ? SHK_REASON_PORT_LIMIT : SHK_REASON_NO_INBOUND, family,
+			       proto, dport, daddr, family == AF_INET6 ? 4 : 1, 1);
+			return 0;
+		}
 	}
 	unspecified_to_loopback(ctx, v6, mapped, daddr);
 
@@ -176,26 +181,43 @@ int shk_sendmsg6(struct bpf_sock_addr *ctx)
 }
 
 /*
- * Sweep mode: a session may create TCP, MPTCP and UDP sockets only. Every
- * other inet socket (raw, ICMP "ping" datagram sockets, UDP-Lite, SCTP) would
- * carry packets that no connect or sendmsg hook checks and that the socket
- * iterators do not see; packet mode drops their packets instead.
+ * Which sockets a session may open. Both modes: each inet socket of a
+ * session is counted against its socket limit (quota.bpf.h); past it, the
+ * socket() call fails with EPERM. Sweep mode: a session may create TCP,
+ * MPTCP and UDP sockets only. Every other inet socket (raw, ICMP "ping"
+ * datagram sockets, UDP-Lite, SCTP) would carry packets that no connect or
+ * sendmsg hook checks and that the socket iterators do not see; packet mode
+ * drops their packets instead.
  */
 SEC("cgroup/sock_create")
 int shk_sock_create(struct bpf_sock *sk)
 {
 	struct shk_session *s;
+	struct shk_sock *st;
+	struct shk_quota *u;
 	__u64 cgid;
 
-	if (shk_flow_mode == SHK_FLOW_PACKET)
-		return 1;
-	if (sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP))
-		return 1;
-	if (sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)
-		return 1;
 	cgid = session_cgroup();
 	s = session_of(&cgid);
-	report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
+	if (shk_flow_mode != SHK_FLOW_PACKET &&
+	    !(sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP)) &&
+	    !(sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)) {
+		report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
+		       (__u8)sk->protocol, 0, 0, 1, 1);
+		return 0;
+	}
+	if (!s)
+		return 1; /* the connect and send hooks refuse what it does */
+	u = use_of(cgid);
+	if (u && use_take(&u->socks, shk_max_socks) == 0) {
+		st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (st) {
+			st->counted = cgid;
+			return 1;
+		}
+		__sync_fetch_and_add(&u->socks, -1);
+	}
+	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32, SHK_REASON_SOCKET_LIMIT, sk->family,
 	       (__u8)sk->protocol, 0, 0, 1, 1);
 	return 0;
 }

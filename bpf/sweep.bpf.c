@@ -175,7 +175,7 @@ static __always_inline int hold_existing(struct sock *sk, __u8 proto)
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st || st->held)
 		return 0;
-	hold_for(st, &k, cgid);
+	hold_for(st, &k, cgid, 0); /* never refused: the socket exists already */
 	return 0;
 }
 

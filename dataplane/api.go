@@ -66,6 +66,8 @@ const (
 	ReasonUnchecked      = backend.ReasonUnchecked
 	ReasonFlowRevoked    = backend.ReasonFlowRevoked
 	ReasonNoInbound      = backend.ReasonNoInbound
+	ReasonSocketLimit    = backend.ReasonSocketLimit
+	ReasonPortLimit      = backend.ReasonPortLimit
 	ReasonForbidden      = backend.ReasonForbidden
 	NumReasons           = backend.NumReasons
 )

@@ -23,14 +23,15 @@ type progAttach struct {
 // inMode says whether a hook is attached in flow mode m: packet mode checks
 // packets (both ways); sweep mode runs no program per packet: it refuses the
 // sockets whose packets no other hook sees, and checks new inbound flows in
-// sk_lookup, with the port holds of post_bind and sockops. sock_release,
-// which drops those holds, runs in both modes: a socket that took a hold in
+// sk_lookup, with the port holds of post_bind and sockops. sock_create
+// (which also counts each session's sockets) and sock_release (which drops
+// the counts and the holds) run in both modes: a socket that took a hold in
 // sweep mode and closes while an agent runs packet mode must still drop it.
 func (a progAttach) inMode(m FlowMode) bool {
 	switch a.name {
 	case "skb_egress", "skb_ingress":
 		return m == FlowPacket
-	case "sock_create", "post_bind4", "post_bind6", "sockops", "sk_lookup":
+	case "post_bind4", "post_bind6", "sockops", "sk_lookup":
 		return m == FlowSweep
 	}
 	return true

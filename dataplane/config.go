@@ -33,6 +33,15 @@ type Config struct {
 	// a rule with an expiry, see AllowEgress); a new one past it is refused
 	// with ErrEntryCap. Default DefaultMaxDNSEntries.
 	MaxDNSEntries uint32
+	// MaxSocketsPerSession caps each session's open inet sockets (counted
+	// in the kernel at socket creation, bpf/quota.bpf.h): past it socket()
+	// fails with EPERM. Default DefaultMaxSocketsPerSession.
+	MaxSocketsPerSession uint32
+	// MaxPortsPerSession caps the port holds of each session's sockets
+	// (sweep mode: one per bound, listening or unconnected-sending socket):
+	// past it bind() and the unconnected send fail with EPERM, a listen on
+	// an autobound port is reported. Default DefaultMaxPortsPerSession.
+	MaxPortsPerSession uint32
 	// ExpiryInterval is how often the collector removes rules past their
 	// expiry (the kernel already ignores them). Default 1s; at most 1m.
 	ExpiryInterval time.Duration
@@ -97,6 +106,9 @@ const (
 	DefaultParent        = "shinken"
 	DefaultPinPath       = "/sys/fs/bpf/shinken"
 	DefaultMaxDNSEntries = 4096
+
+	DefaultMaxSocketsPerSession = 4096
+	DefaultMaxPortsPerSession   = 1024
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
@@ -129,6 +141,12 @@ func (c *Config) setDefaults() {
 	if c.MaxDNSEntries == 0 {
 		c.MaxDNSEntries = DefaultMaxDNSEntries
 	}
+	if c.MaxSocketsPerSession == 0 {
+		c.MaxSocketsPerSession = DefaultMaxSocketsPerSession
+	}
+	if c.MaxPortsPerSession == 0 {
+		c.MaxPortsPerSession = DefaultMaxPortsPerSession
+	}
 	if c.ExpiryInterval == 0 {
 		c.ExpiryInterval = time.Second
 	}
@@ -159,6 +177,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxDNSEntries > 1<<22 {
 		return fmt.Errorf("dataplane config: max DNS entries per session %d out of [1, 2^22]", c.MaxDNSEntries)
+	}
+	if c.MaxSocketsPerSession > 1<<20 || c.MaxPortsPerSession > 1<<16 {
+		return fmt.Errorf("dataplane config: sockets per session %d out of [1, 2^20] or ports per session %d out of [1, 65536]", c.MaxSocketsPerSession, c.MaxPortsPerSession)
 	}
 	if c.ExpiryInterval < 10*time.Millisecond || c.ExpiryInterval > time.Minute {
 		return fmt.Errorf("dataplane config: expiry interval %s out of [10ms, 1m]", c.ExpiryInterval)

@@ -156,6 +156,7 @@ func (d *Dataplane) open() error {
 		"shk_exact4":   d.cfg.MaxEgress4,
 		"shk_exact6":   d.cfg.MaxEgress6,
 		"shk_counters": d.cfg.MaxSessions * NumReasons,
+		"shk_quotas":   d.cfg.MaxSessions,
 		"shk_events":   d.cfg.EventRingBytes,
 		"shk_flows":    d.cfg.MaxFlows,
 		"shk_ports":    uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
@@ -178,6 +179,12 @@ func (d *Dataplane) open() error {
 	d.cfg.FlowMode = mode
 	if err := spec.Variables["shk_flow_mode"].Set(uint32(mode)); err != nil {
 		return fmt.Errorf("configure flow mode: %w", err)
+	}
+	if err := spec.Variables["shk_max_socks"].Set(d.cfg.MaxSocketsPerSession); err != nil {
+		return fmt.Errorf("configure socket limit: %w", err)
+	}
+	if err := spec.Variables["shk_max_ports"].Set(d.cfg.MaxPortsPerSession); err != nil {
+		return fmt.Errorf("configure port limit: %w", err)
 	}
 	if err := spec.Variables["shk_skb_task_info"].Set(boolU32(skbTaskInfo())); err != nil {
 		return fmt.Errorf("configure packet-denial task info: %w", err)
@@ -374,6 +381,9 @@ func (d *Dataplane) reconcile() error {
 		if _, known := d.sessions[name]; !known {
 			_ = unix.Rmdir(filepath.Join(d.parent, name))
 		}
+	}
+	if err := d.pruneQuotas(); err != nil {
+		return err
 	}
 	maxIdx := uint32(0)
 	for idx := range used {

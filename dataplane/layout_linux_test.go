@@ -26,6 +26,7 @@ func TestABILayout(t *testing.T) {
 		{"shk_deny", shkShkDeny{}, 8192},
 		{"shk_deny4_key", shkShkDeny4Key{}, 8},
 		{"shk_deny6_key", shkShkDeny6Key{}, 20},
+		{"shk_quota", shkShkQuota{}, 8},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,7 +36,7 @@ func TestABILayout(t *testing.T) {
 		})
 	}
 	// Every reason below NumReasons has a name, and NumReasons has none.
-	if NumReasons != 10 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
+	if NumReasons != 12 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
 		t.Errorf("reasons out of step with enum shk_reason")
 	}
 }

@@ -109,6 +109,9 @@ func (d *Dataplane) DestroySession(name string) error {
 	killErr := killCgroup(d.cfg.CgroupRoot, s.Path)
 	d.releaseBoundary(name)
 	d.mu.Unlock()
+	// After the kill: no hook of the session runs any more to make the
+	// entry again (a socket released later finds none and counts nothing).
+	neverErr = errors.Join(neverErr, d.dropQuota(s.CgroupID))
 
 	if err := errors.Join(neverErr, d.purgeEntries(s.Index, set)); err != nil {
 		// The index keeps stale entries: never hand it out again in this

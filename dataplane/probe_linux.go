@@ -71,8 +71,10 @@ func (d *Dataplane) probe() backend.Report {
 		backend.Strength{Class: backend.ClassPeripheral, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
 	)
 	if d.boundaryReport(&r) {
+		r.Boundary = append(r.Boundary, d.quotaRows()...)
 		return r
 	}
+	r.Boundary = append(r.Boundary, d.quotaRows()...)
 	r.Boundary = append(r.Boundary, backend.Strength{Class: "uid", Level: backend.FixedAtExec,
 		Mechanism: fmt.Sprintf("session processes run as uid %d (nobody) unless the operator names another", Nobody),
 		Reason:    "every session shares that uid, so same-uid rights (signals, ptrace, /proc, pidfd_getfd) cross sessions"})

@@ -150,6 +150,12 @@ type shkShkPortKey struct {
 	Pad   uint8
 }
 
+type shkShkQuota struct {
+	_     structs.HostLayout
+	Socks int32
+	Ports int32
+}
+
 type shkShkRule struct {
 	_          structs.HostLayout
 	Handle     uint32
@@ -169,9 +175,10 @@ type shkShkSession struct {
 }
 
 type shkShkSock struct {
-	_    structs.HostLayout
-	Key  shkShkPortKey
-	Held uint32
+	_       structs.HostLayout
+	Key     shkShkPortKey
+	Held    uint32
+	Counted uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -194,6 +201,7 @@ const (
 	shkMapShkNeverOks      = "shk_never_oks"
 	shkMapShkPortUsed      = "shk_port_used"
 	shkMapShkPorts         = "shk_ports"
+	shkMapShkQuotas        = "shk_quotas"
 	shkMapShkSessions      = "shk_sessions"
 	shkMapShkSettings      = "shk_settings"
 	shkMapShkSocks         = "shk_socks"
@@ -219,6 +227,8 @@ const (
 	shkProgShkSweepTcp     = "shk_sweep_tcp"
 	shkProgShkSweepUdp     = "shk_sweep_udp"
 	shkVarShkFlowMode      = "shk_flow_mode"
+	shkVarShkMaxPorts      = "shk_max_ports"
+	shkVarShkMaxSocks      = "shk_max_socks"
 	shkVarShkSessionLevel  = "shk_session_level"
 	shkVarShkSkbTaskInfo   = "shk_skb_task_info"
 	shkVarUnusedEvent      = "unused_event"
@@ -308,6 +318,7 @@ type shkMapSpecs struct {
 	ShkNeverOks  *ebpf.MapSpec `ebpf:"shk_never_oks"`
 	ShkPortUsed  *ebpf.MapSpec `ebpf:"shk_port_used"`
 	ShkPorts     *ebpf.MapSpec `ebpf:"shk_ports"`
+	ShkQuotas    *ebpf.MapSpec `ebpf:"shk_quotas"`
 	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.MapSpec `ebpf:"shk_settings"`
 	ShkSocks     *ebpf.MapSpec `ebpf:"shk_socks"`
@@ -319,6 +330,8 @@ type shkMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkVariableSpecs struct {
 	ShkFlowMode     *ebpf.VariableSpec `ebpf:"shk_flow_mode"`
+	ShkMaxPorts     *ebpf.VariableSpec `ebpf:"shk_max_ports"`
+	ShkMaxSocks     *ebpf.VariableSpec `ebpf:"shk_max_socks"`
 	ShkSessionLevel *ebpf.VariableSpec `ebpf:"shk_session_level"`
 	ShkSkbTaskInfo  *ebpf.VariableSpec `ebpf:"shk_skb_task_info"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
@@ -360,6 +373,7 @@ type shkMaps struct {
 	ShkNeverOks  *ebpf.Map `ebpf:"shk_never_oks"`
 	ShkPortUsed  *ebpf.Map `ebpf:"shk_port_used"`
 	ShkPorts     *ebpf.Map `ebpf:"shk_ports"`
+	ShkQuotas    *ebpf.Map `ebpf:"shk_quotas"`
 	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
 	ShkSettings  *ebpf.Map `ebpf:"shk_settings"`
 	ShkSocks     *ebpf.Map `ebpf:"shk_socks"`
@@ -384,6 +398,7 @@ func (m *shkMaps) Close() error {
 		m.ShkNeverOks,
 		m.ShkPortUsed,
 		m.ShkPorts,
+		m.ShkQuotas,
 		m.ShkSessions,
 		m.ShkSettings,
 		m.ShkSocks,
@@ -396,6 +411,8 @@ func (m *shkMaps) Close() error {
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkVariables struct {
 	ShkFlowMode     *ebpf.Variable `ebpf:"shk_flow_mode"`
+	ShkMaxPorts     *ebpf.Variable `ebpf:"shk_max_ports"`
+	ShkMaxSocks     *ebpf.Variable `ebpf:"shk_max_socks"`
 	ShkSessionLevel *ebpf.Variable `ebpf:"shk_session_level"`
 	ShkSkbTaskInfo  *ebpf.Variable `ebpf:"shk_skb_task_info"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`

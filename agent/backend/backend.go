@@ -379,6 +379,12 @@ type Config struct {
 	// with an expiry, from AllowEgress): past it AllowEgress returns
 	// ErrEntryCap. 0: the backend's default (Linux: 4096).
 	SessionMaxDNSEntries uint32
+	// SessionMaxSockets caps the inet sockets each session has open, and
+	// SessionMaxPorts the local ports its sockets hold (bound, listening or
+	// sending unconnected): past them socket(), bind(), listen's autobind
+	// or the send fails (EPERM) and the kernel counts a socket_limit or
+	// port_limit denial. 0: the backend's defaults (Linux: 4096 and 1024).
+	SessionMaxSockets, SessionMaxPorts uint32
 	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.

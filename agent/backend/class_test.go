@@ -22,4 +22,7 @@ func TestClasses(t *testing.T) {
 	if ReasonNoInbound.Class() != ClassNetInbound || ReasonNoRule.Class() != ClassNetEgress {
 		t.Errorf("no_inbound is %s, no_rule is %s", ReasonNoInbound.Class(), ReasonNoRule.Class())
 	}
+	if ReasonSocketLimit.String() != "socket_limit" || ReasonPortLimit.String() != "port_limit" || ReasonPortLimit.Class() != ClassNetInbound {
+		t.Errorf("quota reasons: %s, %s (class %s)", ReasonSocketLimit, ReasonPortLimit, ReasonPortLimit.Class())
+	}
 }

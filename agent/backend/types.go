@@ -297,25 +297,28 @@ type Reason uint32
 
 const (
 	ReasonNone           Reason = 0
-	ReasonNoRule         Reason = 1 // no entry matches destination, protocol and port
-	ReasonHandleRevoked  Reason = 2 // an entry matched but its handle or an ancestor is revoked
-	ReasonHandleExpired  Reason = 3 // an entry matched but its handle or an ancestor expired
-	ReasonRuleExpired    Reason = 4 // an entry matched but the entry's own expiry (DNS TTL) passed
-	ReasonUnknownSession Reason = 5 // the socket's cgroup is under the parent but is no session
-	ReasonUnchecked      Reason = 6 // a packet that no connect/sendmsg check covered (raw, ICMP, unchecked SYN)
-	ReasonFlowRevoked    Reason = 7 // a packet of a flow whose handle died after connect
-	ReasonNoInbound      Reason = 8 // a new inbound flow (SYN to a listener, datagram to an unconnected socket) no inbound grant admits
-	ReasonForbidden      Reason = 9 // the deny table: an admin or hard-deny forbid names the destination (DenyEntry)
-	NumReasons                  = 10
+	ReasonNoRule         Reason = 1  // no entry matches destination, protocol and port
+	ReasonHandleRevoked  Reason = 2  // an entry matched but its handle or an ancestor is revoked
+	ReasonHandleExpired  Reason = 3  // an entry matched but its handle or an ancestor expired
+	ReasonRuleExpired    Reason = 4  // an entry matched but the entry's own expiry (DNS TTL) passed
+	ReasonUnknownSession Reason = 5  // the socket's cgroup is under the parent but is no session
+	ReasonUnchecked      Reason = 6  // a packet that no connect/sendmsg check covered (raw, ICMP, unchecked SYN)
+	ReasonFlowRevoked    Reason = 7  // a packet of a flow whose handle died after connect
+	ReasonNoInbound      Reason = 8  // a new inbound flow (SYN to a listener, datagram to an unconnected socket) no inbound grant admits
+	ReasonForbidden      Reason = 9  // the deny table: an admin or hard-deny forbid names the destination (DenyEntry)
+	ReasonSocketLimit    Reason = 10 // a socket past the session's socket limit (HostConfig.SessionMaxSockets)
+	ReasonPortLimit      Reason = 11 // a bind, listen or unconnected send past the session's bound-port limit (HostConfig.SessionMaxPorts)
+	NumReasons                  = 12
 )
 
-var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden"}
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden", "socket_limit", "port_limit"}
 
 // Class is the capability class whose enforcement a denial of this reason
-// is: net.inbound for no_inbound, net.egress for every other reason today
-// (a class whose hook denies adds its reasons, and its case here).
+// is: net.inbound for no_inbound and port_limit (a port held is one the
+// session can receive on), net.egress for every other reason today (a class
+// whose hook denies adds its reasons, and its case here).
 func (r Reason) Class() Class {
-	if r == ReasonNoInbound {
+	if r == ReasonNoInbound || r == ReasonPortLimit {
 		return ClassNetInbound
 	}
 	return ClassNetEgress

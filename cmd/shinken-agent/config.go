@@ -45,6 +45,12 @@ type Config struct {
 	// (0: the default, 4096); past it the resolver refuses the answer with
 	// a dns.deny event, reason entry_cap.
 	SessionMaxDNSEntries uint32 `json:"session_max_dns_entries"`
+	// SessionMaxSockets and SessionMaxPorts cap each session's open inet
+	// sockets and the local ports they hold (0: the defaults, 4096 and
+	// 1024); past them the call fails with EPERM and the kernel counts a
+	// socket_limit or port_limit denial.
+	SessionMaxSockets uint32 `json:"session_max_sockets"`
+	SessionMaxPorts   uint32 `json:"session_max_ports"`
 	// AuditDenialBytesPerMinute is each session's ceiling on denial records
 	// in the audit log (0: 256 KiB); past it they are held back and counted
 	// in audit_suppressed records.
@@ -185,6 +191,7 @@ func (c Config) backendConfig() backend.Config {
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
 		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries,
+		SessionMaxSockets: c.SessionMaxSockets, SessionMaxPorts: c.SessionMaxPorts,
 		// The agent's own files are credential locations to a session:
 		// no file grant opens them.
 		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)},

@@ -137,6 +137,8 @@ type daemon struct {
 	audit    *auditState
 	metrics  *metricsState
 	wg       sync.WaitGroup
+	// stopHosts ends the watch of the host's addresses (startResolver).
+	stopHosts context.CancelFunc
 }
 
 // eventSink receives the agent's lifecycle events: the event stream, and the
@@ -266,7 +268,22 @@ func (d *daemon) startResolver() error {
 		}
 		ups = append(ups, ap)
 	}
+	// The host's own addresses: stripped from answers by the resolver and
+	// never-listed for sessions by the agent (unless a grant names one
+	// exactly), both kept current by one netlink address watch.
+	hosts := &dnsresolver.HostAddrs{}
+	hosts.OnChange(func(addrs []netip.Addr) {
+		if err := d.ag.SetHostAddrs(addrs); err != nil {
+			d.log.Error("host addresses on the never-list", "err", err)
+		}
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	d.stopHosts = stop
+	if err := dnsresolver.WatchHostAddrs(ctx, hosts); err != nil {
+		return err
+	}
 	r, err := dnsresolver.New(dnsresolver.Config{
+		HostAddrs:   hosts,
 		Dataplane:   d.dp,
 		SessionName: d.ag.SessionName,
 		ListenAddr:  listen,
@@ -423,6 +440,9 @@ func (d *daemon) close() {
 	}
 	if d.resolver != nil {
 		d.resolver.Close()
+	}
+	if d.stopHosts != nil {
+		d.stopHosts()
 	}
 	d.wg.Wait()
 	if d.procs != nil {

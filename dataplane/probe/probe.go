@@ -65,7 +65,7 @@ func Main() {
 	// Every command runs on this one OS thread, so "cpu" and a scheduling
 	// policy set on "tid" apply to the thread doing the work.
 	runtime.LockOSThread()
-	p := &prober{socks: map[string]int{}}
+	p := &prober{socks: map[string]int{}, groups: map[string][]int{}}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<16), 1<<20)
 	out := bufio.NewWriter(os.Stdout)
@@ -83,7 +83,8 @@ func Main() {
 
 type prober struct {
 	socks  map[string]int
-	shared *Barrier // fd 3 mapped, for racer
+	groups map[string][]int // quotaCmd's sockets
+	shared *Barrier         // fd 3 mapped, for racer
 }
 
 func result(detail string, err error) string {
@@ -119,6 +120,9 @@ func (p *prober) do(f []string) string {
 		return ""
 	}
 	if r, ok := p.portCmd(f); ok {
+		return r
+	}
+	if r, ok := p.quotaCmd(f); ok {
 		return r
 	}
 	switch f[0] {

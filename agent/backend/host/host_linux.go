@@ -17,7 +17,8 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
 		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs,
 		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
-	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries}
+	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries,
+		MaxSocketsPerSession: cfg.SessionMaxSockets, MaxPortsPerSession: cfg.SessionMaxPorts}
 	return dc, dc.Check()
 }
 
