@@ -233,6 +233,7 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
+	a.learnPaused()
 	return a.openCards()
 }
 

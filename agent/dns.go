@@ -101,6 +101,11 @@ func (a *Agent) AttachDNS(t DNSTarget) {
 func (a *Agent) markDNS(e Event) {
 	// The kinds first: only grant and session events, always emitted under
 	// a.mu, read a.dns.
+	// A pause or resume changes no DNS policy, and is emitted without a.mu
+	// (pause.go): it must not touch a.dnsDirty.
+	if e.Kind == EventPause || e.Kind == EventResume {
+		return
+	}
 	if (strings.HasPrefix(e.Kind, "grant.") || strings.HasPrefix(e.Kind, "session.")) && e.Session != "" && a.dns != nil {
 		a.dnsDirty[e.Session] = struct{}{}
 	}

@@ -23,6 +23,10 @@ var ErrNotPausable = errors.New("agent: sessions cannot be paused here")
 type pauses struct {
 	mu    sync.Mutex
 	since map[string]time.Time // session → when this agent paused it
+	// inherited holds the sessions found frozen when this agent started
+	// (paused by an agent before it): PausedKnown reports them without a
+	// kernel read each.
+	inherited map[string]struct{}
 	// ask holds the sessions paused for pending cards (pause-on-ask):
 	// resumed when the last of their cards is decided.
 	ask map[string]map[string]bool
@@ -189,6 +193,7 @@ func (a *Agent) resumeLocked(f backend.Freezer, session, actor string) error {
 		return fmt.Errorf("%w: %w", ErrKernel, err)
 	}
 	delete(a.pauses.since, session)
+	delete(a.pauses.inherited, session)
 	delete(a.pauses.ask, session)
 	return a.emit(Event{Kind: EventResume, Session: session, Actor: actor, Outcome: outcome})
 }
@@ -211,4 +216,44 @@ func (a *Agent) Paused(session string) (bool, *time.Time) {
 		return true, &t
 	}
 	return true, nil
+}
+
+// learnPaused reads, once at start, which sessions are frozen (a pause of
+// an agent before this one outlives it); PausedKnown answers from that and
+// from this agent's own pauses.
+func (a *Agent) learnPaused() {
+	f, err := a.freezer()
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	ids := make([]string, 0, len(a.st.Sessions))
+	for id := range a.st.Sessions {
+		ids = append(ids, id)
+	}
+	a.mu.Unlock()
+	inherited := map[string]struct{}{}
+	for _, id := range ids {
+		if frozen, err := f.Frozen(id); err == nil && frozen {
+			inherited[id] = struct{}{}
+		}
+	}
+	a.pauses.mu.Lock()
+	a.pauses.inherited = inherited
+	a.pauses.mu.Unlock()
+}
+
+// PausedKnown is Paused without a kernel read: the sessions this agent
+// paused and those found frozen when it started. A listing of every
+// session uses it (one cgroup.events read per session made
+// `session ls` at 10,000 sessions three times slower); the view of one
+// session asks the kernel (Paused).
+func (a *Agent) PausedKnown(session string) (bool, *time.Time) {
+	a.pauses.mu.Lock()
+	defer a.pauses.mu.Unlock()
+	if t, ok := a.pauses.since[session]; ok {
+		return true, &t
+	}
+	_, ok := a.pauses.inherited[session]
+	return ok, nil
 }

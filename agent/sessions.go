@@ -143,6 +143,10 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	delete(a.kdWins, id)
 	a.bmu.Unlock()
 	a.forgetEscalations(id)
+	a.pauses.mu.Lock() // a.mu, then pauses.mu: pause.go never takes them the other way
+	delete(a.pauses.since, id)
+	delete(a.pauses.inherited, id)
+	a.pauses.mu.Unlock()
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
 

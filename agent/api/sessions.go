@@ -43,7 +43,11 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 			}
 		}
 	}
-	v.Paused, v.PausedSince = s.cfg.Agent.Paused(spec.ID)
+	if detail {
+		v.Paused, v.PausedSince = s.cfg.Agent.Paused(spec.ID)
+	} else {
+		v.Paused, v.PausedSince = s.cfg.Agent.PausedKnown(spec.ID)
+	}
 	if detail {
 		v.Grants = s.cfg.Agent.Grants(spec.ID)
 		if b, err := s.cfg.Agent.Breaker(spec.ID); err == nil {

@@ -220,10 +220,34 @@ func TestProcessesEndToEnd(t *testing.T) {
 		if !v.Paused || v.PausedSince == nil {
 			t.Errorf("session view while paused: paused %v since %v", v.Paused, v.PausedSince)
 		}
+		listedPaused := func() bool {
+			var vs []wire.SessionView
+			e.ctlJSON(&vs, "session", "ls")
+			for _, s := range vs {
+				if s.ID == "p1" {
+					return s.Paused
+				}
+			}
+			t.Fatal("p1 not listed")
+			return false
+		}
+		if !listedPaused() {
+			t.Error("session ls does not list p1 as paused")
+		}
 		u1 := cpuUsage(t, cg)
 		time.Sleep(time.Second)
 		u2 := cpuUsage(t, cg)
+		// A new agent learns the pause of the one before it (the listing
+		// reads no cgroup.events per session: agent.PausedKnown).
+		e.stopAgent(syscall.SIGKILL)
+		e.startAgent()
+		if !listedPaused() {
+			t.Error("after a restart, session ls does not list p1 as paused")
+		}
 		e.mustCtl("resume", "p1")
+		if listedPaused() {
+			t.Error("session ls lists p1 as paused after resume")
+		}
 		u3 := grows(t, cg, u2, 100000)
 		t.Logf("usage_usec: paused %d → %d over 1 s, resumed → %d", u1, u2, u3)
 		// Frozen: no task runs, but per-CPU usage not yet folded into
