@@ -14,9 +14,11 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/policy"
 	"github.com/shinken-agent/shinken/agent/store"
 )
 
@@ -60,6 +62,10 @@ type Config struct {
 	// 24h); Sweep prunes older ones. A pruned grant's token
 	// still verifies (the MAC is the agent's), so Revoke stays idempotent.
 	TombstoneRetention time.Duration
+	// EscalationCards caps each session's pending escalation cards (cards
+	// opened for kernel denials; see escalate_cap.go). Default
+	// DefaultEscalationCards.
+	EscalationCards int
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;
 	// tests make it kill the process to check recovery.
 	CrashHook func(Step)
@@ -101,6 +107,12 @@ func (c *Config) validate() error {
 	if c.TombstoneRetention == 0 {
 		c.TombstoneRetention = 24 * time.Hour
 	}
+	if c.EscalationCards == 0 {
+		c.EscalationCards = DefaultEscalationCards
+	}
+	if c.EscalationCards < 0 {
+		return fmt.Errorf("%w: config: escalation cards %d must be positive", ErrInvalidRequest, c.EscalationCards)
+	}
 	return nil
 }
 
@@ -134,17 +146,25 @@ type Agent struct {
 	st *store.State
 
 	never []backend.NeverEntry // under mu: the never-list in force (SetNeverList)
+	// neverView is never as Decide reads it (no lock); neverRules holds
+	// each grant's NeverOK rules (grant id -> []backend.EgressRule), for
+	// Decide too (never.go).
+	neverView  atomic.Pointer[[]backend.NeverEntry]
+	neverRules sync.Map
+	forbids    policy.KernelForbids // under mu: the deny table in force and the forbids only Decide enforces (forbids.go)
 
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
 
 	proofs proofs // grant proofs already made (prove.go); its own lock
 
-	bmu    sync.Mutex          // breaker counters (hot path of Decide)
-	bdirty map[string]struct{} // under bmu: sessions whose breaker moved since the last state write
+	bmu    sync.Mutex           // breaker counters (hot path of Decide)
+	bdirty map[string]struct{}  // under bmu: sessions whose breaker moved since the last state write
+	kdWins map[string]*kdWindow // under bmu: kernel denials already counted this window (kdeny.go)
 	// policyMu serializes policy changes (apply, reload).
 	policyMu sync.Mutex
 	esc      escalations // kernel denials turned into cards
+	pauses   pauses      // sessions frozen (pause.go)
 	breaker  map[string]*BreakerState
 }
 
@@ -175,7 +195,7 @@ func Open(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{},
+	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
 		dnsDirty: map[string]struct{}{}}
 	if err := a.start(); err != nil {
 		db.Close() // the journal is not left open by an agent that never started
@@ -195,7 +215,19 @@ func (a *Agent) start() error {
 	if err := a.setNeverLocked(nil); err != nil {
 		return err
 	}
+	// So does the deny table (the forbids in force), before any grant.
+	if err := a.setDenyList(a.engine.KernelForbids()); err != nil {
+		return err
+	}
 	if _, err := a.Reconcile(); err != nil {
+		return err
+	}
+	// Every live grant's never-list exceptions, from the admin permits in
+	// force (they may have changed while the agent was down).
+	a.mu.Lock()
+	err := a.rederiveNever()
+	a.unlock()
+	if err != nil {
 		return err
 	}
 	return a.openCards()
@@ -265,13 +297,15 @@ func (a *Agent) sortedGrants() []*GrantRecord {
 	return out
 }
 
-// ReloadPolicies re-reads the policy directory (see Engine.Reload): a
+// ReloadPolicies re-reads the policy directory (as Engine.Reload does): a
 // directory with errors, or an edit that widens authority without
-// opts.AllowWiden, leaves the previous set in force.
+// opts.AllowWiden, leaves the previous set in force. The new set's deny
+// table is in the kernel before the engine decides by it, and the live
+// grants' never-list exceptions are re-derived (forbids.go).
 func (a *Agent) ReloadPolicies(opts ReloadOptions) (*ShiftReport, error) {
 	a.policyMu.Lock()
 	defer a.policyMu.Unlock()
-	rep, err := a.engine.Reload(opts)
+	rep, err := a.reload(opts)
 	if err == nil {
 		a.dnsDecisionsChanged() // the set was replaced
 	}

@@ -164,11 +164,13 @@ const (
 
 // Policy changes and the permissiveness gate's report.
 type (
-	PolicyChange   = capability.PolicyChange
-	PolicyReport   = capability.PolicyReport
-	ShiftReport    = capability.ShiftReport
-	Counterexample = capability.Counterexample
-	SessionAttrs   = capability.SessionAttrs
+	PolicyChange     = capability.PolicyChange
+	PolicyReport     = capability.PolicyReport
+	ForbidReport     = capability.ForbidReport
+	DecideOnlyForbid = capability.DecideOnlyForbid
+	ShiftReport      = capability.ShiftReport
+	Counterexample   = capability.Counterexample
+	SessionAttrs     = capability.SessionAttrs
 )
 
 // Errors defined beside the types that return them.

@@ -28,6 +28,10 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	if d.Allowed && r.Class == ClassNetEgress && !a.neverReaches(r, d.Reasons) {
+		// The never-list, as the kernel applies it (never.go).
+		d = Decision{Reasons: []string{NeverListed}, Errors: d.Errors}
+	}
 	if d.Allowed && len(d.Once) > 0 && a.onceSpent(d.Once) {
 		// Only approve-once grants allowed, and the kernel consumed every
 		// one of them (its first connect or send): once means once here too.
@@ -53,6 +57,10 @@ func (a *Agent) Decide(session string, r UseRequest) (Decision, error) {
 
 // EventUseDenied is the Event kind of a use-time request Decide denied.
 const EventUseDenied = "deny"
+
+// NeverListed is the rule of a use-time denial of a never-listed
+// destination that no grant's never-list exception reaches.
+const NeverListed = "never-list"
 
 // ConsumedOnce is the rule of a use-time denial whose only permits were
 // approve-once grants the kernel had consumed.

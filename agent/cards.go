@@ -251,6 +251,7 @@ func (a *Agent) pendingCard(id string) (*Card, error) {
 func (a *Agent) emitCard(kind string, c *Card) {
 	cp := *c
 	a.emit(Event{Kind: kind, Session: c.Session, Tier: c.Tier.String(), Outcome: c.Status, Card: &cp})
+	a.askPause(c) // pause.go
 }
 
 // syncCards brings the cards in line with the pending approvals: a pending

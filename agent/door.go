@@ -112,11 +112,13 @@ func (a *Agent) setNeverLocked(extra []backend.NeverEntry) error {
 		return fmt.Errorf("%w: never-list: %w", ErrKernel, err)
 	}
 	a.never = list
+	a.neverView.Store(&list)
 	return nil
 }
 
 // KernelDenial takes one kernel denial event: it goes into the event stream
-// (the daemon aggregates it for the audit log), and where the session's
+// (the daemon aggregates it for the audit log), it counts on the session's
+// denial breaker (countKernelDenial), and where the session's
 // manifest asks for escalation, a destination no rule covers becomes an Ask
 // card (a peer refused at the session's listener, a net.inbound card),
 // rate-limited per session and destination.
@@ -129,6 +131,11 @@ func (a *Agent) KernelDenial(ctx context.Context, ev backend.Event) error {
 	a.emit(Event{Kind: EventKernelDeny, Session: session, Rule: ev.Reason.String(), Denial: &d})
 	if session == "" {
 		return nil
+	}
+	if a.countKernelDenial(session, ev) {
+		a.mu.Lock()
+		a.trip(session)
+		a.unlock()
 	}
 	var err error
 	switch ev.Reason {

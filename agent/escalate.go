@@ -24,6 +24,10 @@ var EscalationWindow = 10 * time.Minute
 type escalations struct {
 	mu   sync.Mutex
 	last map[string]escalation
+	open map[string][]openEscalation // per session: its escalation cards (escalate_cap.go)
+	held map[string]*escalationHeld  // per session: escalations the cap held back
+	// checked: per session, when the states of its open cards were read.
+	checked map[string]time.Time
 }
 
 type escalation struct {
@@ -63,40 +67,66 @@ func (a *Agent) escalate(ctx context.Context, session, dest string, c Capability
 	now := a.cfg.Now()
 	key := session + "|" + dest
 	a.esc.mu.Lock()
-	if a.esc.last == nil {
-		a.esc.last = map[string]escalation{}
-	}
-	if e, ok := a.esc.last[key]; ok && (now.Sub(e.at) < EscalationWindow || a.cardPending(e.card)) {
-		a.esc.mu.Unlock()
+	e, ok := a.esc.last[key]
+	a.esc.mu.Unlock()
+	// a.esc.mu is never held while a.mu is taken (cardPending takes it):
+	// the session's end takes a.esc.mu under a.mu.
+	if ok && (now.Sub(e.at) < EscalationWindow || a.cardPending(e.card)) {
 		return e.card, false, nil
 	}
-	// Claim the key before the (slow) request, so a burst opens one card.
-	a.esc.last[key] = escalation{at: now}
-	if len(a.esc.last) > 65536 { // bounded: forget the oldest window
-		for k, e := range a.esc.last {
-			if now.Sub(e.at) >= EscalationWindow {
-				delete(a.esc.last, k)
-			}
-		}
-	}
-	a.esc.mu.Unlock()
-
 	if !a.escalates(session, c.Class) {
+		a.claimEscalation(key, escalation{at: now}) // asked again only after the window
 		return "", false, nil
 	}
+	// The session's cap of pending escalation cards, and one card per
+	// prefix (escalate_cap.go): a flood opens no card past them.
+	merged, ok, capped := a.reserveEscalation(session, c)
+	if capped != nil {
+		a.emit(*capped)
+	}
+	if !ok {
+		return merged, false, nil
+	}
+	// Claim the key before the (slow) request, so a burst opens one card.
+	a.claimEscalation(key, escalation{at: now})
+
 	res, err := a.Request(ctx, []GrantRequest{{Session: session, Capability: c, Lifecycle: LifecycleOnce, Requester: "kernel-denial", Escalation: true}})
 	if err != nil || len(res) == 0 {
+		a.settleEscalation(session, c, "")
 		return "", false, err
 	}
 	outcome := res[0].Outcome
 	a.emit(Event{Kind: "escalation", Session: session, Class: c.Class, ParamsSHA256: paramsHash(c), Outcome: outcome + " " + res[0].Card + " " + res[0].Reason})
 	if outcome != "pending" {
+		a.settleEscalation(session, c, "")
 		return "", false, nil // outside the manifest, breaker, ...: nothing to ask
 	}
-	a.esc.mu.Lock()
-	a.esc.last[key] = escalation{at: now, card: res[0].Card}
-	a.esc.mu.Unlock()
+	a.settleEscalation(session, c, res[0].Card)
+	a.claimEscalation(key, escalation{at: now, card: res[0].Card})
 	return res[0].Card, true, nil
+}
+
+// claimEscalation records e for key. The map is bounded: past 65,536 keys
+// those older than the window go, and if that is not enough, all of them
+// (which only costs a later denial a second look).
+func (a *Agent) claimEscalation(key string, e escalation) {
+	a.esc.mu.Lock()
+	defer a.esc.mu.Unlock()
+	if a.esc.last == nil {
+		a.esc.last = map[string]escalation{}
+	}
+	a.esc.last[key] = e
+	if len(a.esc.last) > 65536 {
+		for k, o := range a.esc.last {
+			if e.at.Sub(o.at) >= EscalationWindow {
+				delete(a.esc.last, k)
+			}
+		}
+		if len(a.esc.last) > 65536/2 {
+			clear(a.esc.last)
+			a.esc.last[key] = e
+		}
+	}
 }
 
 func (a *Agent) escalates(session string, c Class) bool {

@@ -91,8 +91,9 @@ func testEscalationBurst(t *testing.T, d Kernel, srv string, deny func(i int)) {
 	}
 	t.Logf("%d denial events reached the agent, one card: %s", seen.Load(), cards[0].ID)
 
-	// 1,000 concurrent reports of another destination: one card.
-	other := netip.MustParseAddrPort("127.0.0.10:8080")
+	// 1,000 concurrent reports of another destination (in another /24: one
+	// in srv's would join srv's pending card, escalate_cap.go): one card.
+	other := netip.MustParseAddrPort("127.0.1.10:8080")
 	var wg sync.WaitGroup
 	var n atomic.Int64
 	for i := 0; i < 1000; i++ {

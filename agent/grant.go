@@ -316,6 +316,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	delta := capability.Compile(c, ref)
 	a.neverExceptions(rec.Session, delta.Egress)
 	rec.Delta = delta
+	a.noteNeverRules(rec)
 	rec.Phase = PhaseApplying
 	if err := a.persistIntent(key); err != nil {
 		return nil, a.rollback(rec, err)

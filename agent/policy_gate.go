@@ -57,7 +57,7 @@ func (a *Agent) policyCheck(c PolicyChange) (*PolicyReport, *policy.Set, error) 
 		return nil, nil, err
 	}
 	sr := a.engine.CheckShift(a.engine.Policies(), nb.Policies())
-	return &PolicyReport{Widens: sr.Widens(), Summary: sr.Summary(), Shift: sr}, nb, nil
+	return &PolicyReport{Widens: sr.Widens(), Summary: sr.Summary(), Shift: sr, Forbids: nb.KernelForbids().Report()}, nb, nil
 }
 
 // ApplyPolicies puts a change in force if the gate proves it not wider
@@ -88,12 +88,20 @@ func (a *Agent) ApplyPolicies(c PolicyChange) (*PolicyReport, error) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	for _, name := range names {
-		if err := atomicfile.Write(filepath.Join(a.cfg.PolicyDir, name), []byte(c.Files[name]), 0o644); err != nil {
-			return rep, fmt.Errorf("%w: write %s: %w", ErrPolicy, name, err)
+	// The deny table first, then the files, then the engine and the
+	// never-list exceptions (forbids.go).
+	err = a.install(nb, func() error {
+		for _, name := range names {
+			if err := atomicfile.Write(filepath.Join(a.cfg.PolicyDir, name), []byte(c.Files[name]), 0o644); err != nil {
+				return fmt.Errorf("%w: write %s: %w", ErrPolicy, name, err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		a.emit(Event{Kind: "policy.apply", Actor: c.Actor, Outcome: "failed: " + err.Error()})
+		return rep, err
 	}
-	a.engine.Install(nb)
 	a.dnsDecisionsChanged()
 	rep.Applied = true
 	out := "applied: " + rep.Summary

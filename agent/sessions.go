@@ -140,7 +140,9 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	a.engine.DropSession(id)
 	a.bmu.Lock()
 	delete(a.breaker, id)
+	delete(a.kdWins, id)
 	a.bmu.Unlock()
+	a.forgetEscalations(id)
 	return a.emit(Event{Kind: "session.end", Session: id, Outcome: reason})
 }
 

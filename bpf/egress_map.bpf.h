@@ -128,6 +128,53 @@ static __always_inline int never_listed(__u16 family, const __u32 *addr, __u16 d
 	}
 }
 
+/* The deny table (struct shk_deny): an LPM trie per family, written by
+ * user space with each policy apply. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct shk_deny4_key);
+	__type(value, struct shk_deny);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+} shk_deny4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct shk_deny6_key);
+	__type(value, struct shk_deny);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+} shk_deny6 SEC(".maps");
+
+/* Whether a forbid refuses (addr, dport) whatever the grants say: one
+ * longest-prefix lookup (the entry holds the ports of every entry covering
+ * it) and one bit test, no loop. IPv4 in addr[0]. */
+static __always_inline int denied(__u16 family, const __u32 *addr, __u16 dport)
+{
+	struct shk_deny *v;
+	__u32 idx;
+
+	if (family == AF_INET) {
+		struct shk_deny4_key k = { .prefixlen = 32 };
+
+		__builtin_memcpy(k.addr, addr, 4);
+		v = bpf_map_lookup_elem(&shk_deny4, &k);
+	} else {
+		struct shk_deny6_key k = { .prefixlen = 128 };
+
+		__builtin_memcpy(k.addr, addr, 16);
+		v = bpf_map_lookup_elem(&shk_deny6, &k);
+	}
+	if (!v)
+		return 0;
+	/* The mask stays in the program (clang would drop it, dport being
+	 * 16 bits): older verifiers (6.1) do not follow a value's bounds
+	 * through the byte swap that made dport. */
+	idx = dport;
+	asm volatile("" : "+r"(idx));
+	return (v->ports[(idx >> 3) & 8191] >> (idx & 7)) & 1;
+}
+
 /* Which rules a lookup tries (its dirs argument): egress rules match the
  * peer's port, inbound rules (SHK_RULE_INBOUND, keyed by the source prefix)
  * the session's local port. Both: a flow lives while either covers it. */

@@ -34,7 +34,8 @@ enum shk_reason {
 	SHK_REASON_UNCHECKED = 6,
 	SHK_REASON_FLOW_REVOKED = 7,
 	SHK_REASON_NO_INBOUND = 8, /* a new inbound flow no inbound grant admits */
-	SHK_NR_REASONS = 9,
+	SHK_REASON_FORBIDDEN = 9,  /* the deny table (an admin or hard-deny forbid) */
+	SHK_NR_REASONS = 10,
 };
 
 /* How flows already open are cut when their authority dies (load-time
@@ -129,6 +130,26 @@ struct shk_never4_key {
 struct shk_never6_key {
 	__u32 prefixlen;
 	__u16 port; /* network order, 0 = any */
+	__u8 addr[16];
+};
+
+/* The deny table (shk_deny4|6): destinations no grant reaches, compiled by
+ * user space from the admin and hard-deny forbids whose condition is a
+ * destination. Keyed by address prefix (prefixlen: the address bits); the
+ * value is a bitmap of the ports refused there (bit p of ports[p / 8]),
+ * those of every shorter entry covering it included (user space pushes
+ * them down), so one longest-prefix lookup and one bit test answer. */
+struct shk_deny {
+	__u8 ports[8192];
+};
+
+struct shk_deny4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct shk_deny6_key {
+	__u32 prefixlen;
 	__u8 addr[16];
 };
 

@@ -142,7 +142,8 @@ static __always_inline int check_inbound(struct __sk_buff *skb, const struct pkt
 		if (resolver_peer(p->family, p->peer, p->peer_port))
 			return 1; /* the session's own resolver answering */
 		if (lookup_dirs(s->index, p->family, p->peer, IPPROTO_UDP, p->peer_port, 0, SHK_DIR_OUT, SHK_USE_FLOW,
-				&ref) == SHK_REASON_NONE)
+				&ref) == SHK_REASON_NONE &&
+		    !denied(p->family, p->peer, p->peer_port))
 			return 1; /* from where the session may send: a reply */
 	}
 	if (lookup_dirs(s->index, p->family, p->peer, p->proto, 0, p->local_port, SHK_DIR_IN, SHK_USE_CONSUME, &ref) ==
@@ -198,8 +199,13 @@ static __always_inline int check_handshake(struct __sk_buff *skb, struct bpf_soc
 		why = SHK_REASON_UNKNOWN_SESSION;
 		goto deny;
 	}
-	/* The handshake of a connect already allowed checks handles only. */
-	why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, 0, SHK_USE_FLOW, &ref);
+	/* The handshake of a connect already allowed checks handles (and the
+	 * deny table: a forbid written since the connect, whose socket the
+	 * sweep that followed could not see yet). */
+	if (denied(p.family, p.peer, p.peer_port))
+		why = SHK_REASON_FORBIDDEN;
+	else
+		why = lookup(s->index, p.family, p.peer, IPPROTO_TCP, p.peer_port, 0, SHK_USE_FLOW, &ref);
 	if (why == SHK_REASON_NONE)
 		return 1;
 	if (resolver_peer(p.family, p.peer, p.peer_port))
@@ -297,7 +303,17 @@ static __always_inline int check_skb(struct __sk_buff *skb, int egress)
 	 * only handles are checked here. An active open is egress alone; a
 	 * TCP flow lives while an egress or an inbound rule covers it (it may
 	 * have been accepted under an inbound grant); connected UDP is egress. */
-	if (p.syn || p.proto != IPPROTO_TCP)
+	/* A peer the deny table names is reached by no egress rule (an
+	 * inbound grant still admits it in): checked here, where a flow has no
+	 * verdict yet, never on the recorded-handle path above (user space
+	 * drops the records of flows to newly forbidden peers). */
+	if (denied(p.family, p.peer, p.peer_port)) {
+		if (p.syn || p.proto != IPPROTO_TCP)
+			why = SHK_REASON_FORBIDDEN;
+		else
+			why = lookup_dirs(index, p.family, p.peer, p.proto, p.peer_port, p.local_port, SHK_DIR_IN,
+					  SHK_USE_FLOW, &ref);
+	} else if (p.syn || p.proto != IPPROTO_TCP)
 		why = lookup(index, p.family, p.peer, p.proto, p.peer_port, 0, SHK_USE_FLOW, &ref);
 	else
 		why = lookup_dirs(index, p.family, p.peer, p.proto, p.peer_port, p.local_port, SHK_DIR_OUT | SHK_DIR_IN,

@@ -6,8 +6,8 @@
  *   cgroup/sendmsg4|6   every unconnected UDP send
  *   cgroup/sock_create  sweep mode: only TCP, MPTCP and UDP sockets
  *
- * A destination is allowed when the egress map covers it under a live handle
- * (egress_map.bpf.h); a DNS query (port 53) is re-aimed at the session's
+ * A destination is allowed when no forbid names it (the deny table) and the
+ * egress map covers it under a live handle (egress_map.bpf.h); a DNS query (port 53) is re-aimed at the session's
  * resolver instead (dns.bpf.h). Part of the one object built from
  * shinken.bpf.c.
  */
@@ -107,10 +107,14 @@ static __always_inline int check_sock_addr(struct bpf_sock_addr *ctx, int v6, in
 			return r;
 	}
 
-	/* The never-list comes before any grant: a 0.0.0.0/0 grant does not
-	 * reach the metadata service or the agent's own listeners; only an
-	 * admin-named exception of this session does. */
-	if (never_listed(family, daddr, dport))
+	/* The deny table (admin and hard-deny forbids) comes first: no grant
+	 * and no never-list exception reaches what a forbid names. Then the
+	 * never-list: a 0.0.0.0/0 grant does not reach the metadata service or
+	 * the agent's own listeners; only an admin-named exception of this
+	 * session does. */
+	if (denied(family, daddr, dport))
+		why = SHK_REASON_FORBIDDEN;
+	else if (never_listed(family, daddr, dport))
 		why = never_exception(s->index, family, daddr, dport);
 	else
 		why = lookup(s->index, family, daddr, proto, dport, 1, SHK_USE_CONSUME, &ref);

@@ -94,7 +94,14 @@ static __always_inline int sweep(struct bpf_iter_meta *meta, struct sock_common 
 	/* A TCP flow may have been accepted under an inbound grant (source
 	 * prefix, local port): it lives while an egress or an inbound rule
 	 * covers it. Connected UDP is egress only. */
-	if (proto == IPPROTO_TCP)
+	/* A peer the deny table names is reached by no egress rule: such a
+	 * TCP flow lives only under an inbound rule. */
+	if (denied(family, peer, dport)) {
+		if (proto == IPPROTO_TCP)
+			why = lookup_dirs(s->index, family, peer, proto, dport, lport, SHK_DIR_IN, SHK_USE_FLOW, &ref);
+		else
+			why = SHK_REASON_FORBIDDEN;
+	} else if (proto == IPPROTO_TCP)
 		why = lookup_dirs(s->index, family, peer, proto, dport, lport, SHK_DIR_OUT | SHK_DIR_IN, SHK_USE_FLOW,
 				  &ref);
 	else

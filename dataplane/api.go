@@ -23,6 +23,7 @@ var (
 	ErrMapFull           = backend.ErrMapFull
 	ErrRulesFull         = backend.ErrRulesFull
 	ErrCoverTooDeep      = backend.ErrCoverTooDeep
+	ErrEntryCap          = backend.ErrEntryCap
 	ErrRuleNotFound      = backend.ErrRuleNotFound
 	ErrLimitsUnsupported = backend.ErrLimitsUnsupported
 )
@@ -65,6 +66,7 @@ const (
 	ReasonUnchecked      = backend.ReasonUnchecked
 	ReasonFlowRevoked    = backend.ReasonFlowRevoked
 	ReasonNoInbound      = backend.ReasonNoInbound
+	ReasonForbidden      = backend.ReasonForbidden
 	NumReasons           = backend.NumReasons
 )
 

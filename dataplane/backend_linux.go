@@ -18,6 +18,7 @@ type opCounters struct {
 	sweeps         atomic.Uint64 // flow sweeps run by Revoke
 	followUpSweeps atomic.Uint64 // follow-up sweeps run after revokes (flows_linux.go)
 	viewSweeps     atomic.Uint64 // file view changes run by Revoke (files_linux.go)
+	denyWrites     atomic.Uint64 // deny-table entries written or deleted (deny_linux.go)
 }
 
 // Ops reports how many revoke writes, revoke sweeps and follow-up sweeps ran

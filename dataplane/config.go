@@ -5,6 +5,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 )
@@ -28,6 +29,13 @@ type Config struct {
 	MaxEgress6     uint32 // IPv6 entries likewise; default 1048576
 	MaxFlows       uint32 // flow verdicts cached (LRU), all sessions; default 262144
 	EventRingBytes uint32 // default 1 MiB; power of two
+	// MaxDNSEntries caps each session's DNS-derived entries (those holding
+	// a rule with an expiry, see AllowEgress); a new one past it is refused
+	// with ErrEntryCap. Default DefaultMaxDNSEntries.
+	MaxDNSEntries uint32
+	// ExpiryInterval is how often the collector removes rules past their
+	// expiry (the kernel already ignores them). Default 1s; at most 1m.
+	ExpiryInterval time.Duration
 	// FlowMode is how flows already open are cut when their authority dies
 	// (default FlowAuto: sweep where the kernel can, else packet).
 	FlowMode FlowMode
@@ -86,8 +94,9 @@ func ParseFlowMode(s string) (FlowMode, error) {
 }
 
 const (
-	DefaultParent  = "shinken"
-	DefaultPinPath = "/sys/fs/bpf/shinken"
+	DefaultParent        = "shinken"
+	DefaultPinPath       = "/sys/fs/bpf/shinken"
+	DefaultMaxDNSEntries = 4096
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
@@ -117,6 +126,12 @@ func (c *Config) setDefaults() {
 	if c.EventRingBytes == 0 {
 		c.EventRingBytes = 1 << 20
 	}
+	if c.MaxDNSEntries == 0 {
+		c.MaxDNSEntries = DefaultMaxDNSEntries
+	}
+	if c.ExpiryInterval == 0 {
+		c.ExpiryInterval = time.Second
+	}
 	if c.Boundary != nil {
 		b := *c.Boundary
 		b.SetDefaults()
@@ -141,6 +156,12 @@ func (c *Config) validate() error {
 		if err := c.Boundary.Validate(c.MaxSessions); err != nil {
 			return fmt.Errorf("dataplane config: %w", err)
 		}
+	}
+	if c.MaxDNSEntries > 1<<22 {
+		return fmt.Errorf("dataplane config: max DNS entries per session %d out of [1, 2^22]", c.MaxDNSEntries)
+	}
+	if c.ExpiryInterval < 10*time.Millisecond || c.ExpiryInterval > time.Minute {
+		return fmt.Errorf("dataplane config: expiry interval %s out of [10ms, 1m]", c.ExpiryInterval)
 	}
 	if c.FlowMode > FlowPacket {
 		return fmt.Errorf("dataplane config: unknown flow mode %d", c.FlowMode)

@@ -45,8 +45,11 @@ type Dataplane struct {
 	mu        sync.Mutex
 	sessions  map[string]*Session
 	byIndex   map[uint32]*Session
-	indices   idPool // session indices
+	names     sync.Map // uint32 → Session: byIndex for SessionByIndex, read without d.mu
+	indices   idPool   // session indices
 	prefixes  map[uint32]map[netip.Prefix]struct{}
+	cover     map[uint32]*coverIndex           // per session: the cover check's index (cover.go)
+	exp       expiring                         // DNS-derived entries: cap and collector (expiry_linux.go)
 	neverRefs map[shkShkNeverOkKey][]HandleRef // every handle whose NeverOK rule names the exception (never_ok.go)
 	nEntries  [4]int                           // entries in prefixes: egress4, exact4, egress6, exact6
 	handleGen []uint32                         // last generation issued per slot
@@ -114,6 +117,8 @@ func Open(cfg Config) (*Dataplane, error) {
 		sessions:  map[string]*Session{},
 		byIndex:   map[uint32]*Session{},
 		prefixes:  map[uint32]map[netip.Prefix]struct{}{},
+		cover:     map[uint32]*coverIndex{},
+		exp:       expiring{due: map[uint32]map[netip.Prefix]uint64{}},
 		neverRefs: map[shkShkNeverOkKey][]HandleRef{},
 		never:     newNeverIndex(),
 		indices:   newIDPool("sessions", cfg.MaxSessions),
@@ -231,6 +236,7 @@ func (d *Dataplane) open() error {
 	if err := d.reconcile(); err != nil {
 		return err
 	}
+	d.startExpiry()
 	// Flows whose authority died while no agent ran (a deadline passed)
 	// end now; deadlines still ahead get their sweep.
 	if _, err := d.Sweep(); err != nil {
@@ -312,6 +318,7 @@ func (d *Dataplane) Config() Config { return d.cfg }
 // Close releases this process's references. Pinned programs, links and maps
 // stay in the kernel and keep enforcing.
 func (d *Dataplane) Close() error {
+	d.stopExpiry()
 	d.closeBoundary()
 	var errs []error
 	if d.sweep != nil {
@@ -426,6 +433,7 @@ func (d *Dataplane) reconcile() error {
 		s := &Session{Name: name, Index: sess.Index, CgroupID: cgid, Path: filepath.Join(d.parent, name)}
 		d.sessions[name] = s
 		d.byIndex[s.Index] = s
+		d.names.Store(s.Index, *s)
 		used[s.Index] = true
 	}
 	if err := it.Err(); err != nil {
@@ -485,6 +493,7 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 			}
 			p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32))
 			d.indexPrefix(k4.Session, p)
+			d.scheduleExpiry(k4.Session, p, earliestExpiry(&v))
 			d.indexNeverOKs(k4.Session, p, &v)
 		}
 		if err := it.Err(); err != nil {
@@ -499,6 +508,7 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 			}
 			p := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32))
 			d.indexPrefix(k6.Session, p)
+			d.scheduleExpiry(k6.Session, p, earliestExpiry(&v))
 			d.indexNeverOKs(k6.Session, p, &v)
 		}
 		if err := it.Err(); err != nil {
@@ -538,36 +548,6 @@ func (d *Dataplane) reconcileHandles() error {
 	}
 	d.slots.rebuild(func(id uint32) bool { return states[id] != uint32(HandleFree) }, highest)
 	return nil
-}
-
-func (d *Dataplane) indexPrefix(session uint32, p netip.Prefix) {
-	set := d.prefixes[session]
-	if set == nil {
-		set = map[netip.Prefix]struct{}{}
-		d.prefixes[session] = set
-	}
-	if _, ok := set[p]; !ok {
-		set[p] = struct{}{}
-		d.countPrefix(p, 1)
-	}
-}
-
-func (d *Dataplane) unindexPrefix(session uint32, p netip.Prefix) {
-	if _, ok := d.prefixes[session][p]; ok {
-		delete(d.prefixes[session], p)
-		d.countPrefix(p, -1)
-	}
-}
-
-func (d *Dataplane) countPrefix(p netip.Prefix, n int) {
-	i := 0
-	if !p.Addr().Is4() {
-		i = 2
-	}
-	if p.Bits() == p.Addr().BitLen() {
-		i++
-	}
-	d.nEntries[i] += n
 }
 
 func sleepBriefly(i int) {

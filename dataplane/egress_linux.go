@@ -90,18 +90,38 @@ func (d *Dataplane) allowLocked(s *Session, rule EgressRule) (added bool, err er
 					return false, nil
 				}
 				val.Rules[i].ExpiresNs = r.ExpiresNs
-				return false, d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+				if err := d.writeEntry(s.Index, p, &val, ebpf.UpdateExist); err != nil {
+					return false, err
+				}
+				d.scheduleExpiry(s.Index, p, r.ExpiresNs)
+				return false, nil
 			}
 		}
 		if val.Nrules >= MaxRules {
 			return false, fmt.Errorf("%w: %s already holds %d rules for session %s", ErrRulesFull, p, MaxRules, s.Name)
 		}
+		if r.ExpiresNs != 0 {
+			if err := d.dnsEntryCap(s, p); err != nil {
+				return false, err
+			}
+		}
 		val.Rules[val.Nrules] = r
 		val.Nrules++
-		return true, d.writeEntry(s.Index, p, &val, ebpf.UpdateExist)
+		if err := d.writeEntry(s.Index, p, &val, ebpf.UpdateExist); err != nil {
+			return false, err
+		}
+		d.scheduleExpiry(s.Index, p, r.ExpiresNs)
+		return true, nil
 	}
-	if err := d.checkCover(s.Index, p); err != nil {
-		return false, err
+	if r.ExpiresNs != 0 {
+		if err := d.dnsEntryCap(s, p); err != nil {
+			return false, err
+		}
+	}
+	if c := d.cover[s.Index]; c != nil {
+		if err := c.check(p); err != nil {
+			return false, err
+		}
 	}
 	val = shkShkEgressValue{Prefixlen: uint32(p.Bits()), Nrules: 1}
 	val.Rules[0] = r
@@ -109,6 +129,7 @@ func (d *Dataplane) allowLocked(s *Session, rule EgressRule) (added bool, err er
 		return false, err
 	}
 	d.indexPrefix(s.Index, p)
+	d.scheduleExpiry(s.Index, p, r.ExpiresNs)
 	return true, nil
 }
 
@@ -178,51 +199,10 @@ func (d *Dataplane) EgressRules(session string) ([]EgressRule, error) {
 			continue
 		}
 		for i := uint32(0); i < val.Nrules && i < MaxRules; i++ {
-			r := val.Rules[i]
-			out = append(out, EgressRule{
-				Prefix:  p,
-				Proto:   Proto(r.Proto),
-				Ports:   PortRange{Lo: r.PortLo, Hi: r.PortHi},
-				Handle:  HandleRef{Slot: r.Handle, Generation: r.Generation},
-				Expires: bootToTime(r.ExpiresNs),
-				NeverOK: r.Flags&ruleNeverOK != 0,
-				Inbound: r.Flags&ruleInbound != 0,
-			})
+			out = append(out, decodeRule(p, val.Rules[i]))
 		}
 	}
 	return out, nil
-}
-
-// checkCover refuses p when some address would then be covered by more
-// prefixes of the session than the kernel visits.
-func (d *Dataplane) checkCover(session uint32, p netip.Prefix) error {
-	set := d.prefixes[session]
-	above := 0
-	for bits := p.Bits() - 1; bits >= 0; bits-- {
-		q, _ := p.Addr().Prefix(bits)
-		if _, ok := set[q]; ok {
-			above++
-		}
-	}
-	if above+1 > MaxCover {
-		return fmt.Errorf("%w: %s would sit below %d other prefixes (max %d in a chain)", ErrCoverTooDeep, p, above, MaxCover)
-	}
-	for q := range set {
-		if q.Bits() <= p.Bits() || !p.Contains(q.Addr()) || q.Addr().Is4() != p.Addr().Is4() {
-			continue
-		}
-		depth := 1
-		for bits := q.Bits() - 1; bits >= 0; bits-- {
-			a, _ := q.Addr().Prefix(bits)
-			if _, ok := set[a]; ok {
-				depth++
-			}
-		}
-		if depth+1 > MaxCover {
-			return fmt.Errorf("%w: %s would put %s below %d prefixes (max %d)", ErrCoverTooDeep, p, q, depth, MaxCover)
-		}
-	}
-	return nil
 }
 
 // sameRule reports whether two rules are the same grant of the same

@@ -295,7 +295,11 @@ func testMembrane(t *testing.T, mode FlowMode) {
 func TestExpiry(t *testing.T) { forModes(t, testExpiry) }
 
 func testExpiry(t *testing.T, mode FlowMode) {
-	d := newDataplane(t, modeConfig(t, mode))
+	cfg := modeConfig(t, mode)
+	// The kernel's own expiry: the collector, which removes the expired
+	// rule (later denials then say no_rule), waits (TestExpiredEntriesCollected).
+	cfg.ExpiryInterval = time.Minute
+	d := newDataplane(t, cfg)
 	s, _ := d.CreateSession("ex", Limits{})
 	a := listenTCP(t, "127.0.0.2:0")
 	b := listenTCP(t, "127.0.0.3:0")

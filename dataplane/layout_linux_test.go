@@ -23,6 +23,9 @@ func TestABILayout(t *testing.T) {
 		{"shk_egress6_key", shkShkEgress6Key{}, 24},
 		{"shk_flow", shkShkFlow{}, 48},
 		{"shk_event", shkShkEvent{}, 72},
+		{"shk_deny", shkShkDeny{}, 8192},
+		{"shk_deny4_key", shkShkDeny4Key{}, 8},
+		{"shk_deny6_key", shkShkDeny6Key{}, 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,7 +35,7 @@ func TestABILayout(t *testing.T) {
 		})
 	}
 	// Every reason below NumReasons has a name, and NumReasons has none.
-	if NumReasons != 9 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
+	if NumReasons != 10 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
 		t.Errorf("reasons out of step with enum shk_reason")
 	}
 }

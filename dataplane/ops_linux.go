@@ -58,6 +58,7 @@ func (d *Dataplane) registerSession(name string) (Session, error) {
 	s := &Session{Name: name, Index: idx, CgroupID: id, Path: path}
 	d.sessions[name] = s
 	d.byIndex[idx] = s
+	d.names.Store(idx, *s)
 	return *s, nil
 }
 
@@ -75,45 +76,83 @@ func (d *Dataplane) zeroCounters(idx uint32) error {
 }
 
 // DestroySession revokes the session's kernel identity first (its processes
-// are denied everything from then on), removes its egress entries, kills its
-// processes and removes its cgroup.
+// are denied everything from then on, and no lookup reaches its entries),
+// kills its processes, removes its cgroup, and then removes its egress
+// entries outside the dataplane lock, in batches (purgeEntries): a session
+// with many entries never holds up the other sessions' writes.
 func (d *Dataplane) DestroySession(name string) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	s, ok := d.sessions[name]
 	if !ok {
+		d.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrSessionNotFound, name)
 	}
 	if err := d.objs.ShkSessions.Delete(s.CgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		d.mu.Unlock()
 		return fmt.Errorf("unregister session %s: %w", name, err)
 	}
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
+	d.names.Delete(s.Index)
 	// (Stale file entries of this index would come back with its next
 	// session: a failure keeps the index, as a stale egress entry does.)
-	errs := []error{d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil)}
+	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil))
 	delete(d.files, name)
 	delete(d.workspaces, name)
-	for p := range d.prefixes[s.Index] {
-		err := d.deleteEntry(s.Index, p)
-		if err == nil {
-			d.unindexPrefix(s.Index, p)
-		}
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
+	// The entries leave the index now (no write or lookup of this index
+	// sees them); the index itself is handed out again only once they are
+	// gone from the kernel and nothing of the session runs.
+	set := d.prefixes[s.Index]
+	delete(d.prefixes, s.Index)
+	delete(d.cover, s.Index)
+	delete(d.exp.due, s.Index)
+	killErr := killCgroup(d.cfg.CgroupRoot, s.Path)
+	d.releaseBoundary(name)
+	d.mu.Unlock()
+
+	if err := errors.Join(neverErr, d.purgeEntries(s.Index, set)); err != nil {
 		// The index keeps stale entries: never hand it out again in this
 		// process (reconcile purges them on the next start).
-		return fmt.Errorf("purge egress entries of %s: %w", name, err)
+		return errors.Join(fmt.Errorf("purge egress entries of %s: %w", name, err), killErr)
 	}
-	err := killCgroup(d.cfg.CgroupRoot, s.Path)
-	d.releaseBoundary(name)
-	if err == nil {
-		// The index, and so the session's uid, is handed out again only
-		// once nothing of the session runs.
+	if killErr == nil {
+		d.mu.Lock()
 		d.indices.put(s.Index)
+		d.mu.Unlock()
 	}
-	return err
+	return killErr
+}
+
+// purgeBatch is how many entries purgeEntries deletes between two short
+// holds of d.mu (which only adjust the occupancy counts).
+const purgeBatch = 1024
+
+// purgeEntries deletes the kernel entries of a session already taken out of
+// the index; d.mu not held. It returns the first errors met.
+func (d *Dataplane) purgeEntries(idx uint32, set map[netip.Prefix]struct{}) error {
+	var errs []error
+	batch := make([]netip.Prefix, 0, purgeBatch)
+	flush := func() {
+		d.mu.Lock()
+		for _, p := range batch {
+			d.countPrefix(p, -1)
+		}
+		d.mu.Unlock()
+		batch = batch[:0]
+	}
+	for p := range set {
+		if err := d.deleteEntry(idx, p); err != nil {
+			if len(errs) < 8 {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if batch = append(batch, p); len(batch) == purgeBatch {
+			flush()
+		}
+	}
+	flush()
+	return errors.Join(errs...)
 }
 
 // Session returns the session called name.
@@ -458,13 +497,14 @@ func (d *Dataplane) DNSRedirect() (uint16, error) {
 
 // SessionByIndex returns the session with kernel index idx.
 func (d *Dataplane) SessionByIndex(idx uint32) (Session, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.byIndex[idx]
+	// Without d.mu: the resolver asks for every query and the agent for
+	// every kernel denial event; neither waits behind another session's
+	// writes (names changes under d.mu, with byIndex).
+	s, ok := d.names.Load(idx)
 	if !ok {
 		return Session{}, fmt.Errorf("%w: index %d", ErrSessionNotFound, idx)
 	}
-	return *s, nil
+	return s.(Session), nil
 }
 
 // Occupancy reports the entries in use and the capacity of the sessions,

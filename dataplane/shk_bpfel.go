@@ -20,6 +20,23 @@ type shkShkConfig struct {
 	Flags   uint32
 }
 
+type shkShkDeny struct {
+	_     structs.HostLayout
+	Ports [8192]uint8
+}
+
+type shkShkDeny4Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [4]uint8
+}
+
+type shkShkDeny6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
 type shkShkEgress4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -141,6 +158,8 @@ type shkShkSession struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	shkMapShkCounters      = "shk_counters"
+	shkMapShkDeny4         = "shk_deny4"
+	shkMapShkDeny6         = "shk_deny6"
 	shkMapShkEgress4       = "shk_egress4"
 	shkMapShkEgress6       = "shk_egress6"
 	shkMapShkEvents        = "shk_events"
@@ -236,6 +255,8 @@ type shkProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkMapSpecs struct {
 	ShkCounters  *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkDeny4     *ebpf.MapSpec `ebpf:"shk_deny4"`
+	ShkDeny6     *ebpf.MapSpec `ebpf:"shk_deny6"`
 	ShkEgress4   *ebpf.MapSpec `ebpf:"shk_egress4"`
 	ShkEgress6   *ebpf.MapSpec `ebpf:"shk_egress6"`
 	ShkEvents    *ebpf.MapSpec `ebpf:"shk_events"`
@@ -283,6 +304,8 @@ func (o *shkObjects) Close() error {
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkMaps struct {
 	ShkCounters  *ebpf.Map `ebpf:"shk_counters"`
+	ShkDeny4     *ebpf.Map `ebpf:"shk_deny4"`
+	ShkDeny6     *ebpf.Map `ebpf:"shk_deny6"`
 	ShkEgress4   *ebpf.Map `ebpf:"shk_egress4"`
 	ShkEgress6   *ebpf.Map `ebpf:"shk_egress6"`
 	ShkEvents    *ebpf.Map `ebpf:"shk_events"`
@@ -302,6 +325,8 @@ type shkMaps struct {
 func (m *shkMaps) Close() error {
 	return _ShkClose(
 		m.ShkCounters,
+		m.ShkDeny4,
+		m.ShkDeny6,
 		m.ShkEgress4,
 		m.ShkEgress6,
 		m.ShkEvents,

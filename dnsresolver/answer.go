@@ -1,6 +1,7 @@
 package dnsresolver
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"time"
@@ -70,7 +71,8 @@ func (r *Resolver) plan(p *pending) *plan {
 
 // complete writes the plan's entries (within the session's write tokens)
 // and only then builds the answer. If a write fails, or the session is out
-// of write tokens, the answer is withheld: SERVFAIL.
+// of write tokens, the answer is withheld: SERVFAIL; when the session holds
+// its cap of DNS-derived entries, DenyRcode with a Denial (ReasonEntryCap).
 func (r *Resolver) complete(p *pending, pl *plan) *dns.Msg {
 	q := p.q
 	if !r.limits.write(q.index, r.cfg.now().UnixNano(), len(pl.todo)) {
@@ -79,6 +81,12 @@ func (r *Resolver) complete(p *pending, pl *plan) *dns.Msg {
 	}
 	for _, rule := range pl.todo {
 		if err := r.cfg.Dataplane.AllowEgress(q.session, rule); err != nil {
+			if errors.Is(err, backend.ErrEntryCap) {
+				// Not silent: the session gets DenyRcode and the agent a
+				// Denial saying why (the entries it holds expire, and the
+				// collector frees the cap).
+				return r.refuse(q, ReasonEntryCap, r.cfg.DenyRcode)
+			}
 			both(&r.stats.total, q.sc, func(c *counters) { c.writeErr.Add(1) })
 			if ok, n := r.warnWrite.allow(time.Now()); ok {
 				r.log.Warn("egress entry write failed; answer withheld", "session", q.session, "name", p.qname, "rule", rule.String(), "err", err, "suppressed", n)

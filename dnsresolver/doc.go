@@ -107,7 +107,10 @@
 //     [Config.MinTTL, Config.MaxTTL]) BEFORE the answer is sent: the
 //     answer reaches the session only once the kernel allows every address
 //     in it. If a write fails the client gets SERVFAIL and no answer: fail
-//     closed. A cached answer whose rule this resolver already wrote with
+//     closed; if the dataplane refuses it because the session holds its cap
+//     of DNS-derived entries (backend.ErrEntryCap), the client gets
+//     DenyRcode and OnDenial a Denial with ReasonEntryCap (the entries
+//     expire and are collected, which frees the cap). A cached answer whose rule this resolver already wrote with
 //     the same expiry skips the write (Config.AlwaysWrite turns that off).
 //     The writes first take tokens from the session's write bucket
 //     (Config.WriteRate, WriteBurst): without enough, the answer is

@@ -20,10 +20,11 @@ const (
 	ReasonCNAMEDenied                  // a CNAME target matches a deny pattern or is not a valid name
 	ReasonDecision                     // the agent's use-time decision (SetDecide) denied the name or a CNAME target
 	ReasonRate                         // over the session's query rate (Config.QueryRate)
+	ReasonEntryCap                     // the session holds its cap of DNS-derived kernel entries (backend.ErrEntryCap)
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"unknown_session", "malformed", "invalid_name", "not_allowed", "denied", "qtype", "cname_denied", "decision", "rate"}
+var reasonNames = [NumReasons]string{"unknown_session", "malformed", "invalid_name", "not_allowed", "denied", "qtype", "cname_denied", "decision", "rate", "entry_cap"}
 
 func (r Reason) String() string {
 	if r < NumReasons {

@@ -5,6 +5,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 )
 
@@ -46,7 +47,16 @@ func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotImplemented, errors.New("this agent keeps no audit log"))
 		return
 	}
-	res, err := s.cfg.Verify()
+	full := false
+	switch v := r.URL.Query().Get("full"); v {
+	case "", "0", "false":
+	case "1", "true":
+		full = true
+	default:
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("full=%q: want 1, true, 0 or false", v))
+		return
+	}
+	res, err := s.cfg.Verify(full)
 	if err != nil {
 		writeJSON(w, http.StatusConflict, map[string]any{"ok": false, "error": err.Error(), "result": res})
 		return

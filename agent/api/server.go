@@ -17,6 +17,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/agent/procs"
 )
 
 // Config wires a Server to the agent's parts.
@@ -26,14 +27,22 @@ type Config struct {
 	Hub     *Hub
 	Auth    Authorizer
 	Logger  *slog.Logger
-	// Verify checks the audit log; nil when the agent keeps none.
-	Verify func() (any, error)
+	// Verify checks the audit log (full: every record; otherwise only what
+	// was appended since the last verification that passed); nil when the
+	// agent keeps none.
+	Verify func(full bool) (any, error)
 	// Status adds daemon-level facts to GET /v1/status.
 	Status func() map[string]any
 	// ObserveDecision receives the latency of each POST /v1/decide, as
 	// this transport measures it (the agent's own calls, requests and
 	// revokes, report theirs in its event stream).
 	ObserveDecision func(time.Duration)
+	// Processes is the session runtime (processes, attach, run); nil:
+	// run starts processes through Agent.Launch, the rest answer 501.
+	Processes *procs.Manager
+	// RequestTimeout bounds how long a call waits on a process (run); it
+	// is not the process's deadline (DefaultRequestTimeout when zero).
+	RequestTimeout time.Duration
 }
 
 // Server serves the /v1 operator API. It is a transport: it decodes a call,
@@ -77,6 +86,7 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("GET /v1/audit/verify", s.verifyAudit)
 	m.HandleFunc("POST /v1/decide", s.decide)
 	m.HandleFunc("POST /v1/policies", s.policies)
+	s.processRoutes(m)
 	return s, nil
 }
 
@@ -185,6 +195,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		"sessions":    len(sessions),
 		"enforcement": s.cfg.Agent.Enforcement(),
 		"backend":     rep,
+		// Which forbids the kernel enforces, and which only decide time.
+		"forbids": s.cfg.Agent.Forbids(),
 	}
 	if p, ok := rep.Facts["cgroup_parent"]; ok {
 		st["cgroup"] = p

@@ -43,6 +43,7 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 			}
 		}
 	}
+	v.Paused, v.PausedSince = s.cfg.Agent.Paused(spec.ID)
 	if detail {
 		v.Grants = s.cfg.Agent.Grants(spec.ID)
 		if b, err := s.cfg.Agent.Breaker(spec.ID); err == nil {
@@ -104,6 +105,9 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, statusFor(err), err)
 		return
 	}
+	if s.cfg.Processes != nil { // killed with the session: their records go
+		s.cfg.Processes.Remove(id)
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 }
 
@@ -135,6 +139,10 @@ func (c *capped) Write(p []byte) (int, error) {
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Processes != nil {
+		s.runProcess(w, r, s.cfg.Processes)
+		return
+	}
 	id := r.PathValue("id")
 	var req RunRequest
 	if err := decode(r, &req); err != nil {

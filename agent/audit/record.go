@@ -48,7 +48,7 @@ var eventTypes = map[EventType]bool{
 	EventRequest: true, EventDecision: true, EventGrant: true, EventAttenuate: true, EventRevoke: true,
 	EventApproval: true, EventOverride: true, EventTimeout: true, EventKernelDenial: true,
 	EventSessionCreate: true, EventSessionDelete: true, EventAgentStart: true, EventAgentStop: true,
-	EventRecovered: true,
+	EventRecovered: true, EventSuppressed: true,
 }
 
 // Event is what a caller records. Every string is free text and goes through

@@ -42,9 +42,13 @@ func (p Problem) String() string {
 
 // Report is what Verify found.
 type Report struct {
-	Records  int    // lines read
+	Records  int    // lines read (with VerifyFrom: in the whole log)
 	Head     uint64 // seq of the last record
 	HeadHash string
+	// Mark is where the last record read ends: give it to VerifyFrom to
+	// verify only what is appended after it (keep it only from a report
+	// that is OK).
+	Mark     Mark
 	Problems []Problem
 	// Notes are facts that are not tampering: an audit_recovered record
 	// (a repaired crash), a checkpoint one batch behind the log.
@@ -63,6 +67,32 @@ func (r *Report) OK() bool { return len(r.Problems) == 0 }
 // else when the log cannot be read; the Report is returned in the first two
 // cases.
 func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
+	return verify(path, pub, Mark{})
+}
+
+// Mark is a point of the log a verification reached: the last record read,
+// where it starts and ends in the file, its line, seq and hash.
+type Mark struct {
+	Start, End int64
+	Records    int
+	Seq        uint64
+	Hash       string
+}
+
+// VerifyFrom is Verify of what was appended after m (the Mark of an earlier
+// report that was OK): it first reads the record at m again and checks it
+// still hashes to m.Hash at m.Seq (when it does not, the log was rewritten
+// or cut before m, and VerifyFrom verifies the whole log, which names what
+// changed), then checks every later record and the checkpoint as Verify
+// does. Its
+// cost follows what was appended, not the log's size. It cannot see an
+// edit before m: a full Verify can, and stays the reference. A zero m is a
+// full Verify.
+func VerifyFrom(path string, pub ed25519.PublicKey, m Mark) (*Report, error) {
+	return verify(path, pub, m)
+}
+
+func verify(path string, pub ed25519.PublicKey, m Mark) (*Report, error) {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("%w: public key of %d bytes", ErrKey, len(pub))
 	}
@@ -87,6 +117,36 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 	)
 	cpSt, cpErr := readCheckpoint(CheckpointPath(path), pub)
 	cp := cpSt.cp
+	var offset int64 // where the next line starts
+	first := 1
+	if m.End > 0 {
+		if err := checkMark(f, m); err != nil {
+			// The log changed before the mark: verify all of it, which
+			// names what changed.
+			f.Close()
+			full, ferr := verify(path, pub, Mark{})
+			if full != nil {
+				full.Notes = append(full.Notes, fmt.Sprintf("the record verified earlier at seq %d (record %d) is no longer where it was (%v): verified in full", m.Seq, m.Records, err))
+				if full.OK() {
+					full.Problems = append(full.Problems, Problem{Record: m.Records, Seq: m.Seq, Kind: ProblemChain,
+						Detail: fmt.Sprintf("the record verified earlier here is no longer there (%v): the log was rewritten", err)})
+					ferr = fmt.Errorf("%w: %s: %s", ErrTampered, path, full.Problems[0])
+				}
+			}
+			return full, ferr
+		}
+		offset, first = m.End, m.Records+1
+		high, highLine, prevHash, prevLine, sigOK = m.Seq, m.Records, m.Hash, m.Records, 1
+		rep.Records, rep.Head, rep.HeadHash, rep.Mark = m.Records, m.Seq, m.Hash, m
+		if cpErr == nil && cp.Seq == m.Seq {
+			cpHash = m.Hash
+		}
+		if cpErr == nil && cp.Seq < m.Seq {
+			// Verified before; this pass cannot read the record again.
+			cpHash = cp.Hash
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the checkpoint (seq %d) is before the verified mark (seq %d): its hash is checked by a full verify only", cp.Seq, m.Seq))
+		}
+	}
 	// The hashes of the last records, to say where a broken link points.
 	const window = 256
 	recent := make(map[string]int, window)
@@ -100,11 +160,13 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		}
 	}
 	rd := bufio.NewReaderSize(f, 64<<10)
-	for n := 1; ; n++ {
+	for n := first; ; n++ {
 		line, err := readLine(rd)
 		if errors.Is(err, io.EOF) && len(line) == 0 {
 			break
 		}
+		start := offset
+		offset += int64(len(line)) + 1
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("audit verify: read %s: %w", path, err)
 		}
@@ -165,6 +227,7 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		}
 		remember(hash, n)
 		rep.Head, rep.HeadHash = r.Seq, hash
+		rep.Mark = Mark{Start: start, End: offset, Records: n, Seq: r.Seq, Hash: hash}
 	}
 
 	// Not a single good signature: the key is wrong, not every record.
@@ -210,6 +273,30 @@ func Verify(path string, pub ed25519.PublicKey) (*Report, error) {
 		return rep, fmt.Errorf("%w: %s: %s%s", ErrTampered, path, rep.Problems[0], more)
 	}
 	return rep, nil
+}
+
+// checkMark reads the record at m again and checks it is the one verified,
+// then leaves f at m.End.
+func checkMark(f *os.File, m Mark) error {
+	if m.Start < 0 || m.End <= m.Start || m.End-m.Start > maxLine+1 {
+		return fmt.Errorf("mark [%d, %d) is not a record's place", m.Start, m.End)
+	}
+	buf := make([]byte, m.End-m.Start)
+	if _, err := f.ReadAt(buf, m.Start); err != nil {
+		return fmt.Errorf("read the record at %d: %w", m.Start, err)
+	}
+	if buf[len(buf)-1] != '\n' {
+		return fmt.Errorf("no record ends at %d", m.End)
+	}
+	r, _, hash, err := parseLine(buf[:len(buf)-1])
+	if err != nil {
+		return err
+	}
+	if r.Seq != m.Seq || hash != m.Hash {
+		return fmt.Errorf("seq %d hash %.12s, verified as seq %d hash %.12s", r.Seq, hash, m.Seq, m.Hash)
+	}
+	_, err = f.Seek(m.End, io.SeekStart)
+	return err
 }
 
 func seqRange(lo, hi uint64) string {

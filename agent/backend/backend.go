@@ -278,6 +278,21 @@ type Grants interface {
 	// SetNeverList replaces the never-list (DefaultNeverList is in force
 	// from the start): destinations refused before any grant is consulted.
 	SetNeverList(entries []NeverEntry) error
+	// SetDenyList replaces the deny table (empty from the start):
+	// destinations refused before any grant and before the never-list and
+	// its exceptions (ReasonForbidden). It writes only the entries that
+	// change (DenyTable's, pushed down), and cuts the open flows to what
+	// it newly refuses that no inbound rule covers. More than
+	// MaxDenyEntries prefixes of one family is ErrMapFull, changing
+	// nothing.
+	SetDenyList(entries []DenyEntry) error
+	// SetNeverOK makes the session's rule r (the one SameRule names, the
+	// NeverOK flag aside) an exception to the never-list or not, as
+	// r.NeverOK says: the agent re-derives every exception from the
+	// admin policies in force at each policy change. Clearing it refuses
+	// new uses at once; ErrRuleNotFound when the session holds no such
+	// rule.
+	SetNeverOK(session string, r EgressRule) error
 	// Snapshot reads what the backend holds, for reconcile and status.
 	Snapshot() (Snapshot, error)
 }
@@ -360,6 +375,10 @@ type Config struct {
 	// SessionMaxProcs its RLIMIT_NPROC; 0: the backend's defaults.
 	SessionTmpfsBytes uint64
 	SessionMaxProcs   uint32
+	// SessionMaxDNSEntries caps each session's DNS-derived entries (rules
+	// with an expiry, from AllowEgress): past it AllowEgress returns
+	// ErrEntryCap. 0: the backend's default (Linux: 4096).
+	SessionMaxDNSEntries uint32
 	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.

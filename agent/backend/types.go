@@ -30,6 +30,9 @@ var (
 	ErrRulesFull    = errors.New("dataplane: too many rules on one prefix")
 	ErrCoverTooDeep = errors.New("dataplane: too many nested prefixes cover this one")
 	ErrRuleNotFound = errors.New("dataplane: no such egress rule")
+	// ErrEntryCap: the session already holds its cap of DNS-derived entries
+	// (rules with an expiry, written by AllowEgress).
+	ErrEntryCap = errors.New("dataplane: session's DNS-derived entry cap reached")
 	// ErrLimitsUnsupported is returned when the host cannot enforce a quota
 	// (on hybrid cgroup hosts the controllers sit on v1).
 	ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")
@@ -302,10 +305,11 @@ const (
 	ReasonUnchecked      Reason = 6 // a packet that no connect/sendmsg check covered (raw, ICMP, unchecked SYN)
 	ReasonFlowRevoked    Reason = 7 // a packet of a flow whose handle died after connect
 	ReasonNoInbound      Reason = 8 // a new inbound flow (SYN to a listener, datagram to an unconnected socket) no inbound grant admits
-	NumReasons                  = 9
+	ReasonForbidden      Reason = 9 // the deny table: an admin or hard-deny forbid names the destination (DenyEntry)
+	NumReasons                  = 10
 )
 
-var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound"}
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden"}
 
 // Class is the capability class whose enforcement a denial of this reason
 // is: net.inbound for no_inbound, net.egress for every other reason today

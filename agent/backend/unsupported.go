@@ -42,6 +42,10 @@ func (Unsupported) Launch(string, *exec.Cmd, LaunchOptions) error {
 	return unsupported("launch")
 }
 func (Unsupported) SetNeverList([]NeverEntry) error { return ErrNotSupported }
+func (Unsupported) SetDenyList([]DenyEntry) error   { return ErrNotSupported }
+func (Unsupported) SetNeverOK(string, EgressRule) error {
+	return ErrNotSupported
+}
 
 func (Unsupported) NewOnceHandle(HandleRef, time.Time) (HandleRef, error) {
 	return HandleRef{}, ErrNotSupported

@@ -45,6 +45,10 @@ type Manifest struct {
 	// Escalate lists the classes whose kernel denials open an Ask card
 	// ("escalate net.egress"); none by default.
 	Escalate []Class
+	// PauseOnAsk: a session of this image is paused (frozen) while one of
+	// its cards is pending, and resumed when the last is decided
+	// ("pause-on-ask").
+	PauseOnAsk bool
 }
 
 // Match returns the first entry c lies within, or an error wrapping
@@ -147,8 +151,13 @@ func ParseManifests(file string, data []byte) ([]*Manifest, error) {
 				return nil, fail("%s", escalateUsage())
 			}
 			cur.Escalate = append(cur.Escalate, Class(fields[1]))
+		case "pause-on-ask":
+			if cur == nil || len(fields) != 1 {
+				return nil, fail("want \"pause-on-ask\" alone, after an image line")
+			}
+			cur.PauseOnAsk = true
 		default:
-			return nil, fail("unknown directive %q (want image, allow or escalate)", fields[0])
+			return nil, fail("unknown directive %q (want image, allow, escalate or pause-on-ask)", fields[0])
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -28,6 +28,27 @@ type PolicyReport struct {
 	Widens  bool         `json:"widens"`
 	Summary string       `json:"summary"`
 	Shift   *ShiftReport `json:"shift"`
+	// Forbids says which of the proposed set's forbids the kernel would
+	// enforce (its deny table) and which only Decide and the resolver.
+	Forbids *ForbidReport `json:"forbids,omitempty"`
+}
+
+// ForbidReport is how a policy set's forbids that can apply to net.egress
+// are enforced: in the kernel (compiled into its deny table: no grant
+// reaches what they name, by IP or by name), or at decide time only
+// (/v1/decide and the resolver refuse; a session holding a broader grant
+// still connects by IP).
+type ForbidReport struct {
+	InKernel       []string           `json:"in_kernel,omitempty"`
+	DecideTimeOnly []DecideOnlyForbid `json:"decide_time_only,omitempty"`
+}
+
+// DecideOnlyForbid is one forbid enforced at decide time only, and why the
+// kernel cannot enforce it.
+type DecideOnlyForbid struct {
+	ID    string `json:"id"`
+	Where string `json:"where,omitempty"` // file:line
+	Why   string `json:"why"`
 }
 
 // ShiftReport is the result of a permissiveness-shift check.

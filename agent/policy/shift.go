@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -247,20 +246,23 @@ func attrsFromEntity(ent types.Entity) capability.SessionAttrs {
 // neighbours (just inside and just outside every prefix, port range, path
 // and domain) and fails if the policy permits any probe the capability does
 // not cover. It checks the compiled policy against the grammar; it is a
-// bounded test, not a proof over all requests.
+// bounded test, not a proof over all requests. A grant already expired at
+// now permits nothing and passes; any other is evaluated as unexpired at
+// proofInstant, which is the same verdict (prove_contexts.go).
 func ProveGrant(g GrantData, now time.Time) error {
+	if !g.Expires.IsZero() && !now.Before(g.Expires) {
+		return nil
+	}
+	g.Expires = time.Time{}
 	pol := cedar.PolicyMap{"grant": grantPolicy(g)}
 	ents := types.EntityMap{grantUID(g.ID): grantEntity(g), sessionUID(g.Session): sessionEntity(capability.SessionAttrs{ID: g.Session})}
 	var lit literals
 	c := g.Capability.Normalized()
-	var buf bytes.Buffer
-	buf.WriteString(c.String())
 	if f := encodingOf(c.Class).literals; f != nil {
 		f(c, &lit)
 	}
-	memo := newKeyMemo()
 	for _, u := range useProbes(c.Class, &lit, capability.SessionAttrs{ID: g.Session}) {
-		d, _ := cedar.Authorize(pol, ents, cedar.Request{Principal: sessionUID(g.Session), Action: actionUse, Resource: capabilityUID(c.Class), Context: useContextMemo(u, now, nil, memo)})
+		d, _ := cedar.Authorize(pol, ents, cedar.Request{Principal: sessionUID(g.Session), Action: actionUse, Resource: capabilityUID(c.Class), Context: proofContexts.context(u)})
 		if d == cedar.Allow && !c.Allows(u) {
 			return fmt.Errorf("%w: the policy of %s permits %+v, which the capability does not cover", ErrProof, c, u)
 		}

@@ -36,7 +36,9 @@ func egressUseProbes(c capability.Class, lit *literals, _ capability.SessionAttr
 	}
 	domains = sortedUnique(append(domains, "example.com"))
 	addrs := probeAddrs(lit)
-	for _, port := range probePorts(lit, 443, 80, 22, 53) {
+	ports := probePorts(lit, 443, 80, 22, 53)
+	out = make([]capability.UseRequest, 0, len(ports)*(len(domains)+len(addrs)))
+	for _, port := range ports {
 		for _, d := range domains {
 			out = append(out, capability.UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
 		}
@@ -119,7 +121,10 @@ func neighbours(p netip.Prefix) []netip.Addr {
 		b[i/8] |= 0x80 >> (i % 8)
 		last, _ = netip.AddrFromSlice(b)
 	}
-	out := []netip.Addr{first, last}
+	out := []netip.Addr{first}
+	if last != first {
+		out = append(out, last)
+	}
 	if prev := first.Prev(); prev.IsValid() {
 		out = append(out, prev)
 	}

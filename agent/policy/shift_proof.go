@@ -44,7 +44,13 @@ func (e *Engine) CheckShift(old, neu cedar.PolicyMap) *capability.ShiftReport {
 	start := time.Now()
 	rep := &capability.ShiftReport{}
 	defer func() { rep.Elapsed = time.Since(start) }()
-	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout, Domain: &shiftDomain})
+	if why := prunedKeyRefusal(old, neu); why != "" {
+		rep.Unproved = why
+		return rep
+	}
+	// A use-time decision is the set plus the session's live grants: the
+	// prover counts every use request as one some grant may permit.
+	res, err := shiftproof.Prove(context.Background(), old, neu, shiftproof.Options{Timeout: ShiftProofTimeout, Domain: &shiftDomain, Grants: true})
 	if err != nil {
 		rep.Solver = shiftproof.Unknown.String()
 		rep.Unproved = err.Error()
@@ -113,6 +119,14 @@ func confirm(old, neu cedar.PolicyMap, r *shiftproof.Request) (*capability.Count
 	ents := types.EntityMap{sessionUID(pr.ID): sessionEntity(pr)}
 	nd, diag := cedar.Authorize(neu, ents, req)
 	od, _ := cedar.Authorize(old, ents, req)
+	if (nd != cedar.Allow || od != cedar.Deny) && r.Action == "use" {
+		// Under a live grant covering the request (the set plus any grant
+		// is what a use-time decision evaluates).
+		ng, og := maps2(neu), maps2(old)
+		ng[grantAllID], og[grantAllID] = grantAll, grantAll
+		nd, diag = cedar.Authorize(ng, ents, req)
+		od, _ = cedar.Authorize(og, ents, req)
+	}
 	if nd != cedar.Allow || od != cedar.Deny {
 		return nil, fmt.Errorf("%w: %s (new set: %v, old set: %v)", errUnconfirmed, r, nd, od)
 	}

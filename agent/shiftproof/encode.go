@@ -71,6 +71,7 @@ type enc struct {
 	strict bool // assert the path and name grammars (see declareRequest)
 	dom    Domain
 	slots  map[string]int
+	grants bool // a live grant may permit the request (Options.Grants, "use" only)
 	decls  []string
 	vars   []string
 	asrt   []string

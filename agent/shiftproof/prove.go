@@ -43,6 +43,12 @@ var ErrUnsupported = errors.New("shiftproof: policy outside the provable Cedar s
 type Options struct {
 	Timeout time.Duration // per solver query; 0: DefaultTimeout
 	Domain  *Domain       // nil: ShinkenDomain
+	// Grants: a "use" request may also be permitted by permits in neither
+	// set, the same in both (the live grants' policies, which a use-time
+	// decision evaluates beside the set): any use request counts as
+	// permitted by some grant, so a forbid removed or narrowed widens
+	// wherever it held. Sound for every set of live grants, now or later.
+	Grants bool
 }
 
 // DefaultTimeout bounds one solver query (there are two per proof, run in
@@ -152,7 +158,7 @@ func Prove(ctx context.Context, old, neu cedar.PolicyMap, opts Options) (*Result
 			defer wg.Done()
 			var a answer
 			for _, strict := range []bool{false, true} {
-				e := &enc{action: action, strict: strict, dom: dom, slots: need}
+				e := &enc{action: action, strict: strict, dom: dom, slots: need, grants: opts.Grants && action == "use"}
 				script, abst, err := e.build(addedP, commonP, oldP, newF, removedF, oldKeys, newKeys)
 				if err != nil {
 					answers[i] = answer{err: err}
@@ -264,6 +270,11 @@ func (e *enc) build(addedP, commonP, oldP, newF, removedF []entry, oldKeys, newK
 		return "", nil, fmt.Errorf("%w: %s", ErrUnsupported, strings.Join(refused, "; "))
 	}
 	w := or(and(added, not(newForbid), or(not(oldAny), removed)), and(common, not(newForbid), removed))
+	if e.grants {
+		// Some live grant permits the request in both sets: the old set
+		// denied it only by a forbid the new one no longer has.
+		w = or(w, and(not(newForbid), removed))
+	}
 	if w == "false" {
 		return "", abstracted, nil // folded away (e.g. no added permit applies to this action): unsat
 	}

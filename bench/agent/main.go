@@ -217,6 +217,39 @@ func run() error {
 		fmt.Printf("grant_p99_ms=%.2f\n", quantile(grants, 0.99))
 	}
 	fmt.Printf("run_spawn_overhead_ratio=%.2f\n", median(launch)/median(plain))
+	return runtimeFigures(hc, cmd.Process.Pid, filepath.Join(dir, "state"))
+}
+
+// runtimeFigures prints the session runtime's figures (procs.go).
+func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
+	if *flagExec > 0 {
+		fb, err := timeExecFirstByte(hc, *flagSessions, *flagExec)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("exec of echo (POST .../processes, attach, first stdout byte) one at a time over %d sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
+			*flagSessions, median(fb), quantile(fb, 0.99), maxOf(fb), len(fb))
+		fmt.Printf("exec_first_byte_p99_ms=%.2f\n", quantile(fb, 0.99))
+	}
+	if *flagAttachMiB > 0 {
+		direct, attach, dropped, err := attachStream(hc, "s0", *flagAttachMiB)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("cat of a %d MiB file: read directly %.0f MiB/s; through attach %.0f MiB/s delivered (%d bytes dropped by the ring before the stream read them)\n",
+			*flagAttachMiB, direct, attach, dropped)
+		fmt.Printf("attach_stream_mib_s=%.0f\nattach_stream_ratio=%.2f\n", attach, attach/direct)
+	}
+	if *flagHeld > 0 {
+		agentKiB, shimKiB, err := holdProcs(hc, agentPid, *flagSessions, *flagHeld, stateDir)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%d idle processes held with an attach stream open each, over %d sessions: agent RSS +%.0f KiB per process, each shim Pss %.0f KiB\n",
+			*flagHeld, *flagSessions, agentKiB, shimKiB)
+		fmt.Printf("processes_per_session_held=%.2f\nagent_rss_kib_per_attached_process=%.0f\nshim_pss_kib_per_process=%.0f\n",
+			float64(*flagHeld)/float64(*flagSessions), agentKiB, shimKiB)
+	}
 	return nil
 }
 

@@ -66,7 +66,8 @@ func openSink(mode string) (*sink, error) {
 		b := make([]byte, 4)
 		rand.Read(b)
 		n := "shinken-benchdns-" + hex.EncodeToString(b)
-		dp, err := dataplane.Open(dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 16, MaxHandles: 64, MaxEgress4: 1 << 16, MaxEgress6: 1 << 10})
+		dp, err := dataplane.Open(dataplane.Config{Parent: n, PinPath: "/sys/fs/bpf/" + n, MaxSessions: 16, MaxHandles: 64, MaxEgress4: 1 << 16, MaxEgress6: 1 << 10,
+			MaxDNSEntries: 1 << 16}) // the one session is the whole load: the per-session cap would measure itself (as QueryRate below)
 		if err == nil {
 			sess, err1 := dp.CreateSession("bench", dataplane.Limits{})
 			h, err2 := dp.NewHandle(dataplane.HandleRef{}, time.Time{})

@@ -1,6 +1,11 @@
 package main
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shinken-agent/shinken/agent/audit"
+)
+
+type auditDenialStats = audit.DenialStats
 
 // auditErrors counts what threatens the audit chain, for the
 // ShinkenAuditChainErrors alert (cmd/shinken-agent/deploy/prometheus):
@@ -23,4 +28,31 @@ func auditErr(op string, err error) error {
 		auditErrors.WithLabelValues(op).Inc()
 	}
 	return err
+}
+
+// auditDenialMetrics are the denial aggregator's totals (audit.Denials):
+// what its per-session ceiling held back (records, and the denials they
+// counted; each also counted in an audit_suppressed record of the log), and
+// the denials folded into a session's catch-all record past its distinct
+// keys of a second.
+func (d *daemon) auditDenialMetrics() []prometheus.Collector {
+	stat := func(f func(s auditDenialStats) uint64) func() float64 {
+		return func() float64 {
+			if d.audit == nil {
+				return 0
+			}
+			return float64(f(d.audit.den.Stats()))
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shinken_audit_denial_records_held_total",
+			Help: "Denial records the per-session audit ceiling held back (each flush that held some writes an audit_suppressed record)."},
+			stat(func(s auditDenialStats) uint64 { return s.SuppressedRecords })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shinken_audit_denials_held_total",
+			Help: "Denials counted by the records the per-session audit ceiling held back."},
+			stat(func(s auditDenialStats) uint64 { return s.SuppressedDenials })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shinken_audit_denials_folded_total",
+			Help: "Denials folded into a session's catch-all record, past its distinct destination keys of a second."},
+			stat(func(s auditDenialStats) uint64 { return s.Folded })),
+	}
 }

@@ -39,9 +39,22 @@ type Config struct {
 	SessionAllowIOURing bool   `json:"session_allow_io_uring"`
 	// Each session's /tmp and /dev/shm size, and its RLIMIT_NPROC (0: the
 	// boundary's defaults, 256 MiB and 4096).
-	SessionTmpfsBytes uint64   `json:"session_tmpfs_bytes"`
-	SessionMaxProcs   uint32   `json:"session_max_procs"`
-	BoundaryAccept    []string `json:"boundary_accept"`
+	SessionTmpfsBytes uint64 `json:"session_tmpfs_bytes"`
+	SessionMaxProcs   uint32 `json:"session_max_procs"`
+	// SessionMaxDNSEntries caps each session's DNS-derived kernel entries
+	// (0: the default, 4096); past it the resolver refuses the answer with
+	// a dns.deny event, reason entry_cap.
+	SessionMaxDNSEntries uint32 `json:"session_max_dns_entries"`
+	// AuditDenialBytesPerMinute is each session's ceiling on denial records
+	// in the audit log (0: 256 KiB); past it they are held back and counted
+	// in audit_suppressed records.
+	AuditDenialBytesPerMinute int      `json:"audit_denial_bytes_per_minute"`
+	BoundaryAccept            []string `json:"boundary_accept"`
+	// The session runtime: what each process's output ring keeps per
+	// stream (0: 1 MiB), and how long one API call waits on a process
+	// (run) — the request's deadline, not the process's.
+	ProcessRingBytes uint64   `json:"process_ring_bytes"`
+	RequestTimeout   duration `json:"request_timeout"`
 	// WorkspaceProtected: paths relative to a session's workspace kept
 	// read-only in its view besides .git/hooks and .git/config.
 	WorkspaceProtected []string `json:"workspace_protected"`
@@ -82,6 +95,7 @@ func defaults() Config {
 		ApprovalTimeout: duration{10 * time.Minute},
 		BreakerConsec:   3,
 		BreakerTotal:    20,
+		RequestTimeout:  duration{60 * time.Second},
 	}
 }
 
@@ -104,6 +118,7 @@ func load(args []string) (Config, bool, error) {
 	fs.StringVar(&over.FlowMode, "flow-mode", "", "how open flows are cut when their grant dies: auto, sweep (socket iterators, Linux 6.5+) or packet (per-packet cgroup_skb check) (default "+cfg.FlowMode+")")
 	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
 	acceptWiden := fs.Bool("accept-policy-widening", false, "start even if the policy directory widens the last applied policy set (the acceptance and the counterexample are audited)")
+	reqTimeout := fs.Duration("request-timeout", 0, "how long one API call waits on a process, e.g. run (default 60s); processes outlive it")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -146,8 +161,17 @@ func load(args []string) (Config, bool, error) {
 	set(&cfg.DNSListen, over.DNSListen)
 	set(&cfg.FlowMode, over.FlowMode)
 	cfg.AcceptPolicyWidening = *acceptWiden
+	if *reqTimeout != 0 {
+		cfg.RequestTimeout.Duration = *reqTimeout
+	}
+	if cfg.RequestTimeout.Duration <= 0 {
+		return cfg, false, fmt.Errorf("request_timeout %v: must be positive", cfg.RequestTimeout.Duration)
+	}
 	if err := host.CheckConfig(cfg.backendConfig()); err != nil {
 		return cfg, false, err
+	}
+	if b := cfg.AuditDenialBytesPerMinute; b != 0 && (b < 4096 || b > 1<<30) {
+		return cfg, false, fmt.Errorf("audit_denial_bytes_per_minute %d out of [4096, 2^30] (0: the default)", b)
 	}
 	if *upstreams != "" {
 		cfg.DNSUpstreams = splitComma(*upstreams)
@@ -160,7 +184,7 @@ func (c Config) backendConfig() backend.Config {
 	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
-		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs,
+		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries,
 		// The agent's own files are credential locations to a session:
 		// no file grant opens them.
 		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)},

@@ -63,7 +63,7 @@ func build(t *testing.T) string {
 			return
 		}
 		os.Chmod(buildDir, 0o755)
-		out, err := exec.Command("go", "build", "-o", buildDir+"/", "github.com/shinken-agent/shinken/cmd/shinken-agent", "github.com/shinken-agent/shinken/cmd/shinkenctl", "github.com/shinken-agent/shinken/cmd/shinken-launch").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", buildDir+"/", "github.com/shinken-agent/shinken/cmd/shinken-agent", "github.com/shinken-agent/shinken/cmd/shinkenctl", "github.com/shinken-agent/shinken/cmd/shinken-launch", "github.com/shinken-agent/shinken/cmd/shinken-shim").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
 			return
@@ -385,6 +385,11 @@ func TestEndToEnd(t *testing.T) {
 	if int(total) != denied {
 		t.Errorf("shinken_denials_total for e2e = %v, want %d\n%s", total, denied, grepLines(body, "shinken_denials_total"))
 	}
+	for _, m := range []string{"shinken_audit_denial_records_held_total", "shinken_audit_denials_held_total", "shinken_audit_denials_folded_total"} {
+		if _, ok := metricValue(body, m); !ok {
+			t.Errorf("%s not exported", m)
+		}
+	}
 
 	// Bad input: a 4xx with a reason, and nothing changes.
 	before := e.mustCtl("-o", "json", "grants", "e2e")
@@ -445,6 +450,15 @@ func TestEndToEnd(t *testing.T) {
 	// The audit log verifies, and one edited record is found and named.
 	if out := e.mustCtl("audit", "verify"); !strings.Contains(out, "OK") {
 		t.Fatalf("audit verify: %s", out)
+	}
+	if out := e.mustCtl("audit", "verify", "-full"); !strings.Contains(out, "OK") {
+		t.Fatalf("audit verify -full: %s", out)
+	}
+	if out := e.mustCtl("audit", "verify"); !strings.Contains(out, "OK") { // incremental, from the last one
+		t.Fatalf("audit verify again: %s", out)
+	}
+	if out, err := e.ctl("audit", "verify", "-fast"); err == nil || !strings.Contains(out, "usage") {
+		t.Errorf("audit verify -fast: err=%v\n%s", err, out)
 	}
 	logPath := filepath.Join(e.dir, "state", audit.LogFile)
 	data, err := os.ReadFile(logPath)

@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/api"
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/backend/host"
+	"github.com/shinken-agent/shinken/agent/procs"
 	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
@@ -43,7 +45,8 @@ import (
 var defaultManifest []byte
 
 func main() {
-	host.Main() // the session launcher re-executes this binary
+	host.Main()                // the session launcher re-executes this binary
+	procs.ShimMain(host.Start) // and so does each session process's shim
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	err := run(log)
 	switch {
@@ -127,6 +130,7 @@ type daemon struct {
 	ag       *agent.Agent
 	hub      *api.Hub
 	resolver *dnsresolver.Resolver
+	procs    *procs.Manager
 	srv      *api.Server
 	sink     *eventSink
 	events   backend.EventReader
@@ -142,9 +146,13 @@ type eventSink struct {
 	audit        func(agent.Event) error
 	kernelDenial func(session string, ev backend.Event) // aggregated for the audit log
 	observe      func(agent.Event)                      // latencies for the metrics
+	sessionEnded atomic.Pointer[func(session string)]   // the session runtime forgets its processes
 }
 
 func (s *eventSink) Emit(e agent.Event) error {
+	if f := s.sessionEnded.Load(); f != nil && e.Kind == "session.end" {
+		go (*f)(e.Session) // not under the agent's lock: it talks to shims
+	}
 	switch e.Kind {
 	case agent.EventDNSDeny:
 		// The stream's record as it has always been (not an audit record).
@@ -238,6 +246,10 @@ func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 		d.close()
 		return nil, err
 	}
+	if err := d.openProcs(); err != nil {
+		d.close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -300,8 +312,9 @@ func portEverywhere(port uint16) []backend.NeverEntry {
 func (d *daemon) serve(ctx context.Context, opGID int) error {
 	srv, err := api.NewServer(api.Config{
 		Agent: d.ag, Backend: d.dp, Hub: d.hub, Logger: d.log,
-		Auth:   api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
-		Verify: d.verifyAudit,
+		Auth:      api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
+		Verify:    d.verifyAudit,
+		Processes: d.procs, RequestTimeout: d.cfg.RequestTimeout.Duration,
 		Status: func() map[string]any {
 			facts := d.dp.Probe().Facts
 			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
@@ -412,6 +425,9 @@ func (d *daemon) close() {
 		d.resolver.Close()
 	}
 	d.wg.Wait()
+	if d.procs != nil {
+		d.procs.Close() // the processes and their shims run on
+	}
 	if d.ag != nil {
 		d.ag.Close()
 	}

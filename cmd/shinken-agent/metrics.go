@@ -38,6 +38,11 @@ func (d *daemon) serveMetrics() (*http.Server, error) {
 	if err := m.Registry().Register(auditErrors); err != nil {
 		return nil, err
 	}
+	for _, c := range d.auditDenialMetrics() {
+		if err := m.Registry().Register(c); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", ap.String())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)

@@ -12,26 +12,19 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// auditState is the daemon's audit log and the denial aggregators that feed
-// it: kernel denials (one record per session, reason, protocol and
-// destination per second, with a count: the ring buffer may carry thousands a
-// second) and use-time denials (POST /v1/decide: one record per session,
-// class and rule per second, with a count; an enforcer may ask thousands of
-// times a second, and a record of its own, with the log's fsync, would cost
-// each denied answer milliseconds).
+// auditState is the daemon's audit log and the denial aggregator that feeds
+// it (audit.Denials): kernel denials (the ring buffer may carry hundreds of
+// thousands a second) and use-time denials (POST /v1/decide: an enforcer may
+// ask thousands of times a second, and a record of its own, with the log's
+// fsync, would cost each denied answer milliseconds) become per second one
+// counted record per session, reason and destination prefix (or class and
+// rule), within a per-session ceiling of bytes a minute past which records
+// are held back and counted in an audit_suppressed record.
 type auditState struct {
-	log     *audit.Log
-	mu      sync.Mutex
-	pending map[denialKey]uint64
-	decided map[decideKey]uint64
-}
-
-type denialKey struct {
-	session, reason, proto, dst string
-}
-
-type decideKey struct {
-	session, class, rule string
+	log  *audit.Log
+	den  *audit.Denials
+	vmu  sync.Mutex
+	mark audit.Mark // where the last verification that passed ended
 }
 
 func (d *daemon) openAudit() error {
@@ -39,7 +32,7 @@ func (d *daemon) openAudit() error {
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
-	d.audit = &auditState{log: l, pending: map[denialKey]uint64{}, decided: map[decideKey]uint64{}}
+	d.audit = &auditState{log: l, den: audit.NewDenials(audit.DenialsConfig{BytesPerMinute: d.cfg.AuditDenialBytesPerMinute})}
 	if rec := l.Recovered(); rec != nil {
 		auditErrors.WithLabelValues("recover").Inc()
 		d.log.Warn("audit log: a torn tail was repaired at start", "recovery", fmt.Sprintf("%+v", *rec))
@@ -59,23 +52,34 @@ func (d *daemon) closeAudit() {
 	d.audit.log.Close()
 }
 
-func (d *daemon) verifyAudit() (any, error) {
+// verifyAudit verifies the audit log: in full, or (full false) only what
+// was appended since the last verification that passed (audit.VerifyFrom
+// from its mark; the first one of the daemon's life is full).
+func (d *daemon) verifyAudit(full bool) (any, error) {
 	if d.audit == nil {
 		return nil, fmt.Errorf("no audit log")
 	}
-	rep, err := audit.Verify(d.audit.log.Path(), d.audit.log.PublicKey())
-	if err != nil {
+	d.audit.vmu.Lock()
+	defer d.audit.vmu.Unlock()
+	from := d.audit.mark
+	if full {
+		from = audit.Mark{}
+	}
+	rep, err := audit.VerifyFrom(d.audit.log.Path(), d.audit.log.PublicKey(), from)
+	if err != nil && rep == nil {
 		return nil, auditErr("verify", err)
 	}
 	if !rep.OK() {
 		auditErrors.WithLabelValues("verify").Inc()
+		d.audit.mark = audit.Mark{} // the next one is full
 		var probs []string
 		for _, p := range rep.Problems {
 			probs = append(probs, p.String())
 		}
 		return rep, fmt.Errorf("%d problem(s): %s", len(rep.Problems), strings.Join(probs, "; "))
 	}
-	return map[string]any{"records": rep.Records, "head": rep.Head, "notes": rep.Notes}, nil
+	d.audit.mark = rep.Mark
+	return map[string]any{"records": rep.Records, "head": rep.Head, "notes": rep.Notes, "full": from == audit.Mark{}}, nil
 }
 
 // auditAgentEvent maps the agent's lifecycle events onto audit records. An
@@ -92,10 +96,7 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		// A use-time denial: aggregated, written by flushDenials within a
 		// second (the answer is a denial either way: nothing waits on the
 		// record to be safe).
-		k := decideKey{session: e.Session, class: string(e.Class), rule: e.Rule}
-		d.audit.mu.Lock()
-		d.audit.decided[k]++
-		d.audit.mu.Unlock()
+		d.audit.den.Add(audit.Denial{Session: e.Session, Type: audit.EventDecision, Reason: agent.EventUseDenied, Proto: string(e.Class), RuleID: e.Rule})
 		return nil
 	}
 	ev := audit.Event{Time: e.Time, Session: e.Session, Resource: string(e.Class), Tier: e.Tier, Provenance: e.Provenance,
@@ -164,35 +165,18 @@ func (d *daemon) auditKernelDenial(session string, ev backend.Event) {
 	if d.audit == nil {
 		return
 	}
-	k := denialKey{session: session, reason: ev.Reason.String(), proto: ev.Proto.String(), dst: ev.Dst.String()}
-	d.audit.mu.Lock()
-	d.audit.pending[k]++
-	d.audit.mu.Unlock()
+	d.audit.den.Add(audit.Denial{Session: session, Type: audit.EventKernelDenial, Reason: ev.Reason.String(), Proto: ev.Proto.String(), Dst: ev.Dst})
 }
 
-// flushDenials writes the aggregated kernel and use-time denials (called
-// every second).
+// flushDenials writes the second's aggregated kernel and use-time denials
+// (called every second): one batch, one fsync and one checkpoint.
 func (d *daemon) flushDenials() {
 	if d.audit == nil {
 		return
 	}
-	d.audit.mu.Lock()
-	pending, decided := d.audit.pending, d.audit.decided
-	d.audit.pending, d.audit.decided = map[denialKey]uint64{}, map[decideKey]uint64{}
-	d.audit.mu.Unlock()
-	if len(pending)+len(decided) == 0 {
+	evs := d.audit.den.Flush(time.Now())
+	if len(evs) == 0 {
 		return
-	}
-	// One batch: one fsync and one checkpoint for the second's records.
-	now := time.Now()
-	evs := make([]audit.Event, 0, len(pending)+len(decided))
-	for k, n := range pending {
-		evs = append(evs, audit.Event{Type: audit.EventKernelDenial, Time: now, Session: k.session,
-			Reason: k.reason, Resource: k.proto + " " + k.dst, Outcome: "denied", Count: n})
-	}
-	for k, n := range decided {
-		evs = append(evs, audit.Event{Type: audit.EventDecision, Time: now, Session: k.session,
-			Reason: agent.EventUseDenied, Resource: k.class, RuleID: k.rule, Outcome: "denied", Count: n})
 	}
 	if err := d.audit.log.AppendBatch(evs); auditErr("append", err) != nil {
 		d.log.Error("audit denials", "err", err)

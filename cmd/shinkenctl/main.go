@@ -37,6 +37,12 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ... (global
   session create ID [-image I] [-trust low|normal|high] [-risk normal|high] [-headless] [-tls-inspection] [-workspace DIR] [-home DIR] [-expires DUR] [-memory BYTES] [-pids N] [-cpu-percent P]
   session ls | show ID | rm ID
   run SESSION [-timeout SECS] [-uid N -gid N] -- CMD [ARG...]
+  exec [-i] [-t] [-e NAME=VALUE]... [-w DIR] [-deadline SECS] SESSION -- CMD [ARG...]
+                                           start and attach (exec -it SESSION -- bash: a shell); exit code passed through
+  start [same flags as exec] SESSION -- CMD [ARG...]   start a process, print its id
+  ps SESSION | logs [-f] [-from N] [-stderr] SESSION ID | attach [-i] [-t] [-from N] SESSION ID
+  kill [-s SIGNAL] SESSION ID              a signal, or (without -s) kill the process's whole tree
+  pause SESSION | resume SESSION           freeze / thaw every process of the session
   request SESSION CLASS [-cidr P]... [-domain D]... [-port N|LO-HI]... [-lifecycle once|session] [-ttl DUR] [-external] [-parent HANDLE] [-json SCOPE]
   decide SESSION CLASS OP [-domain D] [-ip A] [-port N] [-path P] [-item I] [-mode M]
                                            use-time decision and the rule that decided (exit 3: deny)
@@ -50,7 +56,7 @@ const usage = `usage: shinkenctl [-socket PATH] [-o table|json] VERB ... (global
   deny CARD
   cancel CARD
   events [-f]
-  audit verify
+  audit verify [-full]
   panel [-port N]                          the permission panel in your browser (127.0.0.1, one-time token)
 `
 
@@ -79,6 +85,10 @@ func main() {
 		return
 	}
 	if err := c.dispatch(args); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
+		}
 		fail(err)
 	}
 }
@@ -99,6 +109,8 @@ func (c *client) dispatch(args []string) error {
 		return c.session(args[1:])
 	case "run":
 		return c.run(args[1:])
+	case "exec", "start", "ps", "logs", "attach", "kill", "pause", "resume":
+		return c.procVerb(args[0], args[1:])
 	case "request":
 		return c.request(args[1:], "")
 	case "decide":
@@ -217,11 +229,15 @@ func (c *client) dispatch(args []string) error {
 	case "events":
 		return c.events(len(args) > 1 && (args[1] == "-f" || args[1] == "--follow"))
 	case "audit":
-		if len(args) != 2 || args[1] != "verify" {
-			return errors.New("usage: audit verify")
+		if len(args) < 2 || args[1] != "verify" || len(args) > 3 || (len(args) == 3 && args[2] != "-full") {
+			return errors.New("usage: audit verify [-full]")
+		}
+		path := "/v1/audit/verify"
+		if len(args) == 3 {
+			path += "?full=1"
 		}
 		var res map[string]any
-		code, err := c.call("GET", "/v1/audit/verify", nil, &res)
+		code, err := c.call("GET", path, nil, &res)
 		if err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && code == http.StatusConflict {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/capability"
@@ -100,6 +101,14 @@ func (c *client) policy(args []string) error {
 			fmt.Fprintln(os.Stderr, res.Error)
 		default:
 			fmt.Println(res.Summary)
+		}
+		if f := res.Forbids; f != nil {
+			for _, d := range f.DecideTimeOnly {
+				fmt.Printf("forbid %s (%s): enforced at decide time only: %s\n", d.ID, d.Where, d.Why)
+			}
+			if len(f.InKernel) > 0 {
+				fmt.Printf("forbids in the kernel's deny table: %s\n", strings.Join(f.InKernel, ", "))
+			}
 		}
 	}
 	if res.Error != "" || res.PolicyReport != nil && res.Widens && !res.Applied {

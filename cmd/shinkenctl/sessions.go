@@ -146,6 +146,10 @@ func (c *client) run(args []string) error {
 	if res.TimedOut {
 		fmt.Fprintln(os.Stderr, "shinkenctl: command timed out")
 	}
+	if res.Running {
+		fmt.Fprintf(os.Stderr, "shinkenctl: the request's deadline passed; process %s runs on (shinkenctl logs -f %s %s)\n", res.Process, session, res.Process)
+		return nil
+	}
 	if res.ExitCode != 0 {
 		os.Exit(res.ExitCode)
 	}

@@ -10,6 +10,7 @@
 // Commands (ADDR is ip:port, [v6]:port for IPv6):
 //
 //	tcp ADDR              connect a TCP socket, then close it
+//	conns t:ADDR u:ADDR.. one connect per ADDR (t: non-blocking TCP, u: UDP, nothing sent), AF_INET6 for [v6]:port; "ok R..." (ok or errno name each)
 //	tcp6 ADDR             connect from an AF_INET6 socket (IPv4 ADDR is sent v4-mapped)
 //	tcpfrom SRC ADDR      bind a TCP socket to SRC (ip:port), then connect it to ADDR
 //	udp ADDR              sendto from an unconnected UDP socket
@@ -137,6 +138,8 @@ func (p *prober) do(f []string) string {
 			g[i] = strconv.Itoa(n)
 		}
 		return result(fmt.Sprintf("%d %d %s", unix.Getuid(), unix.Getgid(), strings.Join(g, ",")), err)
+	case "conns":
+		return conns(f[1:])
 	case "tcp", "tcp6", "mptcp":
 		proto := 0
 		if f[0] == "mptcp" {

@@ -81,6 +81,10 @@ type SessionView struct {
 	Grants   []capability.GrantInfo         `json:"grants,omitempty"`
 	Breaker  *capability.BreakerState       `json:"breaker,omitempty"`
 	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
+	// Paused: the session is frozen (POST .../pause), since PausedSince
+	// when this agent paused it.
+	Paused      bool       `json:"paused,omitempty"`
+	PausedSince *time.Time `json:"paused_since,omitempty"`
 }
 
 // RunRequest runs a command inside a session.
@@ -100,6 +104,10 @@ type RunResult struct {
 	Truncated bool   `json:"truncated,omitempty"`
 	TimedOut  bool   `json:"timed_out,omitempty"`
 	PID       int    `json:"pid"`
+	// Process is the run's process id (GET .../processes/{pid}); Running
+	// says the request's deadline passed first: the process goes on.
+	Process string `json:"process,omitempty"`
+	Running bool   `json:"running,omitempty"`
 }
 
 // ---- events (GET /v1/events, NDJSON) ----

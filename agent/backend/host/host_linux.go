@@ -17,7 +17,7 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
 		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs,
 		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
-	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc}
+	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries}
 	return dc, dc.Check()
 }
 
@@ -54,3 +54,7 @@ func CheckConfig(cfg backend.Config) error {
 // dataplane/boundary) and returns in any other process. The daemon calls it
 // first thing.
 func Main() { boundary.Main() }
+
+// Start starts a launch the backend prepared (backend.Preparer), from the
+// calling process: what the session runtime's shim calls.
+var Start backend.StartFunc = dataplane.StartPrepared

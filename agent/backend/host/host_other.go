@@ -25,3 +25,6 @@ func CheckConfig(backend.Config) error { return nil }
 
 // Main returns at once: no re-executed modes off Linux.
 func Main() {}
+
+// Start is nil: no backend here prepares launches.
+var Start backend.StartFunc

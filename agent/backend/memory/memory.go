@@ -48,6 +48,11 @@ type Config struct {
 	// EventBuffer is how many denial events each open reader holds before
 	// further ones are dropped and counted (default 1024).
 	EventBuffer int
+	// MaxDNSEntries caps each session's DNS-derived entries (those holding
+	// a rule with an expiry) as the Linux backend does (default 4096): a
+	// new one past it is refused with backend.ErrEntryCap once the
+	// session's expired rules are dropped (the Linux collector's work).
+	MaxDNSEntries int
 }
 
 func (c *Config) setDefaults() {
@@ -69,13 +74,16 @@ func (c *Config) setDefaults() {
 	if c.EventBuffer == 0 {
 		c.EventBuffer = 1024
 	}
+	if c.MaxDNSEntries == 0 {
+		c.MaxDNSEntries = 4096
+	}
 }
 
 func (c *Config) validate() error {
 	if c.MaxSessions < 2 || c.MaxHandles < 2 {
 		return fmt.Errorf("memory backend config: max sessions %d and max handles %d must be at least 2", c.MaxSessions, c.MaxHandles)
 	}
-	if c.MaxEgress4 < 0 || c.MaxEgress6 < 0 || c.EventBuffer < 0 {
+	if c.MaxEgress4 < 0 || c.MaxEgress6 < 0 || c.EventBuffer < 0 || c.MaxDNSEntries < 0 {
 		return errors.New("memory backend config: negative table size")
 	}
 	return nil
@@ -95,6 +103,8 @@ type Backend struct {
 	handles   []slot // by slot number; grows with the pool
 	slots     idPool
 	never     []backend.NeverEntry
+	denyTable map[netip.Prefix][]backend.DenyRange // SetDenyList's, pushed down
+	denyOps   uint64                               // deny-table entries written or deleted, for tests
 	neverOKs  map[neverKey]*neverOK
 	dnsPort   uint16
 	counters  map[uint32]*backend.Denials

@@ -61,8 +61,18 @@ func (b *Backend) insert(s *session, r backend.EgressRule) error {
 		if len(e.rules) >= MaxRules {
 			return fmt.Errorf("%w: %s already holds %d rules for session %s", backend.ErrRulesFull, p, MaxRules, s.Name)
 		}
+		if !r.Expires.IsZero() && !e.expiring() {
+			if err := b.dnsEntryCap(s, p); err != nil {
+				return err
+			}
+		}
 		e.rules = append(e.rules, r)
 		return nil
+	}
+	if !r.Expires.IsZero() {
+		if err := b.dnsEntryCap(s, p); err != nil {
+			return err
+		}
 	}
 	if err := checkCover(s.entries, p); err != nil {
 		return err
@@ -393,4 +403,45 @@ func (b *Backend) neverRank(r backend.HandleRef) int {
 		return 1
 	}
 	return 0
+}
+
+// expiring reports whether the entry holds a rule with an expiry (a
+// DNS-derived entry).
+func (e *entry) expiring() bool {
+	for _, r := range e.rules {
+		if !r.Expires.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// dnsEntryCap refuses a new DNS-derived entry p of s past
+// Config.MaxDNSEntries, after dropping the session's rules past their
+// expiry (what the Linux backend's collector does within a second); b.mu
+// held.
+func (b *Backend) dnsEntryCap(s *session, p netip.Prefix) error {
+	count := func() int {
+		n := 0
+		for _, e := range s.entries {
+			if e.expiring() {
+				n++
+			}
+		}
+		return n
+	}
+	if count() < b.cfg.MaxDNSEntries {
+		return nil
+	}
+	for _, e := range s.entries {
+		for _, r := range slices.Clone(e.rules) {
+			if b.expired(r.Expires) {
+				b.remove(s, r)
+			}
+		}
+	}
+	if n := count(); n >= b.cfg.MaxDNSEntries {
+		return fmt.Errorf("%w: session %s holds %d DNS-derived entries (max %d); %s not added", backend.ErrEntryCap, s.Name, n, b.cfg.MaxDNSEntries, p)
+	}
+	return nil
 }

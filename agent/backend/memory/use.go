@@ -59,7 +59,9 @@ func (b *Backend) Connect(name string, dst netip.AddrPort, proto backend.Proto) 
 		return backend.ReasonNone, nil // re-aimed at the agent's resolver
 	}
 	var why backend.Reason
-	if b.neverListed(addr, port) {
+	if backend.Denied(b.denyTable, addr, port) {
+		why = backend.ReasonForbidden
+	} else if b.neverListed(addr, port) {
 		why = b.neverException(s.Index, addr, port)
 	} else {
 		why = b.lookup(s, addr, proto, port, 0, dirOut, true, useConsume)
@@ -89,7 +91,8 @@ func (b *Backend) Accept(name string, peer netip.AddrPort, localPort uint16, pro
 		b.deny(nil, backend.ReasonUnknownSession, proto, netip.AddrPortFrom(addr, localPort))
 		return backend.ReasonUnknownSession, nil
 	}
-	if proto == backend.ProtoUDP && b.lookup(s, addr, proto, peer.Port(), 0, dirOut, false, useFlow) == backend.ReasonNone {
+	if proto == backend.ProtoUDP && b.lookup(s, addr, proto, peer.Port(), 0, dirOut, false, useFlow) == backend.ReasonNone &&
+		!backend.Denied(b.denyTable, addr, peer.Port()) {
 		return backend.ReasonNone, nil
 	}
 	if b.lookup(s, addr, proto, 0, localPort, dirIn, false, useConsume) == backend.ReasonNone {

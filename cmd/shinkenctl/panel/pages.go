@@ -39,6 +39,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /audit", s.auditPage)
 	s.mux.HandleFunc("POST /api/revoke", s.revoke)
 	s.mux.HandleFunc("POST /api/cards/{id}/{action}", s.decideCard)
+	s.terminalRoutes() // terminal.go
 }
 
 // page is what every template gets.

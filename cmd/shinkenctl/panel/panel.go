@@ -15,7 +15,8 @@
 // the panel adds no network-facing authority. Pages are rendered on the
 // server (html/template); the little JavaScript there is (the revoke switches,
 // the card buttons, the live denial stream relayed from GET /v1/events as
-// server-sent events) is embedded in the binary with the styles. Nothing is
+// server-sent events, the session terminal relayed from the agent's attach
+// stream, terminal.go) is embedded in the binary with the styles. Nothing is
 // fetched from anywhere at run time.
 package panel
 

@@ -135,3 +135,69 @@ wireRevokes();
 wireCards();
 if (pageName === "events") streamDenials();
 if (pageName === "cards" || pageName === "grants") reloadOnChange();
+
+// The terminal page: a shell started in the session (POST
+// /api/sessions/ID/terminal), its attach stream relayed by the panel over a
+// WebSocket (channel-framed as the agent's: 0 stdin, 1 stdout, 2 stderr,
+// 3 exit status, 4 resize). A small terminal: text with carriage returns
+// and backspaces applied and escape sequences dropped (the shell runs with
+// TERM=dumb), keys sent as a terminal sends them.
+async function terminal() {
+  const pre = document.getElementById("term");
+  if (!pre) return;
+  const state = document.getElementById("term-state");
+  const session = pre.dataset.session;
+  const cols = 100, rows = 30;
+  let proc;
+  try {
+    proc = await post("/api/sessions/" + encodeURIComponent(session) + "/terminal", { rows: rows, cols: cols });
+  } catch (e) {
+    state.textContent = "could not start a shell: " + e.message;
+    return;
+  }
+  const ws = new WebSocket("ws://" + location.host + "/api/sessions/" + encodeURIComponent(session) +
+    "/processes/" + encodeURIComponent(proc.id) + "/attach", "v1.attach.shinken");
+  ws.binaryType = "arraybuffer";
+  const enc = new TextEncoder(), dec = new TextDecoder();
+  let line = ""; // the current (last) line, edited by \r and \b
+  const send = (ch, text) => {
+    const b = enc.encode(text), m = new Uint8Array(b.length + 1);
+    m[0] = ch;
+    m.set(b, 1);
+    if (ws.readyState === WebSocket.OPEN) ws.send(m);
+  };
+  const show = (text) => {
+    text = text.replace(/\x1b\[[0-9;?]*[ -\/]*[@-~]/g, "").replace(/\x1b\][^\x07\x1b]*(\x07|\x1b\\)/g, "").replace(/\x1b[()][0-9A-Za-z]/g, "");
+    let done = pre.dataset.done || "";
+    for (const c of text) {
+      if (c === "\n") { done += line + "\n"; line = ""; }
+      else if (c === "\r") { /* the line is rewritten only by what follows a lone \r in full terminals; keep it */ }
+      else if (c === "\b") line = line.slice(0, -1);
+      else if (c === "\x07") { /* bell */ }
+      else line += c;
+    }
+    pre.dataset.done = done.slice(-200000);
+    pre.textContent = pre.dataset.done + line;
+    pre.scrollTop = pre.scrollHeight;
+  };
+  ws.onopen = () => { state.textContent = "connected: process " + proc.id; pre.focus(); };
+  ws.onmessage = (ev) => {
+    const m = new Uint8Array(ev.data);
+    if (m[0] === 1 || m[0] === 2) show(dec.decode(m.subarray(1), { stream: true }));
+    if (m[0] === 3) {
+      const st = JSON.parse(dec.decode(m.subarray(1)));
+      state.textContent = "the shell ended: " + (st.exit_code !== undefined ? "exit " + st.exit_code : "signal " + st.signal);
+    }
+  };
+  ws.onclose = () => { if (!state.textContent.startsWith("the shell")) state.textContent = "disconnected (the shell runs on)"; };
+  const keys = { Enter: "\r", Backspace: "\x7f", Tab: "\t", Escape: "\x1b", ArrowUp: "\x1b[A", ArrowDown: "\x1b[B", ArrowRight: "\x1b[C", ArrowLeft: "\x1b[D" };
+  pre.addEventListener("keydown", (ev) => {
+    let s = null;
+    if (ev.ctrlKey && ev.key.length === 1 && /[a-z]/i.test(ev.key)) s = String.fromCharCode(ev.key.toUpperCase().charCodeAt(0) - 64);
+    else if (keys[ev.key]) s = keys[ev.key];
+    else if (ev.key.length === 1 && !ev.metaKey) s = ev.key;
+    if (s !== null) { ev.preventDefault(); send(0, s); }
+  });
+  pre.addEventListener("paste", (ev) => { ev.preventDefault(); send(0, ev.clipboardData.getData("text")); });
+}
+if (pageName === "terminal") terminal();

@@ -1,0 +1,165 @@
+package api
+
+// GET /v1/sessions/{id}/processes/{pid}/attach: a WebSocket (subprotocol
+// wire.AttachProtocol) framed as Kubernetes' v5.channel.k8s.io: one channel
+// byte, then the payload (wire.Chan*). Output is replayed from the offsets
+// asked for (from=N for stdout, from_stderr=N), then followed live; an
+// AttachInfo on ChanInfo says where each stream starts and, when the ring
+// has dropped bytes the client asked for, how many. Stdin, resize and
+// stdin close go the other way. Any number of clients may attach to one
+// process; a client that goes away takes nothing with it: the process runs
+// on, and a later attach from the offset the client got to receives exactly
+// the bytes it missed. The last message is an AttachStatus on ChanStatus
+// once the process has ended and its output is sent.
+//
+// The Origin check is coder/websocket's: a request whose Origin header
+// names another host than the one it was sent to is refused (a browser
+// page cannot drive a session's terminal cross-site); clients that are not
+// browsers send none.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/shinken-agent/shinken/agent"
+	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/procs"
+)
+
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
+	p := s.proc(w, r)
+	if p == nil {
+		return
+	}
+	var from [2]uint64
+	for i, k := range []string{"from", "from_stderr"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: %s %q", agent.ErrInvalidRequest, k, v))
+				return
+			}
+			from[i] = n
+		}
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.AttachProtocol}})
+	if err != nil {
+		return // Accept has answered
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1<<20 + 1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var wmu sync.Mutex
+	send := func(ch byte, b []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		return c.Write(wctx, websocket.MessageBinary, append([]byte{ch}, b...))
+	}
+	sendJSON := func(ch byte, v any) error {
+		b, _ := json.Marshal(v)
+		return send(ch, b)
+	}
+	go func() { // client → process
+		defer cancel()
+		for {
+			_, m, err := c.Read(ctx)
+			if err != nil || len(m) == 0 {
+				return
+			}
+			switch m[0] {
+			case wire.ChanStdin:
+				err = p.Stdin(m[1:])
+			case wire.ChanResize:
+				var ts wire.TermSize
+				if err = json.Unmarshal(m[1:], &ts); err == nil {
+					err = p.Resize(ts)
+				}
+			case wire.ChanClose:
+				if len(m) == 2 && m[1] == wire.ChanStdin {
+					err = p.CloseStdin()
+				}
+			}
+			if err != nil {
+				sendJSON(wire.ChanInfo, map[string]string{"error": err.Error()})
+			}
+		}
+	}()
+	streams := []int{0, 1}
+	if p.View().TTY {
+		streams = streams[:1] // a terminal has one stream
+	}
+	// While attached, the process waits for this client rather than
+	// have its output dropped (procs.Follower); from before the ring's
+	// start holds nothing back.
+	v0 := p.View()
+	hold := from
+	for i, end := range [2]uint64{v0.Stdout, v0.Stderr} {
+		hold[i] = max(hold[i], end-min(end, v0.RingBytes))
+	}
+	fl := p.Follow(hold)
+	defer fl.Release()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(streams))
+	for _, i := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc <- s.followStream(ctx, p, i, from[i], fl, send, sendJSON)
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return // the client went away, or the write failed: the process runs on
+		}
+	}
+	v := p.View()
+	st := wire.AttachStatus{Status: "Failure", ExitCode: v.ExitCode, Signal: v.Signal, Reason: v.Reason}
+	if v.ExitCode != nil && *v.ExitCode == 0 {
+		st.Status = "Success"
+	}
+	if v.State == wire.ProcLost {
+		st.Message = "the process's shim is gone without recording an exit"
+	}
+	if sendJSON(wire.ChanStatus, st) == nil {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// followStream sends stream i from off until the process has ended and all
+// of it is sent (nil), or ctx ends or a write fails (the error).
+func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, fl *procs.Follower, send func(byte, []byte) error, sendJSON func(byte, any) error) error {
+	name := [2]string{"stdout", "stderr"}[i]
+	ch := [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
+	first := true
+	for {
+		c, ok, err := p.Next(ctx, i, off, 64<<10)
+		if err != nil {
+			return err
+		}
+		if first || c.Offset > off {
+			if err := sendJSON(wire.ChanInfo, wire.AttachInfo{Stream: name, Offset: c.Offset, Dropped: c.Offset - off}); err != nil {
+				return err
+			}
+			first = false
+		}
+		if !ok {
+			return nil
+		}
+		if err := send(ch, c.Data); err != nil {
+			return err
+		}
+		off = c.Offset + uint64(len(c.Data))
+		fl.Advance(i, off)
+	}
+}

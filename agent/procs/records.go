@@ -1,0 +1,119 @@
+package procs
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent/api/wire"
+)
+
+// The files of a process's directory (Config.Dir/ID): meta.json is the
+// agent's (written before the shim starts), the rest the shim's.
+const (
+	metaFile    = "meta.json"
+	startedFile = "started.json"
+	exitFile    = "exit.json"
+	outFile     = "stdout.ring"
+	errFile     = "stderr.ring"
+	ctlFile     = "ctl.sock"
+	shimLog     = "shim.log"
+)
+
+// meta is what the agent asks of a process and its shim.
+type meta struct {
+	ID          string         `json:"id"`
+	Session     string         `json:"session"`
+	Argv        []string       `json:"argv"`
+	TTY         *wire.TermSize `json:"tty,omitempty"`
+	Stdin       []byte         `json:"stdin,omitempty"`
+	Interactive bool           `json:"interactive,omitempty"`
+	Deadline    *time.Time     `json:"deadline,omitempty"`
+	RingBytes   uint64         `json:"ring_bytes"`
+	Tree        string         `json:"tree,omitempty"`
+	Created     time.Time      `json:"created"`
+	// Prepared is the backend's prepared launch (its Args); Files the
+	// number of its descriptors, at the shim's fds 4...
+	Prepared []string `json:"prepared"`
+	Files    int      `json:"files"`
+}
+
+// startedRecord is written by the shim once the process runs.
+type startedRecord struct {
+	HostPID int       `json:"host_pid"`
+	PID     int       `json:"pid"` // in the session's PID namespace
+	Started time.Time `json:"started"`
+}
+
+// exitRecord is written by the shim when the process has ended and its
+// output is in the rings: the final ends of both.
+type exitRecord struct {
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Signal   string    `json:"signal,omitempty"`
+	Reason   string    `json:"reason"`
+	Ended    time.Time `json:"ended"`
+	Stdout   uint64    `json:"stdout"`
+	Stderr   uint64    `json:"stderr"`
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// writeJSON writes v to path atomically (a temporary file, synced, renamed).
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("procs: write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// ParseSignal reads a signal name (TERM, SIGTERM) or number (1-64).
+func ParseSignal(s string) (syscall.Signal, error) {
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	if sig, ok := signalNames[name]; ok {
+		return sig, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil && n >= 1 && n <= 64 {
+		return syscall.Signal(n), nil
+	}
+	return 0, fmt.Errorf("unknown signal %q", s)
+}
+
+func signalName(sig syscall.Signal) string {
+	for n, s := range signalNames {
+		if s == sig {
+			return n
+		}
+	}
+	return strconv.Itoa(int(sig))
+}

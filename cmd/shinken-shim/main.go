@@ -1,0 +1,20 @@
+// Command shinken-shim holds one session process for the agent (package
+// agent/procs): the agent starts it, one per process, next to its own
+// binary; without it the agent re-executes itself as each shim, a larger
+// binary that starts slower. It links the session runtime and the backend's
+// StartFunc only, never the agent, the policy engine or the resolver.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/shinken-agent/shinken/agent/backend/host"
+	"github.com/shinken-agent/shinken/agent/procs"
+)
+
+func main() {
+	procs.ShimMain(host.Start) // never returns when started as a shim
+	fmt.Fprintln(os.Stderr, "shinken-shim: started by shinken-agent only, one per session process")
+	os.Exit(2)
+}
