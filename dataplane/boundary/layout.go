@@ -23,10 +23,11 @@ const (
 	ViewWrite                    // idmapped writable bind of the host path
 	ViewDeny                     // masked: an empty read-only tmpfs (a directory) or a node no one can open (a file)
 	ViewPersist                  // the session name's own directory (Source), idmapped, writable
+	ViewSocket                   // the host's UNIX socket at the path, bound onto the session's own /run (a connect entry)
 )
 
 func (s ViewState) String() string {
-	return [...]string{"base", "read", "write", "deny", "persist"}[s]
+	return [...]string{"base", "read", "write", "deny", "persist", "socket"}[s]
 }
 
 // ViewMount is one mount of the layout: State from Path down, until a
@@ -84,6 +85,9 @@ func (v ViewSpec) stateAt(p string) ViewState {
 		if backend.PathUnder(p, n) {
 			return ViewDeny
 		}
+	}
+	if slices.ContainsFunc(v.Files, func(e backend.FileEntry) bool { return e.Access == backend.FileConnect && e.Path == p }) {
+		return ViewSocket
 	}
 	if _, ok := v.persistAt(p); ok {
 		return ViewPersist
