@@ -84,7 +84,7 @@ func TestSocketGrant(t *testing.T) {
 		{"/run/user/0/bus", true},
 		{r + "/home/u/.ssh/agent.sock", false}, // outside /run
 		{"/var/run/" + filepath.Base(dir) + "/app.sock", false},
-		{dir, false}, // a directory, not a socket
+		{dir, false},     // a directory, not a socket
 		{regular, false}, // a regular file
 	} {
 		h, _ := d.NewHandle(HandleRef{}, time.Time{})
