@@ -86,7 +86,13 @@ func (v ViewSpec) stateAt(p string) ViewState {
 			return ViewDeny
 		}
 	}
-	if slices.ContainsFunc(v.Files, func(e backend.FileEntry) bool { return e.Access == backend.FileConnect && e.Path == p }) {
+	// A socket grant names its socket exactly; its own grant's deny
+	// covering it takes it, as for read and write.
+	if slices.ContainsFunc(v.Files, func(e backend.FileEntry) bool {
+		return e.Access == backend.FileConnect && e.Path == p && !slices.ContainsFunc(v.Files, func(d backend.FileEntry) bool {
+			return d.Handle == e.Handle && d.Access == backend.FileDeny && backend.PathUnder(p, d.Path)
+		})
+	}) {
 		return ViewSocket
 	}
 	if _, ok := v.persistAt(p); ok {
