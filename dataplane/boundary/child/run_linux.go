@@ -40,7 +40,12 @@ func RunMounts() error {
 		keep, keepFD = p, fd
 		defer unix.Close(fd)
 	}
-	dirs := []string{"/run"}
+	// A host without /run (or with /var/run a link) has no host socket
+	// there to hide.
+	var dirs []string
+	if _, err := os.Stat("/run"); err == nil {
+		dirs = append(dirs, "/run")
+	}
 	if fi, err := os.Lstat("/var/run"); err == nil && fi.IsDir() {
 		dirs = append(dirs, "/var/run")
 	}
