@@ -78,8 +78,23 @@ func TestRunView(t *testing.T) {
 			session(t, b, name, 97)
 			sock := fmt.Sprintf("/run/shinken-rv-%d-%v/app.sock", os.Getpid(), init)
 			hostListener(t, sock)
-			if out := connectIn(t, b, name, sock); !strings.HasPrefix(out, "REFUSED ENOENT") {
-				t.Errorf("connect before any grant: %q, want REFUSED ENOENT", out)
+			// Every way to the host's socket the session could try: the
+			// path, /var/run's link, its own root and pid 1's through
+			// /proc; and no mount of the host's /run's filesystem
+			// anywhere in its view.
+			for _, p := range []string{sock, "/var" + sock, "/proc/self/root" + sock, "/proc/1/root" + sock} {
+				// pid 1 (root's catatonit): EACCES before the lookup.
+				if out := connectIn(t, b, name, p); !strings.HasPrefix(out, "REFUSED ENOENT") && !(strings.HasPrefix(p, "/proc/1/") && out == "REFUSED EACCES") {
+					t.Errorf("connect %s before any grant: %q, want REFUSED ENOENT", p, out)
+				}
+			}
+			if dev := mountDev(t, "/proc/1/mountinfo", "/run"); dev != "" { // the host init's view: this process may have a thread in a session's
+				mi := runIn(t, b, name, &exec.Cmd{Path: "/bin/cat", Args: []string{"cat", "/proc/self/mountinfo"}, Dir: "/"}, true)
+				for _, l := range strings.Split(mi, "\n") {
+					if f := strings.Fields(l); len(f) > 4 && f[2] == dev {
+						t.Errorf("the host's /run filesystem (%s) is mounted in the session's view: %s", dev, l)
+					}
+				}
 			}
 			out := runIn(t, b, name, &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "ls -A /run /var/run /sys/fs/bpf; echo END; touch /run/x 2>&1; ln -s /tmp /run/l 2>&1; mkdir /run/d 2>&1; true"}, Dir: "/"}, true)
 			list, errs, _ := strings.Cut(out, "END")
@@ -188,4 +203,21 @@ echo WALKED $(find /sys /proc/sys 2>/dev/null | wc -l)`, other[:8], other[8:], o
 	if strings.TrimSpace(out) != "1" {
 		t.Errorf("/proc/net/unix: %q matches of the other session's abstract socket, want 1 (the threat model says it is visible)", out)
 	}
+}
+
+// mountDev is the major:minor of the mount at point in a mountinfo file
+// ("" if there is none).
+func mountDev(t *testing.T, mountinfo, point string) string {
+	t.Helper()
+	data, err := os.ReadFile(mountinfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := ""
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == point {
+			dev = f[2] // the last one is on top
+		}
+	}
+	return dev
 }
