@@ -62,6 +62,15 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 		if e.Access == backend.FileDeny {
 			continue
 		}
+		if err := backend.CheckSocketEntry(e, d.bnd.FileNever()); err != nil {
+			return err
+		}
+		if e.Access == backend.FileConnect {
+			if err := boundary.CheckSocket(e.Path); err != nil {
+				return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
+			}
+			continue
+		}
 		if err := boundary.CheckPath(e.Path); err != nil {
 			return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
 		}

@@ -25,7 +25,7 @@ const (
 	fsKeySize      = 16 + backend.MaxFilePath
 )
 
-var fsAccessCode = map[backend.FileAccess]byte{backend.FileRead: 1, backend.FileWrite: 2, backend.FileDelete: 3, backend.FileDeny: 4, backend.FilePersist: 5, backend.FilePersistSession: 6}
+var fsAccessCode = map[backend.FileAccess]byte{backend.FileRead: 1, backend.FileWrite: 2, backend.FileDelete: 3, backend.FileDeny: 4, backend.FilePersist: 5, backend.FilePersistSession: 6, backend.FileConnect: 7}
 
 func fsKey(index uint32, e backend.FileEntry) []byte {
 	k := make([]byte, fsKeySize)

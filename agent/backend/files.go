@@ -25,6 +25,10 @@ const (
 	// Both give read and write under the path.
 	FilePersist        FileAccess = "persist"
 	FilePersistSession FileAccess = "persist-session"
+	// FileConnect (fs.scope connect[]): the host's UNIX socket at exactly
+	// Path is reachable from the session (connect(2)); nothing else under
+	// the path. The session's /run is its own (empty) otherwise.
+	FileConnect FileAccess = "connect"
 )
 
 // MaxFilePath bounds a FileEntry's path (the Linux backend keeps entries
@@ -53,7 +57,7 @@ func (e FileEntry) Validate() error {
 		return fmt.Errorf("%w: path %q: absolute, clean, at most %d bytes", ErrInvalidFileEntry, e.Path, MaxFilePath)
 	}
 	switch e.Access {
-	case FileRead, FileWrite, FileDelete, FileDeny, FilePersist, FilePersistSession:
+	case FileRead, FileWrite, FileDelete, FileDeny, FilePersist, FilePersistSession, FileConnect:
 	default:
 		return fmt.Errorf("%w: %s: access %q", ErrInvalidFileEntry, e.Path, e.Access)
 	}

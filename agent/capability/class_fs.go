@@ -1,6 +1,7 @@
 package capability
 
-// fs.scope: the paths a session may read and write.
+// fs.scope: the paths a session may read and write, and the host UNIX
+// sockets it may connect to.
 
 import (
 	"slices"
@@ -15,6 +16,11 @@ type FSScope struct {
 	Read  []string `json:"read,omitempty"`
 	Write []string `json:"write,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	// Connect names host UNIX sockets, each exactly (a socket is no
+	// tree), below /run: the session's /run is its own and empty, and a
+	// connect entry puts the host's socket back at its path. Container
+	// runtime sockets are Block tier.
+	Connect []string `json:"connect,omitempty"`
 }
 
 func init() {
@@ -24,8 +30,9 @@ func init() {
 			listKey("read", func(c *Capability) *[]string { return &c.FS.Read }),
 			listKey("write", func(c *Capability) *[]string { return &c.FS.Write }),
 			listKey("deny", func(c *Capability) *[]string { return &c.FS.Deny }),
+			listKey("connect", func(c *Capability) *[]string { return &c.FS.Connect }),
 		},
-		ops: []string{"read", "write"},
+		ops: []string{"read", "write", "connect"},
 		fill: func(c *Capability) {
 			if c.FS == nil {
 				c.FS = &FSScope{}
@@ -33,17 +40,17 @@ func init() {
 		},
 		has: func(c *Capability) bool { return c.FS != nil },
 		normalize: func(c *Capability) {
-			c.FS = &FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Deny: sortedUnique(c.FS.Deny)}
+			c.FS = &FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Deny: sortedUnique(c.FS.Deny), Connect: sortedUnique(c.FS.Connect)}
 		},
 		validate: func(c Capability) error {
-			for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny} {
+			for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny, c.FS.Connect} {
 				if err := validatePaths(l); err != nil {
 					return err
 				}
 			}
 			return nil
 		},
-		isEmpty: func(c Capability) bool { return len(c.FS.Read) == 0 && len(c.FS.Write) == 0 },
+		isEmpty: func(c Capability) bool { return len(c.FS.Read) == 0 && len(c.FS.Write) == 0 && len(c.FS.Connect) == 0 },
 		within: func(c, bound Capability, widen func(string, ...any) error) error {
 			in, out := c.FS, bound.FS
 			for _, p := range in.Read {
@@ -54,6 +61,11 @@ func init() {
 			for _, p := range in.Write {
 				if !underAny(p, out.Write) {
 					return widen("write %q", p)
+				}
+			}
+			for _, p := range in.Connect {
+				if !slices.Contains(out.Connect, p) {
+					return widen("connect %q", p)
 				}
 			}
 			for _, d := range out.Deny {
@@ -76,6 +88,8 @@ func init() {
 				return underAny(r.Path, c.FS.Read)
 			case "write":
 				return underAny(r.Path, c.FS.Write)
+			case "connect":
+				return slices.Contains(c.FS.Connect, r.Path)
 			}
 			return false
 		},
@@ -87,7 +101,7 @@ func init() {
 			for _, l := range []struct {
 				paths []string
 				a     backend.FileAccess
-			}{{c.FS.Read, backend.FileRead}, {c.FS.Write, backend.FileWrite}, {c.FS.Deny, backend.FileDeny}} {
+			}{{c.FS.Read, backend.FileRead}, {c.FS.Write, backend.FileWrite}, {c.FS.Deny, backend.FileDeny}, {c.FS.Connect, backend.FileConnect}} {
 				for _, p := range l.paths {
 					d.Files = append(d.Files, backend.FileEntry{Path: p, Access: l.a, Handle: ref})
 				}
@@ -97,6 +111,16 @@ func init() {
 		// Read inside the workspace: auto; writes inside it: notify;
 		// anything outside it: ask.
 		tier: func(c Capability, tc TierContext) Tier {
+			// A host socket: ask, a container runtime's: block (root on
+			// the host; the backend refuses it whatever the grant).
+			for _, p := range c.FS.Connect {
+				if underAny(p, backend.ContainerRuntimeSockets) {
+					return TierBlock
+				}
+			}
+			if len(c.FS.Connect) > 0 {
+				return TierAsk
+			}
 			t := TierAuto
 			for _, p := range c.FS.Read {
 				if !tc.inWorkspace(p) {

@@ -127,7 +127,7 @@ func useContextMemo(r capability.UseRequest, now time.Time, lens *keyLens, memo 
 			"domain_keys": domainKeys,
 			"cidr_keys":   cidrKeys,
 			"port_keys":   portKeys,
-			"item":        types.String(r.Item),
+			"item":        types.String(useItem(r)),
 			"mode":        types.String(r.Mode),
 		}),
 	})
@@ -311,3 +311,12 @@ func CedarRequest(session string, r capability.UseRequest, now time.Time) cedar.
 
 // hasPorts: the class's use requests carry a port (and its keys).
 func hasPorts(c capability.Class) bool { return encodingOf(c).ports }
+
+// useItem is the request's item; for fs.scope's connect, which names a
+// socket exactly, the socket's path.
+func useItem(r capability.UseRequest) string {
+	if r.Class == capability.ClassFSScope && r.Op == "connect" && r.Item == "" {
+		return r.Path
+	}
+	return r.Item
+}

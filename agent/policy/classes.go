@@ -108,16 +108,19 @@ var encodings = map[capability.Class]classEncoding{
 	},
 	capability.ClassFSScope: {
 		condition: func(op, req, G ast.Node) ast.Node {
+			// connect names a socket exactly: the request's item is its
+			// path (useContextMemo), the grant's items the connect[] list.
 			return op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
 				Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
+				Or(op.Equal(ast.String("connect")).And(G.Access("items").Contains(req.Access("item")))).
 				And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
 		},
 		entity: func(c capability.Capability, a *grantAttrs) {
-			a.read, a.write, a.deny = c.FS.Read, c.FS.Write, c.FS.Deny
+			a.read, a.write, a.deny, a.items = c.FS.Read, c.FS.Write, c.FS.Deny, c.FS.Connect
 		},
 		scope: func(c capability.Capability, s *scopeAttrs) { s.writeAncestors(c.FS.Write) },
 		literals: func(c capability.Capability, lit *literals) {
-			pathLiterals(lit, c.FS.Read, c.FS.Write, c.FS.Deny)
+			pathLiterals(lit, c.FS.Read, c.FS.Write, c.FS.Deny, c.FS.Connect)
 		},
 		useProbes: pathUseProbes,
 		grantProbes: pathGrantProbes(func(c capability.Class, p string) capability.Capability {

@@ -57,7 +57,7 @@ func randCap(r *rand.Rand, c Class) Capability {
 		}
 		cp.Egress = e
 	case ClassFSScope:
-		cp.FS = &FSScope{Read: pick(r, poolPaths, 2), Write: pick(r, poolPaths, 2), Deny: pick(r, poolPaths, 1)}
+		cp.FS = &FSScope{Read: pick(r, poolPaths, 2), Write: pick(r, poolPaths, 2), Deny: pick(r, poolPaths, 1), Connect: pick(r, poolPaths, 1)}
 	case ClassClipboard:
 		cp.Clipboard = &ClipboardScope{PasteIn: r.IntN(2) == 0, CopyOut: r.IntN(2) == 0}
 	case ClassGPU:

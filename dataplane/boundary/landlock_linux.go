@@ -69,9 +69,12 @@ func landlockFSRights(abi int) uint64 {
 }
 
 // sessionOwnMounts are the directories the session's mount namespace
-// mounts its own filesystems on (boundary init): what the host has there
-// is not the session's view.
-var sessionOwnMounts = []string{"/tmp", "/dev", "/proc"}
+// mounts its own filesystems on (boundary init; /run and a /var/run of its
+// own: child/run_linux.go): what the host has there is not the session's
+// view. A credential location beneath one (a runtime socket in /run) is
+// not in the session's view at all, so it needs no Landlock rule, and the
+// session's own mount gets one rule as a whole.
+var sessionOwnMounts = []string{"/tmp", "/dev", "/proc", "/run", "/var/run"}
 
 // landlockTree is the rules of the hierarchy and what they were built from.
 type landlockTree struct {

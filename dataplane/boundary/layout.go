@@ -23,10 +23,11 @@ const (
 	ViewWrite                    // idmapped writable bind of the host path
 	ViewDeny                     // masked: an empty read-only tmpfs (a directory) or a node no one can open (a file)
 	ViewPersist                  // the session name's own directory (Source), idmapped, writable
+	ViewSocket                   // the host's UNIX socket at the path, bound onto the session's own /run (a connect entry)
 )
 
 func (s ViewState) String() string {
-	return [...]string{"base", "read", "write", "deny", "persist"}[s]
+	return [...]string{"base", "read", "write", "deny", "persist", "socket"}[s]
 }
 
 // ViewMount is one mount of the layout: State from Path down, until a
@@ -84,6 +85,15 @@ func (v ViewSpec) stateAt(p string) ViewState {
 		if backend.PathUnder(p, n) {
 			return ViewDeny
 		}
+	}
+	// A socket grant names its socket exactly; its own grant's deny
+	// covering it takes it, as for read and write.
+	if slices.ContainsFunc(v.Files, func(e backend.FileEntry) bool {
+		return e.Access == backend.FileConnect && e.Path == p && !slices.ContainsFunc(v.Files, func(d backend.FileEntry) bool {
+			return d.Handle == e.Handle && d.Access == backend.FileDeny && backend.PathUnder(p, d.Path)
+		})
+	}) {
+		return ViewSocket
 	}
 	if _, ok := v.persistAt(p); ok {
 		return ViewPersist

@@ -33,6 +33,8 @@ func TestLayout(t *testing.T) {
 		spec ViewSpec
 		want []string
 	}{
+		{"sockets: exact, a grant's own deny takes it", ViewSpec{Files: []backend.FileEntry{fe("/run/a.sock", backend.FileConnect, 1), fe("/run/d/b.sock", backend.FileConnect, 2), fe("/run/d", backend.FileDeny, 2), fe("/run/c.sock", backend.FileConnect, 3), fe("/run", backend.FileDeny, 4)}},
+			[]string{"/run=deny", "/run/a.sock=socket", "/run/c.sock=socket"}},
 		{"nested across grants", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 2)}},
 			[]string{"/repo=write", "/repo/a=deny", "/repo/a/b=write"}},
 		{"deny wins inside one grant", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 1)}},

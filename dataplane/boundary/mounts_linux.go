@@ -190,6 +190,8 @@ func readLayout(pid int) ([]ViewMount, error) {
 			out = append(out, ViewMount{Path: path, State: st})
 		case source == maskSource || (fstype == "devtmpfs" && fs[3] == "/null" && path != "/dev/null"):
 			out = append(out, ViewMount{Path: path, State: ViewDeny})
+		case isSocketMount(pid, path):
+			out = append(out, ViewMount{Path: path, State: ViewSocket})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b ViewMount) int { return comparePaths(a.Path, b.Path) })

@@ -263,6 +263,11 @@ func (b *Boundary) changeMounts(h *holder, remove, attach []ViewMount, fds []int
 			if err := unix.Unmount(m.Path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("detach %s: %w", m.Path, err)
 			}
+			if m.State == ViewSocket {
+				if err := removeMountPoint(m.Path); err != nil {
+					return err
+				}
+			}
 		}
 		for i, m := range attach {
 			switch {
@@ -274,6 +279,9 @@ func (b *Boundary) changeMounts(h *holder, remove, attach []ViewMount, fds []int
 					return err
 				}
 			case fds[i] >= 0:
+				if err := mountPoint(fds[i], m.Path); err != nil {
+					return fmt.Errorf("%s: %w", m.State, err)
+				}
 				if err := attachAt(fds[i], m.Path); err != nil {
 					return fmt.Errorf("%s: %w", m.State, err)
 				}
@@ -333,6 +341,8 @@ func (b *Boundary) prepareMounts(uid uint32, attach, layout []ViewMount) ([]int,
 			fds[i], err = b.idmappedTree(m.Path, uid, m.State == ViewRead)
 		case ViewDeny:
 			fds[i], err = mask(m.Path, fi.IsDir(), layout)
+		case ViewSocket:
+			fds[i], err = socketTree(m.Path)
 		default:
 			fds[i], err = plainTree(m.Path)
 		}

@@ -32,6 +32,9 @@ func (b *Backend) checkFiles(name string, es []backend.FileEntry) error {
 		if err != nil {
 			return err
 		}
+		if err := backend.CheckSocketEntry(e, b.cfg.FileNever); err != nil {
+			return err
+		}
 		if h.state == backend.HandleOnce {
 			return fmt.Errorf("%w: an approve-once handle for %s: a file view has no use to consume it at", backend.ErrNotSupported, e)
 		}
@@ -57,7 +60,7 @@ func (s *session) removeFiles(es []backend.FileEntry) {
 }
 
 // Open is the decision for the next open of path by a process of session
-// name, for op (read, write, delete): whether the session's view would let
+// name, for op (read, write, delete, connect): whether the session's view would let
 // it. A path under a credential location (Config.FileNever) is refused
 // whatever the entries say.
 func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
@@ -76,6 +79,10 @@ func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
 		}
 	}
 	live := slices.DeleteFunc(slices.Clone(s.files), func(e backend.FileEntry) bool { return b.handleCheck(e.Handle, useNew) != backend.ReasonNone })
+	if op == backend.FileConnect {
+		// A socket grant names the socket itself, nothing below it.
+		return slices.ContainsFunc(live, func(e backend.FileEntry) bool { return e.Access == backend.FileConnect && e.Path == path }), nil
+	}
 	r := backend.FileRightsAt(live, path)
 	switch op {
 	case backend.FileRead:

@@ -31,6 +31,7 @@ func sessionInit(spec Init) error {
 // host's root (and everything mounted below it) is read-only; a fresh /proc
 // shows only the session's processes; /tmp and /dev/shm are private tmpfs
 // of tmpfsBytes each (0: the kernel's default size, half the host's memory);
+// /run is the session's own, empty (RunMounts, with /sys's SysMasks);
 // /dev is a tmpfs with null, zero, full, random, urandom, tty and a private
 // devpts instance. It runs in the session's new mount namespace, as root.
 // With proc false it leaves /proc alone: a proc mount shows the PID
@@ -78,6 +79,9 @@ func SessionMounts(proc bool, tmpfsBytes uint64) error {
 		if err := unix.Mount(s.src, s.target, s.fstype, s.flags, s.data); err != nil {
 			return fmt.Errorf("mount %s on %s: %w", s.fstype, s.target, err)
 		}
+	}
+	if err := RunMounts(); err != nil {
+		return err
 	}
 	nodes := []struct {
 		name         string
