@@ -113,6 +113,19 @@ func TestLandlockRules(t *testing.T) {
 	if got := landlockRules([]string{"/nonexistent/x"}, true, func(string, *unix.Stat_t) {}); !slices.Equal(got, []string{"/"}) {
 		t.Errorf("no credential location exists: rules %v, want /", got)
 	}
+	// A credential location in the host's /run (a runtime socket, the
+	// agent's socket directory) is not in the session's view, which has a
+	// /run of its own: /run gets one rule, and is not descended.
+	runCred, err := os.MkdirTemp("/run", "shinken-llrules-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(runCred) })
+	seen = map[string]bool{}
+	rules = landlockRules(append(slices.Clone(never), runCred), true, func(d string, _ *unix.Stat_t) { seen[d] = true })
+	if !slices.Contains(rules, "/run") || seen["/run"] || slices.Contains(rules, runCred) {
+		t.Errorf("a credential location in the host's /run: rule for /run %v, /run descended %v", slices.Contains(rules, "/run"), seen["/run"])
+	}
 	var tree landlockTree
 	first := tree.get(never, true)
 	os.Mkdir(filepath.Join(dir, "a/new"), 0o755)
