@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -68,11 +69,7 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 	}
 	// A refused policy change (409) carries its report in the body.
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusAccepted && !(resp.StatusCode == http.StatusConflict && path == "/v1/policies") {
-		var e wire.Error
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return resp.StatusCode, &apiError{resp.StatusCode, e.Error}
-		}
-		return resp.StatusCode, &apiError{resp.StatusCode, strings.TrimSpace(string(data))}
+		return resp.StatusCode, apiErrorOf(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -80,6 +77,42 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// apiErrorOf is a refused answer as an apiError: the body's wire.Error, or
+// the body itself.
+func apiErrorOf(status int, data []byte) error {
+	var e wire.Error
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		return &apiError{status, e.Error}
+	}
+	return &apiError{status, strings.TrimSpace(string(data))}
+}
+
+// respErr is a non-2xx answer as an apiError (nil for a 2xx one); it reads
+// at most 64 KiB of the body.
+func respErr(resp *http.Response) error {
+	if resp.StatusCode < 300 {
+		return nil
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return apiErrorOf(resp.StatusCode, data)
+}
+
+// positionals parses args with fs, flags allowed between the positional
+// arguments (shinkenctl logs SESSION -f PROCESS), and returns those.
+func positionals(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	return pos, nil
 }
 
 func (c *client) printJSON(v any) {

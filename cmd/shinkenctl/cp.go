@@ -14,8 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/shinken-agent/shinken/agent/api/wire"
 )
 
 // remote splits SESSION:PATH; a local path (one with a slash before any
@@ -155,17 +153,4 @@ func (c *client) download(session, path, dst string) error {
 	}
 	fmt.Printf("%s  %d bytes  sha256 %s\n", dst, n, hex.EncodeToString(h.Sum(nil)))
 	return nil
-}
-
-// respErr is a non-2xx answer as an apiError.
-func respErr(resp *http.Response) error {
-	if resp.StatusCode < 300 {
-		return nil
-	}
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e wire.Error
-	if json.Unmarshal(data, &e) == nil && e.Error != "" {
-		return &apiError{resp.StatusCode, e.Error}
-	}
-	return &apiError{resp.StatusCode, strings.TrimSpace(string(data))}
 }

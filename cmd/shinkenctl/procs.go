@@ -187,15 +187,9 @@ func (c *client) logs(args []string) error {
 	follow := fs.Bool("f", false, "follow until the process ends")
 	from := fs.Uint64("from", 0, "byte offset to start from")
 	stderr := fs.Bool("stderr", false, "the stderr stream")
-	var pos []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	pos, err := positionals(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(pos) != 2 {
 		return errors.New("usage: logs [-f] [-from N] [-stderr] SESSION PROCESS")
@@ -213,13 +207,8 @@ func (c *client) logs(args []string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e wire.Error
-		b, _ := io.ReadAll(resp.Body)
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return &apiError{resp.StatusCode, e.Error}
-		}
-		return &apiError{resp.StatusCode, strings.TrimSpace(string(b))}
+	if err := respErr(resp); err != nil {
+		return err
 	}
 	if d := resp.Header.Get("X-Shinken-Dropped"); d != "" && d != "0" {
 		fmt.Fprintf(os.Stderr, "shinkenctl: %s bytes before offset %s are no longer kept\n", d, resp.Header.Get("X-Shinken-Offset"))
@@ -233,15 +222,9 @@ func (c *client) attach(args []string) error {
 	stdin := fs.Bool("i", false, "send our stdin to the process")
 	tty := fs.Bool("t", false, "raw terminal mode (for a process with a terminal)")
 	from := fs.Uint64("from", 0, "byte offset to replay from")
-	var pos []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	pos, err := positionals(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(pos) != 2 {
 		return errors.New("usage: attach [-i] [-t] [-from N] SESSION PROCESS")
