@@ -39,6 +39,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
@@ -91,14 +93,8 @@ func (b *Boundary) asSession(name string, fn func() error) error {
 // supplementary group and (by the kernel's rule for a change to non-zero
 // uids) no capability, and checks that none is left.
 func dropToThread(uid, gid uint32) error {
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-		return fmt.Errorf("setgroups: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
-		return fmt.Errorf("setresgid %d: %w", gid, e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-		return fmt.Errorf("setresuid %d: %w", uid, e)
+	if err := child.SetThreadIDs(uid, gid); err != nil {
+		return err
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

@@ -133,14 +133,8 @@ func dropPrivileges(uid, gid uint32) error {
 	// would signal every thread of the runtime to change them all, which
 	// costs more than the rest of the launch): this thread executes the
 	// target, and execve ends every other thread.
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-		return fmt.Errorf("setgroups: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
-		return fmt.Errorf("setresgid %d: %w", gid, e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-		return fmt.Errorf("setresuid %d: %w", uid, e)
+	if err := SetThreadIDs(uid, gid); err != nil {
+		return err
 	}
 	// SECBIT_NO_SETUID_FIXUP kept the capabilities through setresuid:
 	// clear them all now (effective, permitted, inheritable).
@@ -205,6 +199,22 @@ func loadFilter(raw []byte) error {
 	}
 	if r != 0 {
 		return fmt.Errorf("seccomp TSYNC: thread %d cannot be synchronised", r)
+	}
+	return nil
+}
+
+// SetThreadIDs gives the calling thread alone uid and gid and no
+// supplementary group (raw system calls: Go's syscall.Set* would change
+// every thread of the runtime).
+func SetThreadIDs(uid, gid uint32) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", gid, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", uid, e)
 	}
 	return nil
 }
