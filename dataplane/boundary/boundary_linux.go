@@ -69,6 +69,9 @@ type Boundary struct {
 	viewMu      sync.Mutex // orders view changes (view_linux.go)
 	viewChanges atomic.Uint64
 
+	idmapMu sync.Mutex
+	idmaps  idmapCache // user namespaces for idmapped mounts (idmap_linux.go)
+
 	mu      sync.Mutex
 	holders map[string]*holder
 	views   map[string]*sessionView // the view of each session this agent laid out (view_linux.go)
@@ -152,6 +155,7 @@ func (b *Boundary) Close() error {
 	if b.cexe != nil {
 		b.cexe.Close()
 	}
+	b.closeIdmaps()
 	return b.exe.Close()
 }
 

@@ -9,11 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"golang.org/x/sys/unix"
@@ -253,30 +251,6 @@ func (b *Boundary) idmappedTree(dir string, sess uint32, ro bool) (int, error) {
 		return -1, fmt.Errorf("idmap (mount_setattr MOUNT_ATTR_IDMAP): %w", err)
 	}
 	return tree, nil
-}
-
-// idmapNS is a user namespace whose one mapping is owner -> sess (uid) and
-// group -> sess (gid): the idmapping of a session's view of a directory
-// owned by owner:group. The namespace is held by a catatonit started in
-// it, which is killed and reaped once its namespace is open.
-func (b *Boundary) idmapNS(owner, group, sess uint32) (int, error) {
-	cmd := &exec.Cmd{Path: b.cfg.Catatonit, Args: []string{"catatonit", "-P"}, Env: []string{}}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  unix.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(owner), HostID: int(sess), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(group), HostID: int(sess), Size: 1}},
-		Pdeathsig:   unix.SIGKILL,
-	}
-	// Start returns once the maps are written and catatonit executes.
-	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("idmap user namespace: %w", err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("idmap user namespace: %w", err)
-	}
-	return ns, nil
 }
 
 // inMountNS runs fn on a thread of ours in h's mount namespace (and with
