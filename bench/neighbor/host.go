@@ -1,0 +1,218 @@
+//go:build linux
+
+package main
+
+// What the bench watches from the host while the phases run: the agent's
+// resident memory, the host's free ephemeral ports (TCP and UDP counted
+// apart), whether a host process can still take an ephemeral port, and the
+// audit log's growth.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type sample struct {
+	at        time.Time
+	rssKiB    int64
+	tcpLeft   int // ports of ip_local_port_range no TCP socket holds
+	udpLeft   int
+	autobind  error // a host UDP socket's connect (autobind) to 127.0.0.1:9
+	rangeSize int
+}
+
+type sampler struct {
+	mu      sync.Mutex
+	samples []sample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// startSampler samples every period until stopped.
+func startSampler(agentPID int, period time.Duration) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			x := sample{at: time.Now(), rssKiB: rssKiB(agentPID)}
+			lo, hi := portRange()
+			x.rangeSize = hi - lo + 1
+			x.tcpLeft = x.rangeSize - portsHeld(lo, hi, "/proc/net/tcp", "/proc/net/tcp6")
+			x.udpLeft = x.rangeSize - portsHeld(lo, hi, "/proc/net/udp", "/proc/net/udp6")
+			x.autobind = autobind()
+			s.mu.Lock()
+			s.samples = append(s.samples, x)
+			s.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) close() {
+	close(s.stop)
+	<-s.done
+}
+
+// window returns the samples taken in [from, to].
+func (s *sampler) window(from, to time.Time) []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sample
+	for _, x := range s.samples {
+		if !x.at.Before(from) && !x.at.After(to) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+type hostFigures struct {
+	n                 int
+	rssMaxKiB         int64
+	portsLeftMin      int // the lower of TCP and UDP
+	rangeSize         int
+	autobindFailures  int
+	autobindFirstFail string
+}
+
+func summarize(xs []sample) hostFigures {
+	h := hostFigures{n: len(xs), portsLeftMin: math.MaxInt}
+	for _, x := range xs {
+		h.rssMaxKiB = max(h.rssMaxKiB, x.rssKiB)
+		h.portsLeftMin = min(h.portsLeftMin, x.tcpLeft, x.udpLeft)
+		h.rangeSize = x.rangeSize
+		if x.autobind != nil {
+			h.autobindFailures++
+			if h.autobindFirstFail == "" {
+				h.autobindFirstFail = x.autobind.Error()
+			}
+		}
+	}
+	return h
+}
+
+func rssKiB(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	return -1
+}
+
+func portRange() (int, int) {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	f := strings.Fields(string(data))
+	if err != nil || len(f) != 2 {
+		return 32768, 60999
+	}
+	lo, _ := strconv.Atoi(f[0])
+	hi, _ := strconv.Atoi(f[1])
+	return lo, hi
+}
+
+// portsHeld counts the distinct local ports in [lo, hi] of the sockets the
+// files list (any state, TIME_WAIT included), in this network namespace:
+// the host's, which sessions share.
+func portsHeld(lo, hi int, files ...string) int {
+	seen := map[int]bool{}
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Scan() // header
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 2 {
+				continue
+			}
+			i := strings.LastIndexByte(fields[1], ':')
+			port, err := strconv.ParseUint(fields[1][i+1:], 16, 16)
+			if err == nil && int(port) >= lo && int(port) <= hi {
+				seen[int(port)] = true
+			}
+		}
+		f.Close()
+	}
+	return len(seen)
+}
+
+func autobind() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Connect(fd, &unix.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}})
+}
+
+// auditSince returns the bytes of the audit log's records appended after
+// offset that name session (and of all records), and the new end.
+func auditSince(path string, offset int64, session string) (own, all, end int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, offset, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return 0, 0, offset, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return 0, 0, offset, err
+	}
+	// Only whole lines: a record being written is counted next time.
+	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+		data = data[:i+1]
+	} else {
+		data = nil
+	}
+	tag := []byte(`"session.id":"` + session + `"`)
+	for _, l := range bytes.SplitAfter(data, []byte("\n")) {
+		if bytes.Contains(l, tag) {
+			own += int64(len(l))
+		}
+	}
+	return own, int64(len(data)), offset + int64(len(data)), nil
+}
+
+func loadAvg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func kernelRelease() string {
+	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(data))
+}
+
+func numCPU() int { return runtime.NumCPU() }
