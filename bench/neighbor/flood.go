@@ -9,7 +9,9 @@ package main
 // and exit.
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -168,6 +170,7 @@ func floodBig(deadline time.Time, m map[string]int64) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var tcpOK, tcpErr, tcpTC, tcpRecords atomic.Int64
+	tcpErrs := map[string]int64{}
 	go func() {
 		defer wg.Done()
 		cl := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
@@ -181,6 +184,18 @@ func floodBig(deadline time.Time, m map[string]int64) error {
 			r, _, err := cl.Exchange(q, "127.0.0.1:53")
 			if err != nil {
 				tcpErr.Add(1)
+				k := "tcp_error_other"
+				switch {
+				case os.IsTimeout(err):
+					k = "tcp_error_timeout"
+				case errors.Is(err, syscall.ECONNRESET):
+					k = "tcp_error_reset"
+				case errors.Is(err, io.EOF):
+					k = "tcp_error_eof"
+				case errors.Is(err, syscall.ECONNREFUSED):
+					k = "tcp_error_refused"
+				}
+				tcpErrs[k]++
 				continue
 			}
 			tcpOK.Add(1)
@@ -197,6 +212,9 @@ func floodBig(deadline time.Time, m map[string]int64) error {
 		return fmt.Sprintf("big%d.big.neighbor.test.", i%8)
 	})
 	wg.Wait()
+	for k, v := range tcpErrs {
+		m[k] = v
+	}
 	m["tcp_answers"], m["tcp_errors"], m["tcp_truncated"], m["tcp_records"] = tcpOK.Load(), tcpErr.Load(), tcpTC.Load(), tcpRecords.Load()
 	return nil
 }
@@ -396,4 +414,3 @@ func countProcs() int64 {
 	}
 	return n
 }
-

@@ -10,6 +10,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -172,8 +173,9 @@ func autobind() error {
 }
 
 // auditSince returns the bytes of the audit log's records appended after
-// offset that name session (and of all records), and the new end.
-func auditSince(path string, offset int64, session string) (own, all, end int64, err error) {
+// offset that name session (and of all records), and the new end; byType
+// (if not nil) gets session's records' bytes and count per event name.
+func auditSince(path string, offset int64, session string, byType map[string][2]int64) (own, all, end int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, offset, err
@@ -196,6 +198,14 @@ func auditSince(path string, offset int64, session string) (own, all, end int64,
 	for _, l := range bytes.SplitAfter(data, []byte("\n")) {
 		if bytes.Contains(l, tag) {
 			own += int64(len(l))
+			if byType != nil {
+				var r struct {
+					Event string `json:"event.name"`
+				}
+				json.Unmarshal(l, &r)
+				x := byType[r.Event]
+				byType[r.Event] = [2]int64{x[0] + int64(len(l)), x[1] + 1}
+			}
 		}
 	}
 	return own, int64(len(data)), offset + int64(len(data)), nil

@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -54,6 +55,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/agent/capability"
+	"github.com/shinken-agent/shinken/dataplane"
 )
 
 var (
@@ -64,6 +66,7 @@ var (
 	flagRate       = flag.Int("rate", 200, "B's DNS queries per second")
 	flagFreshEvery = flag.Int("fresh-every", 5, "every Nth of B's queries is a name never asked")
 	flagGrantEvery = flag.Duration("grant-every", 20*time.Millisecond, "B's grants: one started every")
+	flagFloodNice  = flag.Int("flood-nice", 19, "A's flood processes run under nice -n N (0: not niced), standing in for the CPU share this host cannot bound")
 )
 
 func main() {
@@ -132,6 +135,7 @@ escalate net.egress
 
 type bench struct {
 	c        *client
+	metrics  string // the agent's /metrics address
 	exe      string
 	smp      *sampler
 	auditLog string
@@ -198,6 +202,7 @@ func run() error {
 			log.Printf("uninstall: %v: %s", err, out)
 		}
 	}()
+	b.metrics = metricsAddr
 	b.c = &client{hc: &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }}}}
 	if err := b.waitUp(); err != nil {
 		data, _ := os.ReadFile(alog.Name())
@@ -209,8 +214,8 @@ func run() error {
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), kernelRelease(), loadAvg())
 	lo, hi := portRange()
-	fmt.Printf("load: B probes DNS at %d queries/s (every %dth a new name), 1 s timeout, and asks for a grant every %v, for %v in each phase; each flood runs %v before B's window and to its end; host ephemeral range %d-%d (%d ports)\n",
-		*flagRate, *flagFreshEvery, *flagGrantEvery, *flagWindow, *flagRamp, lo, hi, hi-lo+1)
+	fmt.Printf("load: B probes DNS at %d queries/s (every %dth a new name), 1 s timeout, and asks for a grant every %v, for %v in each phase; each flood runs %v before B's window and to its end, under nice %d; host ephemeral range %d-%d (%d ports)\n",
+		*flagRate, *flagFreshEvery, *flagGrantEvery, *flagWindow, *flagRamp, *flagFloodNice, lo, hi, hi-lo+1)
 	b.smp = startSampler(cmd.Process.Pid, 250*time.Millisecond)
 	defer b.smp.close()
 	phases, err := b.phases(strings.Split(*flagFloods, ","))
@@ -250,34 +255,70 @@ func (b *bench) setup() error {
 			fmt.Printf("session %s: image %s, uid %d, index %d\n", s.ID, s.Image, *v.UID, v.Index)
 		}
 	}
-	var st map[string]json.RawMessage
+	var st any
+	seen := map[string]bool{}
 	if _, _, _, err := b.c.call("GET", "/v1/status", nil, &st); err == nil {
-		var rows []map[string]any
-		json.Unmarshal(st["boundary"], &rows)
-		for _, r := range rows {
-			s := fmt.Sprint(r)
-			for _, k := range []string{"socket", "port", "process", "tmpfs", "pids"} {
-				if strings.Contains(strings.ToLower(fmt.Sprint(r["mechanism"], r["name"])), k) {
-					fmt.Printf("boundary: %s\n", s)
-					break
+		walkRows(st, func(row map[string]any) {
+			for _, k := range []string{"mechanism", "name", "class"} {
+				if n, ok := row[k].(string); ok {
+					l := strings.ToLower(n)
+					for _, w := range []string{"sockets", "ports", "session process limit", "session tmpfs size", "pids"} {
+						if l == w && !seen[w] {
+							seen[w] = true
+							j, _ := json.Marshal(row)
+							fmt.Printf("status: %s\n", j)
+							return
+						}
+					}
 				}
 			}
+		})
+	}
+	var v wire.SessionView
+	if _, _, _, err := b.c.call("GET", "/v1/sessions/A", nil, &v); err == nil {
+		path := v.Path
+		if !filepath.IsAbs(path) {
+			if root, err := dataplane.FindCgroup2Mount(); err == nil {
+				path = filepath.Join(root, path)
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(path, "pids.max")); err == nil {
+			fmt.Printf("session A's pids.max: %s\n", strings.TrimSpace(string(data)))
+		} else {
+			fmt.Printf("session A's pids.max: none (%v): RLIMIT_NPROC alone bounds the fork bomb\n", err)
 		}
 	}
 	return nil
 }
 
+// walkRows calls f for every JSON object inside v.
+func walkRows(v any, f func(map[string]any)) {
+	switch x := v.(type) {
+	case map[string]any:
+		f(x)
+		for _, y := range x {
+			walkRows(y, f)
+		}
+	case []any:
+		for _, y := range x {
+			walkRows(y, f)
+		}
+	}
+}
+
 // phase is what one phase measured.
 type phase struct {
-	name      string // "idle" or the flood's
-	probe     map[string][]float64
-	grants    []float64 // ms
-	host      hostFigures
-	floodOut  string
-	floodDur  time.Duration
-	auditOwn  int64 // bytes of A's audit records, the flood and 2 s after it
-	auditAll  int64
-	loadAfter string
+	name       string // "idle" or the flood's
+	probe      map[string][]float64
+	grants     []float64 // ms
+	host       hostFigures
+	floodOut   string
+	floodDur   time.Duration
+	auditOwn   int64 // bytes of A's audit records, the flood and 2 s after it
+	auditAll   int64
+	auditTypes map[string][2]int64 // A's records: bytes and count per event name
+	loadAfter  string
+	heap       string // the agent's Go heap and goroutines at the phase's end
 }
 
 func (b *bench) phases(floods []string) ([]*phase, error) {
@@ -310,18 +351,23 @@ func (b *bench) idle(i int) (*phase, error) {
 	}
 	p.host = summarize(b.smp.window(t0, time.Now()))
 	p.loadAfter = loadAvg()
+	p.heap = b.heap()
 	return p, nil
 }
 
 func (b *bench) flood(mode string) (*phase, error) {
 	p := &phase{name: mode}
-	_, _, off, err := auditSince(b.auditLog, 0, "A")
+	_, _, off, err := auditSince(b.auditLog, 0, "A", nil)
 	if err != nil {
 		return nil, err
 	}
 	dur := *flagRamp + *flagWindow + 2*time.Second // to past B's last reply
 	t0 := time.Now()
-	id, err := b.c.start("A", dur+30*time.Second, b.exe, "worker", "flood", mode, fmt.Sprintf("%.3f", dur.Seconds()))
+	argv := []string{b.exe, "worker", "flood", mode, fmt.Sprintf("%.3f", dur.Seconds())}
+	if *flagFloodNice != 0 {
+		argv = append([]string{"/usr/bin/nice", "-n", strconv.Itoa(*flagFloodNice)}, argv...)
+	}
+	id, err := b.c.start("A", dur+30*time.Second, argv...)
 	if err != nil {
 		return nil, err
 	}
@@ -338,11 +384,39 @@ func (b *bench) flood(mode string) (*phase, error) {
 	}
 	p.host = summarize(b.smp.window(t0, time.Now()))
 	time.Sleep(2 * time.Second) // the last second's denial records
-	if p.auditOwn, p.auditAll, _, err = auditSince(b.auditLog, off, "A"); err != nil {
+	p.auditTypes = map[string][2]int64{}
+	if p.auditOwn, p.auditAll, _, err = auditSince(b.auditLog, off, "A", p.auditTypes); err != nil {
 		return nil, err
 	}
 	p.loadAfter = loadAvg()
+	p.heap = b.heap()
 	return p, nil
+}
+
+// heap reads the agent's Go heap figures from its /metrics.
+func (b *bench) heap() string {
+	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		switch {
+		case err != nil:
+		case f[0] == "go_memstats_heap_inuse_bytes", f[0] == "go_memstats_heap_sys_bytes", f[0] == "go_memstats_heap_released_bytes":
+			out = append(out, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.TrimPrefix(f[0], "go_memstats_"), "_bytes"), v/(1<<20)))
+		case f[0] == "go_goroutines":
+			out = append(out, fmt.Sprintf("goroutines %.0f", v))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // measure runs B's probe and B's grants side by side for one window.

@@ -85,12 +85,18 @@ func report(phases []*phase) {
 		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p99 %.3f, new names p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
 			p.name, sent, q(v, 0.5), q(v, 0.99), q(v, 1), q(c, 0.99), q(f, 0.99), bad, int(one(p.probe, "late")),
 			len(g), q(g, 0.5), q(g, 0.99), q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
+		fmt.Printf("         agent: %s\n", p.heap)
 		if p.host.autobindFirstFail != "" {
 			fmt.Printf("         host autobind error: %s\n", p.host.autobindFirstFail)
 		}
 		if p.name != "idle" {
-			fmt.Printf("         A (%.1f s): %s; A's audit records %d bytes (all records %d)\n",
-				p.floodDur.Seconds(), strings.Join(strings.Fields(strings.ReplaceAll(p.floodOut, "\n", ",")), " "), p.auditOwn, p.auditAll)
+			var types []string
+			for k, v := range p.auditTypes {
+				types = append(types, fmt.Sprintf("%s %d (%d B)", k, v[1], v[0]))
+			}
+			sort.Strings(types)
+			fmt.Printf("         A (%.1f s): %s\n         A's audit records: %d bytes (%s); all records %d bytes\n",
+				p.floodDur.Seconds(), strings.Join(strings.Split(strings.TrimSpace(p.floodOut), "\n"), ", "), p.auditOwn, strings.Join(types, ", "), p.auditAll)
 		}
 	}
 	fmt.Printf("\nidle (pooled, %d phases): B DNS p99 %.3f ms over %d queries, B grant p99 %.2f ms over %d\n",
