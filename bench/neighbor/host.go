@@ -31,6 +31,8 @@ type sample struct {
 	udpLeft   int
 	autobind  error // a host UDP socket's connect (autobind) to 127.0.0.1:9
 	rangeSize int
+	cpuTicks  int64 // the agent's user+system time, USER_HZ ticks
+	aPorts    int   // ports of the range A's sockets hold (TCP or UDP, the more)
 }
 
 type sampler struct {
@@ -41,18 +43,19 @@ type sampler struct {
 }
 
 // startSampler samples every period until stopped.
-func startSampler(agentPID int, period time.Duration) *sampler {
+func startSampler(agentPID int, aUID uint32, period time.Duration) *sampler {
 	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
-			x := sample{at: time.Now(), rssKiB: rssKiB(agentPID)}
+			x := sample{at: time.Now(), rssKiB: rssKiB(agentPID), cpuTicks: cpuTicks(agentPID)}
 			lo, hi := portRange()
 			x.rangeSize = hi - lo + 1
-			x.tcpLeft = x.rangeSize - portsHeld(lo, hi, "/proc/net/tcp", "/proc/net/tcp6")
-			x.udpLeft = x.rangeSize - portsHeld(lo, hi, "/proc/net/udp", "/proc/net/udp6")
+			tcp, tcpA := portsHeld(lo, hi, aUID, "/proc/net/tcp", "/proc/net/tcp6")
+			udp, udpA := portsHeld(lo, hi, aUID, "/proc/net/udp", "/proc/net/udp6")
+			x.tcpLeft, x.udpLeft, x.aPorts = x.rangeSize-tcp, x.rangeSize-udp, max(tcpA, udpA)
 			x.autobind = autobind()
 			s.mu.Lock()
 			s.samples = append(s.samples, x)
@@ -92,11 +95,18 @@ type hostFigures struct {
 	rangeSize         int
 	autobindFailures  int
 	autobindFirstFail string
+	agentCPU          float64 // the agent's CPU time over the window's
+	aPortsMax         int
 }
 
 func summarize(xs []sample) hostFigures {
 	h := hostFigures{n: len(xs), portsLeftMin: math.MaxInt}
+	if len(xs) > 1 {
+		first, last := xs[0], xs[len(xs)-1]
+		h.agentCPU = float64(last.cpuTicks-first.cpuTicks) / 100 / last.at.Sub(first.at).Seconds()
+	}
 	for _, x := range xs {
+		h.aPortsMax = max(h.aPortsMax, x.aPorts)
 		h.rssMaxKiB = max(h.rssMaxKiB, x.rssKiB)
 		h.portsLeftMin = min(h.portsLeftMin, x.tcpLeft, x.udpLeft)
 		h.rangeSize = x.rangeSize
@@ -124,6 +134,23 @@ func rssKiB(pid int) int64 {
 	return -1
 }
 
+// cpuTicks is pid's utime+stime (/proc/PID/stat fields 14 and 15, in
+// USER_HZ, 100 a second on Linux).
+func cpuTicks(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + k
+}
+
 func portRange() (int, int) {
 	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	f := strings.Fields(string(data))
@@ -137,9 +164,10 @@ func portRange() (int, int) {
 
 // portsHeld counts the distinct local ports in [lo, hi] of the sockets the
 // files list (any state, TIME_WAIT included), in this network namespace:
-// the host's, which sessions share.
-func portsHeld(lo, hi int, files ...string) int {
-	seen := map[int]bool{}
+// the host's, which sessions share; and those of sockets uid owns.
+func portsHeld(lo, hi int, uid uint32, files ...string) (int, int) {
+	seen, own := map[int]bool{}, map[int]bool{}
+	us := strconv.FormatUint(uint64(uid), 10)
 	for _, p := range files {
 		f, err := os.Open(p)
 		if err != nil {
@@ -156,11 +184,14 @@ func portsHeld(lo, hi int, files ...string) int {
 			port, err := strconv.ParseUint(fields[1][i+1:], 16, 16)
 			if err == nil && int(port) >= lo && int(port) <= hi {
 				seen[int(port)] = true
+				if len(fields) > 7 && fields[7] == us {
+					own[int(port)] = true
+				}
 			}
 		}
 		f.Close()
 	}
-	return len(seen)
+	return len(seen), len(own)
 }
 
 func autobind() error {

@@ -208,7 +208,8 @@ func run() error {
 		data, _ := os.ReadFile(alog.Name())
 		return fmt.Errorf("%v:\n%s", err, data)
 	}
-	if err := b.setup(); err != nil {
+	aUID, err := b.setup()
+	if err != nil {
 		return err
 	}
 	host, _ := os.Hostname()
@@ -216,7 +217,7 @@ func run() error {
 	lo, hi := portRange()
 	fmt.Printf("load: B probes DNS at %d queries/s (every %dth a new name), 1 s timeout, and asks for a grant every %v, for %v in each phase; each flood runs %v before B's window and to its end, under nice %d; host ephemeral range %d-%d (%d ports)\n",
 		*flagRate, *flagFreshEvery, *flagGrantEvery, *flagWindow, *flagRamp, *flagFloodNice, lo, hi, hi-lo+1)
-	b.smp = startSampler(cmd.Process.Pid, 250*time.Millisecond)
+	b.smp = startSampler(cmd.Process.Pid, aUID, 250*time.Millisecond)
 	defer b.smp.close()
 	phases, err := b.phases(strings.Split(*flagFloods, ","))
 	if err != nil {
@@ -239,20 +240,23 @@ func (b *bench) waitUp() error {
 
 // setup creates A and B and gives each its domain grant; it prints the
 // boundary rows that bound the floods.
-func (b *bench) setup() error {
+func (b *bench) setup() (aUID uint32, err error) {
 	for _, s := range []capability.SessionSpec{{ID: "A", Image: "flood"}, {ID: "B", Image: "neighbor"}} {
 		if code, msg, _, err := b.c.call("POST", "/v1/sessions", s, nil); err != nil || code/100 != 2 {
-			return fmt.Errorf("create session %s: HTTP %d %v: %s", s.ID, code, err, msg)
+			return 0, fmt.Errorf("create session %s: HTTP %d %v: %s", s.ID, code, err, msg)
 		}
 		dom := capability.Capability{Class: capability.ClassNetEgress, Egress: &capability.EgressScope{
 			Domains: []string{"**.neighbor.test"}, CIDRs: []netip.Prefix{netip.MustParsePrefix("127.64.0.0/10")},
 			Ports: []capability.PortRange{{Lo: 443, Hi: 443}}}}
 		if _, _, err := b.c.request(s.ID, dom); err != nil {
-			return err
+			return 0, err
 		}
 		var v wire.SessionView
 		if _, _, _, err := b.c.call("GET", "/v1/sessions/"+s.ID, nil, &v); err == nil && v.UID != nil {
 			fmt.Printf("session %s: image %s, uid %d, index %d\n", s.ID, s.Image, *v.UID, v.Index)
+			if s.ID == "A" {
+				aUID = *v.UID
+			}
 		}
 	}
 	var st any
@@ -288,7 +292,10 @@ func (b *bench) setup() error {
 			fmt.Printf("session A's pids.max: none (%v): RLIMIT_NPROC alone bounds the fork bomb\n", err)
 		}
 	}
-	return nil
+	if aUID == 0 {
+		return 0, fmt.Errorf("session A's uid: not in its view")
+	}
+	return aUID, nil
 }
 
 // walkRows calls f for every JSON object inside v.

@@ -85,7 +85,7 @@ func report(phases []*phase) {
 		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p99 %.3f, new names p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
 			p.name, sent, q(v, 0.5), q(v, 0.99), q(v, 1), q(c, 0.99), q(f, 0.99), bad, int(one(p.probe, "late")),
 			len(g), q(g, 0.5), q(g, 0.99), q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
-		fmt.Printf("         agent: %s\n", p.heap)
+		fmt.Printf("         agent: CPU %.0f %% of one CPU, %s; ports A's sockets held at most %d\n", 100*p.host.agentCPU, p.heap, p.host.aPortsMax)
 		if p.host.autobindFirstFail != "" {
 			fmt.Printf("         host autobind error: %s\n", p.host.autobindFirstFail)
 		}
@@ -99,8 +99,15 @@ func report(phases []*phase) {
 				p.floodDur.Seconds(), strings.Join(strings.Split(strings.TrimSpace(p.floodOut), "\n"), ", "), p.auditOwn, strings.Join(types, ", "), p.auditAll)
 		}
 	}
-	fmt.Printf("\nidle (pooled, %d phases): B DNS p99 %.3f ms over %d queries, B grant p99 %.2f ms over %d\n",
-		(len(phases)+1)/2, idleP99, len(idleDNS), idleGrantP99, len(idleGrants))
+	idleCPU, nIdle := 0.0, 0
+	for _, p := range phases {
+		if p.name == "idle" {
+			idleCPU += p.host.agentCPU
+			nIdle++
+		}
+	}
+	fmt.Printf("\nidle (pooled, %d phases): B DNS p99 %.3f ms over %d queries, B grant p99 %.2f ms over %d; the agent's CPU %.0f %% of one CPU (mean)\n",
+		nIdle, idleP99, len(idleDNS), idleGrantP99, len(idleGrants), 100*idleCPU/float64(nIdle))
 	worstDNS, worstGrant, worstAudit := 0.0, 0.0, 0.0
 	var lostAll, sentAll int
 	rssMax := int64(0)
@@ -120,6 +127,7 @@ func report(phases []*phase) {
 		rss := float64(p.host.rssMaxKiB-rssBase) / 1024
 		rssMax = max(rssMax, p.host.rssMaxKiB)
 		worstDNS, worstGrant, worstAudit = max(worstDNS, dr), max(worstGrant, gr), max(worstAudit, ab)
+		fmt.Printf("flood_%s_agent_cpu_pct=%.0f\nflood_%s_a_ports_max=%d\n", p.name, 100*p.host.agentCPU, p.name, p.host.aPortsMax)
 		fmt.Printf("flood_%s_dns_p99_ratio=%.2f\nflood_%s_dns_loss=%d/%d\nflood_%s_grant_p99_ratio=%.2f\nflood_%s_audit_bytes_per_minute=%.0f\nflood_%s_agent_rss_growth_mib=%.1f\nflood_%s_ports_left_min=%d\n",
 			p.name, dr, p.name, bad, sent, p.name, gr, p.name, ab, p.name, rss, p.name, p.host.portsLeftMin)
 	}
