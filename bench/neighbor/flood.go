@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,8 @@ func flood(mode string, d time.Duration) error {
 		err = forkBomb(deadline, c)
 	case "tmpfs":
 		err = floodTmpfs(deadline, c)
+	case "cpu":
+		err = floodCPU(deadline, c)
 	default:
 		return fmt.Errorf("flood: unknown mode %q", mode)
 	}
@@ -315,6 +318,26 @@ func floodSockets(deadline time.Time, m map[string]int64) error {
 			unix.Close(fd)
 		}
 	}
+	return nil
+}
+
+// floodCPU is the control: one busy loop per CPU and nothing else, so the
+// other floods' figures can be read against plain CPU contention.
+func floodCPU(deadline time.Time, m map[string]int64) error {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < runtime.NumCPU(); g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var i int64
+			for ; i%(1<<20) != 0 || time.Now().Before(deadline); i++ {
+			}
+			n.Add(i)
+		}()
+	}
+	wg.Wait()
+	m["loops"], m["spinners"] = n.Load(), int64(runtime.NumCPU())
 	return nil
 }
 

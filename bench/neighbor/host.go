@@ -31,8 +31,9 @@ type sample struct {
 	udpLeft   int
 	autobind  error // a host UDP socket's connect (autobind) to 127.0.0.1:9
 	rangeSize int
-	cpuTicks  int64 // the agent's user+system time, USER_HZ ticks
-	aPorts    int   // ports of the range A's sockets hold (TCP or UDP, the more)
+	cpuTicks  int64    // the agent's user+system time, USER_HZ ticks
+	aPorts    int      // ports of the range A's sockets hold (TCP or UDP, the more)
+	cpu       [8]int64 // /proc/stat's cpu line: user nice system idle iowait irq softirq steal
 }
 
 type sampler struct {
@@ -50,7 +51,7 @@ func startSampler(agentPID int, aUID uint32, period time.Duration) *sampler {
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
-			x := sample{at: time.Now(), rssKiB: rssKiB(agentPID), cpuTicks: cpuTicks(agentPID)}
+			x := sample{at: time.Now(), rssKiB: rssKiB(agentPID), cpuTicks: cpuTicks(agentPID), cpu: hostCPU()}
 			lo, hi := portRange()
 			x.rangeSize = hi - lo + 1
 			tcp, tcpA := portsHeld(lo, hi, aUID, "/proc/net/tcp", "/proc/net/tcp6")
@@ -96,6 +97,7 @@ type hostFigures struct {
 	autobindFailures  int
 	autobindFirstFail string
 	agentCPU          float64 // the agent's CPU time over the window's
+	hostCPU           string  // the host's CPU time by kind, in CPUs
 	aPortsMax         int
 }
 
@@ -103,7 +105,13 @@ func summarize(xs []sample) hostFigures {
 	h := hostFigures{n: len(xs), portsLeftMin: math.MaxInt}
 	if len(xs) > 1 {
 		first, last := xs[0], xs[len(xs)-1]
-		h.agentCPU = float64(last.cpuTicks-first.cpuTicks) / 100 / last.at.Sub(first.at).Seconds()
+		secs := last.at.Sub(first.at).Seconds()
+		h.agentCPU = float64(last.cpuTicks-first.cpuTicks) / 100 / secs
+		var parts []string
+		for i, k := range []string{"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"} {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(last.cpu[i]-first.cpu[i])/100/secs))
+		}
+		h.hostCPU = strings.Join(parts, " ")
 	}
 	for _, x := range xs {
 		h.aPortsMax = max(h.aPortsMax, x.aPorts)
@@ -149,6 +157,18 @@ func cpuTicks(pid int) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	k, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + k
+}
+
+func hostCPU() (v [8]int64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return v
+	}
+	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
+	for i := 0; i < 8 && i+1 < len(f); i++ {
+		v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+	}
+	return v
 }
 
 func portRange() (int, int) {

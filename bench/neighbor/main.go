@@ -60,7 +60,7 @@ import (
 
 var (
 	flagBin        = flag.String("bin", "bin", "directory holding shinken-agent (and its launchers)")
-	flagFloods     = flag.String("floods", "dns,big,deny,sockets,forkbomb,tmpfs", "floods to run, in order")
+	flagFloods     = flag.String("floods", "cpu,dns,big,deny,sockets,forkbomb,tmpfs", "floods to run, in order; cpu (busy loops only) is the control, left out of the headline figures")
 	flagRamp       = flag.Duration("ramp", 2*time.Second, "a flood's run before B is measured")
 	flagWindow     = flag.Duration("window", 10*time.Second, "B's measurement in each phase")
 	flagRate       = flag.Int("rate", 200, "B's DNS queries per second")

@@ -12,6 +12,11 @@ package main
 // with an address), "late N" (sends more than one interval behind their
 // schedule: the probe itself was held off the CPU).
 //
+// Beside each query it sends the same bytes to a UDP echo server on the
+// host (echoAddr: loopback, B's grant, no agent on the path) and prints
+// those round trips too ("echo ..."; "lost_echo N"): the control, what the
+// kernel and the CPUs alone give B during the phase.
+//
 // Kinds: every freshEvery-th query is a name B has never asked
 // (TAG-N.short.neighbor.test: the upstream and a kernel write); the others
 // repeat one name (b.long.neighbor.test, answered from the cache).
@@ -51,6 +56,31 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 	}
 	sent := make([]atomic.Int64, n)
 	lat := make([]atomic.Int64, n) // 0: no reply yet; -1: a bad reply
+	ec, err := net.Dial("udp4", echoAddr)
+	if err != nil {
+		return err
+	}
+	esent := make([]atomic.Int64, n)
+	elat := make([]atomic.Int64, n)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := ec.Read(buf)
+			if err != nil {
+				if strings.Contains(err.Error(), "use of closed") {
+					return
+				}
+				continue
+			}
+			now := monoNS()
+			if k < 12 {
+				continue
+			}
+			if id := int(binary.BigEndian.Uint16(buf)); id < n && esent[id].Load() != 0 && elat[id].Load() == 0 {
+				elat[id].Store(now - esent[id].Load())
+			}
+		}
+	}()
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -95,9 +125,23 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 		q := query(uint16(i), name)
 		sent[i].Store(monoNS())
 		c.Write(q) // an error is a lost query
+		esent[i].Store(monoNS())
+		ec.Write(q)
 	}
 	time.Sleep(probeTimeout)
 	c.Close()
+	ec.Close()
+	var echo []int64
+	elost := 0
+	for i := 0; i < n; i++ {
+		if v := elat[i].Load(); v == 0 || v > int64(probeTimeout) {
+			elost++
+		} else {
+			echo = append(echo, v)
+		}
+	}
+	line("echo", echo)
+	fmt.Printf("lost_echo %d\n", elost)
 	var cached, freshL []int64
 	lost, bad := [2]int{}, [2]int{}
 	for i := 0; i < n; i++ {

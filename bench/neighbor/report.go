@@ -65,9 +65,10 @@ func sorted(v []float64) []float64 {
 }
 
 func report(phases []*phase) {
-	var idleDNS, idleGrants []float64
+	var idleDNS, idleGrants, idleEcho []float64
 	for _, p := range phases {
 		if p.name == "idle" {
+			idleEcho = append(idleEcho, kindMs(p, "echo")...)
 			v, _, _ := dnsMs(p)
 			idleDNS = append(idleDNS, v...)
 			idleGrants = append(idleGrants, p.grants...)
@@ -75,7 +76,8 @@ func report(phases []*phase) {
 	}
 	sort.Float64s(idleDNS)
 	sort.Float64s(idleGrants)
-	idleP99, idleGrantP99 := q(idleDNS, 0.99), q(idleGrants, 0.99)
+	sort.Float64s(idleEcho)
+	idleP99, idleGrantP99, idleEchoP99 := q(idleDNS, 0.99), q(idleGrants, 0.99), q(idleEcho, 0.99)
 	rssBase := phases[0].host.rssMaxKiB
 	fmt.Println()
 	for _, p := range phases {
@@ -85,6 +87,9 @@ func report(phases []*phase) {
 		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p99 %.3f, new names p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
 			p.name, sent, q(v, 0.5), q(v, 0.99), q(v, 1), q(c, 0.99), q(f, 0.99), bad, int(one(p.probe, "late")),
 			len(g), q(g, 0.5), q(g, 0.99), q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
+		e := kindMs(p, "echo")
+		fmt.Printf("         control: B's UDP echo to a host server on loopback (no agent): p50 %.3f p99 %.3f max %.3f ms, %d lost\n", q(e, 0.5), q(e, 0.99), q(e, 1), int(one(p.probe, "lost_echo")))
+		fmt.Printf("         host CPUs busy by kind: %s\n", p.host.hostCPU)
 		fmt.Printf("         agent: CPU %.0f %% of one CPU, %s; ports A's sockets held at most %d\n", 100*p.host.agentCPU, p.heap, p.host.aPortsMax)
 		if p.host.autobindFirstFail != "" {
 			fmt.Printf("         host autobind error: %s\n", p.host.autobindFirstFail)
@@ -106,8 +111,8 @@ func report(phases []*phase) {
 			nIdle++
 		}
 	}
-	fmt.Printf("\nidle (pooled, %d phases): B DNS p99 %.3f ms over %d queries, B grant p99 %.2f ms over %d; the agent's CPU %.0f %% of one CPU (mean)\n",
-		nIdle, idleP99, len(idleDNS), idleGrantP99, len(idleGrants), 100*idleCPU/float64(nIdle))
+	fmt.Printf("\nidle (pooled, %d phases): B DNS p99 %.3f ms over %d queries, B grant p99 %.2f ms over %d, B's echo control p99 %.3f ms; the agent's CPU %.0f %% of one CPU (mean)\n",
+		nIdle, idleP99, len(idleDNS), idleGrantP99, len(idleGrants), idleEchoP99, 100*idleCPU/float64(nIdle))
 	worstDNS, worstGrant, worstAudit := 0.0, 0.0, 0.0
 	var lostAll, sentAll int
 	rssMax := int64(0)
@@ -119,15 +124,18 @@ func report(phases []*phase) {
 			continue
 		}
 		v, bad, sent := dnsMs(p)
-		lostAll += bad
-		sentAll += sent
 		dr := q(v, 0.99) / idleP99
 		gr := q(sorted(p.grants), 0.99) / idleGrantP99
 		ab := float64(p.auditOwn) * 60 / p.floodDur.Seconds()
 		rss := float64(p.host.rssMaxKiB-rssBase) / 1024
-		rssMax = max(rssMax, p.host.rssMaxKiB)
-		worstDNS, worstGrant, worstAudit = max(worstDNS, dr), max(worstGrant, gr), max(worstAudit, ab)
+		if p.name != "cpu" { // the control is no flood of the issue's
+			rssMax = max(rssMax, p.host.rssMaxKiB)
+			worstDNS, worstGrant, worstAudit = max(worstDNS, dr), max(worstGrant, gr), max(worstAudit, ab)
+			lostAll += bad
+			sentAll += sent
+		}
 		fmt.Printf("flood_%s_agent_cpu_pct=%.0f\nflood_%s_a_ports_max=%d\n", p.name, 100*p.host.agentCPU, p.name, p.host.aPortsMax)
+		fmt.Printf("flood_%s_echo_p99_ratio=%.2f\n", p.name, q(kindMs(p, "echo"), 0.99)/idleEchoP99)
 		fmt.Printf("flood_%s_dns_p99_ratio=%.2f\nflood_%s_dns_loss=%d/%d\nflood_%s_grant_p99_ratio=%.2f\nflood_%s_audit_bytes_per_minute=%.0f\nflood_%s_agent_rss_growth_mib=%.1f\nflood_%s_ports_left_min=%d\n",
 			p.name, dr, p.name, bad, sent, p.name, gr, p.name, ab, p.name, rss, p.name, p.host.portsLeftMin)
 	}

@@ -32,6 +32,7 @@ import (
 const (
 	upstreamEnv = "SHINKEN_BENCH_NEIGHBOR_UPSTREAM"
 	bigRecords  = 3500 // about 56 KB over TCP (name compression), under 64 KiB
+	echoAddr    = "127.64.0.1:443"
 )
 
 // upstreamMain serves until stdin closes; it prints "PORT\n" first and the
@@ -67,11 +68,29 @@ func upstreamMain() {
 		go s.ActivateAndServe()
 	}
 	wg.Wait()
+	// The control: a UDP echo server on 127.64.0.1:443 (B's grant reaches
+	// it; no agent on its path), for B's probe to time beside its queries.
+	echo, err := net.ListenPacket("udp4", echoAddr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, from, err := echo.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteTo(buf[:n], from)
+		}
+	}()
 	fmt.Println(pc.LocalAddr().(*net.UDPAddr).Port)
 	io.Copy(io.Discard, os.Stdin)
 	for _, s := range srv {
 		s.Shutdown()
 	}
+	echo.Close()
 	fmt.Println(n.Load())
 	os.Exit(0)
 }
