@@ -141,6 +141,8 @@ type upstreamProc struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 	out  *bufio.Reader
+	once sync.Once
+	n    uint64
 }
 
 func startUpstream() (*upstreamProc, error) {
@@ -174,9 +176,10 @@ func startUpstream() (*upstreamProc, error) {
 
 // stop ends the process and returns how many queries it answered.
 func (p *upstreamProc) stop() uint64 {
-	p.in.Close()
-	var n uint64
-	fmt.Fscanln(p.out, &n)
-	p.cmd.Wait()
-	return n
+	p.once.Do(func() {
+		p.in.Close()
+		fmt.Fscanln(p.out, &p.n)
+		p.cmd.Wait()
+	})
+	return p.n
 }
