@@ -444,7 +444,14 @@ func (b *bench) heap() string {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	var out []string
+	denials := 0.0
 	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "shinken_denials_total{") {
+			if f := strings.Fields(l); len(f) == 2 {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				denials += v
+			}
+		}
 		f := strings.Fields(l)
 		if len(f) != 2 {
 			continue
@@ -454,10 +461,13 @@ func (b *bench) heap() string {
 		case err != nil:
 		case f[0] == "go_memstats_heap_inuse_bytes", f[0] == "go_memstats_heap_sys_bytes", f[0] == "go_memstats_heap_released_bytes":
 			out = append(out, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.TrimPrefix(f[0], "go_memstats_"), "_bytes"), v/(1<<20)))
+		case f[0] == "shinken_ringbuf_drops_total":
+			out = append(out, fmt.Sprintf("ring drops %.0f", v))
 		case f[0] == "go_goroutines":
 			out = append(out, fmt.Sprintf("goroutines %.0f", v))
 		}
 	}
+	out = append(out, fmt.Sprintf("kernel denials %.0f", denials))
 	return strings.Join(out, ", ")
 }
 
