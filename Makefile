@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent bench-fs clean
+.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent bench-fs bench-neighbor clean
 
 all: build
 
@@ -56,7 +56,7 @@ run: build
 	$(BIN)/shinken-agent
 
 # Every benchmark; each prints its figures last. See bench/README.md.
-bench: bench-egress bench-decision bench-dns bench-agent bench-fs
+bench: bench-egress bench-decision bench-dns bench-agent bench-fs bench-neighbor
 
 # 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
 bench-egress: deps
@@ -79,6 +79,12 @@ bench-agent: build
 bench-fs: build
 	$(GO) build -o $(BIN)/shinken-bench-fs ./bench/fs
 	$(BIN)/shinken-bench-fs -bin $(BIN) $(BENCH_FS_FLAGS)
+
+# Fair sharing (issue 23): session A floods (DNS, big answers, denials,
+# sockets and ports, a fork bomb, tmpfs) while session B measures.
+bench-neighbor: build
+	$(GO) build -o $(BIN)/shinken-bench-neighbor ./bench/neighbor
+	$(BIN)/shinken-bench-neighbor -bin $(BIN) $(BENCH_NEIGHBOR_FLAGS)
 
 include bench/decision.mk
 

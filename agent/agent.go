@@ -362,6 +362,9 @@ func (a *Agent) ReloadManifests() error {
 	}
 	a.mu.Lock()
 	a.manifests = ms
+	a.esc.mu.Lock() // a.mu, then a.esc.mu: escalates asks the new manifests
+	clear(a.esc.classes)
+	a.esc.mu.Unlock()
 	a.unlock()
 	a.emit(Event{Kind: "manifest.reload", Outcome: fmt.Sprintf("%d images", len(ms))})
 	return nil

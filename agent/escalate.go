@@ -28,6 +28,13 @@ type escalations struct {
 	held map[string]*escalationHeld  // per session: escalations the cap held back
 	// checked: per session, when the states of its open cards were read.
 	checked map[string]time.Time
+	// classes: per live session, the classes its manifest escalates. Set
+	// under a.mu while the session exists, dropped under a.mu at its end
+	// (forgetEscalations) and all at a manifest reload, so an entry is
+	// always the live session's under the manifests in force: a flood of
+	// denials to distinct destinations then takes no a.mu per denial
+	// (escalates).
+	classes map[string][]Class
 }
 
 type escalation struct {
@@ -129,15 +136,32 @@ func (a *Agent) claimEscalation(key string, e escalation) {
 	}
 }
 
+// escalates says whether session's manifest escalates denials of class c
+// (a session's image never changes; ReloadManifests clears what is known).
 func (a *Agent) escalates(session string, c Class) bool {
+	a.esc.mu.Lock()
+	cls, known := a.esc.classes[session]
+	a.esc.mu.Unlock()
+	if known {
+		return slices.Contains(cls, c)
+	}
 	a.mu.Lock()
 	defer a.unlock()
 	s, ok := a.st.Sessions[session]
 	if !ok {
 		return false
 	}
-	m := a.manifests[s.Spec.Image]
-	return m != nil && slices.Contains(m.Escalate, c)
+	cls = []Class{}
+	if m := a.manifests[s.Spec.Image]; m != nil {
+		cls = append(cls, m.Escalate...)
+	}
+	a.esc.mu.Lock() // under a.mu, as at the session's end
+	if a.esc.classes == nil {
+		a.esc.classes = map[string][]Class{}
+	}
+	a.esc.classes[session] = cls
+	a.esc.mu.Unlock()
+	return slices.Contains(cls, c)
 }
 
 func (a *Agent) cardPending(id string) bool {

@@ -196,4 +196,5 @@ func (a *Agent) forgetEscalations(session string) {
 	delete(a.esc.open, session)
 	delete(a.esc.held, session)
 	delete(a.esc.checked, session)
+	delete(a.esc.classes, session)
 }

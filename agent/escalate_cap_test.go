@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +137,48 @@ func TestEscalationFlood(t *testing.T) {
 		if e.Kind == EventEscalationCapped && !strings.Contains(e.Outcome, "held back") {
 			t.Fatalf("capped event %+v", e)
 		}
+	}
+}
+
+// TestEscalatesFollowsSessionAndManifests: what escalates remembers of a
+// session (so that a flood of denials takes no a.mu per denial) is dropped
+// when the session ends, so a new session of that name with another image
+// is asked anew, and when the manifests are reloaded.
+func TestEscalatesFollowsSessionAndManifests(t *testing.T) {
+	dir := t.TempDir()
+	write := func(escalate string) {
+		m := "image loud\nallow net.egress cidrs=127.0.0.0/24\n" + escalate + "image quiet\nallow net.egress cidrs=127.0.0.0/24\n"
+		if err := os.WriteFile(filepath.Join(dir, "m.manifest"), []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("escalate net.egress\n")
+	a := openAgent(t, memKernel(t), t.TempDir(), func(c *Config) { c.Manifests = nil; c.ManifestDir = dir })
+	mustSession(t, a, SessionSpec{ID: "x", Image: "loud"})
+	for i := 0; i < 2; i++ { // asked, then remembered
+		if !a.escalates("x", ClassNetEgress) || a.escalates("x", ClassNetInbound) {
+			t.Fatalf("round %d: x (image loud) escalates net.egress %v, net.inbound %v; want true, false", i, a.escalates("x", ClassNetEgress), a.escalates("x", ClassNetInbound))
+		}
+	}
+	if err := a.EndSession("x"); err != nil {
+		t.Fatal(err)
+	}
+	if a.escalates("x", ClassNetEgress) {
+		t.Fatal("an ended session still escalates")
+	}
+	mustSession(t, a, SessionSpec{ID: "x", Image: "quiet"})
+	if a.escalates("x", ClassNetEgress) {
+		t.Fatal("a new session x of image quiet escalates as the ended x (image loud) did")
+	}
+	mustSession(t, a, SessionSpec{ID: "y", Image: "loud"})
+	if !a.escalates("y", ClassNetEgress) {
+		t.Fatal("y (image loud) does not escalate")
+	}
+	write("")
+	if err := a.ReloadManifests(); err != nil {
+		t.Fatal(err)
+	}
+	if a.escalates("y", ClassNetEgress) {
+		t.Fatal("after a reload without escalate lines, y still escalates")
 	}
 }

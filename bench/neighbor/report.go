@@ -1,0 +1,150 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+func monoNS() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// q is the nearest-rank quantile of sorted v.
+func q(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return v[max(0, int(math.Ceil(p*float64(len(v))))-1)]
+}
+
+func one(m map[string][]float64, k string) float64 {
+	if v := m[k]; len(v) == 1 {
+		return v[0]
+	}
+	return 0
+}
+
+// dnsMs is B's DNS latencies of a phase in ms, a lost or failed query
+// counted as the timeout (1000 ms), sorted; and the lost and failed count.
+func dnsMs(p *phase) ([]float64, int, int) {
+	var v []float64
+	for _, k := range []string{"cached", "fresh"} {
+		for _, ns := range p.probe[k] {
+			v = append(v, ns/1e6)
+		}
+	}
+	bad := int(one(p.probe, "lost_cached") + one(p.probe, "lost_fresh") + one(p.probe, "err_cached") + one(p.probe, "err_fresh"))
+	for i := 0; i < bad; i++ {
+		v = append(v, float64(probeTimeout.Milliseconds()))
+	}
+	sort.Float64s(v)
+	return v, bad, int(one(p.probe, "sent"))
+}
+
+func kindMs(p *phase, k string) []float64 {
+	var v []float64
+	for _, ns := range p.probe[k] {
+		v = append(v, ns/1e6)
+	}
+	sort.Float64s(v)
+	return v
+}
+
+func sorted(v []float64) []float64 {
+	out := append([]float64(nil), v...)
+	sort.Float64s(out)
+	return out
+}
+
+func report(phases []*phase) {
+	var idleDNS, idleGrants, idleEcho []float64
+	for _, p := range phases {
+		if p.name == "idle" {
+			idleEcho = append(idleEcho, kindMs(p, "echo")...)
+			v, _, _ := dnsMs(p)
+			idleDNS = append(idleDNS, v...)
+			idleGrants = append(idleGrants, p.grants...)
+		}
+	}
+	sort.Float64s(idleDNS)
+	sort.Float64s(idleGrants)
+	sort.Float64s(idleEcho)
+	idleP99, idleGrantP99, idleEchoP99 := q(idleDNS, 0.99), q(idleGrants, 0.99), q(idleEcho, 0.99)
+	rssBase := phases[0].host.rssMaxKiB
+	fmt.Println()
+	for _, p := range phases {
+		v, bad, sent := dnsMs(p)
+		g := sorted(p.grants)
+		c, f := kindMs(p, "cached"), kindMs(p, "fresh")
+		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p99 %.3f, new names p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
+			p.name, sent, q(v, 0.5), q(v, 0.99), q(v, 1), q(c, 0.99), q(f, 0.99), bad, int(one(p.probe, "late")),
+			len(g), q(g, 0.5), q(g, 0.99), q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
+		e := kindMs(p, "echo")
+		fmt.Printf("         control: B's UDP echo to a host server on loopback (no agent): p50 %.3f p99 %.3f max %.3f ms, %d lost\n", q(e, 0.5), q(e, 0.99), q(e, 1), int(one(p.probe, "lost_echo")))
+		fmt.Printf("         host CPUs busy by kind: %s\n", p.host.hostCPU)
+		fmt.Printf("         agent: CPU %.0f %% of one CPU, %s; ports A's sockets held at most %d\n", 100*p.host.agentCPU, p.heap, p.host.aPortsMax)
+		if p.host.autobindFirstFail != "" {
+			fmt.Printf("         host autobind error: %s\n", p.host.autobindFirstFail)
+		}
+		if p.name != "idle" {
+			var types []string
+			for k, v := range p.auditTypes {
+				types = append(types, fmt.Sprintf("%s %d (%d B)", k, v[1], v[0]))
+			}
+			sort.Strings(types)
+			fmt.Printf("         A (%.1f s): %s\n         A's audit records: %d bytes (%s); all records %d bytes\n",
+				p.floodDur.Seconds(), strings.Join(strings.Split(strings.TrimSpace(p.floodOut), "\n"), ", "), p.auditOwn, strings.Join(types, ", "), p.auditAll)
+		}
+	}
+	idleCPU, nIdle := 0.0, 0
+	for _, p := range phases {
+		if p.name == "idle" {
+			idleCPU += p.host.agentCPU
+			nIdle++
+		}
+	}
+	fmt.Printf("\nidle (pooled, %d phases): B DNS p99 %.3f ms over %d queries, B grant p99 %.2f ms over %d, B's echo control p99 %.3f ms; the agent's CPU %.0f %% of one CPU (mean)\n",
+		nIdle, idleP99, len(idleDNS), idleGrantP99, len(idleGrants), idleEchoP99, 100*idleCPU/float64(nIdle))
+	worstDNS, worstGrant, worstAudit := 0.0, 0.0, 0.0
+	var lostAll, sentAll int
+	rssMax := int64(0)
+	portsMin, rangeSize := math.MaxInt, 0
+	for _, p := range phases {
+		portsMin = min(portsMin, p.host.portsLeftMin)
+		rangeSize = p.host.rangeSize
+		if p.name == "idle" {
+			continue
+		}
+		v, bad, sent := dnsMs(p)
+		dr := q(v, 0.99) / idleP99
+		gr := q(sorted(p.grants), 0.99) / idleGrantP99
+		ab := float64(p.auditOwn) * 60 / p.floodDur.Seconds()
+		rss := float64(p.host.rssMaxKiB-rssBase) / 1024
+		if p.name != "cpu" { // the control is no flood of the issue's
+			rssMax = max(rssMax, p.host.rssMaxKiB)
+			worstDNS, worstGrant, worstAudit = max(worstDNS, dr), max(worstGrant, gr), max(worstAudit, ab)
+			lostAll += bad
+			sentAll += sent
+		}
+		fmt.Printf("flood_%s_agent_cpu_pct=%.0f\nflood_%s_a_ports_max=%d\n", p.name, 100*p.host.agentCPU, p.name, p.host.aPortsMax)
+		fmt.Printf("flood_%s_echo_p99_ratio=%.2f\n", p.name, q(kindMs(p, "echo"), 0.99)/idleEchoP99)
+		fmt.Printf("flood_%s_dns_p99_ratio=%.2f\nflood_%s_dns_loss=%d/%d\nflood_%s_grant_p99_ratio=%.2f\nflood_%s_audit_bytes_per_minute=%.0f\nflood_%s_agent_rss_growth_mib=%.1f\nflood_%s_ports_left_min=%d\n",
+			p.name, dr, p.name, bad, sent, p.name, gr, p.name, ab, p.name, rss, p.name, p.host.portsLeftMin)
+	}
+	fmt.Printf("neighbor_dns_lost_or_failed=%d/%d\n", lostAll, sentAll)
+	fmt.Printf("host_ephemeral_ports_left_min_pct=%.1f\n", 100*float64(portsMin)/float64(rangeSize))
+	fmt.Printf("neighbor_dns_p99_ratio=%.2f\n", worstDNS)
+	fmt.Printf("neighbor_dns_loss=%.4f\n", float64(lostAll)/float64(max(1, sentAll)))
+	fmt.Printf("neighbor_grant_p99_ratio=%.2f\n", worstGrant)
+	fmt.Printf("audit_bytes_per_flood_minute=%.0f\n", worstAudit)
+	fmt.Printf("agent_rss_growth_mib=%.1f\n", float64(rssMax-rssBase)/1024)
+	fmt.Printf("host_ephemeral_ports_left_min=%d\n", portsMin)
+}
