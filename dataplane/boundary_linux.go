@@ -44,6 +44,11 @@ func (d *Dataplane) openBoundary() error {
 		if err := d.deriveView(name); err != nil {
 			errs = append(errs, err.Error())
 		}
+		// A gated session's exec gate and bound are armed again before
+		// the agent serves (the kernel dropped the last agent's marks).
+		if err := d.deriveProcess(name, true); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	sort.Strings(errs)
 	d.bndAdoptErr = strings.Join(errs, "; ")

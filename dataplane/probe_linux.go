@@ -69,6 +69,7 @@ func (d *Dataplane) probe() backend.Report {
 		d.persistRow(fs),
 		backend.Strength{Class: backend.ClassCredentials, Level: backend.Unavailable, Mechanism: "none", Reason: "the credential broker is not built"},
 		backend.Strength{Class: backend.ClassPeripheral, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
+		d.procRow(),
 	)
 	if d.boundaryReport(&r) {
 		r.Boundary = append(r.Boundary, d.quotaRows()...)

@@ -55,16 +55,21 @@ func (e ProcessEntry) Validate() error {
 }
 
 // ProcessBound is the process bound of a gated session whose live entries
-// are live, on a host whose bound is host: the largest MaxProcesses of the
-// live entries, capped at host; host when a live entry allows programs
-// without naming a bound; 0 (no new process) when no entry is live.
+// are live, on a host whose bound is host: per grant (handle), its
+// MaxProcesses capped at host, or host when it names no bound; the largest
+// of those; 0 (no new process) when no entry is live.
 func ProcessBound(live []ProcessEntry, host uint32) uint32 {
-	var n uint32
+	per := map[HandleRef]uint32{}
 	for _, e := range live {
-		m := e.MaxProcesses
-		if m == 0 || m > host {
-			m = host
+		if _, ok := per[e.Handle]; !ok {
+			per[e.Handle] = host
 		}
+		if e.MaxProcesses != 0 {
+			per[e.Handle] = min(e.MaxProcesses, host)
+		}
+	}
+	var n uint32
+	for _, m := range per {
 		n = max(n, m)
 	}
 	return n
