@@ -278,3 +278,40 @@ func lastLine(s string) string {
 	l := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(l[len(l)-1])
 }
+
+// BenchmarkExecGate: one exec of /usr/bin/true from a shell loop in a
+// session, gated (the program and the shell granted) and not gated, side
+// by side (each op is one exec; the launch of the loop is amortised over
+// b.N).
+func BenchmarkExecGate(b *testing.B) {
+	for _, gated := range []bool{false, true} {
+		b.Run(fmt.Sprintf("gated=%v", gated), func(b *testing.B) {
+			kerneltest.RequireRoot(b)
+			cfg := testConfig(b)
+			launcher := filepath.Join(b.TempDir(), boundary.ExecName)
+			if out, err := exec.Command("../cmd/shinken-exec/build", launcher).CombinedOutput(); err != nil {
+				b.Fatalf("build the C launcher: %v: %s", err, out)
+			}
+			cfg.Boundary = &boundary.Config{Exec: launcher}
+			d := newDataplane(b, cfg)
+			if _, err := d.CreateSession("bench", Limits{}); err != nil {
+				b.Fatal(err)
+			}
+			if gated {
+				h := mustHandle(b, d, HandleRef{}, time.Time{})
+				if err := d.Apply("bench", backend.Delta{Process: []backend.ProcessEntry{{Exec: "/bin/sh", Handle: h}, {Exec: "/usr/bin/true", Handle: h}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do /usr/bin/true || exit 1; i=$((i+1)); done", b.N))
+			cmd.Dir = "/"
+			b.ResetTimer()
+			if err := d.Launch("bench", cmd, ProcOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
