@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
@@ -314,4 +317,33 @@ func BenchmarkExecGate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// launchPrograms executes programs as the conformance suite's process
+// uses: each launched straight into the session (the launcher's own exec
+// is the use the gate answers).
+type launchPrograms struct{ d *Dataplane }
+
+func (launchPrograms) Programs(t *testing.T, n int) []string {
+	all := []string{"/usr/bin/true", "/usr/bin/id", "/usr/bin/whoami", "/usr/bin/nproc", "/usr/bin/tty"}
+	if n > len(all) {
+		t.Fatalf("%d programs asked, %d known", n, len(all))
+	}
+	return all[:n]
+}
+
+// Exec: true when the program ran (exit status aside: tty exits 1 with no
+// terminal), false when the launch or its exec was refused.
+func (u launchPrograms) Exec(session, path string) (bool, error) {
+	cmd := exec.Command(path)
+	cmd.Dir = "/"
+	err := u.d.Launch(session, cmd, ProcOptions{})
+	switch {
+	case err == nil:
+		_ = cmd.Wait()
+		return true, nil
+	case errors.Is(err, ErrNotSupported), errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return false, nil
+	}
+	return false, err
 }
