@@ -87,6 +87,12 @@ func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
 	if err := d.CheckLimits(l); err != nil {
 		return Session{}, err
 	}
+	if l.Pids == 0 && d.bnd != nil && d.pidsOnV2() {
+		// The sessions' own uids bound their processes (RLIMIT_NPROC);
+		// where the pids controller is on cgroup v2 its pids.max does
+		// too (a process grant's max_processes lowers it).
+		l.Pids = uint64(d.bnd.HostMaxProcs())
+	}
 	s, err := d.createSession(name)
 	if err != nil {
 		return s, err

@@ -316,9 +316,14 @@ func (d *Dataplane) procRow() backend.Strength {
 // pids.max: only where the pids controller is on cgroup v2 (cgroup v1 is
 // never written).
 func (d *Dataplane) pidsMaxFact() string {
-	b, err := os.ReadFile(d.cfg.CgroupRoot + "/cgroup.controllers")
-	if err == nil && slices.Contains(strings.Fields(string(b)), "pids") {
-		return "pids.max: set to the bound where the session cgroup has the pids controller (cgroup v2)"
+	if d.pidsOnV2() {
+		return "pids.max: each session's cgroup gets the host's bound at creation (cgroup v2), lowered to a grant's max_processes"
 	}
 	return "pids.max: unavailable: pids on cgroup v1 (the cgroup2 hierarchy here has no pids controller)"
+}
+
+// pidsOnV2 says whether the pids controller is on the cgroup2 hierarchy.
+func (d *Dataplane) pidsOnV2() bool {
+	b, err := os.ReadFile(d.cfg.CgroupRoot + "/cgroup.controllers")
+	return err == nil && slices.Contains(strings.Fields(string(b)), "pids")
 }
