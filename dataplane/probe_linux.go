@@ -24,6 +24,7 @@ func (d *Dataplane) probe() backend.Report {
 	r.Facts["pin_path"] = d.cfg.PinPath
 	r.Facts["adopted"] = fmt.Sprint(d.adopted)
 	r.Facts["flow_mode"] = d.cfg.FlowMode.String()
+	r.Facts["session_pids_max"] = d.pidsMaxFact()
 	r.Facts["flow_mode_means"] = FlowModeMeans(d.cfg.FlowMode)
 	lsms, lsmErr := os.ReadFile("/sys/kernel/security/lsm")
 	if lsmErr == nil {

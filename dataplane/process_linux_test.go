@@ -125,8 +125,11 @@ func TestProcessExecGate(t *testing.T) {
 		"ld.so running a forbidden binary":       "/lib64/ld-linux-x86-64.so.2 /usr/bin/id",
 		"ld.so running an allowed binary":        "/lib64/ld-linux-x86-64.so.2 /usr/bin/true",
 		"a script whose interpreter is off":      dir + "/bad.sh",
-		"memfd_create and fexecve":               `/usr/bin/python3 -c 'import os; f=os.memfd_create("x"); os.write(f, open("/usr/bin/id","rb").read()); os.fchmod(f, 0o755); os.execve(f, ["id"], {})'`,
-		"execve of /proc/self/fd of a memfd":     `/usr/bin/python3 -c 'import os; f=os.memfd_create("x"); os.write(f, open("/usr/bin/id","rb").read()); os.execv("/proc/self/fd/%d" % f, ["id"])'`,
+		// A static program in a memfd: no ELF interpreter for the
+		// marks to see (vm.memfd_noexec=2 stops these).
+		"memfd_create and fexecve":           `/usr/bin/python3 -c 'import os; f=os.memfd_create("x"); os.write(f, open("` + boundary.DefaultCatatonit + `","rb").read()); os.fchmod(f, 0o755); os.execve(f, ["c", "-V"], {})'`,
+		"execve of /proc/self/fd of a memfd": `/usr/bin/python3 -c 'import os; f=os.memfd_create("x", os.MFD_EXEC if hasattr(os, "MFD_EXEC") else 0x10); os.write(f, open("` + boundary.DefaultCatatonit + `","rb").read()); os.fchmod(f, 0o755); os.execv("/proc/self/fd/%d" % f, ["c", "-V"])'`,
+		"a static program off the list":      boundary.DefaultCatatonit + " -V",
 	} {
 		if ok, out := shIn(t, d, "p1", script); ok {
 			t.Errorf("%s ran: %s", what, out)
@@ -138,6 +141,27 @@ func TestProcessExecGate(t *testing.T) {
 		t.Errorf("allowed script: %q", out)
 	}
 	wantRun(t, d, "p1", `/usr/bin/python3 -c 'print(1)'`, true)
+
+	// A mount a later view change attaches (an fs.scope write root) is
+	// marked before the grant returns: a forbidden binary copied there
+	// does not run, an allowed one's copy neither (another file).
+	if err := os.Mkdir(dir+"/w", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fh := mustHandle(t, d, HandleRef{}, time.Time{})
+	if err := d.Apply("p1", backend.Delta{Files: []backend.FileEntry{{Path: dir + "/w", Access: backend.FileWrite, Handle: fh}}}); err != nil {
+		t.Fatal(err)
+	}
+	wantRun(t, d, "p1", "cp /usr/bin/id "+dir+"/w/id", true)
+	wantRun(t, d, "p1", dir+"/w/id", false)
+	// A static program (no ELF interpreter, whose open the marks of the
+	// root would see): only the new mount's own mark stops it.
+	wantRun(t, d, "p1", "cp "+boundary.DefaultCatatonit+" "+dir+"/w/static", true)
+	wantRun(t, d, "p1", dir+"/w/static -V", false)
+	wantRun(t, d, "p2", boundary.DefaultCatatonit+" -V", true)
+	if ok, _ := shIn(t, d, "p2", "/usr/bin/id"); !ok {
+		t.Error("the other session cannot run id")
+	}
 
 	// A shell already running: a grant and a revoke reach its next exec.
 	if sh.run("/usr/bin/id -u") {

@@ -51,7 +51,7 @@ import (
 type execState struct {
 	once sync.Once
 	err  error // the gate could not be made
-	g    *execGate
+	g    atomic.Pointer[execGate]
 
 	mu       sync.Mutex
 	sessions map[string]*procState
@@ -61,7 +61,6 @@ type execState struct {
 type procState struct {
 	bound  uint32 // RLIMIT_NPROC of its processes (0: no new process)
 	memfd  bool   // memfd_noexec set in its PID namespace
-	marked map[uint64]bool
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -84,7 +83,7 @@ type execGate struct {
 
 // ExecDenials and ExecAllowed count the gate's answers since it was made.
 func (b *Boundary) ExecDenials() uint64 {
-	if g := b.exec.g; g != nil {
+	if g := b.exec.g.Load(); g != nil {
 		return g.denied.Load()
 	}
 	return 0
@@ -92,7 +91,7 @@ func (b *Boundary) ExecDenials() uint64 {
 
 // ExecAnswers is how many exec-opens of gated sessions the gate allowed.
 func (b *Boundary) ExecAnswers() uint64 {
-	if g := b.exec.g; g != nil {
+	if g := b.exec.g.Load(); g != nil {
 		return g.allowed.Load()
 	}
 	return 0
@@ -126,15 +125,15 @@ func (b *Boundary) gate() (*execGate, error) {
 			return
 		}
 		g := &execGate{f: os.NewFile(uintptr(fd), "fanotify-exec"), byUID: map[uint32]*execPolicy{}, pending: map[int32]fileID{}}
-		b.exec.g = g
+		b.exec.g.Store(g)
 		go g.loop()
 	})
-	return b.exec.g, b.exec.err
+	return b.exec.g.Load(), b.exec.err
 }
 
 // closeExec stops the gate (Close): its marks go with the group.
 func (b *Boundary) closeExec() {
-	if g := b.exec.g; g != nil {
+	if g := b.exec.g.Load(); g != nil {
 		_ = g.f.Close()
 	}
 }
@@ -239,7 +238,7 @@ func (b *Boundary) SetProcess(name string, programs []string, bound uint32, leni
 	}
 	s := b.exec.sessions[name]
 	if s == nil {
-		s = &procState{marked: map[uint64]bool{}}
+		s = &procState{}
 	}
 	if !s.memfd {
 		if err := b.memfdNoExec(h); err != nil {
@@ -254,7 +253,7 @@ func (b *Boundary) SetProcess(name string, programs []string, bound uint32, leni
 	g.byUID[h.uid] = pol
 	g.mu.Unlock()
 	b.exec.sessions[name] = s
-	if err := markMounts(g, h.pid, s.marked); err != nil {
+	if err := markMounts(g, h.pid); err != nil {
 		return err
 	}
 	s.bound = bound
@@ -284,11 +283,11 @@ func setPidsMax(dir string, bound uint32) error {
 func (b *Boundary) markExec(name string, h *holder) error {
 	b.exec.mu.Lock()
 	defer b.exec.mu.Unlock()
-	s := b.exec.sessions[name]
-	if s == nil || b.exec.g == nil {
+	g := b.exec.g.Load()
+	if b.exec.sessions[name] == nil || g == nil {
 		return nil
 	}
-	return markMounts(b.exec.g, h.pid, s.marked)
+	return markMounts(g, h.pid)
 }
 
 // dropProcess forgets session name (its holder is gone).
@@ -296,7 +295,7 @@ func (b *Boundary) dropProcess(name string, uid uint32) {
 	b.exec.mu.Lock()
 	delete(b.exec.sessions, name)
 	b.exec.mu.Unlock()
-	if g := b.exec.g; g != nil {
+	if g := b.exec.g.Load(); g != nil {
 		g.mu.Lock()
 		delete(g.byUID, uid)
 		g.mu.Unlock()
@@ -364,8 +363,10 @@ func resolveProgram(root int, p string) (fileID, string, error) {
 	return fileID{uint64(st.Dev), st.Ino}, interp, nil
 }
 
-// markMounts marks every mount of holder pid's namespace not yet marked.
-func markMounts(g *execGate, pid int, marked map[uint64]bool) error {
+// markMounts marks every mount of holder pid's namespace, each call anew:
+// adding a mark is idempotent, and a mount id is reused once its mount is
+// gone, so no id is remembered as marked.
+func markMounts(g *execGate, pid int) error {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
 	if err != nil {
 		return fmt.Errorf("exec gate: session mounts: %w", err)
@@ -378,15 +379,10 @@ func markMounts(g *execGate, pid int, marked map[uint64]bool) error {
 		if len(fs) < 5 {
 			continue
 		}
-		id, err := strconv.ParseUint(fs[0], 10, 64)
-		if err != nil || marked[id] {
-			continue
-		}
 		mp := unescapeMount(fs[4])
 		err = unix.FanotifyMark(int(g.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, unix.FAN_OPEN_EXEC_PERM, unix.AT_FDCWD, fmt.Sprintf("/proc/%d/root%s", pid, mp))
 		switch {
 		case err == nil:
-			marked[id] = true
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL) && isPseudo(fs):
 			// Covered by a later mount (unreachable), or a pseudo file
 			// system that takes no mount mark and holds nothing
