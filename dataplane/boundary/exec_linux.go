@@ -59,8 +59,8 @@ type execState struct {
 
 // procState is one gated session's process state.
 type procState struct {
-	bound  uint32 // RLIMIT_NPROC of its processes (0: no new process)
-	memfd  bool   // memfd_noexec set in its PID namespace
+	bound uint32 // RLIMIT_NPROC of its processes (0: no new process)
+	memfd bool   // memfd_noexec set in its PID namespace
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -260,24 +260,6 @@ func (b *Boundary) SetProcess(name string, programs []string, bound uint32, leni
 	return errors.Join(setNProc(h.cgroup, h.uid, bound), setPidsMax(h.cgroup, bound))
 }
 
-// setPidsMax writes bound to the session cgroup's pids.max where it has
-// the pids controller on cgroup v2 (the file exists only then; cgroup v1
-// is never written).
-func setPidsMax(dir string, bound uint32) error {
-	f, err := os.OpenFile(dir+"/pids.max", os.O_WRONLY, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("pids.max: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(strconv.FormatUint(uint64(bound), 10)); err != nil {
-		return fmt.Errorf("pids.max %d: %w", bound, err)
-	}
-	return nil
-}
-
 // markExec marks the mounts a view change attached, in a gated session
 // (called by updateView before it returns).
 func (b *Boundary) markExec(name string, h *holder) error {
@@ -431,83 +413,6 @@ func (b *Boundary) memfdNoExec(h *holder) error {
 		errc <- err
 	}()
 	return <-errc
-}
-
-// setNProc sets RLIMIT_NPROC (soft and hard) of every process of uid in
-// the session cgroup dir (and the cgroups below it) to bound, again until a
-// pass finds no process it had not set (a fork during a pass inherits the
-// old limit). It runs on a thread of ours that took the session's uid: the
-// kernel lets a process of the same uid lower the limit without
-// CAP_SYS_RESOURCE (which the agent may lack), and no one raise a hard
-// limit without it, so a larger bound reaches the next launches only.
-func setNProc(dir string, uid, bound uint32) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's uid is the session's.
-		runtime.LockOSThread()
-		if err := child.SetThreadIDs(uid, uid); err != nil {
-			errc <- err
-			return
-		}
-		errc <- setNProcAs(dir, uid, bound)
-	}()
-	return <-errc
-}
-
-func setNProcAs(dir string, uid, bound uint32) error {
-	done := map[int]bool{}
-	for pass := 0; pass < 8; pass++ {
-		fresh := 0
-		var errs []error
-		walkProcs(dir, func(pid int) {
-			if done[pid] {
-				return
-			}
-			fresh++
-			done[pid] = true
-			var old unix.Rlimit
-			if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, nil, &old); err != nil {
-				if errors.Is(err, unix.ESRCH) {
-					return
-				}
-				if u, uerr := euidOf(int32(pid)); uerr == nil && u != uid {
-					return // the holder, or the agent's launch step: not the session's uid
-				}
-				errs = append(errs, fmt.Errorf("RLIMIT_NPROC of %d: %w", pid, err))
-				return
-			}
-			n := min(uint64(bound), old.Max)
-			if old.Cur == n && old.Max == n {
-				return
-			}
-			if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil && !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("RLIMIT_NPROC %d of %d: %w", n, pid, err))
-			}
-		})
-		if len(errs) > 0 {
-			return errors.Join(errs...)
-		}
-		if fresh == 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("RLIMIT_NPROC %d: the session kept forking through 8 passes", bound)
-}
-
-func walkProcs(dir string, fn func(pid int)) {
-	if b, err := os.ReadFile(dir + "/cgroup.procs"); err == nil {
-		for _, l := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(l); err == nil {
-				fn(pid)
-			}
-		}
-	}
-	es, _ := os.ReadDir(dir)
-	for _, e := range es {
-		if e.IsDir() {
-			walkProcs(dir+"/"+e.Name(), fn)
-		}
-	}
 }
 
 // loop answers the group's permission events until the group is closed.
