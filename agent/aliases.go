@@ -33,6 +33,7 @@ type (
 	PersistenceScope = capability.PersistenceScope
 	CredentialsScope = capability.CredentialsScope
 	PeripheralScope  = capability.PeripheralScope
+	ProcessScope     = capability.ProcessScope
 )
 
 const (
@@ -45,6 +46,7 @@ const (
 	ClassPersistence = capability.ClassPersistence
 	ClassCredentials = capability.ClassCredentials
 	ClassPeripheral  = capability.ClassPeripheral
+	ClassProcess     = capability.ClassProcess
 
 	GPUModeCompute = capability.GPUModeCompute
 	GPUModeRender  = capability.GPUModeRender

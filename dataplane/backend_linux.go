@@ -48,6 +48,11 @@ func (d *Dataplane) Apply(session string, delta backend.Delta) error {
 	if err := delta.Validate(); err != nil {
 		return err
 	}
+	// The process section is checked before anything changes (its
+	// programs resolve in the session's view) and applied last.
+	if err := d.checkProcess(session, delta.Process); err != nil {
+		return err
+	}
 	var added []EgressRule
 	for _, r := range delta.AddressRules() {
 		isNew, err := d.allowEgress(session, r)
@@ -68,6 +73,16 @@ func (d *Dataplane) Apply(session string, delta backend.Delta) error {
 	}
 	if err := d.applyFiles(session, delta.Files); err != nil {
 		var errs []error
+		for i := len(added) - 1; i >= 0; i-- {
+			errs = append(errs, d.RemoveEgress(session, added[i]))
+		}
+		if uerr := errors.Join(errs...); uerr != nil {
+			return fmt.Errorf("%w (undo incomplete: %v)", err, uerr)
+		}
+		return err
+	}
+	if err := d.applyProcess(session, delta.Process); err != nil {
+		errs := []error{d.releaseFiles(session, delta.Files)}
 		for i := len(added) - 1; i >= 0; i-- {
 			errs = append(errs, d.RemoveEgress(session, added[i]))
 		}
@@ -118,6 +133,9 @@ func (d *Dataplane) Release(session string, ref HandleRef, delta backend.Delta) 
 	if err := d.releaseFiles(session, delta.Files); err != nil && !errors.Is(err, ErrSessionNotFound) {
 		return fmt.Errorf("release %s: files: %w", ref, err)
 	}
+	if err := d.releaseProcess(session, delta.Process); err != nil && !errors.Is(err, ErrSessionNotFound) {
+		return fmt.Errorf("release %s: process: %w", ref, err)
+	}
 	if !free {
 		return nil
 	}
@@ -148,10 +166,10 @@ func (d *Dataplane) Snapshot() (backend.Snapshot, error) {
 		if err != nil {
 			return backend.Snapshot{}, err
 		}
-		fs := d.fileEntries(s.Name)
-		if len(rs) > 0 || len(fs) > 0 {
+		fs, ps := d.fileEntries(s.Name), d.processEntries(s.Name)
+		if len(rs) > 0 || len(fs) > 0 || len(ps) > 0 {
 			delta := backend.DeltaOf(rs)
-			delta.Files = fs
+			delta.Files, delta.Process = fs, ps
 			snap.Deltas[s.Name] = delta
 		}
 	}

@@ -44,6 +44,11 @@ func (d *Dataplane) openBoundary() error {
 		if err := d.deriveView(name); err != nil {
 			errs = append(errs, err.Error())
 		}
+		// A gated session's exec gate and bound are armed again before
+		// the agent serves (the kernel dropped the last agent's marks).
+		if err := d.deriveProcess(name, true); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	sort.Strings(errs)
 	d.bndAdoptErr = strings.Join(errs, "; ")
@@ -81,6 +86,12 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
 	if err := d.CheckLimits(l); err != nil {
 		return Session{}, err
+	}
+	if l.Pids == 0 && d.bnd != nil && d.pidsOnV2() {
+		// The sessions' own uids bound their processes (RLIMIT_NPROC);
+		// where the pids controller is on cgroup v2 its pids.max does
+		// too (a process grant's max_processes lowers it).
+		l.Pids = uint64(d.bnd.HostMaxProcs())
 	}
 	s, err := d.createSession(name)
 	if err != nil {

@@ -28,6 +28,12 @@ func TestConformance(t *testing.T) {
 			return newDataplane(t, cfg)
 		}, func(t *testing.T, b backend.Backend) backendtest.FileUser {
 			return shellFiles{t: t, d: b.(*Dataplane)}
+		}),
+		backendtest.WithProcessUser(func(t *testing.T) backend.Backend {
+			d, _ := procSessions(t)
+			return d
+		}, func(t *testing.T, b backend.Backend) backendtest.ProcessUser {
+			return launchPrograms{d: b.(*Dataplane)}
 		}))
 }
 

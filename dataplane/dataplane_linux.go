@@ -60,6 +60,9 @@ type Dataplane struct {
 	files      map[string][]backend.FileEntry // each session's file entries and workspace,
 	workspaces map[string]*backend.Workspace  // and both tables, pinned (files_table_linux.go)
 	fsTable    *ebpf.Map
+	procs      map[string][]backend.ProcessEntry // each session's process entries, whether it is gated,
+	procGated  map[string]bool                   // and their pinned table (process_linux.go)
+	procTable  *ebpf.Map
 	wsTable    *ebpf.Map
 }
 
@@ -108,6 +111,10 @@ func Open(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	if err := d.openFileTable(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.openProcTable(); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -261,6 +268,10 @@ func (d *Dataplane) Close() error {
 	}
 	d.links = nil
 	errs = append(errs, d.closeFileTable())
+	if d.procTable != nil {
+		errs = append(errs, d.procTable.Close())
+		d.procTable = nil
+	}
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
 }

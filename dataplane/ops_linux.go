@@ -96,7 +96,7 @@ func (d *Dataplane) DestroySession(name string) error {
 	d.names.Delete(s.Index)
 	// (Stale file entries of this index would come back with its next
 	// session: a failure keeps the index, as a stale egress entry does.)
-	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil))
+	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil), d.dropProcessLocked(name, s.Index))
 	delete(d.files, name)
 	delete(d.workspaces, name)
 	// The entries leave the index now (no write or lookup of this index
@@ -299,6 +299,10 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	// And what the dead handles opened in the sessions' views goes.
 	if err := d.fileSweep(); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but changing the file views failed: %w", ref, err)
+	}
+	// And the gated sessions' allowlists and bounds lose what it gave.
+	if err := d.procSweep(); err != nil {
+		return fmt.Errorf("revoke %s: handle revoked, but changing the exec gates failed: %w", ref, err)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ func (d *Dataplane) probe() backend.Report {
 	r.Facts["pin_path"] = d.cfg.PinPath
 	r.Facts["adopted"] = fmt.Sprint(d.adopted)
 	r.Facts["flow_mode"] = d.cfg.FlowMode.String()
+	r.Facts["session_pids_max"] = d.pidsMaxFact()
 	r.Facts["flow_mode_means"] = FlowModeMeans(d.cfg.FlowMode)
 	lsms, lsmErr := os.ReadFile("/sys/kernel/security/lsm")
 	if lsmErr == nil {
@@ -69,6 +70,7 @@ func (d *Dataplane) probe() backend.Report {
 		d.persistRow(fs),
 		backend.Strength{Class: backend.ClassCredentials, Level: backend.Unavailable, Mechanism: "none", Reason: "the credential broker is not built"},
 		backend.Strength{Class: backend.ClassPeripheral, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
+		d.procRow(),
 	)
 	if d.boundaryReport(&r) {
 		r.Boundary = append(r.Boundary, d.quotaRows()...)

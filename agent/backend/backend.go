@@ -41,10 +41,11 @@ const (
 	ClassPersistence Class = "persistence"
 	ClassCredentials Class = "credentials"
 	ClassPeripheral  Class = "peripheral"
+	ClassProcess     Class = "process"
 )
 
 // classes is Classes as an array, so that NumClasses is a constant.
-var classes = [...]Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral}
+var classes = [...]Class{ClassNetEgress, ClassNetInbound, ClassFSScope, ClassClipboard, ClassGPU, ClassInstall, ClassPersistence, ClassCredentials, ClassPeripheral, ClassProcess}
 
 // NumClasses is len(Classes), a constant: per-class tables may be arrays.
 const NumClasses = len(classes)
@@ -108,10 +109,15 @@ type Delta struct {
 	// Files is the fs.scope section: paths the session may read, write or
 	// delete, and those it is denied (files.go).
 	Files []FileEntry `json:"files,omitempty"`
+	// Process is the process section: programs the session may execute
+	// and its process bound (process.go).
+	Process []ProcessEntry `json:"process,omitempty"`
 }
 
 // IsEmpty reports whether the delta holds nothing.
-func (d Delta) IsEmpty() bool { return len(d.Egress) == 0 && len(d.Inbound) == 0 && len(d.Files) == 0 }
+func (d Delta) IsEmpty() bool {
+	return len(d.Egress) == 0 && len(d.Inbound) == 0 && len(d.Files) == 0 && len(d.Process) == 0
+}
 
 // AddressRules returns the rules of the sections that live in the address
 // tables (egress, then inbound), in order.
@@ -144,7 +150,10 @@ func (d Delta) Validate() error {
 			return err
 		}
 	}
-	return fileEntriesValid(d.Files)
+	if err := fileEntriesValid(d.Files); err != nil {
+		return err
+	}
+	return processEntriesValid(d.Process)
 }
 
 // Missing names the first entry of d that have does not hold, section by
@@ -162,7 +171,10 @@ func (d Delta) Missing(have Delta) string {
 			}
 		}
 	}
-	return missingFile(d.Files, have.Files)
+	if m := missingFile(d.Files, have.Files); m != "" {
+		return m
+	}
+	return missingProcess(d.Process, have.Process)
 }
 
 // DeltaOf sorts address rules into their sections.

@@ -38,6 +38,7 @@ const (
 	ClassPersistence = backend.ClassPersistence
 	ClassCredentials = backend.ClassCredentials
 	ClassPeripheral  = backend.ClassPeripheral
+	ClassProcess     = backend.ClassProcess
 )
 
 // Classes lists the classes in the seed's order, net.inbound after
@@ -117,6 +118,7 @@ type Capability struct {
 	Persistence *PersistenceScope `json:"persistence,omitempty"`
 	Credentials *CredentialsScope `json:"credentials,omitempty"`
 	Peripheral  *PeripheralScope  `json:"peripheral,omitempty"`
+	Process     *ProcessScope     `json:"process,omitempty"`
 }
 
 // Empty returns the empty (zero-authority) capability of class c.

@@ -25,6 +25,7 @@ var fullLines = map[Class]string{
 	ClassPersistence: "persistence paths=/work/cache survives_session=true",
 	ClassCredentials: "credentials broker_scopes=github:read,hf:read",
 	ClassPeripheral:  "peripheral camera=true mic=true usb=1d6b:0002 input_inject=true",
+	ClassProcess:     "process exec=/bin/sh,/usr/bin/git max_processes=64",
 }
 
 // TestRegistry: every class of the seam's enum has exactly one spec, with
@@ -136,7 +137,7 @@ func splitFields(line string) []string {
 // class whose OS state does not exist yet compiles to an empty Delta.
 func TestCompile(t *testing.T) {
 	ref := backend.HandleRef{Slot: 3, Generation: 1}
-	withState := map[Class]bool{ClassNetEgress: true, ClassNetInbound: true, ClassFSScope: true, ClassPersistence: true}
+	withState := map[Class]bool{ClassNetEgress: true, ClassNetInbound: true, ClassFSScope: true, ClassPersistence: true, ClassProcess: true}
 	for _, c := range Classes {
 		t.Run(string(c), func(t *testing.T) {
 			ms, err := ParseManifests("c", []byte("image x\nallow "+fullLines[c]+"\n"))

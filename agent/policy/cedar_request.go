@@ -313,9 +313,10 @@ func CedarRequest(session string, r capability.UseRequest, now time.Time) cedar.
 func hasPorts(c capability.Class) bool { return encodingOf(c).ports }
 
 // useItem is the request's item; for fs.scope's connect, which names a
-// socket exactly, the socket's path.
+// socket exactly, the socket's path, and for process's exec, which names a
+// program exactly, the program's path.
 func useItem(r capability.UseRequest) string {
-	if r.Class == capability.ClassFSScope && r.Op == "connect" && r.Item == "" {
+	if (r.Class == capability.ClassFSScope && r.Op == "connect" || r.Class == capability.ClassProcess && r.Op == "exec") && r.Item == "" {
 		return r.Path
 	}
 	return r.Item

@@ -215,6 +215,22 @@ var encodings = map[capability.Class]classEncoding{
 		},
 		useProbes: itemUseProbes(""),
 	},
+	capability.ClassProcess: {
+		// exec names a program exactly: the request's item is its path
+		// (useItem), the grant's items the exec list. max_processes is a
+		// bound, not a use: no request asks for it.
+		condition: func(op, req, G ast.Node) ast.Node {
+			return op.Equal(ast.String("exec")).And(G.Access("items").Contains(req.Access("item")))
+		},
+		entity: func(c capability.Capability, a *grantAttrs) { a.items = c.Process.Exec },
+		literals: func(c capability.Capability, lit *literals) {
+			pathLiterals(lit, c.Process.Exec)
+		},
+		useProbes: pathUseProbes,
+		grantProbes: pathGrantProbes(func(c capability.Class, p string) capability.Capability {
+			return capability.Capability{Class: c, Process: &capability.ProcessScope{Exec: []string{p}}}
+		}),
+	},
 }
 
 // encodingOf is class c's entry (the zero entry for an unknown class: its

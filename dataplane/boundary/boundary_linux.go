@@ -66,6 +66,8 @@ type Boundary struct {
 	// Test knobs: remove one protection to show a test fails without it.
 	sharedUID uint32 // every session runs as this uid when non-zero
 
+	exec execState // the exec gate and the gated sessions (exec_linux.go)
+
 	viewMu      sync.Mutex // orders view changes (view_linux.go)
 	viewChanges atomic.Uint64
 
@@ -156,6 +158,7 @@ func (b *Boundary) Close() error {
 		b.cexe.Close()
 	}
 	b.closeIdmaps()
+	b.closeExec()
 	return b.exe.Close()
 }
 
@@ -276,6 +279,7 @@ func (b *Boundary) Release(name string) {
 	b.mu.Unlock()
 	if ok {
 		b.release(h)
+		b.dropProcess(name, h.uid)
 	}
 	if b.cfg.PersistDir != "" {
 		// What this session alone kept goes with it.
@@ -348,7 +352,11 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if !ok {
 		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
 	}
-	spec := child.Launch{Path: cmd.Path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: uint64(b.cfg.MaxProcs)}
+	nproc, err := b.launchNProc(name)
+	if err != nil {
+		return err
+	}
+	spec := child.Launch{Path: cmd.Path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: nproc}
 	if b.useSeccomp {
 		spec.Filter = b.filter
 	}

@@ -63,7 +63,11 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 		return nil, fmt.Errorf("boundary: prepare in %s: %w", name, err)
 	}
 	// The starter's child gets [status pipe, launcher binary] at fds 3, 4.
-	spec := child.Launch{Path: path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: uint64(b.cfg.MaxProcs), Status: 3, ExeFD: 4}
+	nproc, err := b.launchNProc(name)
+	if err != nil {
+		return nil, err
+	}
+	spec := child.Launch{Path: path, UID: h.uid, GID: h.uid, Privileged: opts.Privileged, NProc: nproc, Status: 3, ExeFD: 4}
 	if b.useSeccomp {
 		spec.Filter = b.filter
 	}

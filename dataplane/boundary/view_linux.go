@@ -222,7 +222,9 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 	}
 	b.setView(name, &sessionView{spec: spec, layout: layout})
 	b.viewChanges.Add(1)
-	return nil
+	// A gated session's new mounts get the exec gate's mark before the
+	// change returns.
+	return b.markExec(name, h)
 }
 
 // resetView removes every mount of ours from h's namespace (read-only

@@ -28,6 +28,8 @@ type config struct {
 	launch   func() *exec.Cmd
 	fileOpen func(t *testing.T) backend.Backend
 	fileUser func(t *testing.T, b backend.Backend) FileUser
+	procOpen func(t *testing.T) backend.Backend
+	procUser func(t *testing.T, b backend.Backend) ProcessUser
 }
 
 // WithUser gives the suite its way of making uses on a backend that does
@@ -83,6 +85,8 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend, opts ...Option) 
 		{"Launch", testLaunch},
 		{"FilesApply", testFilesApply},
 		{"UseFiles", testUseFiles},
+		{"ProcessApply", testProcessApply},
+		{"UseProcess", testUseProcess},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, s) })
 	}

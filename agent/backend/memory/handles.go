@@ -192,6 +192,7 @@ func (b *Backend) Release(name string, ref backend.HandleRef, d backend.Delta) e
 	crash.at(len(rules))
 	if s, ok := b.sessions[name]; ok {
 		s.removeFiles(d.Files)
+		s.removeProcess(d.Process)
 	}
 	if !free {
 		return nil

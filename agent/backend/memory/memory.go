@@ -53,6 +53,9 @@ type Config struct {
 	// new one past it is refused with backend.ErrEntryCap once the
 	// session's expired rules are dropped (the Linux collector's work).
 	MaxDNSEntries int
+	// MaxProcs is the host's process bound of every session (the Linux
+	// backend's RLIMIT_NPROC; default DefaultMaxProcs).
+	MaxProcs uint32
 }
 
 func (c *Config) setDefaults() {
@@ -159,6 +162,7 @@ var modelled = map[backend.Class]backend.Strength{
 	backend.ClassNetInbound:  {Level: backend.RevocableInKernel, Mechanism: "per-session inbound rules checked by Accept against the grant's handle chain"},
 	backend.ClassPersistence: {Level: backend.RevocableAtNextUse, Mechanism: "per-session persistent-path entries checked by Open as writes (the Linux mount view's per-name directories; their content is not modelled)"},
 	backend.ClassFSScope:     {Level: backend.RevocableAtNextUse, Mechanism: "per-session file entries checked by Open against the grants' handle chains (the Linux mount view, derived again at every change)"},
+	backend.ClassProcess:     {Level: backend.RevocableAtNextUse, Mechanism: "per-session process entries checked by Exec and ProcessBound against the grants' handle chains (the Linux exec gate and RLIMIT_NPROC)"},
 }
 
 // probe builds the report: what the model holds, and that it confines
@@ -234,7 +238,9 @@ type session struct {
 	backend.Session
 	limits  backend.Limits
 	entries map[netip.Prefix]*entry
-	files   []backend.FileEntry // the files section of the grants applied (files.go)
+	files   []backend.FileEntry    // the files section of the grants applied (files.go)
+	process []backend.ProcessEntry // the process section (process.go)
+	gated   bool                   // it has held a process entry (process.go)
 }
 
 // entry is the rules of one (session, prefix), in order (at most MaxRules).

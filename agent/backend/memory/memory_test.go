@@ -328,3 +328,36 @@ func TestEventDrops(t *testing.T) {
 		t.Fatalf("read after the backend closed: %v", err)
 	}
 }
+
+// TestProcessBound: a gated session's bound is, per live grant, its
+// max_processes (or the host's), the largest of them; none live: 0.
+func TestProcessBound(t *testing.T) {
+	b, err := memory.New(memory.Config{MaxProcs: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateSession("s", backend.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(n uint32) {
+		t.Helper()
+		if got, err := b.ProcessBound("s"); err != nil || got != n {
+			t.Fatalf("bound %d (%v), want %d", got, err, n)
+		}
+	}
+	want(100) // not gated
+	h1, _ := b.NewHandle(backend.HandleRef{}, time.Time{})
+	if err := b.Apply("s", backend.Delta{Process: []backend.ProcessEntry{{Exec: "/bin/sh", Handle: h1}, {MaxProcesses: 10, Handle: h1}}}); err != nil {
+		t.Fatal(err)
+	}
+	want(10)
+	h2, _ := b.NewHandle(backend.HandleRef{}, time.Time{})
+	if err := b.Apply("s", backend.Delta{Process: []backend.ProcessEntry{{MaxProcesses: 500, Handle: h2}}}); err != nil {
+		t.Fatal(err)
+	}
+	want(100) // capped at the host's
+	_ = b.Revoke(h2)
+	want(10)
+	_ = b.Revoke(h1)
+	want(0)
+}

@@ -140,9 +140,15 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 	if err := b.checkFiles(name, d.Files); err != nil {
 		return err
 	}
+	if err := b.checkProcess(name, d.Process); err != nil {
+		return err
+	}
 	if len(rules) == 0 {
 		if len(d.Files) > 0 {
 			b.sessions[name].addFiles(d.Files)
+		}
+		if len(d.Process) > 0 {
+			b.sessions[name].addProcess(d.Process)
 		}
 		return nil
 	}
@@ -169,6 +175,9 @@ func (b *Backend) Apply(name string, d backend.Delta) error {
 	if len(d.Files) > 0 {
 		b.sessions[name].addFiles(d.Files)
 	}
+	if len(d.Process) > 0 {
+		b.sessions[name].addProcess(d.Process)
+	}
 	return nil
 }
 
@@ -193,9 +202,10 @@ func (b *Backend) Snapshot() (backend.Snapshot, error) {
 	snap := backend.Snapshot{Sessions: b.sessionsLocked(), Handles: b.handlesLocked(), Deltas: map[string]backend.Delta{}}
 	for _, s := range b.sessions {
 		rs := s.rules()
-		if len(rs) > 0 || len(s.files) > 0 {
+		if len(rs) > 0 || len(s.files) > 0 || len(s.process) > 0 {
 			d := backend.DeltaOf(rs)
 			d.Files = slices.Clone(s.files)
+			d.Process = slices.Clone(s.process)
 			snap.Deltas[s.Name] = d
 		}
 	}

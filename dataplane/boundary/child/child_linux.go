@@ -17,6 +17,9 @@ import (
 // so does every binary that may be re-executed itself (package boundary's
 // Main).
 func Main() {
+	if len(os.Args) == 1 && os.Args[0] == MemfdArg0 {
+		memfdNoExec()
+	}
 	if len(os.Args) < 2 {
 		return
 	}
@@ -217,4 +220,23 @@ func SetThreadIDs(uid, gid uint32) error {
 		return fmt.Errorf("setresuid %d: %w", uid, e)
 	}
 	return nil
+}
+
+// MemfdArg0 is argv[0] of the mode that sets vm.memfd_noexec=2 in its own
+// PID namespace (the exec gate's: a memfd's mount takes no fanotify mark,
+// so a gated session's memfds are made non-executable).
+const MemfdArg0 = "shinken-memfd-noexec"
+
+// memfdNoExec writes vm.memfd_noexec=2 (the sysctl is the writer's PID
+// namespace's), checks it reads back, and exits.
+func memfdNoExec() {
+	if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("2\n"), 0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if b, err := os.ReadFile("/proc/sys/vm/memfd_noexec"); err != nil || strings.TrimSpace(string(b)) != "2" {
+		fmt.Fprintf(os.Stderr, "vm.memfd_noexec reads %q (%v)\n", b, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
