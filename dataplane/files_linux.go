@@ -141,6 +141,38 @@ func (d *Dataplane) deriveView(session string) error {
 	return d.bnd.SetFiles(session, live, d.bnd.FileNever())
 }
 
+var _ backend.FileOverrides = (*Dataplane)(nil)
+
+// SetFileOverride gives the entry e names (path, access, handle) of
+// session its admin override, in the table and in the view.
+func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
+	d.mu.Lock()
+	s, ok := d.sessions[session]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	es, held := backend.SetOverride(d.files[session], e)
+	if !held {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: session %s holds no entry %s", backend.ErrInvalidFileEntry, session, e)
+	}
+	old := e
+	old.Override = !e.Override
+	if slices.Contains(d.files[session], e) {
+		d.mu.Unlock()
+		return nil // already so
+	}
+	d.files[session] = es
+	index := s.Index
+	d.mu.Unlock()
+	// The old key first (fail-closed): a crash between the two leaves
+	// neither; the restarted agent's reconcile puts the grant's entry
+	// back and its Open re-derives the override from the policies.
+	err := errors.Join(d.storeFiles(index, []backend.FileEntry{old}, true), d.storeFiles(index, []backend.FileEntry{e}, false))
+	return errors.Join(err, d.deriveView(session))
+}
+
 // fileSweep derives again the view of every session holding file entries
 // (after a revoke: what the dead handles opened goes), and counts one view
 // sweep when there was any.
@@ -185,7 +217,7 @@ func (d *Dataplane) fsRow(abi int, llErr error) backend.Strength {
 		fs.Reason = "the session boundary runs without mount namespaces here (accepted weaker level): no file view to change"
 	default:
 		fs.Level = backend.RevocableAtNextUse
-		fs.Mechanism = "the session's mount view (no BPF LSM loads here): granted write and read roots bind-mounted into the live session's mount namespace (open_tree clone, idmapped to the session's uid, attached with move_mount by a thread that joined the holder's namespace), deny entries and the credential locations under a grant masked (an empty read-only tmpfs, or a nodev /dev/null over a file), narrowest-wins across grants; a revoke's handle write is followed by the view change (made read-only, then detached) before Revoke returns"
+		fs.Mechanism = "the session's mount view (no BPF LSM loads here): granted write and read roots bind-mounted into the live session's mount namespace (open_tree clone, idmapped to the session's uid, attached with move_mount by a thread that joined the holder's namespace), deny entries and the credential locations under a grant masked (an empty read-only tmpfs, or a nodev /dev/null over a file) unless an entry naming one carries an admin override (never the agent's own state, policy directory and socket, nor a container runtime's socket), narrowest-wins across grants; a revoke's handle write is followed by the view change (made read-only, then detached) before Revoke returns"
 		fs.Reason = "at next open only: a descriptor opened before a revoke keeps reading and writing, and while one is open for writing the kernel refuses to make the mount read-only, so relative paths from a working directory inside it keep working until the process leaves it; write and delete imply read and each other under a root (a mount is all or nothing); reads of world-readable host files outside read[] are not refused (the host root stays visible read-only); approve-once and expiring file grants are refused (no use-time hook, no timer)"
 		if llErr == nil {
 			fs.Reason += fmt.Sprintf("; Landlock ABI %d is present but not yet applied as a second layer", abi)

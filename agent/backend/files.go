@@ -44,9 +44,21 @@ type FileEntry struct {
 	Path   string     `json:"path"`
 	Access FileAccess `json:"access"`
 	Handle HandleRef  `json:"handle"`
+	// Override: an admin policy (the operator's policy directory, not the
+	// shipped set) permits this entry's use at Path. The agent derives it
+	// when the grant is made and again at every policy apply and reload
+	// (FileOverrides), as it does a net rule's NeverOK. Where Path lies at
+	// or under a credential location that is not the agent's own, the
+	// entry opens that location (FileRightsView); elsewhere it changes
+	// nothing. A broad entry above a credential location never does: the
+	// grant must name the location or a path in it.
+	Override bool `json:"override,omitempty"`
 }
 
 func (e FileEntry) String() string {
+	if e.Override {
+		return fmt.Sprintf("%s %s (handle %s, admin override)", e.Access, e.Path, e.Handle)
+	}
 	return fmt.Sprintf("%s %s (handle %s)", e.Access, e.Path, e.Handle)
 }
 
@@ -131,6 +143,58 @@ func FileRightsAt(entries []FileEntry, path string) FileRights {
 	return r
 }
 
+// FileRightsView is what entries (those of live handles) give at path
+// with the credential locations never in force: under one of fixed (the
+// agent's own state and policy directories and socket, which no policy
+// lifts) or under a container runtime's socket (root on the host; Block
+// tier) nothing; under another credential location only what the entries
+// that name it or a path in it with Override give (a deny of theirs
+// taking their handle's rights, as in FileRightsAt); elsewhere what
+// FileRightsAt says. Denied is set wherever a credential location takes
+// what the entries would give.
+func FileRightsView(entries []FileEntry, never, fixed []string, path string) FileRights {
+	for _, l := range [][]string{fixed, ContainerRuntimeSockets} {
+		for _, n := range l {
+			if PathUnder(path, n) {
+				return FileRights{Denied: true}
+			}
+		}
+	}
+	inner := ""
+	for _, n := range never {
+		if PathUnder(path, n) && len(n) > len(inner) {
+			inner = n
+		}
+	}
+	if inner == "" {
+		return FileRightsAt(entries, path)
+	}
+	r := FileRightsAt(OverridesUnder(entries, inner), path)
+	if r.None() {
+		r.Denied = true
+	}
+	return r
+}
+
+// OverridesUnder is the entries that may open the credential location n:
+// those at or under n with Override, and the deny entries of their
+// handles.
+func OverridesUnder(entries []FileEntry, n string) []FileEntry {
+	var hs []HandleRef
+	for _, e := range entries {
+		if e.Override && e.Access != FileDeny && e.Access != FileConnect && PathUnder(e.Path, n) {
+			hs = append(hs, e.Handle)
+		}
+	}
+	var out []FileEntry
+	for _, e := range entries {
+		if slices.Contains(hs, e.Handle) && (e.Access == FileDeny || (e.Override && e.Access != FileConnect && PathUnder(e.Path, n))) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // sameFileEntry: the same path, access and handle.
 func sameFileEntry(a, b FileEntry) bool { return a == b }
 
@@ -155,4 +219,30 @@ func missingFile(want, have []FileEntry) string {
 		}
 	}
 	return ""
+}
+
+// FileOverrides is an optional role: a backend whose file entries carry
+// Override changes one held entry's (named by path, access and handle)
+// to e.Override, and the session's view with it. The agent calls it when
+// the policies in force change (an admin permit added or removed).
+// ErrNotSupported where an entry's override cannot change in place.
+type FileOverrides interface {
+	SetFileOverride(session string, e FileEntry) error
+}
+
+// sameEntryButOverride: the same path, access and handle.
+func sameEntryButOverride(a, b FileEntry) bool {
+	return a.Path == b.Path && a.Access == b.Access && a.Handle == b.Handle
+}
+
+// SetOverride returns es with the entry e names (path, access, handle)
+// given e.Override, and whether es held it.
+func SetOverride(es []FileEntry, e FileEntry) ([]FileEntry, bool) {
+	i := slices.IndexFunc(es, func(k FileEntry) bool { return sameEntryButOverride(k, e) })
+	if i < 0 {
+		return es, false
+	}
+	es = slices.Clone(es)
+	es[i].Override = e.Override
+	return es, true
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 )
 
 // Default identity range: above systemd's dynamic users (61184-65519) and
@@ -110,6 +111,11 @@ type Config struct {
 	// whatever a file grant says: masked wherever a grant or a workspace
 	// would show them. Nil: DefaultFileNever().
 	FileNever []string
+	// FileNeverFixed are those of FileNever that no admin override
+	// (backend.FileEntry.Override) lifts: the agent's own state and policy
+	// directories and socket (a session that reached them would hold
+	// every session's authority).
+	FileNeverFixed []string
 	// PersistDir holds the sessions' persistent paths (persistence
 	// grants): keep/NAME for those that survive the session, kept until
 	// ForgetPersisted, and session/NAME for the others, removed with the
@@ -177,6 +183,11 @@ func (c Config) Validate(maxSessions uint32) error {
 	for _, p := range c.FileNever {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			return fmt.Errorf("boundary: file never-list: %q is not an absolute clean path other than /", p)
+		}
+	}
+	for _, p := range c.FileNeverFixed {
+		if !slices.Contains(c.FileNever, p) {
+			return fmt.Errorf("boundary: fixed file never-list: %q is not in the file never-list", p)
 		}
 	}
 	for _, m := range c.Accept {

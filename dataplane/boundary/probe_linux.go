@@ -94,7 +94,7 @@ func (b *Boundary) probe() {
 	} else if landlockFSRights(abi) == 0 {
 		fsErr = fmt.Errorf("Landlock ABI %d cannot handle refer (needs 2): renames and links across directories would all be refused", abi)
 	}
-	b.useLandlockFS = add(MechLandlockFS, fsErr, fmt.Sprintf("Landlock ABI %d, entered by the launcher at every launch: every filesystem right (read, write, execute, ...) denied beneath the %d credential locations (%s), whatever the mount view shows and whatever a grant says; allowed everywhere else, where the mount view and file permissions decide", abi, len(c.FileNever), strings.Join(c.FileNever, ", ")))
+	b.useLandlockFS = add(MechLandlockFS, fsErr, fmt.Sprintf("Landlock ABI %d, entered by the launcher at every launch: every filesystem right (read, write, execute, ...) denied beneath the %d credential locations (%s), whatever the mount view shows and whatever a grant says, except where an admin override opens one (an admin policy names it, a grant names it or a path in it): launches after the override get a rule for it, those before keep it denied; the agent's own %d (%s) never; allowed everywhere else, where the mount view and file permissions decide", abi, len(c.FileNever), strings.Join(c.FileNever, ", "), len(c.FileNeverFixed), strings.Join(c.FileNeverFixed, ", ")))
 
 	b.report = rows
 	var missing []string

@@ -113,7 +113,7 @@ func (b *Boundary) SetFiles(name string, files []backend.FileEntry, never []stri
 		}
 	}
 	return b.updateView(name, func(v *ViewSpec) {
-		v.Files, v.Never = files, never
+		v.Files, v.Never, v.Fixed = files, never, b.cfg.FileNeverFixed
 		if b.cfg.PersistDir != "" {
 			v.PersistKeep, v.PersistSession = b.persistDirs(name)
 		}
