@@ -58,6 +58,9 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 	if d.bnd == nil {
 		return fmt.Errorf("%w: fs.scope needs the session boundary (its mount namespace)", ErrNotSupported)
 	}
+	if err := backend.CheckDeleteCovered(es); err != nil {
+		return err
+	}
 	for _, e := range es {
 		if e.Access == backend.FileDeny {
 			continue
@@ -218,7 +221,7 @@ func (d *Dataplane) fsRow(abi int, llErr error) backend.Strength {
 	default:
 		fs.Level = backend.RevocableAtNextUse
 		fs.Mechanism = "the session's mount view (no BPF LSM loads here): granted write and read roots bind-mounted into the live session's mount namespace (open_tree clone, idmapped to the session's uid, attached with move_mount by a thread that joined the holder's namespace), deny entries and the credential locations under a grant masked (an empty read-only tmpfs, or a nodev /dev/null over a file) unless an entry naming one carries an admin override (never the agent's own state, policy directory and socket, nor a container runtime's socket), narrowest-wins across grants; a revoke's handle write is followed by the view change (made read-only, then detached) before Revoke returns"
-		fs.Reason = "at next open only: a descriptor opened before a revoke keeps reading and writing, and while one is open for writing the kernel refuses to make the mount read-only, so relative paths from a working directory inside it keep working until the process leaves it; write and delete imply read and each other under a root (a mount is all or nothing); reads of world-readable host files outside read[] are not refused (the host root stays visible read-only); approve-once and expiring file grants are refused (no use-time hook, no timer)"
+		fs.Reason = "at next open only: a descriptor opened before a revoke keeps reading and writing, and while one is open for writing the kernel refuses to make the mount read-only, so relative paths from a working directory inside it keep working until the process leaves it; write implies read and delete under a root (a mount is all or nothing), and a delete[] path without its own grant's write[] over it is refused (delete apart from write needs a path_unlink/path_rename hook: BPF LSM, not loadable here); the Delta keeps delete as its own bit; reads of world-readable host files outside read[] are not refused (the host root stays visible read-only); approve-once and expiring file grants are refused (no use-time hook, no timer)"
 		if llErr == nil {
 			fs.Reason += fmt.Sprintf("; Landlock ABI %d is present but not yet applied as a second layer", abi)
 		}

@@ -246,3 +246,27 @@ func SetOverride(es []FileEntry, e FileEntry) ([]FileEntry, bool) {
 	es[i].Override = e.Override
 	return es, true
 }
+
+// ErrDeleteNeedsWrite is wrapped (with ErrNotSupported) by a backend that
+// cannot hold delete apart from write (a mount view: a mount is writable
+// or not) when a delete entry has no write of its own grant over it.
+var ErrDeleteNeedsWrite = errors.New("delete without write over it: this backend cannot give unlink and rename-away without write (a mount is writable or not); it needs a path_unlink/path_rename hook (BPF LSM)")
+
+// CheckDeleteCovered refuses, for a backend whose write gives delete and
+// that cannot give delete alone, every delete entry of es that no write
+// entry of the same handle covers (so that no delete entry is ever widened
+// into write). A delete inside its grant's write root adds nothing there:
+// say so in the probe row.
+func CheckDeleteCovered(es []FileEntry) error {
+	for _, e := range es {
+		if e.Access != FileDelete {
+			continue
+		}
+		if !slices.ContainsFunc(es, func(w FileEntry) bool {
+			return w.Handle == e.Handle && w.Access == FileWrite && PathUnder(e.Path, w.Path)
+		}) {
+			return fmt.Errorf("%w: %s: %w", ErrNotSupported, e, ErrDeleteNeedsWrite)
+		}
+	}
+	return nil
+}

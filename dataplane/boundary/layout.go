@@ -117,7 +117,7 @@ func (v ViewSpec) stateAt(p string) ViewState {
 	st := ViewBase
 	r := backend.FileRightsAt(v.Files, p)
 	switch {
-	case r.Write || r.Delete:
+	case r.Write: // a delete entry gives nothing of its own here (the backend refuses one without its grant's write over it)
 		st = ViewWrite
 	case r.Read:
 		st = ViewRead

@@ -19,13 +19,18 @@ type FileOp = backend.FileAccess
 
 // checkFiles refuses what Apply could not hold: an unknown session, an
 // invalid or dead handle, an approve-once handle (the Linux mount view has
-// no use-time hook to consume it); b.mu held.
+// no use-time hook to consume it), a delete entry without its grant's
+// write over it (the mount view cannot give delete alone); b.mu held.
 func (b *Backend) checkFiles(name string, es []backend.FileEntry) error {
 	if len(es) == 0 {
 		return nil
 	}
 	if _, ok := b.sessions[name]; !ok {
 		return fmt.Errorf("%w: %s", backend.ErrSessionNotFound, name)
+	}
+	// As the Linux mount view: delete only inside its grant's write.
+	if err := backend.CheckDeleteCovered(es); err != nil {
+		return err
 	}
 	for _, e := range es {
 		h, err := b.readHandle(e.Handle)
@@ -92,7 +97,9 @@ func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
 	case backend.FileWrite:
 		return r.Write, nil
 	}
-	return r.Delete, nil
+	// As on the Linux mount view: a writable root lets delete (a delete
+	// entry lies under its grant's write: checkFiles).
+	return r.Write || r.Delete, nil
 }
 
 var _ backend.FileOverrides = (*Backend)(nil)
