@@ -5,6 +5,7 @@ package capability
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
@@ -108,6 +109,10 @@ func init() {
 				return slices.Contains(c.FS.Connect, r.Path)
 			}
 			return false
+		},
+		// "read=/a,/b write=/c ...": the manifest line without its class.
+		summary: func(c Capability) string {
+			return strings.TrimPrefix(c.String(), string(ClassFSScope)+" ")
 		},
 		// One file entry per path, under the grant's handle: the
 		// backend's view gives what the grant's entries give, a deny of
