@@ -238,10 +238,14 @@ func (d *Dataplane) persistRow(fs backend.Strength) backend.Strength {
 		p.Reason = "no file view on this host: " + fs.Reason
 	case d.cfg.Boundary.PersistDir == "":
 		p.Reason = "no persist directory is configured (boundary.Config.PersistDir; the daemon sets STATE_DIR/persist)"
+	case d.bnd.PersistOverlay() == nil:
+		p.Level = backend.RevocableAtNextUse
+		p.Mechanism = "the session's mount view: each persistent path is an overlay (fsopen/fsconfig/fsmount from detached idmapped layers): the host's directory read-only as the lower layer, the session name's own directory under " + d.cfg.Boundary.PersistDir + " as the upper (keep/NAME with survives_session, kept until forgotten and reattached by the next session of the name; session/NAME otherwise, removed with the session), both shown as the session's uid; credential locations under it masked; a revoke detaches it (read-only first)"
+		p.Reason = "a descriptor opened before a revoke keeps working; the host's later changes to a file the session changed are hidden by its copy"
 	default:
 		p.Level = backend.RevocableAtNextUse
 		p.Mechanism = "the session's mount view: each persistent path is a bind mount of the session name's own directory under " + d.cfg.Boundary.PersistDir + " (keep/NAME with survives_session, kept until forgotten; session/NAME otherwise, removed with the session), idmapped to the session's uid; a revoke detaches it (read-only first)"
-		p.Reason = "the path's own host content is hidden under the mount, not merged (no overlay); a descriptor opened before a revoke keeps working"
+		p.Reason = "no overlay here (" + d.bnd.PersistOverlay().Error() + "): the path's own host content is hidden under the mount, not merged; a descriptor opened before a revoke keeps working"
 	}
 	return p
 }

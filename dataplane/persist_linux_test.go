@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
+	"golang.org/x/sys/unix"
 )
 
 // TestPersistence: a persistent path with survives_session keeps what a
@@ -31,10 +33,19 @@ func TestPersistence(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(pdir) })
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, PersistDir: pdir}
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir}
 	d := newDataplane(t, cfg)
-	if lvl := d.Probe().Class(backend.ClassPersistence); !lvl.Level.Enforceable() {
+	lvl := d.Probe().Class(backend.ClassPersistence)
+	if !lvl.Level.Enforceable() {
 		t.Fatalf("persistence: %s", lvl.Reason)
+	}
+	// On this kernel (6.18) a persistent path is an overlay over the
+	// host's directory; the bind (the session name's directory alone) is
+	// the fallback the row names where one cannot be made.
+	overlay := d.bnd.PersistOverlay() == nil
+	t.Logf("persistence: %s (overlay: %v, %v)", lvl.Mechanism, overlay, d.bnd.PersistOverlay())
+	if !overlay && kernelAtLeast(6, 8) { // overlay layers by descriptor (fsconfig lowerdir+)
+		t.Errorf("no overlay for persistent paths on this kernel: %v", d.bnd.PersistOverlay())
 	}
 	cache, scratch := r+"/home/u", r+"/other"
 	session := func(name string) {
@@ -70,7 +81,23 @@ func TestPersistence(t *testing.T) {
 	if _, err := os.Stat(cache + "/k"); err == nil {
 		t.Errorf("the persistent write reached the host path")
 	}
-	if !run("fs", "! test -e "+cache+"/notes") {
+	if overlay {
+		// The host's content shows (the lower layer); the session's
+		// changes to it stay in its upper layer; the credential location
+		// under the path stays masked.
+		if !run("fs", "grep -q data "+cache+"/notes && echo mine >> "+cache+"/notes && rm "+scratch+"/f") {
+			t.Errorf("the host's content under the persistent paths: not readable, writable or deletable")
+		}
+		if b, _ := os.ReadFile(cache + "/notes"); string(b) != "data\n" {
+			t.Errorf("a write to host content in a persistent path reached the host: %q", b)
+		}
+		if _, err := os.Stat(scratch + "/f"); err != nil {
+			t.Errorf("a delete in a persistent path reached the host: %v", err)
+		}
+		if run("fs", "cat "+cache+"/.ssh/id_ed25519") || run("fs", "ls "+cache+"/.ssh | grep -q id") {
+			t.Errorf("a credential location under a persistent path is readable")
+		}
+	} else if !run("fs", "! test -e "+cache+"/notes") {
 		t.Errorf("the host's own content shows through the persistent path")
 	}
 	if err := d.DestroySession("fs"); err != nil {
@@ -84,8 +111,14 @@ func TestPersistence(t *testing.T) {
 	if !run("fs", "grep -q kept "+cache+"/k") {
 		t.Errorf("the next session of the name does not see what was kept")
 	}
+	if overlay && !run("fs", "grep -q mine "+cache+"/notes") {
+		t.Errorf("the next session of the name does not see its change to the host's file")
+	}
 	if run("fs", "test -e "+scratch+"/s") {
 		t.Errorf("a session-only write came back")
+	}
+	if overlay && !run("fs", "test -e "+scratch+"/f") {
+		t.Errorf("a session-only delete outlived its session")
 	}
 	session("other")
 	grant("other")
@@ -112,4 +145,16 @@ func TestPersistence(t *testing.T) {
 	if run("fs", "test -e "+cache+"/k") {
 		t.Errorf("a forgotten path came back")
 	}
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or
+// newer.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var ma, mi int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
+	return ma > major || ma == major && mi >= minor
 }

@@ -145,6 +145,11 @@ func (c *Config) SetDefaults() {
 	}
 }
 
+// overlayInternalID is the on-disk uid and gid of the persistence
+// overlays' own objects (overlay_linux.go; shown as root to the overlay).
+// Outside every session uid range (Validate) and the systemd ranges.
+const overlayInternalID = 3_000_000_000
+
 // ErrUIDRange is wrapped by every identity range error.
 var ErrUIDRange = errors.New("boundary: session uid range")
 
@@ -176,6 +181,9 @@ func (c Config) Validate(maxSessions uint32) error {
 	}
 	if c.MaxProcs != 0 && (c.MaxProcs < minMaxProcs || c.MaxProcs > maxMaxProcs) {
 		return fmt.Errorf("boundary: max processes %d outside [%d, %d]", c.MaxProcs, minMaxProcs, maxMaxProcs)
+	}
+	if uint64(c.UIDBase) <= overlayInternalID && overlayInternalID <= last {
+		return fmt.Errorf("%w: [%d, %d] contains %d, the persistence overlays' internal id", ErrUIDRange, c.UIDBase, last, uint64(overlayInternalID))
 	}
 	if c.PersistDir != "" && (!filepath.IsAbs(c.PersistDir) || filepath.Clean(c.PersistDir) != c.PersistDir) {
 		return fmt.Errorf("boundary: persist directory %q is not an absolute clean path", c.PersistDir)

@@ -55,6 +55,11 @@ type ViewSpec struct {
 	// session's persistent paths (persistence entries), kept across
 	// sessions of its name and for this session only.
 	PersistKeep, PersistSession string
+	// PersistMerged: a persistent path is an overlay over the host's
+	// directory (its content shows): the credential locations under it
+	// are masked as under any mount. Otherwise it shows only the session
+	// name's own directory.
+	PersistMerged bool
 }
 
 // PersistSource is the directory under base that holds path p.
@@ -198,7 +203,7 @@ func (v ViewSpec) Layout() []ViewMount {
 		if never[p] && up == ViewBase && !slices.ContainsFunc(opened, func(o string) bool { return backend.PathUnder(o, p) }) {
 			continue // nothing opens it: the host's own permissions hold
 		}
-		if never[p] && up == ViewPersist {
+		if never[p] && up == ViewPersist && !v.PersistMerged {
 			continue // the session's own directory: the host's files are not there
 		}
 		switch {
