@@ -17,8 +17,17 @@ import (
 // session wrote there after the session is destroyed and shows it to the
 // next session of that name (not to another name, nor on the host path);
 // without survives_session it goes with the session; a revoke makes the
-// next write fail; ForgetPersisted removes what was kept.
+// next write fail; ForgetPersisted removes what was kept. As an overlay
+// (the host's content shows, changes stay in the name's directory) and as
+// the bind fallback (boundary.Config.PersistBind: the name's directory
+// alone).
 func TestPersistence(t *testing.T) {
+	for _, bind := range []bool{false, true} {
+		t.Run(map[bool]string{false: "overlay", true: "bind"}[bind], func(t *testing.T) { testPersistence(t, bind) })
+	}
+}
+
+func testPersistence(t *testing.T, bind bool) {
 	kerneltest.RequireRoot(t)
 	if _, err := os.Stat(boundary.DefaultCatatonit); err != nil {
 		t.Skipf("no %s here: %v", boundary.DefaultCatatonit, err)
@@ -33,7 +42,7 @@ func TestPersistence(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(pdir) })
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir}
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir, PersistBind: bind}
 	d := newDataplane(t, cfg)
 	lvl := d.Probe().Class(backend.ClassPersistence)
 	if !lvl.Level.Enforceable() {
@@ -43,8 +52,11 @@ func TestPersistence(t *testing.T) {
 	// host's directory; the bind (the session name's directory alone) is
 	// the fallback the row names where one cannot be made.
 	overlay := d.bnd.PersistOverlay() == nil
+	if bind && overlay {
+		t.Fatal("PersistBind: an overlay anyway")
+	}
 	t.Logf("persistence: %s (overlay: %v, %v)", lvl.Mechanism, overlay, d.bnd.PersistOverlay())
-	if !overlay && kernelAtLeast(6, 8) { // overlay layers by descriptor (fsconfig lowerdir+)
+	if !overlay && !bind && kernelAtLeast(6, 8) { // overlay layers by descriptor (fsconfig lowerdir+)
 		t.Errorf("no overlay for persistent paths on this kernel: %v", d.bnd.PersistOverlay())
 	}
 	cache, scratch := r+"/home/u", r+"/other"

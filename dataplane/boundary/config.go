@@ -121,6 +121,10 @@ type Config struct {
 	// ForgetPersisted, and session/NAME for the others, removed with the
 	// session. Empty: persistence is not offered.
 	PersistDir string
+	// PersistBind makes every persistent path a bind of the session
+	// name's directory alone (the host's content at the path hidden),
+	// even where an overlay could be made: the fallback, chosen.
+	PersistBind bool
 }
 
 // SetDefaults fills unset fields.

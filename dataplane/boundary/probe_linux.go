@@ -104,6 +104,8 @@ func (b *Boundary) probe() {
 		b.persistOverlay = fmt.Errorf("no persist directory")
 	case !b.useNS:
 		b.persistOverlay = fmt.Errorf("no mount namespace")
+	case c.PersistBind:
+		b.persistOverlay = fmt.Errorf("the configuration asks for binds (boundary.Config.PersistBind)")
 	default:
 		b.persistOverlay = b.probeOverlay(c.PersistDir, c.UIDBase+1)
 	}
