@@ -43,26 +43,35 @@ func (a *Agent) fileOverrides(session string, es []backend.FileEntry) {
 
 // rederiveFileOverrides makes rec's file entries' overrides what the
 // policies in force say, in the backend (backend.FileOverrides) and in
-// rec; it reports whether rec changed. a.mu held.
+// rec; it reports whether rec changed. The backend is told even where rec
+// already says so: it then drops a copy with the other value (a crash
+// between its change and rec's, then reconcile re-applying rec, leaves
+// both). a.mu held.
 func (a *Agent) rederiveFileOverrides(rec *GrantRecord) (bool, error) {
 	changed := false
 	var err error
+	fo, canSet := a.kernel.(backend.FileOverrides)
 	for i, e := range rec.Delta.Files {
-		want := a.fileOverrideOK(rec.Session, e)
-		if want == e.Override {
+		switch e.Access {
+		case backend.FileDeny, backend.FileConnect:
 			continue
 		}
-		fo, ok := a.kernel.(backend.FileOverrides)
-		if !ok {
-			return changed, fmt.Errorf("%w: grant %s: %s: the backend cannot change a file entry's admin override", ErrKernel, rec.ID, e)
+		want := a.fileOverrideOK(rec.Session, e)
+		if !canSet {
+			if want != e.Override {
+				return changed, fmt.Errorf("%w: grant %s: %s: the backend cannot change a file entry's admin override", ErrKernel, rec.ID, e)
+			}
+			continue
 		}
 		e.Override = want
 		if kerr := fo.SetFileOverride(rec.Session, e); kerr != nil {
 			err = fmt.Errorf("%w: grant %s: file override %s: %w", ErrKernel, rec.ID, e, kerr)
 			continue
 		}
-		rec.Delta.Files[i] = e
-		changed = true
+		if rec.Delta.Files[i] != e {
+			rec.Delta.Files[i] = e
+			changed = true
+		}
 	}
 	return changed, err
 }

@@ -155,14 +155,12 @@ func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
 		d.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
 	}
-	es, held := backend.SetOverride(d.files[session], e)
+	es, stale, added, held := backend.SetOverride(d.files[session], e)
 	if !held {
 		d.mu.Unlock()
 		return fmt.Errorf("%w: session %s holds no entry %s", backend.ErrInvalidFileEntry, session, e)
 	}
-	old := e
-	old.Override = !e.Override
-	if slices.Contains(d.files[session], e) {
+	if len(stale) == 0 && !added {
 		d.mu.Unlock()
 		return nil // already so
 	}
@@ -172,7 +170,10 @@ func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
 	// The old key first (fail-closed): a crash between the two leaves
 	// neither; the restarted agent's reconcile puts the grant's entry
 	// back and its Open re-derives the override from the policies.
-	err := errors.Join(d.storeFiles(index, []backend.FileEntry{old}, true), d.storeFiles(index, []backend.FileEntry{e}, false))
+	err := d.storeFiles(index, stale, true)
+	if added {
+		err = errors.Join(err, d.storeFiles(index, []backend.FileEntry{e}, false))
+	}
 	return errors.Join(err, d.deriveView(session))
 }
 

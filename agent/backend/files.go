@@ -236,15 +236,25 @@ func sameEntryButOverride(a, b FileEntry) bool {
 }
 
 // SetOverride returns es with the entry e names (path, access, handle)
-// given e.Override, and whether es held it.
-func SetOverride(es []FileEntry, e FileEntry) ([]FileEntry, bool) {
-	i := slices.IndexFunc(es, func(k FileEntry) bool { return sameEntryButOverride(k, e) })
-	if i < 0 {
-		return es, false
+// held once, with e.Override: stale are the copies with the other value it
+// dropped (a crash between a backend's change and the grant record's, then
+// reconcile re-applying the record, can leave both), added whether e was
+// not held as it is; ok is false when es holds no copy at all.
+func SetOverride(es []FileEntry, e FileEntry) (out, stale []FileEntry, added, ok bool) {
+	held := slices.Contains(es, e)
+	for _, k := range es {
+		if sameEntryButOverride(k, e) && k.Override != e.Override {
+			stale = append(stale, k)
+		}
 	}
-	es = slices.Clone(es)
-	es[i].Override = e.Override
-	return es, true
+	if !held && len(stale) == 0 {
+		return es, nil, false, false
+	}
+	out = slices.DeleteFunc(slices.Clone(es), func(k FileEntry) bool { return slices.Contains(stale, k) })
+	if !held {
+		out = append(out, e)
+	}
+	return out, stale, !held, true
 }
 
 // ErrDeleteNeedsWrite is wrapped (with ErrNotSupported) by a backend that

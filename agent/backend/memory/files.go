@@ -112,7 +112,7 @@ func (b *Backend) SetFileOverride(name string, e backend.FileEntry) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", backend.ErrSessionNotFound, name)
 	}
-	es, ok := backend.SetOverride(s.files, e)
+	es, _, _, ok := backend.SetOverride(s.files, e)
 	if !ok {
 		return fmt.Errorf("%w: session %s holds no entry %s", backend.ErrInvalidFileEntry, name, e)
 	}
