@@ -170,3 +170,47 @@ func kernelAtLeast(major, minor int) bool {
 	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
 	return ma > major || ma == major && mi >= minor
 }
+
+// TestPersistenceRestart: an overlay persistent path outlives the agent:
+// a new dataplane adopts the session, reads its view back (the overlay is
+// known by its source), the session keeps writing there, and a revoke by
+// the new agent detaches it (the next write fails).
+func TestPersistenceRestart(t *testing.T) {
+	kerneltest.RequireRoot(t)
+	if _, err := os.Stat(boundary.DefaultCatatonit); err != nil {
+		t.Skipf("no %s here: %v", boundary.DefaultCatatonit, err)
+	}
+	r := fsTree(t)
+	pdir, err := os.MkdirTemp("/var/tmp", "shinken-persist-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pdir) })
+	cfg := testConfig(t)
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir}
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.bnd.PersistOverlay() != nil {
+		d.Close()
+		t.Skipf("no overlay here: %v", d.bnd.PersistOverlay())
+	}
+	if _, err := d.CreateSession("fs", Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	cache := r + "/home/u"
+	h := fileGrant(t, d, backend.FileEntry{Path: cache, Access: backend.FilePersist})
+	wantSh(t, d, "write before the restart", "echo kept > "+cache+"/k && grep -q data "+cache+"/notes", true)
+	d.Close()
+	d2 := newDataplane(t, cfg)
+	if e := d2.Probe().Facts["session_boundary_adopt_errors"]; e != "" {
+		t.Fatalf("adoption: %s", e)
+	}
+	wantSh(t, d2, "write after the restart", "echo more >> "+cache+"/k && grep -q data "+cache+"/notes", true)
+	if err := d2.Revoke(h); err != nil {
+		t.Fatal(err)
+	}
+	wantSh(t, d2, "write after a revoke by the new agent", "echo x >> "+cache+"/k2", false)
+	wantSh(t, d2, "the kept file after the revoke (the host path shows again)", "test -e "+cache+"/k", false)
+}

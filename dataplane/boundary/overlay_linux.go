@@ -156,6 +156,12 @@ func (b *Boundary) probeOverlay(dir string, sess uint32) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// A probe an agent did not finish (it died) left its directory.
+	if old, err := filepath.Glob(filepath.Join(dir, ".probe-*")); err == nil {
+		for _, o := range old {
+			_ = os.RemoveAll(o)
+		}
+	}
 	tmp, err := os.MkdirTemp(dir, ".probe-")
 	if err != nil {
 		return err
