@@ -3,8 +3,8 @@ package agent
 // The policies in force, in the kernel: the admin and hard-deny forbids
 // whose condition is a destination are the backend's deny table
 // (backend.DenyEntry, compiled by policy.KernelForbids), and every live
-// grant's never-list exceptions are re-derived from the admin permits in
-// force. Both follow each policy apply and reload, and Open.
+// grant's never-list exceptions and file overrides (fsoverride.go) are
+// re-derived from the admin permits in force. Both follow each policy apply and reload, and Open.
 
 import (
 	"errors"
@@ -61,6 +61,9 @@ func (a *Agent) rederiveNever() error {
 			changed = true
 		}
 		a.noteNeverRules(rec)
+		fchanged, ferr := a.rederiveFileOverrides(rec)
+		errs = append(errs, ferr)
+		changed = changed || fchanged
 		if changed {
 			errs = append(errs, a.persistKeys(store.GrantKey(rec.ID)))
 		}

@@ -315,6 +315,7 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// recorded Delta in the kernel, which reconcile releases).
 	delta := capability.Compile(c, ref)
 	a.neverExceptions(rec.Session, delta.Egress)
+	a.fileOverrides(rec.Session, delta.Files)
 	rec.Delta = delta
 	a.noteNeverRules(rec)
 	rec.Phase = PhaseApplying

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/dataplane"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
@@ -14,7 +15,10 @@ import (
 // its own dataplane (unique parent cgroup and pin path) and uninstalls it.
 // What needs no kernel runs on the memory backend (setup_test.go).
 
-func TestMain(m *testing.M) { kerneltest.Main(m, map[string]func(){crashChildEnv: crashChildMain}) }
+func TestMain(m *testing.M) {
+	boundary.Main() // the session launcher re-executes the test binary (tests with the boundary)
+	kerneltest.Main(m, map[string]func(){crashChildEnv: crashChildMain})
+}
 
 func kernelConfig() dataplane.Config {
 	parent, pin := kerneltest.Private("shinken-agent-test-")

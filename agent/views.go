@@ -15,6 +15,11 @@ func (a *Agent) Grants(session string) []GrantInfo {
 		if session == "" || g.Session == session {
 			gi := GrantInfo{ID: g.ID, Session: g.Session, Capability: g.Capability, Tier: g.Tier, Provenance: g.Provenance,
 				Lifecycle: g.Lifecycle, Expires: g.Expires, Parent: g.Parent, Phase: g.Phase, Kernel: g.Kernel}
+			for _, e := range g.Delta.Files {
+				if e.Override {
+					gi.Overrides = append(gi.Overrides, e.Path)
+				}
+			}
 			if g.Lifecycle == LifecycleOnce && g.Phase == PhaseLive {
 				st, err := a.kernel.HandleState(g.Kernel)
 				gi.Consumed = err == nil && st == backend.HandleUsed

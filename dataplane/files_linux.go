@@ -58,6 +58,9 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 	if d.bnd == nil {
 		return fmt.Errorf("%w: fs.scope needs the session boundary (its mount namespace)", ErrNotSupported)
 	}
+	if err := backend.CheckDeleteCovered(es); err != nil {
+		return err
+	}
 	for _, e := range es {
 		if e.Access == backend.FileDeny {
 			continue
@@ -141,6 +144,39 @@ func (d *Dataplane) deriveView(session string) error {
 	return d.bnd.SetFiles(session, live, d.bnd.FileNever())
 }
 
+var _ backend.FileOverrides = (*Dataplane)(nil)
+
+// SetFileOverride gives the entry e names (path, access, handle) of
+// session its admin override, in the table and in the view.
+func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
+	d.mu.Lock()
+	s, ok := d.sessions[session]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
+	es, stale, added, held := backend.SetOverride(d.files[session], e)
+	if !held {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: session %s holds no entry %s", backend.ErrInvalidFileEntry, session, e)
+	}
+	if len(stale) == 0 && !added {
+		d.mu.Unlock()
+		return nil // already so
+	}
+	d.files[session] = es
+	index := s.Index
+	d.mu.Unlock()
+	// The old key first (fail-closed): a crash between the two leaves
+	// neither; the restarted agent's reconcile puts the grant's entry
+	// back and its Open re-derives the override from the policies.
+	err := d.storeFiles(index, stale, true)
+	if added {
+		err = errors.Join(err, d.storeFiles(index, []backend.FileEntry{e}, false))
+	}
+	return errors.Join(err, d.deriveView(session))
+}
+
 // fileSweep derives again the view of every session holding file entries
 // (after a revoke: what the dead handles opened goes), and counts one view
 // sweep when there was any.
@@ -185,8 +221,8 @@ func (d *Dataplane) fsRow(abi int, llErr error) backend.Strength {
 		fs.Reason = "the session boundary runs without mount namespaces here (accepted weaker level): no file view to change"
 	default:
 		fs.Level = backend.RevocableAtNextUse
-		fs.Mechanism = "the session's mount view (no BPF LSM loads here): granted write and read roots bind-mounted into the live session's mount namespace (open_tree clone, idmapped to the session's uid, attached with move_mount by a thread that joined the holder's namespace), deny entries and the credential locations under a grant masked (an empty read-only tmpfs, or a nodev /dev/null over a file), narrowest-wins across grants; a revoke's handle write is followed by the view change (made read-only, then detached) before Revoke returns"
-		fs.Reason = "at next open only: a descriptor opened before a revoke keeps reading and writing, and while one is open for writing the kernel refuses to make the mount read-only, so relative paths from a working directory inside it keep working until the process leaves it; write and delete imply read and each other under a root (a mount is all or nothing); reads of world-readable host files outside read[] are not refused (the host root stays visible read-only); approve-once and expiring file grants are refused (no use-time hook, no timer)"
+		fs.Mechanism = "the session's mount view (no BPF LSM loads here): granted write and read roots bind-mounted into the live session's mount namespace (open_tree clone, idmapped to the session's uid, attached with move_mount by a thread that joined the holder's namespace), deny entries and the credential locations under a grant masked (an empty read-only tmpfs, or a nodev /dev/null over a file) unless an entry naming one carries an admin override (never the agent's own state, policy directory and socket, nor a container runtime's socket), narrowest-wins across grants; a revoke's handle write is followed by the view change (made read-only, then detached) before Revoke returns"
+		fs.Reason = "at next open only: a descriptor opened before a revoke keeps reading and writing, and while one is open for writing the kernel refuses to make the mount read-only, so relative paths from a working directory inside it keep working until the process leaves it; write implies read and delete under a root (a mount is all or nothing), and a delete[] path without its own grant's write[] over it is refused (delete apart from write needs a path_unlink/path_rename hook: BPF LSM, not loadable here); the Delta keeps delete as its own bit; reads of world-readable host files outside read[] are not refused (the host root stays visible read-only); approve-once and expiring file grants are refused (no use-time hook, no timer)"
 		if llErr == nil {
 			fs.Reason += fmt.Sprintf("; Landlock ABI %d is present but not yet applied as a second layer", abi)
 		}
@@ -203,10 +239,14 @@ func (d *Dataplane) persistRow(fs backend.Strength) backend.Strength {
 		p.Reason = "no file view on this host: " + fs.Reason
 	case d.cfg.Boundary.PersistDir == "":
 		p.Reason = "no persist directory is configured (boundary.Config.PersistDir; the daemon sets STATE_DIR/persist)"
+	case d.bnd.PersistOverlay() == nil:
+		p.Level = backend.RevocableAtNextUse
+		p.Mechanism = "the session's mount view: each persistent path is an overlay (fsopen/fsconfig/fsmount from detached idmapped layers): the host's directory read-only as the lower layer, the session name's own directory under " + d.cfg.Boundary.PersistDir + " as the upper (keep/NAME with survives_session, kept until forgotten and reattached by the next session of the name; session/NAME otherwise, removed with the session), both shown as the session's uid; credential locations under it masked; a revoke detaches it (read-only first)"
+		p.Reason = "a descriptor opened before a revoke keeps working; the host's later changes to a file the session changed are hidden by its copy"
 	default:
 		p.Level = backend.RevocableAtNextUse
 		p.Mechanism = "the session's mount view: each persistent path is a bind mount of the session name's own directory under " + d.cfg.Boundary.PersistDir + " (keep/NAME with survives_session, kept until forgotten; session/NAME otherwise, removed with the session), idmapped to the session's uid; a revoke detaches it (read-only first)"
-		p.Reason = "the path's own host content is hidden under the mount, not merged (no overlay); a descriptor opened before a revoke keeps working"
+		p.Reason = "no overlay here (" + d.bnd.PersistOverlay().Error() + "): the path's own host content is hidden under the mount, not merged; a descriptor opened before a revoke keeps working"
 	}
 	return p
 }

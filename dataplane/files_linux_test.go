@@ -44,7 +44,8 @@ func fsTree(t *testing.T) string {
 }
 
 // fsSession opens a dataplane with the boundary, whose credential
-// locations are root/home/u/.ssh and root/secret, and makes one session.
+// locations are root/home/u/.ssh and root/secret (fixed: as the agent's
+// own would be), and makes one session.
 func fsSession(t *testing.T) (*Dataplane, string) {
 	t.Helper()
 	kerneltest.RequireRoot(t)
@@ -53,7 +54,7 @@ func fsSession(t *testing.T) (*Dataplane, string) {
 	}
 	root := fsTree(t)
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{root + "/home/u/.ssh", root + "/secret"}}
+	cfg.Boundary = &boundary.Config{FileNever: []string{root + "/home/u/.ssh", root + "/secret"}, FileNeverFixed: []string{root + "/secret"}}
 	d := newDataplane(t, cfg)
 	if _, err := d.CreateSession("fs", Limits{}); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,9 @@ func fsKey(index uint32, e backend.FileEntry) []byte {
 	binary.LittleEndian.PutUint32(k[4:], e.Handle.Slot)
 	binary.LittleEndian.PutUint32(k[8:], e.Handle.Generation)
 	k[12] = fsAccessCode[e.Access]
+	if e.Override {
+		k[13] = 1
+	}
 	copy(k[16:], e.Path)
 	return k
 }
@@ -41,7 +44,7 @@ func fsEntry(k []byte) (uint32, backend.FileEntry, bool) {
 	if len(k) != fsKeySize {
 		return 0, backend.FileEntry{}, false
 	}
-	e := backend.FileEntry{Handle: HandleRef{Slot: binary.LittleEndian.Uint32(k[4:]), Generation: binary.LittleEndian.Uint32(k[8:])}}
+	e := backend.FileEntry{Handle: HandleRef{Slot: binary.LittleEndian.Uint32(k[4:]), Generation: binary.LittleEndian.Uint32(k[8:])}, Override: k[13] == 1}
 	for a, c := range fsAccessCode {
 		if c == k[12] {
 			e.Access = a

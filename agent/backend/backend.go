@@ -404,7 +404,10 @@ type Config struct {
 	// FileNeverExtra are credential locations besides the backend's own
 	// list (root's home, shadow files, runtime sockets, the homes'
 	// credential directories): no file grant opens them (the agent's
-	// state and policy directories, its socket's directory).
+	// state and policy directories, its socket's directory). These are the
+	// agent's own and no admin policy lifts them (FileEntry.Override lifts
+	// only the backend's own list): a session that reached the agent's
+	// socket or state would hold every session's authority.
 	FileNeverExtra []string
 	// PersistDir holds the sessions' persistent paths (persistence);
 	// empty: persistence is not offered.

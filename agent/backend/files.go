@@ -44,9 +44,21 @@ type FileEntry struct {
 	Path   string     `json:"path"`
 	Access FileAccess `json:"access"`
 	Handle HandleRef  `json:"handle"`
+	// Override: an admin policy (the operator's policy directory, not the
+	// shipped set) permits this entry's use at Path. The agent derives it
+	// when the grant is made and again at every policy apply and reload
+	// (FileOverrides), as it does a net rule's NeverOK. Where Path lies at
+	// or under a credential location that is not the agent's own, the
+	// entry opens that location (FileRightsView); elsewhere it changes
+	// nothing. A broad entry above a credential location never does: the
+	// grant must name the location or a path in it.
+	Override bool `json:"override,omitempty"`
 }
 
 func (e FileEntry) String() string {
+	if e.Override {
+		return fmt.Sprintf("%s %s (handle %s, admin override)", e.Access, e.Path, e.Handle)
+	}
 	return fmt.Sprintf("%s %s (handle %s)", e.Access, e.Path, e.Handle)
 }
 
@@ -131,6 +143,58 @@ func FileRightsAt(entries []FileEntry, path string) FileRights {
 	return r
 }
 
+// FileRightsView is what entries (those of live handles) give at path
+// with the credential locations never in force: under one of fixed (the
+// agent's own state and policy directories and socket, which no policy
+// lifts) or under a container runtime's socket (root on the host; Block
+// tier) nothing; under another credential location only what the entries
+// that name it or a path in it with Override give (a deny of theirs
+// taking their handle's rights, as in FileRightsAt); elsewhere what
+// FileRightsAt says. Denied is set wherever a credential location takes
+// what the entries would give.
+func FileRightsView(entries []FileEntry, never, fixed []string, path string) FileRights {
+	for _, l := range [][]string{fixed, ContainerRuntimeSockets} {
+		for _, n := range l {
+			if PathUnder(path, n) {
+				return FileRights{Denied: true}
+			}
+		}
+	}
+	inner := ""
+	for _, n := range never {
+		if PathUnder(path, n) && len(n) > len(inner) {
+			inner = n
+		}
+	}
+	if inner == "" {
+		return FileRightsAt(entries, path)
+	}
+	r := FileRightsAt(OverridesUnder(entries, inner), path)
+	if r.None() {
+		r.Denied = true
+	}
+	return r
+}
+
+// OverridesUnder is the entries that may open the credential location n:
+// those at or under n with Override, and the deny entries of their
+// handles.
+func OverridesUnder(entries []FileEntry, n string) []FileEntry {
+	var hs []HandleRef
+	for _, e := range entries {
+		if e.Override && e.Access != FileDeny && e.Access != FileConnect && PathUnder(e.Path, n) {
+			hs = append(hs, e.Handle)
+		}
+	}
+	var out []FileEntry
+	for _, e := range entries {
+		if slices.Contains(hs, e.Handle) && (e.Access == FileDeny || (e.Override && e.Access != FileConnect && PathUnder(e.Path, n))) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // sameFileEntry: the same path, access and handle.
 func sameFileEntry(a, b FileEntry) bool { return a == b }
 
@@ -155,4 +219,64 @@ func missingFile(want, have []FileEntry) string {
 		}
 	}
 	return ""
+}
+
+// FileOverrides is an optional role: a backend whose file entries carry
+// Override changes one held entry's (named by path, access and handle)
+// to e.Override, and the session's view with it. The agent calls it when
+// the policies in force change (an admin permit added or removed).
+// ErrNotSupported where an entry's override cannot change in place.
+type FileOverrides interface {
+	SetFileOverride(session string, e FileEntry) error
+}
+
+// sameEntryButOverride: the same path, access and handle.
+func sameEntryButOverride(a, b FileEntry) bool {
+	return a.Path == b.Path && a.Access == b.Access && a.Handle == b.Handle
+}
+
+// SetOverride returns es with the entry e names (path, access, handle)
+// held once, with e.Override: stale are the copies with the other value it
+// dropped (a crash between a backend's change and the grant record's, then
+// reconcile re-applying the record, can leave both), added whether e was
+// not held as it is; ok is false when es holds no copy at all.
+func SetOverride(es []FileEntry, e FileEntry) (out, stale []FileEntry, added, ok bool) {
+	held := slices.Contains(es, e)
+	for _, k := range es {
+		if sameEntryButOverride(k, e) && k.Override != e.Override {
+			stale = append(stale, k)
+		}
+	}
+	if !held && len(stale) == 0 {
+		return es, nil, false, false
+	}
+	out = slices.DeleteFunc(slices.Clone(es), func(k FileEntry) bool { return slices.Contains(stale, k) })
+	if !held {
+		out = append(out, e)
+	}
+	return out, stale, !held, true
+}
+
+// ErrDeleteNeedsWrite is wrapped (with ErrNotSupported) by a backend that
+// cannot hold delete apart from write (a mount view: a mount is writable
+// or not) when a delete entry has no write of its own grant over it.
+var ErrDeleteNeedsWrite = errors.New("delete without write over it: this backend cannot give unlink and rename-away without write (a mount is writable or not); it needs a path_unlink/path_rename hook (BPF LSM)")
+
+// CheckDeleteCovered refuses, for a backend whose write gives delete and
+// that cannot give delete alone, every delete entry of es that no write
+// entry of the same handle covers (so that no delete entry is ever widened
+// into write). A delete inside its grant's write root adds nothing there:
+// say so in the probe row.
+func CheckDeleteCovered(es []FileEntry) error {
+	for _, e := range es {
+		if e.Access != FileDelete {
+			continue
+		}
+		if !slices.ContainsFunc(es, func(w FileEntry) bool {
+			return w.Handle == e.Handle && w.Access == FileWrite && PathUnder(e.Path, w.Path)
+		}) {
+			return fmt.Errorf("%w: %s: %w", ErrNotSupported, e, ErrDeleteNeedsWrite)
+		}
+	}
+	return nil
 }

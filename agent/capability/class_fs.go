@@ -5,17 +5,24 @@ package capability
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
-// FSScope is the scope of fs.scope: absolute, clean path prefixes. Write does
-// not imply read. A path under a Deny entry is denied whatever Read and Write
-// say (deny wins; stricter than the seed's narrowest-last ordering).
+// FSScope is the scope of fs.scope: absolute, clean path prefixes. Write and
+// Delete (unlink, rmdir, rename away) imply neither read nor each other in
+// the grammar and the Delta (each its own access bit); what a host can hold
+// apart is its backend's to say (the Linux mount view cannot: a delete root
+// without write is refused there, and write lets delete). A path under a
+// Deny entry is denied whatever Read, Write and Delete say (deny wins
+// inside one grant; stricter than the seed's narrowest-last ordering;
+// across grants nesting is narrowest-wins: backend.FileRightsAt).
 type FSScope struct {
-	Read  []string `json:"read,omitempty"`
-	Write []string `json:"write,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
+	Read   []string `json:"read,omitempty"`
+	Write  []string `json:"write,omitempty"`
+	Delete []string `json:"delete,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
 	// Connect names host UNIX sockets, each exactly (a socket is no
 	// tree), below /run: the session's /run is its own and empty, and a
 	// connect entry puts the host's socket back at its path. Container
@@ -29,10 +36,11 @@ func init() {
 		keys: []key{
 			listKey("read", func(c *Capability) *[]string { return &c.FS.Read }),
 			listKey("write", func(c *Capability) *[]string { return &c.FS.Write }),
+			listKey("delete", func(c *Capability) *[]string { return &c.FS.Delete }),
 			listKey("deny", func(c *Capability) *[]string { return &c.FS.Deny }),
 			listKey("connect", func(c *Capability) *[]string { return &c.FS.Connect }),
 		},
-		ops: []string{"read", "write", "connect"},
+		ops: []string{"read", "write", "delete", "connect"},
 		fill: func(c *Capability) {
 			if c.FS == nil {
 				c.FS = &FSScope{}
@@ -40,17 +48,19 @@ func init() {
 		},
 		has: func(c *Capability) bool { return c.FS != nil },
 		normalize: func(c *Capability) {
-			c.FS = &FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Deny: sortedUnique(c.FS.Deny), Connect: sortedUnique(c.FS.Connect)}
+			c.FS = &FSScope{Read: sortedUnique(c.FS.Read), Write: sortedUnique(c.FS.Write), Delete: sortedUnique(c.FS.Delete), Deny: sortedUnique(c.FS.Deny), Connect: sortedUnique(c.FS.Connect)}
 		},
 		validate: func(c Capability) error {
-			for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Deny, c.FS.Connect} {
+			for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Delete, c.FS.Deny, c.FS.Connect} {
 				if err := validatePaths(l); err != nil {
 					return err
 				}
 			}
 			return nil
 		},
-		isEmpty: func(c Capability) bool { return len(c.FS.Read) == 0 && len(c.FS.Write) == 0 && len(c.FS.Connect) == 0 },
+		isEmpty: func(c Capability) bool {
+			return len(c.FS.Read) == 0 && len(c.FS.Write) == 0 && len(c.FS.Delete) == 0 && len(c.FS.Connect) == 0
+		},
 		within: func(c, bound Capability, widen func(string, ...any) error) error {
 			in, out := c.FS, bound.FS
 			for _, p := range in.Read {
@@ -61,6 +71,11 @@ func init() {
 			for _, p := range in.Write {
 				if !underAny(p, out.Write) {
 					return widen("write %q", p)
+				}
+			}
+			for _, p := range in.Delete {
+				if !underAny(p, out.Delete) {
+					return widen("delete %q", p)
 				}
 			}
 			for _, p := range in.Connect {
@@ -88,10 +103,16 @@ func init() {
 				return underAny(r.Path, c.FS.Read)
 			case "write":
 				return underAny(r.Path, c.FS.Write)
+			case "delete":
+				return underAny(r.Path, c.FS.Delete)
 			case "connect":
 				return slices.Contains(c.FS.Connect, r.Path)
 			}
 			return false
+		},
+		// "read=/a,/b write=/c ...": the manifest line without its class.
+		summary: func(c Capability) string {
+			return strings.TrimPrefix(c.String(), string(ClassFSScope)+" ")
 		},
 		// One file entry per path, under the grant's handle: the
 		// backend's view gives what the grant's entries give, a deny of
@@ -101,14 +122,14 @@ func init() {
 			for _, l := range []struct {
 				paths []string
 				a     backend.FileAccess
-			}{{c.FS.Read, backend.FileRead}, {c.FS.Write, backend.FileWrite}, {c.FS.Deny, backend.FileDeny}, {c.FS.Connect, backend.FileConnect}} {
+			}{{c.FS.Read, backend.FileRead}, {c.FS.Write, backend.FileWrite}, {c.FS.Delete, backend.FileDelete}, {c.FS.Deny, backend.FileDeny}, {c.FS.Connect, backend.FileConnect}} {
 				for _, p := range l.paths {
 					d.Files = append(d.Files, backend.FileEntry{Path: p, Access: l.a, Handle: ref})
 				}
 			}
 			return d
 		},
-		// Read inside the workspace: auto; writes inside it: notify;
+		// Read inside the workspace: auto; writes and deletes inside it: notify;
 		// anything outside it: ask.
 		tier: func(c Capability, tc TierContext) Tier {
 			// A host socket: ask, a container runtime's: block (root on
@@ -127,7 +148,7 @@ func init() {
 					return TierAsk
 				}
 			}
-			for _, p := range c.FS.Write {
+			for _, p := range append(slices.Clip(c.FS.Write), c.FS.Delete...) {
 				if !tc.inWorkspace(p) {
 					return TierAsk
 				}

@@ -2,7 +2,11 @@ package capability
 
 // persistence: paths whose writes outlive the session's scratch space.
 
-import "github.com/shinken-agent/shinken/agent/backend"
+import (
+	"strings"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
 
 // PersistenceScope is the scope of persistence.
 type PersistenceScope struct {
@@ -45,6 +49,9 @@ func init() {
 		},
 		allows: func(c Capability, r UseRequest) bool {
 			return r.Op == "persist" && r.Path != "" && underAny(r.Path, c.Persistence.Paths)
+		},
+		summary: func(c Capability) string {
+			return strings.TrimPrefix(c.String(), string(ClassPersistence)+" ")
 		},
 		// One file entry per path: the backend gives the session name
 		// its own directory there (kept across sessions of that name

@@ -79,4 +79,8 @@ type GrantInfo struct {
 	// spent (its first allowed connect or send); the flow it opened lives
 	// on until revoke or expiry, no new use passes.
 	Consumed bool `json:"consumed,omitempty"`
+	// Overrides are the paths of the grant's file entries that an admin
+	// policy permits (backend.FileEntry.Override): where one names a
+	// credential location, the session's view opens it.
+	Overrides []string `json:"overrides,omitempty"`
 }

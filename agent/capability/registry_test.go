@@ -18,7 +18,7 @@ import (
 var fullLines = map[Class]string{
 	ClassNetEgress:   "net.egress domains=**.example.com,a.example.org cidrs=10.0.0.0/8,2001:db8::/32 ports=443,8000-8100 tls_inspect=true",
 	ClassNetInbound:  "net.inbound cidrs=10.0.0.0/8,192.0.2.7/32 ports=8080,9000-9010",
-	ClassFSScope:     "fs.scope read=/work write=/work/out deny=/work/.git connect=/run/app.sock",
+	ClassFSScope:     "fs.scope read=/work write=/work/out delete=/work/tmp deny=/work/.git connect=/run/app.sock",
 	ClassClipboard:   "clipboard paste_in=true copy_out=true",
 	ClassGPU:         "gpu device_ids=0,1 mode=compute",
 	ClassInstall:     "install.privileged scope=pkg",

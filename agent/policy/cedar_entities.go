@@ -152,8 +152,8 @@ type GrantData struct {
 // type); each class's encoding (classes.go) fills those it uses, the rest
 // stay empty.
 type grantAttrs struct {
-	domains, cidrs, ports, read, write, deny, flags, items []string
-	mode                                                   string
+	domains, cidrs, ports, read, write, del, deny, flags, items []string
+	mode                                                        string
 }
 
 // flag adds name to the flags when on.
@@ -194,6 +194,7 @@ func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entit
 			"ports":   in.set(a.ports),
 			"read":    in.set(a.read),
 			"write":   in.set(a.write),
+			"delete":  in.set(a.del),
 			"deny":    in.set(a.deny),
 			"flags":   in.set(a.flags),
 			"items":   in.set(a.items),

@@ -276,7 +276,7 @@ func portBlocks(rs []capability.PortRange) []string {
 // scope (context.scope); each class's encoding (classes.go) fills those it
 // uses.
 type scopeAttrs struct {
-	writes []string // every write or persistence path and all its ancestors
+	writes []string // every write, delete or persistence path and all its ancestors
 	mode   string
 	tls    bool
 }

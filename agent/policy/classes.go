@@ -112,15 +112,21 @@ var encodings = map[capability.Class]classEncoding{
 			// path (useContextMemo), the grant's items the connect[] list.
 			return op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
 				Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
+				Or(op.Equal(ast.String("delete")).And(G.Access("delete").ContainsAny(req.Access("path_keys")))).
 				Or(op.Equal(ast.String("connect")).And(G.Access("items").Contains(req.Access("item")))).
 				And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
 		},
 		entity: func(c capability.Capability, a *grantAttrs) {
-			a.read, a.write, a.deny, a.items = c.FS.Read, c.FS.Write, c.FS.Deny, c.FS.Connect
+			a.read, a.write, a.del, a.deny, a.items = c.FS.Read, c.FS.Write, c.FS.Delete, c.FS.Deny, c.FS.Connect
 		},
-		scope: func(c capability.Capability, s *scopeAttrs) { s.writeAncestors(c.FS.Write) },
+		// A delete is a write for the grant-time forbids (credential
+		// directories, shell rc files, the policy store).
+		scope: func(c capability.Capability, s *scopeAttrs) {
+			s.writeAncestors(c.FS.Write)
+			s.writeAncestors(c.FS.Delete)
+		},
 		literals: func(c capability.Capability, lit *literals) {
-			pathLiterals(lit, c.FS.Read, c.FS.Write, c.FS.Deny, c.FS.Connect)
+			pathLiterals(lit, c.FS.Read, c.FS.Write, c.FS.Delete, c.FS.Deny, c.FS.Connect)
 		},
 		useProbes: pathUseProbes,
 		grantProbes: pathGrantProbes(func(c capability.Class, p string) capability.Capability {

@@ -57,6 +57,7 @@ type Boundary struct {
 
 	useNS, useSeccomp, useLandlock bool
 	useLandlockFS                  bool         // the Landlock baseline (landlock_linux.go)
+	persistOverlay                 error        // nil: persistent paths are overlays (overlay_linux.go); else why binds
 	llTree                         landlockTree // its rules, cached
 	directInit                     bool         // holders made from a thread of ours (see startHolder)
 	holderHow                      string       // how holders are made, for the report

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 )
 
 // Default identity range: above systemd's dynamic users (61184-65519) and
@@ -110,11 +111,20 @@ type Config struct {
 	// whatever a file grant says: masked wherever a grant or a workspace
 	// would show them. Nil: DefaultFileNever().
 	FileNever []string
+	// FileNeverFixed are those of FileNever that no admin override
+	// (backend.FileEntry.Override) lifts: the agent's own state and policy
+	// directories and socket (a session that reached them would hold
+	// every session's authority).
+	FileNeverFixed []string
 	// PersistDir holds the sessions' persistent paths (persistence
 	// grants): keep/NAME for those that survive the session, kept until
 	// ForgetPersisted, and session/NAME for the others, removed with the
 	// session. Empty: persistence is not offered.
 	PersistDir string
+	// PersistBind makes every persistent path a bind of the session
+	// name's directory alone (the host's content at the path hidden),
+	// even where an overlay could be made: the fallback, chosen.
+	PersistBind bool
 }
 
 // SetDefaults fills unset fields.
@@ -138,6 +148,11 @@ func (c *Config) SetDefaults() {
 		c.FileNever = DefaultFileNever()
 	}
 }
+
+// overlayInternalID is the on-disk uid and gid of the persistence
+// overlays' own objects (overlay_linux.go; shown as root to the overlay).
+// Outside every session uid range (Validate) and the systemd ranges.
+const overlayInternalID = 3_000_000_000
 
 // ErrUIDRange is wrapped by every identity range error.
 var ErrUIDRange = errors.New("boundary: session uid range")
@@ -171,12 +186,20 @@ func (c Config) Validate(maxSessions uint32) error {
 	if c.MaxProcs != 0 && (c.MaxProcs < minMaxProcs || c.MaxProcs > maxMaxProcs) {
 		return fmt.Errorf("boundary: max processes %d outside [%d, %d]", c.MaxProcs, minMaxProcs, maxMaxProcs)
 	}
+	if uint64(c.UIDBase) <= overlayInternalID && overlayInternalID <= last {
+		return fmt.Errorf("%w: [%d, %d] contains %d, the persistence overlays' internal id", ErrUIDRange, c.UIDBase, last, uint64(overlayInternalID))
+	}
 	if c.PersistDir != "" && (!filepath.IsAbs(c.PersistDir) || filepath.Clean(c.PersistDir) != c.PersistDir) {
 		return fmt.Errorf("boundary: persist directory %q is not an absolute clean path", c.PersistDir)
 	}
 	for _, p := range c.FileNever {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			return fmt.Errorf("boundary: file never-list: %q is not an absolute clean path other than /", p)
+		}
+	}
+	for _, p := range c.FileNeverFixed {
+		if !slices.Contains(c.FileNever, p) {
+			return fmt.Errorf("boundary: fixed file never-list: %q is not in the file never-list", p)
 		}
 	}
 	for _, m := range c.Accept {

@@ -31,6 +31,20 @@ package boundary
 // under the session's own mounts are not the session's to see and are left
 // out of the descent.
 //
+// An admin override (backend.FileEntry.Override: an admin policy names the
+// location, and a grant names it or a path in it) is the one way in: the
+// view mounts what the grant gives there, and every launch after that
+// gets a rule on that mount's root, so its processes may use it. Fixed at
+// exec means two things here. A process launched before the override
+// keeps its domain, which denies the location: the override does not
+// reach it (launch again). A process launched while the override was in
+// force keeps a domain that allows the location after the override goes
+// (the policy removed and reloaded, or the grant revoked): there the view
+// alone takes it back, at the next open (revocable at next use), as for
+// any grant. The agent's own state and policy directories and socket
+// (Config.FileNeverFixed) and the container runtimes' sockets are never
+// overridden.
+//
 // What it cannot do: a credential location made after a launch (a home's
 // .ssh created later) is beneath a rule of that launch's domain; a launch
 // after it leaves it out (the rules are rebuilt when a descended
@@ -180,6 +194,14 @@ func (b *Boundary) landlockSpec(name string) (uint64, []string) {
 	if v != nil {
 		for _, m := range v.layout {
 			if m.Source != "" {
+				extra = append(extra, m.Path)
+				continue
+			}
+			// A credential location an admin override opens in the view
+			// (the layout shows it only then): this launch's domain
+			// allows it too. Domains entered before the override keep it
+			// denied; the view takes it back when the override goes.
+			if _, in := v.spec.credentialAt(m.Path); in && !m.Pin && (m.State == ViewRead || m.State == ViewWrite) {
 				extra = append(extra, m.Path)
 			}
 		}

@@ -49,11 +49,17 @@ type ViewMount struct {
 type ViewSpec struct {
 	Workspace *backend.Workspace
 	Files     []backend.FileEntry // entries of live handles only
-	Never     []string            // credential locations: denied under any grant
+	Never     []string            // credential locations: denied under any grant without an admin override
+	Fixed     []string            // those of Never no override lifts (the agent's own)
 	// PersistKeep and PersistSession are the directories holding the
 	// session's persistent paths (persistence entries), kept across
 	// sessions of its name and for this session only.
 	PersistKeep, PersistSession string
+	// PersistMerged: a persistent path is an overlay over the host's
+	// directory (its content shows): the credential locations under it
+	// are masked as under any mount. Otherwise it shows only the session
+	// name's own directory.
+	PersistMerged bool
 }
 
 // PersistSource is the directory under base that holds path p.
@@ -79,12 +85,27 @@ func (v ViewSpec) persistAt(p string) (string, bool) {
 	return src, best != ""
 }
 
+// credentialAt is the innermost credential location covering p.
+func (v ViewSpec) credentialAt(p string) (string, bool) {
+	inner := ""
+	for _, n := range v.Never {
+		if backend.PathUnder(p, n) && len(n) > len(inner) {
+			inner = n
+		}
+	}
+	return inner, inner != ""
+}
+
 // stateAt is the state of path p under spec.
 func (v ViewSpec) stateAt(p string) ViewState {
-	for _, n := range v.Never {
-		if backend.PathUnder(p, n) {
+	if n, ok := v.credentialAt(p); ok {
+		// Only the entries that name the location (or a path in it) with
+		// an admin override open it, a location of Fixed never; the
+		// workspace does not.
+		if backend.FileRightsView(v.Files, v.Never, v.Fixed, p).None() {
 			return ViewDeny
 		}
+		return ViewSpec{Files: backend.OverridesUnder(v.Files, n), PersistKeep: v.PersistKeep, PersistSession: v.PersistSession}.stateAt(p)
 	}
 	// A socket grant names its socket exactly; its own grant's deny
 	// covering it takes it, as for read and write.
@@ -101,7 +122,7 @@ func (v ViewSpec) stateAt(p string) ViewState {
 	st := ViewBase
 	r := backend.FileRightsAt(v.Files, p)
 	switch {
-	case r.Write || r.Delete:
+	case r.Write: // a delete entry gives nothing of its own here (the backend refuses one without its grant's write over it)
 		st = ViewWrite
 	case r.Read:
 		st = ViewRead
@@ -182,11 +203,14 @@ func (v ViewSpec) Layout() []ViewMount {
 		if never[p] && up == ViewBase && !slices.ContainsFunc(opened, func(o string) bool { return backend.PathUnder(o, p) }) {
 			continue // nothing opens it: the host's own permissions hold
 		}
-		if never[p] && up == ViewPersist {
+		if never[p] && up == ViewPersist && !v.PersistMerged {
 			continue // the session's own directory: the host's files are not there
 		}
 		switch {
-		case st != up:
+		case st != up, never[p] && st != ViewDeny && st != ViewBase:
+			// A credential location an override opens is a mount of its
+			// own even where the mount above gives the same: the
+			// launcher's Landlock rule for it names that mount's root.
 			out = append(out, ViewMount{Path: p, State: st})
 		case pins[p] && up != ViewBase:
 			out = append(out, ViewMount{Path: p, State: st, Pin: true})

@@ -12,6 +12,12 @@ func fe(path string, a backend.FileAccess, slot uint32) backend.FileEntry {
 	return backend.FileEntry{Path: path, Access: a, Handle: backend.HandleRef{Slot: slot, Generation: 1}}
 }
 
+func feo(path string, a backend.FileAccess, slot uint32) backend.FileEntry {
+	e := fe(path, a, slot)
+	e.Override = true
+	return e
+}
+
 func layoutString(l []ViewMount) []string {
 	var out []string
 	for _, m := range l {
@@ -41,6 +47,14 @@ func TestLayout(t *testing.T) {
 			[]string{"/repo=write", "/repo/a=deny"}},
 		{"credentials under a broad grant", ViewSpec{Files: []backend.FileEntry{fe("/home", backend.FileRead, 1)}, Never: []string{"/home/u/.ssh", "/root", "/etc/shadow"}},
 			[]string{"/home=read", "/home/u/.ssh=deny"}},
+		{"an override on a broad grant opens nothing", ViewSpec{Files: []backend.FileEntry{feo("/home", backend.FileRead, 1)}, Never: []string{"/home/u/.ssh"}},
+			[]string{"/home=read", "/home/u/.ssh=deny"}},
+		{"an override on a grant naming it: a mount of its own", ViewSpec{Files: []backend.FileEntry{fe("/home", backend.FileWrite, 1), feo("/home/u/.ssh", backend.FileRead, 2)}, Never: []string{"/home/u/.ssh"}},
+			[]string{"/home=write", "/home/u=write(pin)", "/home/u/.ssh=read"}},
+		{"an override on a file in it", ViewSpec{Files: []backend.FileEntry{fe("/home", backend.FileRead, 1), feo("/home/u/.ssh/config", backend.FileRead, 2)}, Never: []string{"/home/u/.ssh"}},
+			[]string{"/home=read", "/home/u/.ssh=deny", "/home/u/.ssh/config=read"}},
+		{"no override of a fixed location", ViewSpec{Files: []backend.FileEntry{feo("/var/lib/shinken", backend.FileRead, 1)}, Never: []string{"/var/lib/shinken"}, Fixed: []string{"/var/lib/shinken"}},
+			[]string{"/var/lib/shinken=deny"}},
 		{"credential above a grant", ViewSpec{Files: []backend.FileEntry{fe("/root/x", backend.FileWrite, 1)}, Never: []string{"/root"}},
 			[]string{"/root=deny"}},
 		{"workspace", ViewSpec{Workspace: &backend.Workspace{Dir: "/w", Mode: backend.ModeWorkspaceWrite, Protected: []string{"/w/.git/config", "/w/.git/hooks"}}},

@@ -186,6 +186,8 @@ func readLayout(pid int) ([]ViewMount, error) {
 				st = ViewRead
 			}
 			out = append(out, ViewMount{Path: path, State: st})
+		case source == overlaySource:
+			out = append(out, ViewMount{Path: path, State: ViewPersist})
 		case source == maskSource || (fstype == "devtmpfs" && fs[3] == "/null" && path != "/dev/null"):
 			out = append(out, ViewMount{Path: path, State: ViewDeny})
 		case isSocketMount(pid, path):

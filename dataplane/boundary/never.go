@@ -34,11 +34,25 @@ func DefaultFileNever(extra ...string) []string {
 		}
 		f.Close()
 	}
+	return resolveNever(append(out, FixedFileNever(extra...)...))
+}
+
+// FixedFileNever is extra as DefaultFileNever has it (absolute paths
+// only, resolved, cleaned, sorted): the agent's own locations, which no
+// admin override lifts (Config.FileNeverFixed).
+func FixedFileNever(extra ...string) []string {
+	var out []string
 	for _, p := range extra {
 		if filepath.IsAbs(p) {
 			out = append(out, p)
 		}
 	}
+	return resolveNever(out)
+}
+
+// resolveNever resolves each path through symbolic links where it exists,
+// cleans and sorts them.
+func resolveNever(out []string) []string {
 	for i, p := range out {
 		p = filepath.Clean(p)
 		if r, err := filepath.EvalSymlinks(p); err == nil {

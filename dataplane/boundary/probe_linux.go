@@ -94,7 +94,21 @@ func (b *Boundary) probe() {
 	} else if landlockFSRights(abi) == 0 {
 		fsErr = fmt.Errorf("Landlock ABI %d cannot handle refer (needs 2): renames and links across directories would all be refused", abi)
 	}
-	b.useLandlockFS = add(MechLandlockFS, fsErr, fmt.Sprintf("Landlock ABI %d, entered by the launcher at every launch: every filesystem right (read, write, execute, ...) denied beneath the %d credential locations (%s), whatever the mount view shows and whatever a grant says; allowed everywhere else, where the mount view and file permissions decide", abi, len(c.FileNever), strings.Join(c.FileNever, ", ")))
+	b.useLandlockFS = add(MechLandlockFS, fsErr, fmt.Sprintf("Landlock ABI %d, entered by the launcher at every launch: every filesystem right (read, write, execute, ...) denied beneath the %d credential locations (%s), whatever the mount view shows and whatever a grant says, except where an admin override opens one (an admin policy names it, a grant names it or a path in it): launches after the override get a rule for it, those before keep it denied; the agent's own %d (%s) never; allowed everywhere else, where the mount view and file permissions decide", abi, len(c.FileNever), strings.Join(c.FileNever, ", "), len(c.FileNeverFixed), strings.Join(c.FileNeverFixed, ", ")))
+
+	// Persistent paths: overlays where one can be made here (as the
+	// first session uid would have it), else binds of the session name's
+	// directory (the persistence row says which; not a boundary row).
+	switch {
+	case c.PersistDir == "":
+		b.persistOverlay = fmt.Errorf("no persist directory")
+	case !b.useNS:
+		b.persistOverlay = fmt.Errorf("no mount namespace")
+	case c.PersistBind:
+		b.persistOverlay = fmt.Errorf("the configuration asks for binds (boundary.Config.PersistBind)")
+	default:
+		b.persistOverlay = b.probeOverlay(c.PersistDir, c.UIDBase+1)
+	}
 
 	b.report = rows
 	var missing []string

@@ -113,9 +113,10 @@ func (b *Boundary) SetFiles(name string, files []backend.FileEntry, never []stri
 		}
 	}
 	return b.updateView(name, func(v *ViewSpec) {
-		v.Files, v.Never = files, never
+		v.Files, v.Never, v.Fixed = files, never, b.cfg.FileNeverFixed
 		if b.cfg.PersistDir != "" {
 			v.PersistKeep, v.PersistSession = b.persistDirs(name)
+			v.PersistMerged = b.persistOverlay == nil
 		}
 	})
 }
@@ -253,7 +254,7 @@ func (b *Boundary) resetView(h *holder) error {
 func (b *Boundary) changeMounts(h *holder, remove, attach []ViewMount, fds []int) error {
 	return b.inMountNS(h, func() error {
 		for _, m := range remove {
-			if m.State == ViewWrite && !m.Pin {
+			if (m.State == ViewWrite || m.State == ViewPersist) && !m.Pin {
 				attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
 				// EBUSY: a file is open for writing on it, and the kernel
 				// makes no mount with writers read-only; it is only
@@ -334,6 +335,10 @@ func (b *Boundary) prepareMounts(uid uint32, attach, layout []ViewMount) ([]int,
 		case ViewPersist:
 			if !fi.IsDir() {
 				return fds, fmt.Errorf("persist %s: not a directory", m.Path)
+			}
+			if b.persistOverlay == nil {
+				fds[i], err = b.overlayTree(m.Path, m.Source, uid)
+				break
 			}
 			if err := os.MkdirAll(m.Source, 0o700); err != nil {
 				return fds, fmt.Errorf("persist %s: %w", m.Path, err)

@@ -104,6 +104,38 @@ func testFilesApply(t *testing.T, s *suite) {
 	if got2 := snapshot(t, b).Deltas["s1"].Files; !slices.Equal(got, got2) {
 		t.Errorf("refused applies changed the files: %v, was %v", got2, got)
 	}
+	// delete[] is its own bit: a backend that cannot give delete apart
+	// from write refuses a delete entry without its grant's write over it
+	// (ErrDeleteNeedsWrite) and changes nothing; one that can holds it.
+	hd := mustHandle(t, b, backend.HandleRef{})
+	del := files(hd, backend.FileEntry{Path: root + "/repo", Access: backend.FileDelete})
+	switch err := b.Apply("s1", del); {
+	case err == nil:
+		if m := del.Missing(snapshot(t, b).Deltas["s1"]); m != "" {
+			t.Errorf("a delete entry applied but not held: %s", m)
+		}
+		mustRevoke(t, b, hd)
+		if err := b.Release("s1", hd, del); err != nil {
+			t.Fatal(err)
+		}
+	case errors.Is(err, backend.ErrDeleteNeedsWrite) && errors.Is(err, backend.ErrNotSupported):
+		if got2 := snapshot(t, b).Deltas["s1"].Files; !slices.Equal(got, got2) {
+			t.Errorf("a refused delete entry changed the files: %v, was %v", got2, got)
+		}
+	default:
+		t.Errorf("a delete entry alone: %v, want nil or ErrDeleteNeedsWrite", err)
+	}
+	// Inside its grant's write root every backend holds it.
+	hd = mustHandle(t, b, backend.HandleRef{})
+	dw := files(hd, backend.FileEntry{Path: root + "/repo", Access: backend.FileWrite}, backend.FileEntry{Path: root + "/repo/f", Access: backend.FileDelete})
+	mustApply(t, b, "s1", dw)
+	if m := dw.Missing(snapshot(t, b).Deltas["s1"]); m != "" {
+		t.Errorf("delete inside its grant's write root: not held: %s", m)
+	}
+	mustRevoke(t, b, hd)
+	if err := b.Release("s1", hd, dw); err != nil {
+		t.Fatal(err)
+	}
 	mustRevoke(t, b, h)
 	if err := b.Release("s1", h, d); err != nil {
 		t.Fatal(err)

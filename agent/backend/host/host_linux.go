@@ -16,7 +16,7 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 	bc := &boundary.Config{UIDBase: cfg.SessionUIDBase, UIDCount: cfg.SessionUIDCount,
 		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
 		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs,
-		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
+		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), FileNeverFixed: boundary.FixedFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
 	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries,
 		MaxSocketsPerSession: cfg.SessionMaxSockets, MaxPortsPerSession: cfg.SessionMaxPorts}
 	return dc, dc.Check()

@@ -19,13 +19,18 @@ type FileOp = backend.FileAccess
 
 // checkFiles refuses what Apply could not hold: an unknown session, an
 // invalid or dead handle, an approve-once handle (the Linux mount view has
-// no use-time hook to consume it); b.mu held.
+// no use-time hook to consume it), a delete entry without its grant's
+// write over it (the mount view cannot give delete alone); b.mu held.
 func (b *Backend) checkFiles(name string, es []backend.FileEntry) error {
 	if len(es) == 0 {
 		return nil
 	}
 	if _, ok := b.sessions[name]; !ok {
 		return fmt.Errorf("%w: %s", backend.ErrSessionNotFound, name)
+	}
+	// As the Linux mount view: delete only inside its grant's write.
+	if err := backend.CheckDeleteCovered(es); err != nil {
+		return err
 	}
 	for _, e := range es {
 		h, err := b.readHandle(e.Handle)
@@ -62,7 +67,9 @@ func (s *session) removeFiles(es []backend.FileEntry) {
 // Open is the decision for the next open of path by a process of session
 // name, for op (read, write, delete, connect): whether the session's view would let
 // it. A path under a credential location (Config.FileNever) is refused
-// whatever the entries say.
+// whatever the entries say, unless entries with an admin override name it
+// or a path in it and the location is not one of Config.FileNeverFixed
+// (backend.FileRightsView).
 func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
 	if err := (backend.FileEntry{Path: path, Access: op, Handle: backend.HandleRef{Slot: 1}}).Validate(); err != nil || op == backend.FileDeny {
 		return false, fmt.Errorf("%w: open %s for %s", backend.ErrInvalidFileEntry, path, op)
@@ -73,24 +80,44 @@ func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	for _, n := range b.cfg.FileNever {
-		if backend.PathUnder(path, n) {
-			return false, nil
-		}
-	}
 	live := slices.DeleteFunc(slices.Clone(s.files), func(e backend.FileEntry) bool { return b.handleCheck(e.Handle, useNew) != backend.ReasonNone })
 	if op == backend.FileConnect {
+		for _, n := range b.cfg.FileNever {
+			if backend.PathUnder(path, n) {
+				return false, nil
+			}
+		}
 		// A socket grant names the socket itself, nothing below it.
 		return slices.ContainsFunc(live, func(e backend.FileEntry) bool { return e.Access == backend.FileConnect && e.Path == path }), nil
 	}
-	r := backend.FileRightsAt(live, path)
+	r := backend.FileRightsView(live, b.cfg.FileNever, b.cfg.FileNeverFixed, path)
 	switch op {
 	case backend.FileRead:
 		return r.Read, nil
 	case backend.FileWrite:
 		return r.Write, nil
 	}
-	return r.Delete, nil
+	// As on the Linux mount view: a writable root lets delete (a delete
+	// entry lies under its grant's write: checkFiles).
+	return r.Write || r.Delete, nil
+}
+
+var _ backend.FileOverrides = (*Backend)(nil)
+
+// SetFileOverride gives the held entry e names its override.
+func (b *Backend) SetFileOverride(name string, e backend.FileEntry) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.sessions[name]
+	if !ok {
+		return fmt.Errorf("%w: %s", backend.ErrSessionNotFound, name)
+	}
+	es, _, _, ok := backend.SetOverride(s.files, e)
+	if !ok {
+		return fmt.Errorf("%w: session %s holds no entry %s", backend.ErrInvalidFileEntry, name, e)
+	}
+	s.files = es
+	return nil
 }
 
 var _ backend.PersistentPaths = (*Backend)(nil)

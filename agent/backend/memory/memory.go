@@ -42,6 +42,10 @@ type Config struct {
 	// FileNever are the credential locations no file entry opens (Open
 	// refuses every path under them), as backend.Config.FileNever.
 	FileNever []string
+	// FileNeverFixed are the credential locations among FileNever that no
+	// admin override lifts (the agent's own), as the Linux backend's
+	// backend.Config.FileNeverExtra.
+	FileNeverFixed []string
 	// Classes, when set, replaces the probe's class rows (to test the
 	// agent's gate against a host that lacks a class).
 	Classes []backend.Strength

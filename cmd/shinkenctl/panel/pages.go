@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -143,6 +144,49 @@ func grantTree(gs []capability.GrantInfo) map[string][]*node {
 type sessionTree struct {
 	Session string
 	Roots   []*node
+	Files   []fileRow
+}
+
+// fileRow is one path of a session's file grant (fs.scope, persistence):
+// what it gives there, the grant whose switch revokes it, and whether an
+// admin policy permits it (an override: it opens a credential location it
+// names).
+type fileRow struct {
+	Path, Access string
+	G            capability.GrantInfo
+	Override     bool
+}
+
+// fileRows lists the paths of session's file grants that are not
+// tombstones, by path.
+func fileRows(gs []capability.GrantInfo, session string) []fileRow {
+	var out []fileRow
+	for _, g := range gs {
+		if g.Session != session || g.Phase.Terminal() {
+			continue
+		}
+		add := func(access string, paths []string) {
+			for _, p := range paths {
+				out = append(out, fileRow{Path: p, Access: access, G: g, Override: slices.Contains(g.Overrides, p)})
+			}
+		}
+		if fs := g.Capability.FS; fs != nil {
+			add("read", fs.Read)
+			add("write", fs.Write)
+			add("delete", fs.Delete)
+			add("deny", fs.Deny)
+			add("connect", fs.Connect)
+		}
+		if p := g.Capability.Persistence; p != nil {
+			a := "persist (this session)"
+			if p.SurvivesSession {
+				a = "persist (survives the session)"
+			}
+			add(a, p.Paths)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }
 
 func (s *Server) grantsPage(w http.ResponseWriter, r *http.Request) {
@@ -150,7 +194,7 @@ func (s *Server) grantsPage(w http.ResponseWriter, r *http.Request) {
 	tree := grantTree(gs)
 	var out []sessionTree
 	for sess, roots := range tree {
-		out = append(out, sessionTree{sess, roots})
+		out = append(out, sessionTree{sess, roots, fileRows(gs, sess)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Session < out[j].Session })
 	s.render(w, "grants", "Live grants", out, err)

@@ -40,7 +40,10 @@ func (f *fakeAgent) handler() http.Handler {
 	m.HandleFunc("GET /v1/grants", func(w http.ResponseWriter, r *http.Request) {
 		js(w, `[{"id":"g-parent","session":"s1","capability":{"class":"net.egress","net_egress":{"cidrs":["10.0.0.0/8"]}},"tier":"auto","provenance":"","lifecycle":"session","phase":"live","kernel":{"slot":1,"generation":1}},
 			{"id":"g-child","session":"s1","capability":{"class":"net.egress","net_egress":{"cidrs":["10.1.0.0/16"]}},"tier":"auto","provenance":"","lifecycle":"session","parent":"g-parent","phase":"live","kernel":{"slot":2,"generation":1}},
-			{"id":"g-dead","session":"s1","capability":{"class":"net.egress","net_egress":{"cidrs":["10.2.0.0/16"]}},"tier":"auto","provenance":"","lifecycle":"session","phase":"revoked","kernel":{"slot":3,"generation":1}}]`)
+			{"id":"g-dead","session":"s1","capability":{"class":"net.egress","net_egress":{"cidrs":["10.2.0.0/16"]}},"tier":"auto","provenance":"","lifecycle":"session","phase":"revoked","kernel":{"slot":3,"generation":1}},
+			{"id":"g-fs","session":"s1","capability":{"class":"fs.scope","fs_scope":{"read":["/home/u/.ssh","/work"],"write":["/work/out"],"delete":["/work/out/tmp"],"deny":["/work/.git"]}},"tier":"notify","provenance":"","lifecycle":"session","phase":"live","kernel":{"slot":4,"generation":1},"overrides":["/home/u/.ssh"]},
+			{"id":"g-fs-dead","session":"s1","capability":{"class":"fs.scope","fs_scope":{"write":["/srv"]}},"tier":"ask","provenance":"","lifecycle":"session","phase":"revoked","kernel":{"slot":5,"generation":1}},
+			{"id":"g-keep","session":"s1","capability":{"class":"persistence","persistence":{"paths":["/work/cache"],"survives_session":true}},"tier":"ask","provenance":"","lifecycle":"session","phase":"live","kernel":{"slot":6,"generation":1}}]`)
 	})
 	m.HandleFunc("GET /v1/cards", func(w http.ResponseWriter, r *http.Request) {
 		js(w, `[{"id":"c-1","session":"s1","tier":"ask","created":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z","status":"pending",
@@ -216,6 +219,26 @@ func TestPanelPages(t *testing.T) {
 	pi, ci := strings.Index(body, `data-grant="g-parent"`), strings.Index(body, `data-grant="g-child"`)
 	if pi < 0 || ci < pi || strings.Contains(body, "g-dead") || !strings.Contains(body[pi:], "<ul>") {
 		t.Errorf("grant tree:\n%s", body)
+	}
+	// The session's file grants: one row per path with its grant's revoke
+	// switch, the admin override marked, revoked grants left out.
+	for _, want := range []string{
+		`data-grant="g-fs" data-path="/work/out/tmp" data-access="delete"`,
+		`data-grant="g-fs" data-path="/work/out" data-access="write"`,
+		`data-grant="g-fs" data-path="/work/.git" data-access="deny"`,
+		`data-grant="g-keep" data-path="/work/cache" data-access="persist (survives the session)"`,
+		`class="revoke" data-grant="g-fs" checked aria-label="file grant g-fs (read /home/u/.ssh) in force"`,
+		`fs.scope</b> read=/home/u/.ssh,/work write=/work/out delete=/work/out/tmp deny=/work/.git`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("grants page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "g-fs-dead") || strings.Count(body, "admin override</span>") != 1 {
+		t.Errorf("file rows: a revoked grant shown, or overrides marked %d times, want 1:\n%s", strings.Count(body, "admin override</span>"), body)
+	}
+	if i := strings.Index(body, `data-path="/home/u/.ssh"`); i < 0 || !strings.Contains(body[i:i+900], "admin override") {
+		t.Errorf("the override is not on its path's row")
 	}
 	_, body, _ = get(t, c, base+"/cards")
 	for _, want := range []string{"c-1", "uid:0(alice)", "UseCapability", "192.0.2.10/32 ports=443", "external", "tier:ask", "approve-once", "approve-session", "approve-pattern", `data-action="deny"`} {
