@@ -4,6 +4,7 @@ package capability
 // sockets it may connect to.
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -54,6 +55,21 @@ func init() {
 			for _, l := range [][]string{c.FS.Read, c.FS.Write, c.FS.Delete, c.FS.Deny, c.FS.Connect} {
 				if err := validatePaths(l); err != nil {
 					return err
+				}
+			}
+			// Inside one grant a deny wins, so an entry at or under the
+			// grant's own deny would give nothing: say so rather than
+			// grant it silently empty (nesting goes across grants).
+			for _, l := range []struct {
+				key   string
+				paths []string
+			}{{"read", c.FS.Read}, {"write", c.FS.Write}, {"delete", c.FS.Delete}, {"connect", c.FS.Connect}} {
+				for _, p := range l.paths {
+					for _, d := range c.FS.Deny {
+						if pathUnder(p, d) {
+							return fmt.Errorf("%w: fs.scope %s %q lies under the same grant's deny %q, which wins inside one grant; ask for it in a grant of its own (across grants the narrowest path wins)", ErrInvalidCapability, l.key, p, d)
+						}
+					}
 				}
 			}
 			return nil
