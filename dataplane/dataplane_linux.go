@@ -61,6 +61,7 @@ type Dataplane struct {
 	workspaces map[string]*backend.Workspace  // and both tables, pinned (files_table_linux.go)
 	fsTable    *ebpf.Map
 	wsTable    *ebpf.Map
+	lsm        lsmState // fs.scope's BPF LSM layer (files_lsm_linux.go)
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -115,6 +116,7 @@ func Open(cfg Config) (*Dataplane, error) {
 		d.Close()
 		return nil, err
 	}
+	d.openFSLSM()
 	// The never-list holds from the start; the daemon adds its listeners.
 	// An adopted list is kept when it already holds the defaults.
 	if err := d.ensureNeverDefaults(); err != nil {
@@ -260,6 +262,7 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
+	errs = append(errs, d.closeFSLSM())
 	errs = append(errs, d.closeFileTable())
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
