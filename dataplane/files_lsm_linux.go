@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -341,4 +341,3 @@ func (d *Dataplane) fsLSMRow(view backend.Strength) backend.Strength {
 	}
 	return fs
 }
-
