@@ -25,8 +25,8 @@
  * (shk_fs_sessions: a session without fs entries is never checked), then a
  * walk up the dentry's parents, at most SHK_FS_MAX_DEPTH dentries, looking
  * each inode up in shk_fs_inodes under the session. The nearest entry with
- * a live rule (the shared handle check) decides: a deny rule refuses, else a
- * rule whose access holds what is needed allows, else refused; an entry
+ * a live rule (the shared handle check) decides: a deny rule refuses, else
+ * the access of its live rules together must hold what is needed; an entry
  * whose rules are all dead is passed over (its grant was revoked: what
  * stands above it decides). Past the filesystem's root with no entry: the
  * session's outside access decides. Neither deeper than the bound: refused.
@@ -123,7 +123,8 @@ __noinline int fs_entry(__u32 session, __u32 dev, __u64 ino, __u32 need, __u32 u
 {
 	struct shk_fs_key k = {.session = session, .dev = dev, .ino = ino};
 	struct shk_fs_value *v = bpf_map_lookup_elem(&shk_fs_inodes, &k);
-	int live = 0, allow = 0, dead = 0;
+	__u32 have = 0;
+	int live = 0, dead = 0;
 
 	if (!v)
 		return FS_NEXT;
@@ -141,11 +142,11 @@ __noinline int fs_entry(__u32 session, __u32 dev, __u64 ino, __u32 need, __u32 u
 		if (r->access & SHK_FS_DENY)
 			return FS_REFUSE;
 		live = 1;
-		if ((r->access & need) == need)
-			allow = 1;
+		have |= r->access;
 	}
+	/* The live rules together: read from one grant, write from another. */
 	if (live)
-		return allow ? FS_ALLOW : FS_REFUSE;
+		return (have & need) == need ? FS_ALLOW : FS_REFUSE;
 	return FS_NEXT | ((dead & 0xff) << 8);
 }
 

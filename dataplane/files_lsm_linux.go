@@ -76,6 +76,11 @@ func (d *Dataplane) openFSLSM() {
 			err = fmt.Errorf("BPF LSM is not active (the kernel's LSM list is %s): %w", strings.TrimSpace(string(lsms)), err)
 		}
 		d.lsm.err = err
+		// What this call attached and pinned goes: the probe says the
+		// LSM is not enforcing, so nothing of it may be.
+		for _, l := range d.lsm.links {
+			l.Unpin()
+		}
 		d.closeFSLSM()
 	}
 }
@@ -122,33 +127,9 @@ func (d *Dataplane) loadFSLSM() error {
 			return fmt.Errorf("pin lsm/%s: %w", h.name, err)
 		}
 	}
-	// Drop what no session of this agent holds (a session gone while no
-	// agent ran); syncFSLSM rewrites the rest from the file table.
-	var (
-		k     shkfsShkFsKey
-		v     shkfsShkFsValue
-		stale []shkfsShkFsKey
-	)
-	it := objs.ShkFsInodes.Iterate()
-	for it.Next(&k, &v) {
-		stale = append(stale, k)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read shk_fs_inodes: %w", err)
-	}
-	for _, k := range stale {
-		if err := objs.ShkFsInodes.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	for i := uint32(0); i < d.cfg.MaxSessions; i++ {
-		if err := objs.ShkFsSessions.Put(i, shkfsShkFsSession{}); err != nil {
-			return err
-		}
-	}
-	if err := objs.ShkFsOn.Put(uint32(0), uint32(0)); err != nil {
-		return err
-	}
+	// Write each session's entries from the file table first, then drop
+	// what no session of this agent holds (a session gone while no agent
+	// ran): an agent adopting pinned maps leaves no moment without them.
 	d.mu.Lock()
 	names := make([]string, 0, len(d.files))
 	for n := range d.files {
@@ -160,7 +141,47 @@ func (d *Dataplane) loadFSLSM() error {
 			return fmt.Errorf("restore the inode entries of %s: %w", n, err)
 		}
 	}
-	return nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var (
+		k     shkfsShkFsKey
+		v     shkfsShkFsValue
+		stale []shkfsShkFsKey
+	)
+	it := objs.ShkFsInodes.Iterate()
+	for it.Next(&k, &v) {
+		if !d.lsm.keys[k.Session][k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read shk_fs_inodes: %w", err)
+	}
+	for _, k := range stale {
+		if err := objs.ShkFsInodes.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	var (
+		idx uint32
+		rec shkfsShkFsSession
+		off []uint32
+	)
+	it = objs.ShkFsSessions.Iterate()
+	for it.Next(&idx, &rec) {
+		if rec.On != 0 && !d.lsm.on[idx] {
+			off = append(off, idx)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read shk_fs_sessions: %w", err)
+	}
+	for _, idx := range off {
+		if err := objs.ShkFsSessions.Put(idx, shkfsShkFsSession{}); err != nil {
+			return err
+		}
+	}
+	return objs.ShkFsOn.Put(uint32(0), uint32(len(d.lsm.on)))
 }
 
 // lsmOn says whether the LSM programs are attached.

@@ -53,8 +53,8 @@ func lsmTree(t *testing.T) string {
 		}
 	}
 	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && fi.IsDir() {
-			os.Chmod(p, 0o777)
+		if err == nil {
+			os.Chmod(p, map[bool]os.FileMode{true: 0o777, false: 0o666}[fi.IsDir()]) // past the umask
 		}
 		return err
 	})
@@ -135,6 +135,22 @@ func TestFileScopeLSM(t *testing.T) {
 		t.Errorf("session a holds %d inode entries, want 4 (repo, repo/a, repo/a/b, ro)", n)
 	}
 
+	// wantWhy: refused, and counted under reason r for session a.
+	wantWhy := func(t *testing.T, p *probe.Proc, what, cmd string, r Reason) {
+		t.Helper()
+		before, err := d.Counters(sa.Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(t, p, what, cmd, "err EACCES")
+		after, err := d.Counters(sa.Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after[r] == before[r] {
+			t.Errorf("%s: no %s denial counted (before %v, after %v)", what, r, before, after)
+		}
+	}
 	pa := startProbe(t, sa, ProcOptions{})
 	pb := startProbe(t, sb, ProcOptions{})
 	pc := startProbe(t, sc, ProcOptions{})
@@ -148,19 +164,19 @@ func TestFileScopeLSM(t *testing.T) {
 	want(t, pa, "rmdir inside", "rmdir "+at("repo/e"), "ok")
 	want(t, pa, "rename inside", "rename "+at("repo/new")+" "+at("repo/new2"), "ok")
 	want(t, pa, "unlink inside", "unlink "+at("repo/new2"), "ok")
-	want(t, pa, "write outside every root", "put "+at("x/f"), refused)
+	wantWhy(t, pa, "write outside every root", "put "+at("x/f"), ReasonFSOutside)
 	want(t, pa, "append outside", "append "+at("x/f"), refused)
 	want(t, pa, "create outside", "put "+at("x/new"), refused)
 	want(t, pa, "mkdir outside", "mkdir "+at("x/e"), refused)
 	want(t, pa, "truncate outside", "truncate "+at("x/f"), refused)
 	want(t, pa, "unlink outside", "unlink "+at("x/f"), refused)
 	want(t, pa, "read outside (no view here: reads outside are not refused)", "cat "+at("x/f"), "ok")
-	want(t, pa, "write under a read-only root", "put "+at("ro/f"), refused)
+	wantWhy(t, pa, "write under a read-only root", "put "+at("ro/f"), ReasonFSDenied)
 	want(t, pa, "unlink under a read-only root", "unlink "+at("ro/f"), refused)
 	want(t, pa, "read under a read-only root", "cat "+at("ro/f"), "ok")
 
 	// Nested write / deny / write.
-	want(t, pa, "read under the deny", "cat "+at("repo/a/f"), refused)
+	wantWhy(t, pa, "read under the deny", "cat "+at("repo/a/f"), ReasonFSDenied)
 	want(t, pa, "write under the deny", "put "+at("repo/a/f"), refused)
 	want(t, pa, "create under the deny", "put "+at("repo/a/new"), refused)
 	want(t, pa, "unlink under the deny", "unlink "+at("repo/a/f"), refused)
@@ -175,7 +191,7 @@ func TestFileScopeLSM(t *testing.T) {
 	want(t, pa, "write through it", "put "+at("repo/ln2"), refused)
 	want(t, pa, "dot-dot into the deny", "cat "+at("repo/a/b/../f"), refused)
 	want(t, pa, "dot-dot out of the roots", "put "+at("repo/a/b/../../../x/f"), refused)
-	want(t, pa, "hard link of an outside file into the write root", "link "+at("x/f")+" "+at("repo/hl"), refused)
+	wantWhy(t, pa, "hard link of an outside file into the write root", "link "+at("x/f")+" "+at("repo/hl"), ReasonFSOutside)
 	want(t, pa, "hard link of a denied file into the write root", "link "+at("repo/a/f")+" "+at("repo/hl"), refused)
 	want(t, pa, "rename the denied directory away", "rename "+at("repo/a")+" "+at("repo/z"), refused)
 	want(t, pa, "rename a file out of the roots", "rename "+at("repo/f")+" "+at("x/f2"), refused)
@@ -188,14 +204,15 @@ func TestFileScopeLSM(t *testing.T) {
 	want(t, pa, "(moved)", "rename "+at("repo/m")+" "+at("repo/a/b/m"), "ok")
 	want(t, pa, "delete in its new place (no delete there)", "unlink "+at("repo/a/b/m/f"), refused)
 
-	// The walk's bound: 16 dentries. A directory 15 below the root still
-	// finds it; 16 below, the root is the 17th dentry: refused.
+	// The walk's bound: 16 dentries, the object's own first. A file 14
+	// directories below the root still finds it (the root is the 16th
+	// dentry); 15 below, the root would be the 17th: refused.
 	deep := at("repo")
-	for i := 1; i <= 15; i++ {
+	for i := 1; i <= 14; i++ {
 		deep = filepath.Join(deep, "d")
 	}
-	want(t, pa, "create 15 directories below the root", "put "+filepath.Join(deep, "new"), "ok")
-	want(t, pa, "create 16 directories below the root", "put "+filepath.Join(deep, "d", "new"), refused)
+	want(t, pa, "a file 14 directories below the root", "put "+filepath.Join(deep, "new"), "ok")
+	wantWhy(t, pa, "a file 15 directories below the root", "put "+filepath.Join(deep, "d", "new"), ReasonFSDepth)
 
 	// Another session's grant does not help; a session without entries is
 	// not checked.
@@ -220,7 +237,7 @@ func TestFileScopeLSM(t *testing.T) {
 	} else {
 		t.Logf("verified: revoke is one handle write, no view sweep")
 	}
-	want(t, pa, "read on the descriptor after the revoke", "fread keep", refused)
+	wantWhy(t, pa, "read on the descriptor after the revoke", "fread keep", ReasonFSDenied)
 	want(t, pa, "write on the descriptor after the revoke", "fwrite keep", refused)
 	want(t, pa, "open after the revoke (the deny above decides now)", "cat "+at("repo/a/b/f"), refused)
 	want(t, pa, "the other grant's descriptor still reads", "fread other", "ok")
@@ -228,7 +245,7 @@ func TestFileScopeLSM(t *testing.T) {
 	if err := d.Revoke(h1); err != nil {
 		t.Fatal(err)
 	}
-	want(t, pa, "write on the other descriptor after its revoke", "fwrite other", refused)
+	wantWhy(t, pa, "write on the other descriptor after its revoke", "fwrite other", ReasonHandleRevoked)
 	want(t, pa, "create in the revoked root", "put "+at("repo/new3"), refused)
 
 	// Counted per session and reason, and reported with class fs.scope.
