@@ -72,7 +72,11 @@ func (d *Dataplane) openFSLSM() {
 		return
 	}
 	if err := d.loadFSLSM(); err != nil {
-		if lsms, rerr := os.ReadFile("/sys/kernel/security/lsm"); rerr == nil && !slices.Contains(strings.Split(strings.TrimSpace(string(lsms)), ","), "bpf") {
+		lsms, rerr := os.ReadFile("/sys/kernel/security/lsm")
+		switch {
+		case rerr != nil:
+			err = fmt.Errorf("the kernel's LSM list is unreadable (%w), and: %w", rerr, err)
+		case !slices.Contains(strings.Split(strings.TrimSpace(string(lsms)), ","), "bpf"):
 			err = fmt.Errorf("BPF LSM is not active (the kernel's LSM list is %s): %w", strings.TrimSpace(string(lsms)), err)
 		}
 		d.lsm.err = err

@@ -265,6 +265,9 @@ func TestFileScopeLSM(t *testing.T) {
 		}
 		if e.Session == sa.Index && e.Reason.Class() == backend.ClassFSScope {
 			seen[e.Reason] = true
+			if e.Inode == 0 || e.Dev == 0 || e.Access == 0 || e.Dst.IsValid() {
+				t.Errorf("fs.scope event without its inode and access, or with a destination: %+v", e)
+			}
 		}
 	}
 	if !seen[ReasonFSOutside] || !seen[ReasonFSDenied] {
@@ -283,4 +286,35 @@ func TestFileScopeLSM(t *testing.T) {
 	if n := d.FSInodeEntries("lsma"); n != 0 {
 		t.Errorf("after destroy: %d inode entries", n)
 	}
+}
+
+// TestFileScopeLSMProbe: the probe claims BPF LSM for fs.scope exactly
+// when every LSM program is attached and pinned (links/lsm_*), and says
+// why not otherwise; a load that failed leaves no LSM link behind.
+func TestFileScopeLSMProbe(t *testing.T) {
+	kerneltest.RequireRoot(t)
+	d := newDataplane(t, testConfig(t))
+	r := d.Probe()
+	var row backend.Strength
+	for _, c := range r.Classes {
+		if c.Class == backend.ClassFSScope {
+			row = c
+		}
+	}
+	pins, err := filepath.Glob(filepath.Join(d.Config().PinPath, "links", "lsm_*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fact := r.Facts["fs_lsm"]
+	if d.lsmOn() {
+		if row.Level != backend.RevocableInKernel || !strings.Contains(row.Mechanism, "file_permission") || len(pins) != len(fsLSMHooks) || !strings.HasPrefix(fact, "attached") {
+			t.Errorf("attached, but row %s (%.60s), %d pinned links, fact %q", row.Level, row.Mechanism, len(pins), fact)
+		}
+		t.Logf("verified: BPF LSM attached, %d links pinned, row %s", len(pins), row.Level)
+		return
+	}
+	if row.Level == backend.RevocableInKernel || strings.Contains(row.Mechanism, "BPF LSM (") || len(pins) != 0 || !strings.HasPrefix(fact, "not attached: ") || len(fact) < len("not attached: ")+10 {
+		t.Errorf("not attached, but row %s (%.60s), %d pinned links, fact %q", row.Level, row.Mechanism, len(pins), fact)
+	}
+	t.Logf("verified: not attached (%s); fs.scope row %s", fact, row.Level)
 }

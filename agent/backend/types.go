@@ -348,6 +348,12 @@ type Event struct {
 	Reason   Reason
 	Proto    Proto
 	Dst      netip.AddrPort
+	// fs.scope denials (Reason.Class() == ClassFSScope) name the inode
+	// refused (the kernel's device number, major<<20|minor) and the access
+	// asked (1 read, 2 write, 4 delete, ORed); Proto and Dst are unset.
+	Dev    uint32
+	Inode  uint64
+	Access uint8
 }
 
 // EventReader reads denial events. Read blocks until an event, the deadline
