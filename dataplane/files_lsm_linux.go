@@ -357,7 +357,7 @@ func (d *Dataplane) FSInodeEntries(session string) int {
 func (d *Dataplane) fsLSMRow(view backend.Strength) backend.Strength {
 	fs := backend.Strength{Class: backend.ClassFSScope, Level: backend.RevocableInKernel}
 	fs.Mechanism = "BPF LSM (" + FSLSMHooks + ") keyed by session (cgroup id) and by the inode of each read, write, delete and deny root (resolved when the grant is made), checked at every open, read, write, create, link, delete and rename with the grant's caretaker handle: a revoke is the one handle write, and descriptors opened before it stop reading and writing; the nearest covering entry with a live rule decides (at most 16 dentries walked up; deeper with no entry: refused)"
-	fs.Reason = "an entry covers its own filesystem only (a filesystem mounted below a root is outside it); roots on btrfs or overlayfs are refused (their stat numbers are not the kernel inode's); a root deleted and its inode number reused by the host would carry the entry; devices, FIFOs and sockets are not checked (the device classes, connect[]); chmod, chown and xattrs are not checked"
+	fs.Reason = "an entry covers its own filesystem only (a filesystem mounted below a root is outside it); roots on btrfs or overlayfs are refused (their stat numbers are not the kernel inode's); a root deleted and its inode number reused by the host would carry the entry; devices, FIFOs and sockets are not checked (the device classes, connect[]); chmod, chown and xattrs are not checked; a memory mapping made before a revoke keeps its pages (page faults pass no hook)"
 	if view.Level.Enforceable() {
 		fs.Mechanism += "; outside every entry the session's mount view decides, as it does without BPF LSM: " + view.Mechanism
 	} else {
