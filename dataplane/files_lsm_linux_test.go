@@ -221,6 +221,22 @@ func TestFileScopeLSM(t *testing.T) {
 	want(t, pb, "session b writes a's root", "put "+at("repo/f"), refused)
 	want(t, pc, "a session without file entries", "put "+at("x/f"), "ok")
 
+	// An agent that starts again adopts the pinned maps and links: the
+	// entries are restored from the file table with no moment without
+	// them, and the old links are replaced by its own.
+	d2, err := Open(d.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d2.lsmOn() || d2.FSInodeEntries("lsma") != 4 {
+		t.Errorf("adopted: LSM on %v (%v), %d inode entries of session a, want 4", d2.lsmOn(), d2.lsm.err, d2.FSInodeEntries("lsma"))
+	}
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want(t, pa, "after an adopting agent closed: the write root", "put "+at("repo/a/b/f"), "ok")
+	want(t, pa, "after an adopting agent closed: the deny", "cat "+at("repo/a/f"), refused)
+
 	// Revoke: one handle write, no view sweep; the next open fails, and so
 	// do reads and writes on a descriptor opened before.
 	want(t, pa, "open before the revoke", "fopen keep "+at("repo/a/b/f")+" rw", "ok")
