@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary"
 )
 
 // fs.scope in the kernel where BPF LSM is active (bpf/files.bpf.c, its own
@@ -58,6 +59,7 @@ type lsmState struct {
 	err   error
 	keys  map[uint32]map[shkfsShkFsKey]bool // per session index: its inode entries in the kernel
 	on    map[uint32]bool                   // sessions whose shk_fs_sessions record is on
+	never []string                          // credential locations: a deny rule under every grant covering one
 }
 
 // openFSLSM loads the fs.scope LSM object, sharing the main object's
@@ -67,6 +69,11 @@ type lsmState struct {
 // mount view stays the enforcement, and the probe says so.
 func (d *Dataplane) openFSLSM() {
 	d.lsm = lsmState{keys: map[uint32]map[shkfsShkFsKey]bool{}, on: map[uint32]bool{}}
+	if d.bnd != nil {
+		d.lsm.never = d.bnd.FileNever()
+	} else {
+		d.lsm.never = boundary.DefaultFileNever()
+	}
 	if d.cfg.noAttach {
 		d.lsm.err = errors.New("the dataplane was opened without attaching programs")
 		return
@@ -215,10 +222,12 @@ func fsAccessBits(a backend.FileAccess) uint32 {
 	case backend.FileDelete:
 		return 4 // SHK_FS_DELETE
 	case backend.FileDeny:
-		return 8 // SHK_FS_DENY
+		return fsDenyBit
 	}
 	return 0
 }
+
+const fsDenyBit = 8 // SHK_FS_DENY
 
 const (
 	fsOutsideAll  = 7 // SHK_FS_ALL: the mount view decides outside the entries
@@ -265,6 +274,25 @@ func (d *Dataplane) syncFSLSM(session string) error {
 		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
 	}
 	want := map[shkfsShkFsKey]*shkfsShkFsValue{}
+	add := func(e backend.FileEntry, k shkfsShkFsKey, bits uint32) error {
+		v := want[k]
+		if v == nil {
+			v = &shkfsShkFsValue{}
+			want[k] = v
+		}
+		r := shkfsShkFsRule{Handle: e.Handle.Slot, Generation: e.Handle.Generation, Access: bits}
+		for _, have := range v.Rules[:v.Nrules] {
+			if have == r {
+				return nil
+			}
+		}
+		if int(v.Nrules) == len(v.Rules) {
+			return fmt.Errorf("%w: %s: more than %d rules on one inode", backend.ErrInvalidFileEntry, e, len(v.Rules))
+		}
+		v.Rules[v.Nrules] = r
+		v.Nrules++
+		return nil
+	}
 	for _, e := range d.files[session] {
 		bits := fsAccessBits(e.Access)
 		if bits == 0 {
@@ -275,16 +303,29 @@ func (d *Dataplane) syncFSLSM(session string) error {
 			return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
 		}
 		k := shkfsShkFsKey{Session: s.Index, Dev: dev, Ino: ino}
-		v := want[k]
-		if v == nil {
-			v = &shkfsShkFsValue{}
-			want[k] = v
+		if err := add(e, k, bits); err != nil {
+			return err
 		}
-		if int(v.Nrules) == len(v.Rules) {
-			return fmt.Errorf("%w: %s: more than %d grants name this inode", backend.ErrInvalidFileEntry, e, len(v.Rules))
+		if e.Access == backend.FileDeny {
+			continue
 		}
-		v.Rules[v.Nrules] = shkfsShkFsRule{Handle: e.Handle.Slot, Generation: e.Handle.Generation, Access: bits}
-		v.Nrules++
+		// Credential locations: refused under any grant (as the view
+		// masks them). One at or below the root gets a deny rule under
+		// the grant's handle; a root inside one is denied itself. One
+		// that does not exist yet is not covered (as in the view).
+		for _, n := range d.lsm.never {
+			switch {
+			case backend.PathUnder(e.Path, n):
+				err = add(e, k, fsDenyBit)
+			case backend.PathUnder(n, e.Path):
+				if ndev, nino, nerr := fsInode(n); nerr == nil {
+					err = add(e, shkfsShkFsKey{Session: s.Index, Dev: ndev, Ino: nino}, fsDenyBit)
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
 	}
 	return d.writeFSLSM(s.Index, want)
 }
@@ -356,7 +397,7 @@ func (d *Dataplane) FSInodeEntries(session string) int {
 // fsLSMRow is the probe's fs.scope row where the LSM is attached.
 func (d *Dataplane) fsLSMRow(view backend.Strength) backend.Strength {
 	fs := backend.Strength{Class: backend.ClassFSScope, Level: backend.RevocableInKernel}
-	fs.Mechanism = "BPF LSM (" + FSLSMHooks + ") keyed by session (cgroup id) and by the inode of each read, write, delete and deny root (resolved when the grant is made), checked at every open, read, write, create, link, delete and rename with the grant's caretaker handle: a revoke is the one handle write, and descriptors opened before it stop reading and writing; the nearest covering entry with a live rule decides (at most 16 dentries walked up; deeper with no entry: refused)"
+	fs.Mechanism = "BPF LSM (" + FSLSMHooks + ") keyed by session (cgroup id) and by the inode of each read, write, delete and deny root (resolved when the grant is made), checked at every open, read, write, create, link, delete and rename with the grant's caretaker handle: a revoke is the one handle write, and descriptors opened before it stop reading and writing; the nearest covering entry with a live rule decides (at most 16 dentries walked up; deeper with no entry: refused); each credential location at or below a granted root is a deny rule under the grant's handle"
 	fs.Reason = "an entry covers its own filesystem only (a filesystem mounted below a root is outside it); roots on btrfs or overlayfs are refused (their stat numbers are not the kernel inode's); a root deleted and its inode number reused by the host would carry the entry; devices, FIFOs and sockets are not checked (the device classes, connect[]); chmod, chown and xattrs are not checked; a memory mapping made before a revoke keeps its pages (page faults pass no hook)"
 	if view.Level.Enforceable() {
 		fs.Mechanism += "; outside every entry the session's mount view decides, as it does without BPF LSM: " + view.Mechanism

@@ -43,7 +43,7 @@ func lsmTree(t *testing.T) string {
 	for i := 1; i <= 16; i++ {
 		deep = filepath.Join(deep, "d")
 	}
-	for _, f := range []string{"repo/f", "repo/a/f", "repo/a/b/f", "other/f", "other/g", "ro/f", "x/f", deep + "/f"} {
+	for _, f := range []string{"repo/f", "repo/a/f", "repo/a/b/f", "repo/cred/key", "other/f", "other/g", "ro/f", "x/f", deep + "/f"} {
 		p := filepath.Join(root, f)
 		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
 			t.Fatal(err)
@@ -116,6 +116,12 @@ func TestFileScopeLSM(t *testing.T) {
 	}
 	defer ev.Close()
 
+	// A credential location under a grant (as the boundary's list would
+	// name ~/.ssh under a home).
+	d.mu.Lock()
+	d.lsm.never = append(d.lsm.never, at("repo/cred"))
+	d.mu.Unlock()
+
 	// Session a: /repo read, write, delete with /repo/a denied (one grant),
 	// /repo/a/b read and write (another), /ro read.
 	h1 := lsmGrant(t, d, "lsma", HandleRef{},
@@ -131,8 +137,8 @@ func TestFileScopeLSM(t *testing.T) {
 	lsmGrant(t, d, "lsmb", HandleRef{},
 		backend.FileEntry{Path: at("other"), Access: backend.FileRead},
 		backend.FileEntry{Path: at("other"), Access: backend.FileWrite})
-	if n := d.FSInodeEntries("lsma"); n != 4 {
-		t.Errorf("session a holds %d inode entries, want 4 (repo, repo/a, repo/a/b, ro)", n)
+	if n := d.FSInodeEntries("lsma"); n != 5 {
+		t.Errorf("session a holds %d inode entries, want 5 (repo, repo/a, repo/a/b, repo/cred, ro)", n)
 	}
 
 	// wantWhy: refused, and counted under reason r for session a.
@@ -184,6 +190,12 @@ func TestFileScopeLSM(t *testing.T) {
 	want(t, pa, "write in the write root under the deny", "put "+at("repo/a/b/f"), "ok")
 	want(t, pa, "delete in a root without delete", "unlink "+at("repo/a/b/f"), refused)
 
+	// A credential location under a broad grant.
+	wantWhy(t, pa, "read a credential under the write root", "cat "+at("repo/cred/key"), ReasonFSDenied)
+	want(t, pa, "write it", "put "+at("repo/cred/key"), refused)
+	want(t, pa, "delete it", "unlink "+at("repo/cred/key"), refused)
+	want(t, pa, "rename the credential directory away", "rename "+at("repo/cred")+" "+at("repo/c2"), refused)
+
 	// Escapes.
 	want(t, pa, "symlink into the deny, made in the write root", "symlink "+at("repo/a/f")+" "+at("repo/ln"), "ok")
 	want(t, pa, "read through it", "cat "+at("repo/ln"), refused)
@@ -229,7 +241,7 @@ func TestFileScopeLSM(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !d2.lsmOn() || d2.FSInodeEntries("lsma") != 4 {
-		t.Errorf("adopted: LSM on %v (%v), %d inode entries of session a, want 4", d2.lsmOn(), d2.lsm.err, d2.FSInodeEntries("lsma"))
+		t.Errorf("adopted: LSM on %v (%v), %d inode entries of session a, want 4 (its credential list is the default one)", d2.lsmOn(), d2.lsm.err, d2.FSInodeEntries("lsma"))
 	}
 	if err := d2.Close(); err != nil {
 		t.Fatal(err)
