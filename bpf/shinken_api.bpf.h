@@ -37,7 +37,10 @@ enum shk_reason {
 	SHK_REASON_FORBIDDEN = 9,  /* the deny table (an admin or hard-deny forbid) */
 	SHK_REASON_SOCKET_LIMIT = 10, /* a socket past the session's socket limit (quota.bpf.h) */
 	SHK_REASON_PORT_LIMIT = 11,   /* a port hold past the session's bound-port limit */
-	SHK_NR_REASONS = 12,
+	SHK_REASON_FS_OUTSIDE = 12, /* fs.scope: no live entry covers the path and the session's outside access lacks it (files.bpf.c) */
+	SHK_REASON_FS_DENIED = 13,  /* fs.scope: the nearest entry with a live rule is a deny, or lacks the access */
+	SHK_REASON_FS_DEPTH = 14,   /* fs.scope: no entry within SHK_FS_MAX_DEPTH dentries and the filesystem's root not reached */
+	SHK_NR_REASONS = 15,
 };
 
 /* How flows already open are cut when their authority dies (load-time

@@ -69,6 +69,9 @@ const (
 	ReasonSocketLimit    = backend.ReasonSocketLimit
 	ReasonPortLimit      = backend.ReasonPortLimit
 	ReasonForbidden      = backend.ReasonForbidden
+	ReasonFSOutside      = backend.ReasonFSOutside
+	ReasonFSDenied       = backend.ReasonFSDenied
+	ReasonFSDepth        = backend.ReasonFSDepth
 	NumReasons           = backend.NumReasons
 )
 

@@ -64,6 +64,7 @@ type Dataplane struct {
 	procGated  map[string]bool                   // and their pinned table (process_linux.go)
 	procTable  *ebpf.Map
 	wsTable    *ebpf.Map
+	lsm        lsmState // fs.scope's BPF LSM layer (files_lsm_linux.go)
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -122,6 +123,7 @@ func Open(cfg Config) (*Dataplane, error) {
 		d.Close()
 		return nil, err
 	}
+	d.openFSLSM()
 	// The never-list holds from the start; the daemon adds its listeners.
 	// An adopted list is kept when it already holds the defaults.
 	if err := d.ensureNeverDefaults(); err != nil {
@@ -267,6 +269,7 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
+	errs = append(errs, d.closeFSLSM())
 	errs = append(errs, d.closeFileTable())
 	if d.procTable != nil {
 		errs = append(errs, d.procTable.Close())

@@ -25,9 +25,11 @@ import (
 
 // checkFileHandles refuses entries the view cannot hold: a handle whose
 // chain is not live, an approve-once handle (no use-time hook consumes it)
-// and a handle chain with a deadline (the view has no timer: it would
-// outlive the deadline); d.mu held.
+// and, where a mount view holds the entries, a handle chain with a
+// deadline (the view has no timer: it would outlive the deadline; the LSM
+// alone checks deadlines at each use); d.mu held.
 func (d *Dataplane) checkFileHandles(es []backend.FileEntry) error {
+	viewHolds := d.bnd != nil
 	for _, e := range es {
 		if _, err := d.chainDepth(e.Handle); err != nil {
 			return err
@@ -40,7 +42,7 @@ func (d *Dataplane) checkFileHandles(es []backend.FileEntry) error {
 			if h.State == uint32(HandleOnce) {
 				return fmt.Errorf("%w: %s: an approve-once handle: the mount view has no use to consume it at", ErrNotSupported, e)
 			}
-			if h.ExpiresNs != 0 {
+			if h.ExpiresNs != 0 && viewHolds {
 				return fmt.Errorf("%w: %s: a handle with a deadline: the mount view would outlive it", ErrNotSupported, e)
 			}
 			ref = HandleRef{Slot: h.Parent, Generation: h.ParentGeneration}
@@ -55,17 +57,24 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 	if len(es) == 0 {
 		return nil
 	}
-	if d.bnd == nil {
-		return fmt.Errorf("%w: fs.scope needs the session boundary (its mount namespace)", ErrNotSupported)
+	if d.bnd == nil && !d.lsmOn() {
+		return fmt.Errorf("%w: fs.scope needs the session boundary (its mount namespace) or BPF LSM (%v)", ErrNotSupported, d.lsm.err)
+	}
+	var never []string
+	if d.bnd != nil {
+		never = d.bnd.FileNever()
 	}
 	if err := backend.CheckDeleteCovered(es); err != nil {
 		return err
 	}
 	for _, e := range es {
+		if d.bnd == nil && fsAccessBits(e.Access) == 0 {
+			return fmt.Errorf("%w: %s: persistence and connect[] entries are mounts of the session's view, and the session boundary is off", ErrNotSupported, e)
+		}
 		if e.Access == backend.FileDeny {
 			continue
 		}
-		if err := backend.CheckSocketEntry(e, d.bnd.FileNever()); err != nil {
+		if err := backend.CheckSocketEntry(e, never); err != nil {
 			return err
 		}
 		if e.Access == backend.FileConnect {
@@ -98,13 +107,16 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 	d.mu.Unlock()
 	err := d.storeFiles(index, added, false)
 	if err == nil {
+		err = d.syncFSLSM(session)
+	}
+	if err == nil {
 		err = d.deriveView(session)
 	}
 	if err != nil {
 		d.mu.Lock()
 		d.files[session] = slices.DeleteFunc(d.files[session], func(e backend.FileEntry) bool { return slices.Contains(added, e) })
 		d.mu.Unlock()
-		return errors.Join(err, d.storeFiles(index, added, true), d.deriveView(session))
+		return errors.Join(err, d.storeFiles(index, added, true), d.syncFSLSM(session), d.deriveView(session))
 	}
 	return nil
 }
@@ -125,7 +137,7 @@ func (d *Dataplane) releaseFiles(session string, es []backend.FileEntry) error {
 	if !ok {
 		return nil // destroyed: its entries went with it
 	}
-	return errors.Join(d.storeFiles(s.Index, es, true), d.deriveView(session))
+	return errors.Join(d.storeFiles(s.Index, es, true), d.syncFSLSM(session), d.deriveView(session))
 }
 
 // deriveView gives session the view its live entries make.
@@ -181,6 +193,9 @@ func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
 // (after a revoke: what the dead handles opened goes), and counts one view
 // sweep when there was any.
 func (d *Dataplane) fileSweep() error {
+	if d.bnd == nil {
+		return nil // no view: the LSM's handle check was the whole revoke
+	}
 	d.mu.Lock()
 	names := make([]string, 0, len(d.files))
 	for n := range d.files {
@@ -208,9 +223,19 @@ func (d *Dataplane) fileEntries(session string) []backend.FileEntry {
 	return slices.Clone(d.files[session])
 }
 
-// fsRow is the probe's fs.scope row: the mount view where the session
-// boundary has its mount namespace, else unavailable with why.
+// fsRow is the probe's fs.scope row: the BPF LSM where it attached (over
+// the mount view where there is one), else the mount view where the
+// session boundary has its mount namespace, else unavailable with why.
 func (d *Dataplane) fsRow(abi int, llErr error) backend.Strength {
+	view := d.fsViewRow(abi, llErr)
+	if d.lsmOn() {
+		return d.fsLSMRow(view)
+	}
+	return view
+}
+
+// fsViewRow is the fs.scope row of the mount view alone.
+func (d *Dataplane) fsViewRow(abi int, llErr error) backend.Strength {
 	fs := backend.Strength{Class: backend.ClassFSScope, Level: backend.Unavailable, Mechanism: "none"}
 	switch {
 	case d.bnd == nil:

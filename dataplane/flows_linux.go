@@ -289,7 +289,7 @@ func (d *Dataplane) removeObsoleteLinks(used map[string]bool) error {
 		return err
 	}
 	for _, e := range ents {
-		if used[e.Name()] {
+		if used[e.Name()] || fsLSMLinkPin(e.Name()) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

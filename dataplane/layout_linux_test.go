@@ -27,6 +27,13 @@ func TestABILayout(t *testing.T) {
 		{"shk_deny4_key", shkShkDeny4Key{}, 8},
 		{"shk_deny6_key", shkShkDeny6Key{}, 20},
 		{"shk_quota", shkShkQuota{}, 8},
+		{"shk_fs_key", shkfsShkFsKey{}, 16},
+		{"shk_fs_rule", shkfsShkFsRule{}, 16},
+		{"shk_fs_value", shkfsShkFsValue{}, 8 + 8*16},
+		{"shk_fs_session", shkfsShkFsSession{}, 8},
+		// The shared maps' types, seen from the LSM object, are the main one's.
+		{"shk_handle (shkfs)", shkfsShkHandle{}, 24},
+		{"shk_session (shkfs)", shkfsShkSession{}, 8},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -36,7 +43,7 @@ func TestABILayout(t *testing.T) {
 		})
 	}
 	// Every reason below NumReasons has a name, and NumReasons has none.
-	if NumReasons != 12 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
+	if NumReasons != 15 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
 		t.Errorf("reasons out of step with enum shk_reason")
 	}
 }

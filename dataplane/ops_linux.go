@@ -96,7 +96,7 @@ func (d *Dataplane) DestroySession(name string) error {
 	d.names.Delete(s.Index)
 	// (Stale file entries of this index would come back with its next
 	// session: a failure keeps the index, as a stale egress entry does.)
-	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil), d.dropProcessLocked(name, s.Index))
+	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil), d.dropProcessLocked(name, s.Index), d.dropFSLSM(s.Index))
 	delete(d.files, name)
 	delete(d.workspaces, name)
 	// The entries leave the index now (no write or lookup of this index

@@ -30,6 +30,11 @@ func (d *Dataplane) probe() backend.Report {
 	if lsmErr == nil {
 		r.Facts["lsm"] = strings.TrimSpace(string(lsms))
 	}
+	if d.lsmOn() {
+		r.Facts["fs_lsm"] = "attached: " + FSLSMHooks
+	} else {
+		r.Facts["fs_lsm"] = "not attached: " + fmt.Sprint(d.lsm.err)
+	}
 	abi, llErr := landlockABI()
 	if llErr == nil {
 		r.Facts["landlock_abi"] = fmt.Sprint(abi)
@@ -67,7 +72,7 @@ func (d *Dataplane) probe() backend.Report {
 		backend.Strength{Class: backend.ClassClipboard, Level: backend.Unavailable, Mechanism: "none", Reason: "a desktop-substrate control: a Linux host has no clipboard to gate"},
 		backend.Strength{Class: backend.ClassGPU, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev device grants and NVML metering are not wired in this build (an unmetered device class is not grantable)"},
 		backend.Strength{Class: backend.ClassInstall, Level: backend.Unavailable, Mechanism: "none", Reason: "the capability broker is not built"},
-		d.persistRow(fs),
+		d.persistRow(d.fsViewRow(abi, llErr)),
 		backend.Strength{Class: backend.ClassCredentials, Level: backend.Unavailable, Mechanism: "none", Reason: "the credential broker is not built"},
 		backend.Strength{Class: backend.ClassPeripheral, Level: backend.Unavailable, Mechanism: "none", Reason: "cgroup/dev rules for camera, microphone and USB are not wired in this build"},
 		d.procRow(),

@@ -308,18 +308,25 @@ const (
 	ReasonForbidden      Reason = 9  // the deny table: an admin or hard-deny forbid names the destination (DenyEntry)
 	ReasonSocketLimit    Reason = 10 // a socket past the session's socket limit (HostConfig.SessionMaxSockets)
 	ReasonPortLimit      Reason = 11 // a bind, listen or unconnected send past the session's bound-port limit (HostConfig.SessionMaxPorts)
-	NumReasons                  = 12
+	ReasonFSOutside      Reason = 12 // fs.scope (BPF LSM): no live file entry covers the path and the session's outside access lacks the access
+	ReasonFSDenied       Reason = 13 // fs.scope (BPF LSM): the nearest file entry with a live rule is a deny, or lacks the access
+	ReasonFSDepth        Reason = 14 // fs.scope (BPF LSM): no entry within the walk's bound (16 dentries) and the filesystem's root not reached
+	NumReasons                  = 15
 )
 
-var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden", "socket_limit", "port_limit"}
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden", "socket_limit", "port_limit", "fs_outside", "fs_denied", "fs_depth"}
 
 // Class is the capability class whose enforcement a denial of this reason
 // is: net.inbound for no_inbound and port_limit (a port held is one the
 // session can receive on), net.egress for every other reason today (a class
-// whose hook denies adds its reasons, and its case here).
+// whose hook denies adds its reasons, and its case here); fs.scope for the
+// fs_* reasons of the BPF LSM programs.
 func (r Reason) Class() Class {
-	if r == ReasonNoInbound || r == ReasonPortLimit {
+	switch r {
+	case ReasonNoInbound, ReasonPortLimit:
 		return ClassNetInbound
+	case ReasonFSOutside, ReasonFSDenied, ReasonFSDepth:
+		return ClassFSScope
 	}
 	return ClassNetEgress
 }
@@ -341,6 +348,12 @@ type Event struct {
 	Reason   Reason
 	Proto    Proto
 	Dst      netip.AddrPort
+	// fs.scope denials (Reason.Class() == ClassFSScope) name the inode
+	// refused (the kernel's device number, major<<20|minor) and the access
+	// asked (1 read, 2 write, 4 delete, ORed); Proto and Dst are unset.
+	Dev    uint32
+	Inode  uint64
+	Access uint8
 }
 
 // EventReader reads denial events. Read blocks until an event, the deadline

@@ -41,6 +41,7 @@
 //	tid                   answers "ok TID" (the thread every command runs on)
 //	pid                   answers "ok PID"
 //	ids                   answers "ok UID GID GROUPS" (GROUPS: the supplementary groups, comma-separated)
+//	fopen, fread, ...     file operations (files_linux.go)
 package probe
 
 import (
@@ -123,6 +124,9 @@ func (p *prober) do(f []string) string {
 		return r
 	}
 	if r, ok := p.quotaCmd(f); ok {
+		return r
+	}
+	if r, ok := p.fileCmd(f); ok {
 		return r
 	}
 	switch f[0] {
