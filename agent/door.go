@@ -145,6 +145,16 @@ func (a *Agent) KernelDenial(ctx context.Context, ev backend.Event) error {
 	case backend.ReasonNoInbound:
 		// Dst: the peer's address, the session's port.
 		_, _, err = a.EscalateInbound(ctx, session, ev.Dst.Addr(), ev.Dst.Port())
+		// exec_denied opens no card (ARCHITECTURE, Adding a class, step
+		// 8): the refused exec has already failed with EPERM when the
+		// event arrives, so an approval could only grant the program
+		// for a later exec, which the session's client asks for itself
+		// with a process request (tier ask, its own card); and the file
+		// is whatever the session chose to execute (a copy in /tmp, a
+		// script, a loader): a card per refused file would let code in
+		// the session put cards of its choosing before the human, which
+		// a request does only under the request rate. The denial is
+		// counted, reported and audited, and counts on the breaker.
 	}
 	return err
 }

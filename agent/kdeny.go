@@ -13,7 +13,8 @@ import (
 // destination counts once per reason and kernelDenialWindow: a program
 // retrying it in a tight loop (a flood of identical denials) counts as
 // one denial every ten seconds, so it still trips the breaker when it
-// keeps grinding, while distinct destinations each count at once.
+// keeps grinding, while distinct destinations (or files: an exec of a
+// program off the allowlist, a file outside fs.scope) each count at once.
 
 // kernelDenialWindow is how long one (session, reason, destination)
 // counts once on the breaker.
@@ -24,9 +25,13 @@ const kernelDenialWindow = 10 * time.Second
 // later).
 const kernelDenialSeen = 256
 
+// kdKey is what one denial was of: a destination, or a file (fs.scope,
+// and the process class's exec denials: device and inode).
 type kdKey struct {
 	reason backend.Reason
 	dst    netip.AddrPort
+	dev    uint32
+	ino    uint64
 }
 
 // kdWindow is one session's destinations already counted in this window.
@@ -59,7 +64,7 @@ func (a *Agent) countKernelDenial(session string, ev backend.Event) bool {
 		return false
 	}
 	now := a.cfg.Now()
-	k := kdKey{ev.Reason, ev.Dst}
+	k := kdKey{ev.Reason, ev.Dst, ev.Dev, ev.Inode}
 	a.bmu.Lock()
 	w := a.kdWins[session]
 	if w == nil || now.Sub(w.start) >= kernelDenialWindow || now.Before(w.start) {

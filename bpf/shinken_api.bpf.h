@@ -40,7 +40,8 @@ enum shk_reason {
 	SHK_REASON_FS_OUTSIDE = 12, /* fs.scope: no live entry covers the path and the session's outside access lacks it (files.bpf.c) */
 	SHK_REASON_FS_DENIED = 13,  /* fs.scope: the nearest entry with a live rule is a deny, or lacks the access */
 	SHK_REASON_FS_DEPTH = 14,   /* fs.scope: no entry within SHK_FS_MAX_DEPTH dentries and the filesystem's root not reached */
-	SHK_NR_REASONS = 15,
+	SHK_REASON_EXEC_DENIED = 15, /* process: the exec gate (user space, fanotify) refused an exec-open; no program counts it, the agent adds it to shk_counters */
+	SHK_NR_REASONS = 16,
 };
 
 /* How flows already open are cut when their authority dies (load-time

@@ -29,6 +29,7 @@ func (d *Dataplane) openBoundary() error {
 		return err
 	}
 	d.bnd = b
+	b.OnExecDenial(d.execDenied)
 	var errs []string
 	for name, s := range d.sessions {
 		if err := b.Adopt(name, s.Path, s.Index); err != nil {

@@ -46,6 +46,7 @@ type Dataplane struct {
 	sessions  map[string]*Session
 	byIndex   map[uint32]*Session
 	names     sync.Map // uint32 → Session: byIndex for SessionByIndex, read without d.mu
+	byName    sync.Map // string → Session: sessions, for the exec gate's reports, read without d.mu
 	indices   idPool   // session indices
 	prefixes  map[uint32]map[netip.Prefix]struct{}
 	cover     map[uint32]*coverIndex           // per session: the cover check's index (cover.go)
@@ -64,7 +65,8 @@ type Dataplane struct {
 	procGated  map[string]bool                   // and their pinned table (process_linux.go)
 	procTable  *ebpf.Map
 	wsTable    *ebpf.Map
-	lsm        lsmState // fs.scope's BPF LSM layer (files_lsm_linux.go)
+	lsm        lsmState   // fs.scope's BPF LSM layer (files_lsm_linux.go)
+	execEv     execEvents // the exec gate's denials, counted and reported (execdeny_linux.go)
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -379,6 +381,7 @@ func (d *Dataplane) reconcile() error {
 		d.sessions[name] = s
 		d.byIndex[s.Index] = s
 		d.names.Store(s.Index, *s)
+		d.byName.Store(name, *s)
 		used[s.Index] = true
 	}
 	if err := it.Err(); err != nil {

@@ -16,31 +16,55 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// EventReader reads denial events from the kernel ring buffer.
+// EventReader reads denial events from the kernel ring buffer and the
+// exec gate's queue (execdeny_linux.go).
 type EventReader struct {
-	rd *ringbuf.Reader
+	rd   *ringbuf.Reader
+	exec *execEvents
 }
 
-// Events opens a reader on the denial ring buffer. Close it to unblock Read.
+// Events opens a reader on the denial ring buffer and the exec gate's
+// denials. Close it to unblock Read.
 func (d *Dataplane) Events() (backend.EventReader, error) {
 	rd, err := ringbuf.NewReader(d.objs.ShkEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open event ring: %w", err)
 	}
-	return &EventReader{rd: rd}, nil
+	r := &EventReader{rd: rd, exec: &d.execEv}
+	r.exec.rmu.Lock()
+	if r.exec.readers == nil {
+		r.exec.readers = map[*EventReader]struct{}{}
+	}
+	r.exec.readers[r] = struct{}{}
+	r.exec.rmu.Unlock()
+	return r, nil
 }
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded after t.
 func (r *EventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
 
-// Read blocks until the next event.
+// Read blocks until the next event: an exec denial queued, else the
+// ring's next (a queued exec denial wakes a Read waiting on the ring).
 func (r *EventReader) Read() (Event, error) {
-	rec, err := r.rd.Read()
-	if err != nil {
-		if errors.Is(err, ringbuf.ErrClosed) {
-			return Event{}, os.ErrClosed
+	var rec ringbuf.Record
+	for {
+		select {
+		case e := <-r.exec.queue():
+			return e, nil
+		default:
 		}
-		return Event{}, err
+		var err error
+		rec, err = r.rd.Read()
+		if errors.Is(err, ringbuf.ErrFlushed) {
+			continue
+		}
+		if err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return Event{}, os.ErrClosed
+			}
+			return Event{}, err
+		}
+		break
 	}
 	var raw shkShkEvent
 	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &raw); err != nil {
@@ -50,7 +74,12 @@ func (r *EventReader) Read() (Event, error) {
 }
 
 // Close stops the reader.
-func (r *EventReader) Close() error { return r.rd.Close() }
+func (r *EventReader) Close() error {
+	r.exec.rmu.Lock()
+	delete(r.exec.readers, r)
+	r.exec.rmu.Unlock()
+	return r.rd.Close()
+}
 
 func decodeEvent(raw *shkShkEvent) Event {
 	e := Event{

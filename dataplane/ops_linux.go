@@ -59,6 +59,7 @@ func (d *Dataplane) registerSession(name string) (Session, error) {
 	d.sessions[name] = s
 	d.byIndex[idx] = s
 	d.names.Store(idx, *s)
+	d.byName.Store(name, *s)
 	return *s, nil
 }
 
@@ -94,6 +95,7 @@ func (d *Dataplane) DestroySession(name string) error {
 	delete(d.sessions, name)
 	delete(d.byIndex, s.Index)
 	d.names.Delete(s.Index)
+	d.byName.Delete(name)
 	// (Stale file entries of this index would come back with its next
 	// session: a failure keeps the index, as a stale egress entry does.)
 	neverErr := errors.Join(d.dropSessionNeverOKs(s.Index), d.storeFiles(s.Index, d.files[name], true), d.storeWorkspace(s.Index, nil), d.dropProcessLocked(name, s.Index), d.dropFSLSM(s.Index))
@@ -423,7 +425,8 @@ func (d *Dataplane) Counters(index uint32) (Denials, error) {
 }
 
 // RingbufDrops is the number of denial events the ring buffer had no room for
-// (the counters still counted them).
+// (the counters still counted them), the exec gate's dropped reports
+// included.
 func (d *Dataplane) RingbufDrops() (uint64, error) {
 	var per []uint64
 	if err := d.objs.ShkStats.Lookup(uint32(0), &per); err != nil {
@@ -433,7 +436,7 @@ func (d *Dataplane) RingbufDrops() (uint64, error) {
 	for _, v := range per {
 		n += v
 	}
-	return n, nil
+	return n + d.execEv.drops.Load(), nil
 }
 
 // ---- clocks ----

@@ -12,9 +12,11 @@ import (
 // costs the log a bounded number of records per session:
 //
 //   - per interval (the caller flushes, the daemon every second), one record
-//     per (session, kind, reason, protocol, destination prefix) with its
-//     Count: a /24 for IPv4, a /48 for IPv6 (the exact address:port when
-//     only one was seen). A session's first MaxKeys keys of an interval get
+//     per (session, kind, class, reason, protocol, destination prefix or
+//     object) with its Count: a /24 for IPv4, a /48 for IPv6 (the exact
+//     address:port when only one was seen); a class without destinations
+//     (process: the program refused) keys on its Object instead. The class
+//     is the record's Action. A session's first MaxKeys keys of an interval get
 //     their own record; its denials past them fold into one record per
 //     (kind, reason) whose Resource says how many destinations it holds;
 //   - per session, at most BytesPerMinute bytes of these records in each
@@ -45,17 +47,23 @@ type DenialsConfig struct {
 type Denial struct {
 	Session string
 	Type    EventType // EventKernelDenial, or EventDecision for a use-time denial
+	Class   string    // the capability class a kernel denial enforces (net.egress, process, ...); its record's Action
 	Reason  string
-	Proto   string         // tcp, udp (kernel); the class (use-time)
+	Proto   string         // tcp, udp (kernel, net classes); the class (use-time)
 	Dst     netip.AddrPort // the destination (kernel); zero for use-time
-	RuleID  string
+	// Object is what a kernel denial of a class without a destination
+	// refused (the process class: the program's path and dev:inode); one
+	// record per distinct Object, which goes into the record's Resource.
+	Object string
+	RuleID string
 }
 
 type denialKey struct {
-	typ                 EventType
-	reason, proto, rule string
-	prefix              netip.Prefix // zero: use-time
-	overflow            bool
+	typ                        EventType
+	class, reason, proto, rule string
+	object                     string
+	prefix                     netip.Prefix // zero: use-time
+	overflow                   bool
 }
 
 type denialAgg struct {
@@ -98,7 +106,7 @@ func dstPrefix(a netip.Addr) netip.Prefix {
 
 // Add counts one denial; it never blocks on the log.
 func (d *Denials) Add(x Denial) {
-	k := denialKey{typ: x.Type, reason: x.Reason, proto: x.Proto, rule: x.RuleID}
+	k := denialKey{typ: x.Type, class: x.Class, reason: x.Reason, proto: x.Proto, rule: x.RuleID, object: x.Object}
 	if x.Dst.IsValid() {
 		k.prefix = dstPrefix(x.Dst.Addr())
 	}
@@ -112,7 +120,7 @@ func (d *Denials) Add(x Denial) {
 	a := s.keys[k]
 	if a == nil {
 		if len(s.keys) >= d.cfg.MaxKeys {
-			k = denialKey{typ: x.Type, reason: x.Reason, proto: x.Proto, overflow: true}
+			k = denialKey{typ: x.Type, class: x.Class, reason: x.Reason, proto: x.Proto, overflow: true}
 			if a = s.keys[k]; a == nil {
 				a = &denialAgg{}
 				s.keys[k] = a // one past MaxKeys per (kind, reason, proto) at most
@@ -153,10 +161,12 @@ func (d *Denials) Flush(now time.Time) []Event {
 		}
 		for _, k := range sortedKeys(s.keys) {
 			a := s.keys[k]
-			ev := Event{Type: k.typ, Time: now, Session: name, Reason: k.reason, RuleID: k.rule, Outcome: "denied", Count: a.n}
+			ev := Event{Type: k.typ, Time: now, Session: name, Action: k.class, Reason: k.reason, RuleID: k.rule, Outcome: "denied", Count: a.n}
 			switch {
 			case k.overflow:
 				ev.Resource = fmt.Sprintf("%s * (destinations past the interval's first %d keys)", k.proto, d.cfg.MaxKeys)
+			case k.object != "":
+				ev.Resource = k.object
 			case !k.prefix.IsValid():
 				ev.Resource = k.proto
 			case a.many:
@@ -210,6 +220,9 @@ func sortedKeys(m map[denialKey]*denialAgg) []denialKey {
 		if a.typ != b.typ {
 			return a.typ < b.typ
 		}
+		if a.class != b.class {
+			return a.class < b.class
+		}
 		if a.reason != b.reason {
 			return a.reason < b.reason
 		}
@@ -219,7 +232,10 @@ func sortedKeys(m map[denialKey]*denialAgg) []denialKey {
 		if c := a.prefix.Addr().Compare(b.prefix.Addr()); c != 0 {
 			return c < 0
 		}
-		return a.rule < b.rule
+		if a.rule != b.rule {
+			return a.rule < b.rule
+		}
+		return a.object < b.object
 	})
 	return ks
 }
@@ -227,7 +243,7 @@ func sortedKeys(m map[denialKey]*denialAgg) []denialKey {
 // eventSize is about the size of ev's line in the log: its fields plus the
 // fixed part (seq, time, hashes, signature: recordOverhead).
 func eventSize(ev Event) int {
-	return recordOverhead + len(ev.Session) + len(ev.Reason) + len(ev.Resource) + len(ev.RuleID) + len(ev.Outcome) + len(ev.Type) + 24
+	return recordOverhead + len(ev.Session) + len(ev.Action) + len(ev.Reason) + len(ev.Resource) + len(ev.RuleID) + len(ev.Outcome) + len(ev.Type) + 24
 }
 
 // recordOverhead: the bytes of a record besides its free-text fields (keys,

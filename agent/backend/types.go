@@ -311,22 +311,25 @@ const (
 	ReasonFSOutside      Reason = 12 // fs.scope (BPF LSM): no live file entry covers the path and the session's outside access lacks the access
 	ReasonFSDenied       Reason = 13 // fs.scope (BPF LSM): the nearest file entry with a live rule is a deny, or lacks the access
 	ReasonFSDepth        Reason = 14 // fs.scope (BPF LSM): no entry within the walk's bound (16 dentries) and the filesystem's root not reached
-	NumReasons                  = 15
+	ReasonExecDenied     Reason = 15 // process: the exec gate refused an exec-open of a gated session's task (a program off its allowlist, or its ELF interpreter out of turn); counted by the agent, not a BPF program
+	NumReasons                  = 16
 )
 
-var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden", "socket_limit", "port_limit", "fs_outside", "fs_denied", "fs_depth"}
+var reasonNames = [...]string{"none", "no_rule", "handle_revoked", "handle_expired", "rule_expired", "unknown_session", "unchecked", "flow_revoked", "no_inbound", "forbidden", "socket_limit", "port_limit", "fs_outside", "fs_denied", "fs_depth", "exec_denied"}
 
 // Class is the capability class whose enforcement a denial of this reason
 // is: net.inbound for no_inbound and port_limit (a port held is one the
 // session can receive on), net.egress for every other reason today (a class
 // whose hook denies adds its reasons, and its case here); fs.scope for the
-// fs_* reasons of the BPF LSM programs.
+// fs_* reasons of the BPF LSM programs; process for exec_denied.
 func (r Reason) Class() Class {
 	switch r {
 	case ReasonNoInbound, ReasonPortLimit:
 		return ClassNetInbound
 	case ReasonFSOutside, ReasonFSDenied, ReasonFSDepth:
 		return ClassFSScope
+	case ReasonExecDenied:
+		return ClassProcess
 	}
 	return ClassNetEgress
 }
@@ -351,9 +354,13 @@ type Event struct {
 	// fs.scope denials (Reason.Class() == ClassFSScope) name the inode
 	// refused (the kernel's device number, major<<20|minor) and the access
 	// asked (1 read, 2 write, 4 delete, ORed); Proto and Dst are unset.
+	// process denials (exec_denied) name the file refused the same way
+	// (Dev, Inode) and its path as the agent read it from the refused
+	// descriptor (Path: in the session's view; best effort, may be empty).
 	Dev    uint32
 	Inode  uint64
 	Access uint8
+	Path   string
 }
 
 // EventReader reads denial events. Read blocks until an event, the deadline

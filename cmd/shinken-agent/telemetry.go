@@ -168,7 +168,26 @@ func (d *daemon) auditKernelDenial(session string, ev backend.Event) {
 	if d.audit == nil {
 		return
 	}
-	d.audit.den.Add(audit.Denial{Session: session, Type: audit.EventKernelDenial, Reason: ev.Reason.String(), Proto: ev.Proto.String(), Dst: ev.Dst})
+	x := audit.Denial{Session: session, Type: audit.EventKernelDenial, Class: string(ev.Reason.Class()), Reason: ev.Reason.String(), Proto: ev.Proto.String(), Dst: ev.Dst}
+	switch ev.Reason.Class() {
+	case backend.ClassProcess, backend.ClassFSScope:
+		// A file, not a destination: its path (process) and dev:inode.
+		x.Proto, x.Object = "", denialObject(ev)
+	}
+	d.audit.den.Add(x)
+}
+
+// denialObject names the file a kernel denial refused: "exec PATH
+// (dev D ino I)" for an exec, "access A dev D ino I" for fs.scope.
+func denialObject(ev backend.Event) string {
+	id := fmt.Sprintf("dev %d:%d ino %d", ev.Dev>>20, ev.Dev&(1<<20-1), ev.Inode)
+	if ev.Reason.Class() == backend.ClassProcess {
+		if ev.Path != "" {
+			return fmt.Sprintf("exec %s (%s)", ev.Path, id)
+		}
+		return "exec " + id
+	}
+	return fmt.Sprintf("access %d %s", ev.Access, id)
 }
 
 // flushDenials writes the second's aggregated kernel and use-time denials

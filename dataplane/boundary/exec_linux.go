@@ -55,6 +55,8 @@ type execState struct {
 
 	mu       sync.Mutex
 	sessions map[string]*procState
+
+	report atomic.Pointer[func(ExecDenial)] // OnExecDenial's callback
 }
 
 // procState is one gated session's process state.
@@ -67,8 +69,9 @@ type fileID struct{ dev, ino uint64 }
 
 // execPolicy is what one session (by uid) may execute.
 type execPolicy struct {
-	progs  map[fileID]string // the granted programs, resolved
-	interp map[fileID]fileID // a granted ELF program's interpreter
+	session string            // the session's name (its denials name it)
+	progs   map[fileID]string // the granted programs, resolved
+	interp  map[fileID]fileID // a granted ELF program's interpreter
 }
 
 // execGate is the fanotify group and its decisions.
@@ -77,6 +80,7 @@ type execGate struct {
 	mu      sync.Mutex
 	byUID   map[uint32]*execPolicy
 	pending map[int32]fileID // per task: the interpreter its exec may open next
+	report  func(fd, tid int32, session string)
 	denied  atomic.Uint64
 	allowed atomic.Uint64
 }
@@ -124,7 +128,7 @@ func (b *Boundary) gate() (*execGate, error) {
 			b.exec.err = fmt.Errorf("exec gate: fanotify_init: %w", err)
 			return
 		}
-		g := &execGate{f: os.NewFile(uintptr(fd), "fanotify-exec"), byUID: map[uint32]*execPolicy{}, pending: map[int32]fileID{}}
+		g := &execGate{f: os.NewFile(uintptr(fd), "fanotify-exec"), byUID: map[uint32]*execPolicy{}, pending: map[int32]fileID{}, report: b.reportDenial}
 		b.exec.g.Store(g)
 		go g.loop()
 	})
@@ -227,6 +231,7 @@ func (b *Boundary) SetProcess(name string, programs []string, bound uint32, leni
 	if err != nil {
 		return err
 	}
+	pol.session = name
 	g, err := b.gate()
 	if err != nil {
 		return err
@@ -435,8 +440,13 @@ func (g *execGate) loop() {
 				break
 			}
 			if m.Fd >= 0 {
-				ok := g.decide(m.Fd, m.Pid)
+				ok, session := g.decide(m.Fd, m.Pid)
 				g.respond(m.Fd, ok)
+				if !ok {
+					// After the answer: the refused task is not kept
+					// waiting on the report.
+					g.report(m.Fd, m.Pid, session)
+				}
 				unix.Close(int(m.Fd))
 			}
 			off += int(m.Event_len)
@@ -458,21 +468,22 @@ func (g *execGate) respond(fd int32, allow bool) {
 	_, _ = g.f.Write(r[:])
 }
 
-// decide answers one exec-open of file fd by task tid.
-func (g *execGate) decide(fd, tid int32) bool {
+// decide answers one exec-open of file fd by task tid, and names the
+// gated session whose task it is (empty: none, or unknown).
+func (g *execGate) decide(fd, tid int32) (bool, string) {
 	uid, err := euidOf(tid)
 	if err != nil {
-		return false // the task is gone or unreadable: never open by default
+		return false, "" // the task is gone or unreadable: never open by default
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	pol := g.byUID[uid]
 	if pol == nil {
-		return true // not a gated session's task (the agent's own launch steps run as root)
+		return true, "" // not a gated session's task (the agent's own launch steps run as root)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(fd), &st); err != nil {
-		return false
+		return false, pol.session
 	}
 	id := fileID{uint64(st.Dev), st.Ino}
 	want, hasPending := g.pending[tid]
@@ -484,9 +495,9 @@ func (g *execGate) decide(fd, tid int32) bool {
 			}
 			g.pending[tid] = in
 		}
-		return true
+		return true, pol.session
 	}
-	return hasPending && want == id
+	return hasPending && want == id, pol.session
 }
 
 // euidOf reads the effective uid of task tid.
