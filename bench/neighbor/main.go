@@ -68,7 +68,7 @@ var (
 	flagRate       = flag.Int("rate", 200, "B's DNS queries per second")
 	flagFreshEvery = flag.Int("fresh-every", 5, "every Nth of B's queries is a name never asked")
 	flagGrantEvery = flag.Duration("grant-every", 20*time.Millisecond, "B's grants: one started every")
-	flagFloodNice  = flag.Int("flood-nice", 0, "A's flood processes run under nice -n N (0, the default: not niced, as a hostile session would run; 19 stands in for a CPU share this host cannot bound)")
+	flagFloodNice  = flag.Int("flood-nice", 19, "A's flood processes run under nice -n N (0: not niced, as a hostile session would run, but the fork bomb's Go flood process then dies at the bound, see bench/README; 19 stands in for a CPU share this host cannot bound)")
 )
 
 func main() {
