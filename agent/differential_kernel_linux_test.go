@@ -5,6 +5,7 @@ package agent
 // an actual connect() from a process in the session.
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -188,6 +189,13 @@ func diffRounds(t *testing.T, d *dataplane.Dataplane, r *rand.Rand, rounds int, 
 		for range 2 + r.IntN(2) {
 			c := diffGrant(r)
 			if _, err := a.Grant(ctx, GrantRequest{Session: session, Capability: c, Lifecycle: LifecycleSession}); err != nil {
+				if errors.Is(err, backend.ErrRulesFull) {
+					// The draw put a fifth rule on one prefix (the
+					// backends' documented bound, MaxRules per session):
+					// refused whole, nothing of it in force, so the
+					// comparison goes on without it.
+					continue
+				}
 				t.Fatalf("seed %d round %d: grant %s: %v", seed, round, c.Summary(), err)
 			}
 			grants = append(grants, c.Summary())

@@ -43,7 +43,7 @@ func TestABILayout(t *testing.T) {
 		})
 	}
 	// Every reason below NumReasons has a name, and NumReasons has none.
-	if NumReasons != 15 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
+	if NumReasons != 16 || Reason(NumReasons-1).String() == fmt.Sprintf("reason(%d)", NumReasons-1) || Reason(NumReasons).String() != fmt.Sprintf("reason(%d)", NumReasons) {
 		t.Errorf("reasons out of step with enum shk_reason")
 	}
 }
