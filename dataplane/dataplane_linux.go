@@ -60,10 +60,10 @@ type Dataplane struct {
 
 	files      map[string][]backend.FileEntry // each session's file entries and workspace,
 	workspaces map[string]*backend.Workspace  // and both tables, pinned (files_table_linux.go)
-	fsTable    *ebpf.Map
+	fsTable    *pinnedSet
 	procs      map[string][]backend.ProcessEntry // each session's process entries, whether it is gated,
 	procGated  map[string]bool                   // and their pinned table (process_linux.go)
-	procTable  *ebpf.Map
+	procTable  *pinnedSet
 	wsTable    *ebpf.Map
 	lsm        lsmState   // fs.scope's BPF LSM layer (files_lsm_linux.go)
 	execEv     execEvents // the exec gate's denials, counted and reported (execdeny_linux.go)
@@ -273,10 +273,8 @@ func (d *Dataplane) Close() error {
 	d.links = nil
 	errs = append(errs, d.closeFSLSM())
 	errs = append(errs, d.closeFileTable())
-	if d.procTable != nil {
-		errs = append(errs, d.procTable.Close())
-		d.procTable = nil
-	}
+	errs = append(errs, d.procTable.Close())
+	d.procTable = nil
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
 }

@@ -101,7 +101,7 @@ func (d *Dataplane) loadFSLSM() error {
 	if err != nil {
 		return fmt.Errorf("load LSM spec: %w", err)
 	}
-	spec.Maps["shk_fs_inodes"].MaxEntries = fsTableEntries
+	spec.Maps["shk_fs_inodes"].MaxEntries = pinnedSetEntries
 	spec.Maps["shk_fs_sessions"].MaxEntries = d.cfg.MaxSessions
 	for _, n := range []string{"shk_fs_inodes", "shk_fs_sessions", "shk_fs_on"} {
 		spec.Maps[n].Pinning = ebpf.PinByName

@@ -20,9 +20,8 @@ import (
 // index, the handle, the access and the path.
 
 const (
-	fsTableName    = "shk_fs_entries"
-	fsTableEntries = 1 << 16
-	fsKeySize      = 16 + backend.MaxFilePath
+	fsTableName = "shk_fs_entries"
+	fsKeySize   = 16 + backend.MaxFilePath
 )
 
 var fsAccessCode = map[backend.FileAccess]byte{backend.FileRead: 1, backend.FileWrite: 2, backend.FileDelete: 3, backend.FileDeny: 4, backend.FilePersist: 5, backend.FilePersistSession: 6, backend.FileConnect: 7}
@@ -66,72 +65,41 @@ func fsEntry(k []byte) (uint32, backend.FileEntry, bool) {
 // malformed ones, are deleted.
 func (d *Dataplane) openFileTable() error {
 	d.files, d.workspaces = map[string][]backend.FileEntry{}, map[string]*backend.Workspace{}
-	// BPF_F_NO_PREALLOC: entries take kernel memory as they come, not
-	// 65,536 of them up front.
-	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{Name: fsTableName, Type: ebpf.Hash, KeySize: fsKeySize, ValueSize: 1, MaxEntries: fsTableEntries, Flags: unix.BPF_F_NO_PREALLOC, Pinning: ebpf.PinByName},
-		ebpf.MapOptions{PinPath: d.cfg.PinPath})
+	t, err := openPinnedSet(d.cfg.PinPath, fsTableName, fsKeySize)
 	if err != nil {
 		return fmt.Errorf("file entry table: %w", err)
 	}
-	d.fsTable = m
+	d.fsTable = t
 	if err := d.openWorkspaceTable(); err != nil {
 		return err
 	}
-	var stale [][]byte
-	k := make([]byte, fsKeySize)
-	var v [1]byte
-	it := m.Iterate()
 	d.mu.Lock()
-	for it.Next(&k, &v) {
+	defer d.mu.Unlock()
+	return t.load(func(k []byte) bool {
 		idx, e, ok := fsEntry(k)
 		s := d.byIndex[idx]
 		if !ok || s == nil {
-			stale = append(stale, append([]byte(nil), k...))
-			continue
+			return false
 		}
 		d.files[s.Name] = append(d.files[s.Name], e)
-	}
-	d.mu.Unlock()
-	err = it.Err()
-	for _, k := range stale {
-		if derr := m.Delete(k); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
-			err = errors.Join(err, derr)
-		}
-	}
-	return err
+		return true
+	})
 }
 
 // storeFiles adds (or with del, deletes) es of the session with index to
 // the table.
 func (d *Dataplane) storeFiles(index uint32, es []backend.FileEntry, del bool) error {
-	if d.fsTable == nil {
-		return nil
-	}
-	var errs []error
-	for _, e := range es {
-		k := fsKey(index, e)
-		if del {
-			if err := d.fsTable.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if err := d.fsTable.Put(k, []byte{1}); err != nil {
-			errs = append(errs, fmt.Errorf("store %s: %w", e, err))
-		}
-	}
-	return errors.Join(errs...)
+	return storeKeys(d.fsTable, es, func(e backend.FileEntry) []byte { return fsKey(index, e) }, del)
 }
 
 func (d *Dataplane) closeFileTable() error {
-	var errs []error
-	for _, m := range []**ebpf.Map{&d.fsTable, &d.wsTable} {
-		if *m != nil {
-			errs = append(errs, (*m).Close())
-			*m = nil
-		}
+	err := d.fsTable.Close()
+	d.fsTable = nil
+	if d.wsTable != nil {
+		err = errors.Join(err, d.wsTable.Close())
+		d.wsTable = nil
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // The workspaces (Limits.Workspace) are kept in a pinned table too

@@ -9,9 +9,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
@@ -76,57 +73,32 @@ func kindOf(e backend.ProcessEntry) byte {
 // sessions that no longer exist, or malformed ones, are deleted.
 func (d *Dataplane) openProcTable() error {
 	d.procs, d.procGated = map[string][]backend.ProcessEntry{}, map[string]bool{}
-	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{Name: procTableName, Type: ebpf.Hash, KeySize: procKeySize, ValueSize: 1, MaxEntries: fsTableEntries, Flags: unix.BPF_F_NO_PREALLOC, Pinning: ebpf.PinByName},
-		ebpf.MapOptions{PinPath: d.cfg.PinPath})
+	t, err := openPinnedSet(d.cfg.PinPath, procTableName, procKeySize)
 	if err != nil {
 		return fmt.Errorf("process entry table: %w", err)
 	}
-	d.procTable = m
-	var stale [][]byte
-	k := make([]byte, procKeySize)
-	var v [1]byte
-	it := m.Iterate()
+	d.procTable = t
 	d.mu.Lock()
-	for it.Next(&k, &v) {
+	defer d.mu.Unlock()
+	return t.load(func(k []byte) bool {
 		idx, kind, e := procEntry(k)
 		s := d.byIndex[idx]
 		switch {
 		case s == nil:
-			stale = append(stale, slices.Clone(k))
+			return false
 		case kind == procGate:
 			d.procGated[s.Name] = true
 		case e.Validate() == nil:
 			d.procs[s.Name] = append(d.procs[s.Name], e)
 		default:
-			stale = append(stale, slices.Clone(k))
+			return false
 		}
-	}
-	d.mu.Unlock()
-	err = it.Err()
-	for _, k := range stale {
-		if derr := m.Delete(k); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
-			err = errors.Join(err, derr)
-		}
-	}
-	return err
+		return true
+	})
 }
 
 func (d *Dataplane) storeProcess(index uint32, es []backend.ProcessEntry, del bool) error {
-	if d.procTable == nil {
-		return nil
-	}
-	var errs []error
-	for _, e := range es {
-		k := procKey(index, kindOf(e), e)
-		if del {
-			if err := d.procTable.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, err)
-			}
-		} else if err := d.procTable.Put(k, []byte{1}); err != nil {
-			errs = append(errs, fmt.Errorf("store %s: %w", e, err))
-		}
-	}
-	return errors.Join(errs...)
+	return storeKeys(d.procTable, es, func(e backend.ProcessEntry) []byte { return procKey(index, kindOf(e), e) }, del)
 }
 
 // checkProcess refuses what Apply could not hold, changing nothing: no
@@ -190,7 +162,7 @@ func (d *Dataplane) applyProcess(session string, es []backend.ProcessEntry) erro
 	d.mu.Unlock()
 	var err error
 	if !wasGated && d.procTable != nil {
-		err = d.procTable.Put(procKey(s.Index, procGate, backend.ProcessEntry{}), []byte{1})
+		err = d.procTable.put(procKey(s.Index, procGate, backend.ProcessEntry{}))
 	}
 	if err == nil {
 		err = d.storeProcess(s.Index, added, false)
@@ -281,9 +253,7 @@ func (d *Dataplane) processEntries(session string) []backend.ProcessEntry {
 func (d *Dataplane) dropProcessLocked(name string, index uint32) error {
 	err := d.storeProcess(index, d.procs[name], true)
 	if d.procGated[name] && d.procTable != nil {
-		if derr := d.procTable.Delete(procKey(index, procGate, backend.ProcessEntry{})); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
-			err = errors.Join(err, derr)
-		}
+		err = errors.Join(err, d.procTable.delete(procKey(index, procGate, backend.ProcessEntry{})))
 	}
 	delete(d.procs, name)
 	delete(d.procGated, name)
