@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
@@ -70,14 +71,14 @@ func main() {
 }
 
 func run() error {
-	up, err := startUpstreamProc()
+	up, err := benchkit.StartChild(upstreamEnv, "-upstream-delay", flagUpstream.String())
 	if err != nil {
 		return err
 	}
 	upStopped := false
 	defer func() {
 		if !upStopped {
-			up.stop()
+			up.Stop()
 		}
 	}()
 
@@ -107,7 +108,7 @@ func run() error {
 		cache  int
 		always bool
 	}{{0, false}, {0, true}, {-1, false}} {
-		res, t, err := startShinken(sk, up.addr, c.cache, c.always)
+		res, t, err := startShinken(sk, up.Addr, c.cache, c.always)
 		if err != nil {
 			return err
 		}
@@ -117,7 +118,7 @@ func run() error {
 	shinken, shinkenAlways, shinkenNoCache := targets[0], targets[1], targets[2]
 
 	// dnsmasq: cached, and uncached with --nftset (its "answer + set write").
-	pr, err := startDnsmasq(*flagDnsmasq, up.addr, 10000, "")
+	pr, err := startDnsmasq(*flagDnsmasq, up.Addr, 10000, "")
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func run() error {
 	} else {
 		cleanups = append(cleanups, delSet)
 	}
-	prNoCache, err := startDnsmasq(*flagDnsmasq, up.addr, 0, set)
+	prNoCache, err := startDnsmasq(*flagDnsmasq, up.Addr, 0, set)
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,7 @@ func run() error {
 	fmt.Printf("entry writes during measurement: %d (alwayswrite + nocache scenarios; the default skips rewrites)\n", sk.writes()-st0)
 	cleanup() // resolvers, dnsmasq, nftables set, dataplane
 	upStopped = true
-	fmt.Printf("fake upstream queries, warm-up included: %d (separate process)\n", up.stop())
+	fmt.Printf("fake upstream queries, warm-up included: %d (separate process)\n", up.Stop())
 	fmt.Printf("load average after: %s\n", loadavg())
 	fmt.Printf("dns_qps_ratio_vs_peer=%.3f\n", byName("shinken/allowed").res.qps()/byName("dnsmasq/allowed").res.qps())
 	fmt.Printf("dns_p99_us=%.1f\n", us(byName("shinken/allowed").res.pct(0.99)))

@@ -3,14 +3,12 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,52 +33,6 @@ func upstreamMain() {
 	io.Copy(io.Discard, os.Stdin)
 	u.close()
 	fmt.Println(u.n.Load())
-}
-
-// upstreamProc is the fake upstream's process, seen from the bench.
-type upstreamProc struct {
-	addr netip.AddrPort
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-}
-
-func startUpstreamProc() (*upstreamProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "-upstream-delay", flagUpstream.String())
-	cmd.Env = append(os.Environ(), upstreamEnv+"=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &upstreamProc{cmd: cmd, in: in, out: bufio.NewReader(outp)}
-	var port uint16
-	if _, err := fmt.Fscanln(p.out, &port); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("fake upstream: %w", err)
-	}
-	p.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
-	return p, nil
-}
-
-// stop ends the process (by closing its stdin) and returns its query count.
-func (p *upstreamProc) stop() uint64 {
-	p.in.Close()
-	var n uint64
-	fmt.Fscanln(p.out, &n)
-	p.cmd.Wait()
-	return n
 }
 
 type upstream struct {

@@ -43,11 +43,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/capability"
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 )
 
 var (
@@ -167,7 +167,7 @@ func run() error {
 	}
 
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), kernelRelease(), loadAvg())
+	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
 	fmt.Printf("rounds %d x (%d opens, %d git status, %d execs) per session, %d files in the repository, %d grants\n",
 		*flagRounds, *flagOpens, *flagGits, *flagExecs, *flagFiles, *flagGrants)
 	samples := map[string]map[string][]float64{"fs": {}, "base": {}}
@@ -183,14 +183,14 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			got, err := parseLines(out)
+			got, err := benchkit.ParseLines(out)
 			if err != nil {
 				return fmt.Errorf("session %s: %w", s, err)
 			}
 			means[s] = map[string]float64{}
 			for op, v := range got {
 				samples[s][op] = append(samples[s][op], v...)
-				means[s][op] = mean(v)
+				means[s][op] = benchkit.Mean(v)
 			}
 		}
 		for _, op := range []string{"open", "git", "exec"} {
@@ -201,7 +201,7 @@ func run() error {
 		for _, s := range []string{"base", "fs"} {
 			v := samples[s][op]
 			sort.Float64s(v)
-			fmt.Printf("%s_%s_p50_us=%.1f\n%s_%s_p99_us=%.1f\n", s, op, q(v, 0.5)/1e3, s, op, q(v, 0.99)/1e3)
+			fmt.Printf("%s_%s_p50_us=%.1f\n%s_%s_p99_us=%.1f\n", s, op, benchkit.Q(v, 0.5)/1e3, s, op, benchkit.Q(v, 0.99)/1e3)
 		}
 	}
 	vis, err := b.grantToVisible(gvdir, *flagGrants)
@@ -212,11 +212,11 @@ func run() error {
 	for _, op := range []string{"open", "git", "exec"} {
 		sort.Float64s(ratios[op])
 	}
-	fmt.Printf("git_status_ratio_vs_baseline=%.3f\n", q(ratios["git"], 0.5))
-	fmt.Printf("fs_grant_to_visible_p50_ms=%.3f\n", q(vis, 0.5))
-	fmt.Printf("fs_open_ratio_vs_baseline=%.3f\n", q(ratios["open"], 0.5))
-	fmt.Printf("exec_ratio_vs_baseline=%.3f\n", q(ratios["exec"], 0.5))
-	fmt.Printf("fs_grant_to_visible_p99_ms=%.3f\n", q(vis, 0.99))
+	fmt.Printf("git_status_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["git"], 0.5))
+	fmt.Printf("fs_grant_to_visible_p50_ms=%.3f\n", benchkit.Q(vis, 0.5))
+	fmt.Printf("fs_open_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["open"], 0.5))
+	fmt.Printf("exec_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["exec"], 0.5))
+	fmt.Printf("fs_grant_to_visible_p99_ms=%.3f\n", benchkit.Q(vis, 0.99))
 	return nil
 }
 
@@ -237,7 +237,7 @@ func (b *bench) grantToVisible(dir string, n int) ([]float64, error) {
 		if err := os.WriteFile(g, nil, 0o644); err != nil {
 			return nil, err
 		}
-		t0s = append(t0s, monoNS())
+		t0s = append(t0s, benchkit.MonoNS())
 		h, err := b.grant("gv", capability.FSScope{Write: []string{dir}})
 		if err != nil {
 			return nil, err
@@ -263,7 +263,7 @@ func (b *bench) grantToVisible(dir string, n int) ([]float64, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	got, err := parseLines(r.out)
+	got, err := benchkit.ParseLines(r.out)
 	if err != nil {
 		return nil, err
 	}
@@ -327,22 +327,4 @@ func (b *bench) post(path string, body, out any) (int, []byte, error) {
 		}
 	}
 	return resp.StatusCode, msg, nil
-}
-
-func parseLines(out string) (map[string][]float64, error) {
-	got := map[string][]float64{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 {
-			continue
-		}
-		for _, x := range f[1:] {
-			v, err := strconv.ParseFloat(x, 64)
-			if err != nil {
-				return nil, fmt.Errorf("worker output %q: %v", l, err)
-			}
-			got[f[0]] = append(got[f[0]], v)
-		}
-	}
-	return got, nil
 }

@@ -5,12 +5,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 )
 
@@ -62,34 +60,4 @@ func copyFile(from, to string, mode os.FileMode) error {
 	return out.Close()
 }
 
-func mean(v []float64) float64 {
-	s := 0.0
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
-}
-
-// q is the nearest-rank quantile of sorted v.
-func q(v []float64, p float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	return v[max(0, int(math.Ceil(p*float64(len(v))))-1)]
-}
-
 func numCPU() int { return runtime.NumCPU() }
-
-func kernelRelease() string {
-	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return strings.TrimSpace(string(data))
-}
-
-func loadAvg() string {
-	data, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}

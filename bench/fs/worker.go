@@ -18,13 +18,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-func monoNS() int64 {
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+)
 
 // workerMain runs argv[2:] = MODE ARGS... (argv[1] is "worker"): "ops FILE REPO NOPEN NGIT NEXEC"
 // or "visible DIR K".
@@ -71,7 +67,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 	buf := make([]byte, 4096)
 	times := make([]int64, 0, nOpen)
 	for i := 0; i < nOpen; i++ {
-		t0 := monoNS()
+		t0 := benchkit.MonoNS()
 		fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", file, err)
@@ -80,15 +76,15 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 			return fmt.Errorf("read %s: %w", file, err)
 		}
 		unix.Close(fd)
-		times = append(times, monoNS()-t0)
+		times = append(times, benchkit.MonoNS()-t0)
 	}
 	line("open", times)
 	times = times[:0]
 	for i := 0; i < nGit; i++ {
 		cmd := exec.Command("git", "-c", "safe.directory=*", "-c", "core.untrackedCache=false", "-C", repo, "status", "--porcelain")
-		t0 := monoNS()
+		t0 := benchkit.MonoNS()
 		out, err := cmd.CombinedOutput()
-		took := monoNS() - t0
+		took := benchkit.MonoNS() - t0
 		if err != nil || len(out) != 0 {
 			return fmt.Errorf("git status in %s: %v %q (want a clean tree)", repo, err, out)
 		}
@@ -97,11 +93,11 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 	line("git", times)
 	times = times[:0]
 	for i := 0; i < nExec; i++ {
-		t0 := monoNS()
+		t0 := benchkit.MonoNS()
 		if err := exec.Command("/bin/true").Run(); err != nil {
 			return fmt.Errorf("exec /bin/true: %w", err)
 		}
-		times = append(times, monoNS()-t0)
+		times = append(times, benchkit.MonoNS()-t0)
 	}
 	line("exec", times)
 	return nil
@@ -137,7 +133,7 @@ func visible(dir string, k int) error {
 		err := wait(p, func() (bool, error) {
 			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
 			if err == nil {
-				seen = append(seen, monoNS())
+				seen = append(seen, benchkit.MonoNS())
 				unix.Close(fd)
 				return true, nil
 			}

@@ -262,18 +262,4 @@ func auditSince(path string, offset int64, session string, byType map[string][2]
 	return own, int64(len(data)), offset + int64(len(data)), nil
 }
 
-func loadAvg() string {
-	data, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func kernelRelease() string {
-	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return strings.TrimSpace(string(data))
-}
-
 func numCPU() int { return runtime.NumCPU() }

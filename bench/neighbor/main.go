@@ -57,6 +57,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/agent/capability"
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
@@ -168,11 +169,11 @@ func run() error {
 	if err := os.WriteFile(b.exe, data, 0o755); err != nil {
 		return err
 	}
-	up, err := startUpstream()
+	up, err := benchkit.StartChild(upstreamEnv)
 	if err != nil {
 		return err
 	}
-	defer atExit(func() { up.stop() })()
+	defer atExit(func() { up.Stop() })()
 
 	parent, pin := "shinken-bench-neighbor-"+tag, "/sys/fs/bpf/shinken-bench-neighbor-"+tag
 	sock := filepath.Join(priv, "agent.sock")
@@ -189,7 +190,7 @@ func run() error {
 	agentBin := filepath.Join(*flagBin, "shinken-agent")
 	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(priv, "policy"), "-manifest-dir", filepath.Join(priv, "manifests"),
-		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", up.addr.String())
+		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", up.Addr.String())
 	alog, err := os.Create(filepath.Join(priv, "agent.log"))
 	if err != nil {
 		return err
@@ -216,7 +217,7 @@ func run() error {
 		return err
 	}
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), kernelRelease(), loadAvg())
+	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
 	lo, hi := portRange()
 	fmt.Printf("load: B probes DNS at %d queries/s (every %dth a new name), 1 s timeout, and asks for a grant every %v, for %v in each phase; each flood runs %v before B's window and to its end, under nice %d; host ephemeral range %d-%d (%d ports)\n",
 		*flagRate, *flagFreshEvery, *flagGrantEvery, *flagWindow, *flagRamp, *flagFloodNice, lo, hi, hi-lo+1)
@@ -227,7 +228,7 @@ func run() error {
 		return err
 	}
 	report(phases)
-	fmt.Printf("upstream queries answered: %d; load average at the end %s\n", up.stop(), loadAvg())
+	fmt.Printf("upstream queries answered: %d; load average at the end %s\n", up.Stop(), benchkit.LoadAvg())
 	return nil
 }
 
@@ -392,7 +393,7 @@ func (b *bench) idle(i int) (*phase, error) {
 		return nil, err
 	}
 	p.host = summarize(b.smp.window(t0, time.Now()))
-	p.loadAfter = loadAvg()
+	p.loadAfter = benchkit.LoadAvg()
 	p.heap = b.heap()
 	return p, nil
 }
@@ -430,7 +431,7 @@ func (b *bench) flood(mode string) (*phase, error) {
 	if p.auditOwn, p.auditAll, _, err = auditSince(b.auditLog, off, "A", p.auditTypes); err != nil {
 		return nil, err
 	}
-	p.loadAfter = loadAvg()
+	p.loadAfter = benchkit.LoadAvg()
 	p.heap = b.heap()
 	return p, nil
 }
@@ -517,26 +518,8 @@ func (b *bench) measure(p *phase, tag string) error {
 	if gerr != nil {
 		return fmt.Errorf("B's grants: %w", gerr)
 	}
-	p.probe, err = parseLines(out)
+	p.probe, err = benchkit.ParseLines(out)
 	return err
-}
-
-func parseLines(out string) (map[string][]float64, error) {
-	got := map[string][]float64{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 {
-			continue
-		}
-		for _, x := range f[1:] {
-			v, err := strconv.ParseFloat(x, 64)
-			if err != nil {
-				return nil, fmt.Errorf("worker output %q: %v", l, err)
-			}
-			got[f[0]] = append(got[f[0]], v)
-		}
-	}
-	return got, nil
 }
 
 func line(name string, ns []int64) {

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 )
 
 const probeTimeout = time.Second
@@ -72,7 +74,7 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 				}
 				continue
 			}
-			now := monoNS()
+			now := benchkit.MonoNS()
 			if k < 12 {
 				continue
 			}
@@ -91,7 +93,7 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 				}
 				continue // ECONNREFUSED and the like: the query counts as lost
 			}
-			now := monoNS()
+			now := benchkit.MonoNS()
 			if k < 12 {
 				continue
 			}
@@ -109,11 +111,11 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 	}()
 	fresh := func(i int) bool { return i%freshEvery == freshEvery-1 }
 	interval := time.Second / time.Duration(rate)
-	start := monoNS()
+	start := benchkit.MonoNS()
 	late := 0
 	for i := 0; i < n; i++ {
 		at := start + int64(i)*int64(interval)
-		if wait := time.Duration(at - monoNS()); wait > 0 {
+		if wait := time.Duration(at - benchkit.MonoNS()); wait > 0 {
 			time.Sleep(wait)
 		} else if -wait > interval {
 			late++
@@ -123,9 +125,9 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 			name = fmt.Sprintf("%s-%d.short.neighbor.test.", tag, i)
 		}
 		q := query(uint16(i), name)
-		sent[i].Store(monoNS())
+		sent[i].Store(benchkit.MonoNS())
 		c.Write(q) // an error is a lost query
-		esent[i].Store(monoNS())
+		esent[i].Store(benchkit.MonoNS())
 		ec.Write(q)
 	}
 	time.Sleep(probeTimeout)

@@ -8,22 +8,8 @@ import (
 	"sort"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 )
-
-func monoNS() int64 {
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
-
-// q is the nearest-rank quantile of sorted v.
-func q(v []float64, p float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	return v[max(0, int(math.Ceil(p*float64(len(v))))-1)]
-}
 
 func one(m map[string][]float64, k string) float64 {
 	if v := m[k]; len(v) == 1 {
@@ -77,7 +63,7 @@ func report(phases []*phase) {
 	sort.Float64s(idleDNS)
 	sort.Float64s(idleGrants)
 	sort.Float64s(idleEcho)
-	idleP99, idleGrantP99, idleEchoP99 := q(idleDNS, 0.99), q(idleGrants, 0.99), q(idleEcho, 0.99)
+	idleP99, idleGrantP99, idleEchoP99 := benchkit.Q(idleDNS, 0.99), benchkit.Q(idleGrants, 0.99), benchkit.Q(idleEcho, 0.99)
 	rssBase := phases[0].host.rssMaxKiB
 	fmt.Println()
 	for _, p := range phases {
@@ -85,10 +71,10 @@ func report(phases []*phase) {
 		g := sorted(p.grants)
 		c, f := kindMs(p, "cached"), kindMs(p, "fresh")
 		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p99 %.3f, new names p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
-			p.name, sent, q(v, 0.5), q(v, 0.99), q(v, 1), q(c, 0.99), q(f, 0.99), bad, int(one(p.probe, "late")),
-			len(g), q(g, 0.5), q(g, 0.99), q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
+			p.name, sent, benchkit.Q(v, 0.5), benchkit.Q(v, 0.99), benchkit.Q(v, 1), benchkit.Q(c, 0.99), benchkit.Q(f, 0.99), bad, int(one(p.probe, "late")),
+			len(g), benchkit.Q(g, 0.5), benchkit.Q(g, 0.99), benchkit.Q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
 		e := kindMs(p, "echo")
-		fmt.Printf("         control: B's UDP echo to a host server on loopback (no agent): p50 %.3f p99 %.3f max %.3f ms, %d lost\n", q(e, 0.5), q(e, 0.99), q(e, 1), int(one(p.probe, "lost_echo")))
+		fmt.Printf("         control: B's UDP echo to a host server on loopback (no agent): p50 %.3f p99 %.3f max %.3f ms, %d lost\n", benchkit.Q(e, 0.5), benchkit.Q(e, 0.99), benchkit.Q(e, 1), int(one(p.probe, "lost_echo")))
 		fmt.Printf("         host CPUs busy by kind: %s\n", p.host.hostCPU)
 		fmt.Printf("         agent: CPU %.0f %% of one CPU, %s; ports A's sockets held at most %d\n", 100*p.host.agentCPU, p.heap, p.host.aPortsMax)
 		if p.host.autobindFirstFail != "" {
@@ -124,8 +110,8 @@ func report(phases []*phase) {
 			continue
 		}
 		v, bad, sent := dnsMs(p)
-		dr := q(v, 0.99) / idleP99
-		gr := q(sorted(p.grants), 0.99) / idleGrantP99
+		dr := benchkit.Q(v, 0.99) / idleP99
+		gr := benchkit.Q(sorted(p.grants), 0.99) / idleGrantP99
 		ab := float64(p.auditOwn) * 60 / p.floodDur.Seconds()
 		rss := float64(p.host.rssMaxKiB-rssBase) / 1024
 		if p.name != "cpu" { // the control is no flood of the issue's
@@ -135,7 +121,7 @@ func report(phases []*phase) {
 			sentAll += sent
 		}
 		fmt.Printf("flood_%s_agent_cpu_pct=%.0f\nflood_%s_a_ports_max=%d\n", p.name, 100*p.host.agentCPU, p.name, p.host.aPortsMax)
-		fmt.Printf("flood_%s_echo_p99_ratio=%.2f\n", p.name, q(kindMs(p, "echo"), 0.99)/idleEchoP99)
+		fmt.Printf("flood_%s_echo_p99_ratio=%.2f\n", p.name, benchkit.Q(kindMs(p, "echo"), 0.99)/idleEchoP99)
 		fmt.Printf("flood_%s_dns_p99_ratio=%.2f\nflood_%s_dns_loss=%d/%d\nflood_%s_grant_p99_ratio=%.2f\nflood_%s_audit_bytes_per_minute=%.0f\nflood_%s_agent_rss_growth_mib=%.1f\nflood_%s_ports_left_min=%d\n",
 			p.name, dr, p.name, bad, sent, p.name, gr, p.name, ab, p.name, rss, p.name, p.host.portsLeftMin)
 	}

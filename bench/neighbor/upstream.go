@@ -14,14 +14,11 @@ package main
 //   - anything else: NXDOMAIN
 
 import (
-	"bufio"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"net"
-	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,53 +130,4 @@ func answer(req *dns.Msg, udp bool) *dns.Msg {
 		m.Rcode = dns.RcodeNameError
 	}
 	return m
-}
-
-// upstreamProc is the upstream's process, seen from the bench.
-type upstreamProc struct {
-	addr netip.AddrPort
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-	once sync.Once
-	n    uint64
-}
-
-func startUpstream() (*upstreamProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), upstreamEnv+"=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &upstreamProc{cmd: cmd, in: in, out: bufio.NewReader(outp)}
-	var port uint16
-	if _, err := fmt.Fscanln(p.out, &port); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("upstream: %w", err)
-	}
-	p.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
-	return p, nil
-}
-
-// stop ends the process and returns how many queries it answered.
-func (p *upstreamProc) stop() uint64 {
-	p.once.Do(func() {
-		p.in.Close()
-		fmt.Fscanln(p.out, &p.n)
-		p.cmd.Wait()
-	})
-	return p.n
 }
