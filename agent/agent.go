@@ -28,6 +28,23 @@ type EventSink interface {
 	Emit(Event) error
 }
 
+// Committer is an EventSink that can hold records back from stable
+// storage: Emit of an Event with Defer set may return once the record is
+// written, and Commit makes every record emitted before it durable, several
+// with one sync (the audit log's group commit), then calls then (when not
+// nil), which may run while the sink finishes its own commit (the audit
+// log's checkpoint); Commit returns when both are done, with their errors
+// joined, and does not call then when the records could not be made
+// durable. The agent commits a grant's records (request, issue) and writes
+// its live record to the journal inside then, so a crash never leaves a
+// live grant the audit log does not show; it commits before answering any
+// call whose events it deferred. A sink that is not a Committer is taken to
+// write every event durably before Emit returns.
+type Committer interface {
+	EventSink
+	Commit(then func() error) error
+}
+
 type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) Emit(e Event) error {
@@ -279,6 +296,18 @@ func (a *Agent) emit(e Event) error {
 	}
 	a.markDNS(e)
 	return a.cfg.Events.Emit(e)
+}
+
+// commit makes the deferred events durable (Committer), then runs then
+// (nil: nothing), and returns both errors.
+func (a *Agent) commit(then func() error) error {
+	if c, ok := a.cfg.Events.(Committer); ok {
+		return c.Commit(then)
+	}
+	if then != nil {
+		return then()
+	}
+	return nil
 }
 
 func paramsHash(c Capability) string {

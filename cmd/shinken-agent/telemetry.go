@@ -39,6 +39,18 @@ func (d *daemon) openAudit() error {
 	}
 	d.sink.audit = d.auditAgentEvent
 	d.sink.kernelDenial = d.auditKernelDenial
+	d.sink.commit = func(then func() error) error {
+		var thenErr error
+		wrapped := then
+		if then != nil {
+			wrapped = func() error { thenErr = then(); return thenErr }
+		}
+		err := l.Commit(wrapped)
+		if err != nil && err != thenErr { // the log's own failure, not then's (the journal's)
+			auditErrors.WithLabelValues("commit").Inc()
+		}
+		return err
+	}
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
 }
@@ -86,8 +98,7 @@ func (d *daemon) verifyAudit(full bool) (any, error) {
 // error fails the step that emitted the event (fail closed).
 func (d *daemon) auditAgentEvent(e agent.Event) error {
 	if ev, ok := auditCall(e); ok {
-		_, err := d.audit.log.Append(ev)
-		return auditErr("append", err)
+		return d.auditAppend(ev, e.Defer)
 	}
 	if e.Card != nil {
 		return nil // other card notices: the approval events are the record
@@ -132,6 +143,16 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		ev.Outcome = strings.TrimPrefix(e.Kind, "approval.")
 	default:
 		ev.Type = audit.EventDecision
+	}
+	return d.auditAppend(ev, e.Defer)
+}
+
+// auditAppend appends ev: durably, or (deferred) written only, for the
+// agent's next Commit to make durable with the records after it.
+func (d *daemon) auditAppend(ev audit.Event, deferred bool) error {
+	if deferred {
+		_, err := d.audit.log.Write(ev)
+		return auditErr("append", err)
 	}
 	_, err := d.audit.log.Append(ev)
 	return auditErr("append", err)
