@@ -143,8 +143,10 @@ func (c *Config) validate() error {
 //     revoke, session create and end, reconcile and the never-list, and
 //     the resolver's dirty set (dns, dnsDirty). Under it a grant still runs
 //     the pre-grant gate, Cedar's grant authorization (it reads the
-//     session's entities, which grants change) and one fsynced write of its
-//     live record (intent records are written unsynced: persistIntent).
+//     session's entities, which grants change) and one commit of its audit
+//     records (Committer: one fdatasync and one checkpoint) inside which its
+//     live record is written and fsynced, beside the checkpoint's sync
+//     (intent records are written unsynced: persistIntent).
 //     The grant proof runs before it is taken (prove.go); use-time
 //     decisions (Decide, DecideUse) never take it.
 //   - bmu guards the breaker counters, which Decide moves without mu.
