@@ -39,18 +39,7 @@ func (d *daemon) openAudit() error {
 	}
 	d.sink.audit = d.auditAgentEvent
 	d.sink.kernelDenial = d.auditKernelDenial
-	d.sink.commit = func(then func() error) error {
-		var thenErr error
-		wrapped := then
-		if then != nil {
-			wrapped = func() error { thenErr = then(); return thenErr }
-		}
-		err := l.Commit(wrapped)
-		if err != nil && err != thenErr { // the log's own failure, not then's (the journal's)
-			auditErrors.WithLabelValues("commit").Inc()
-		}
-		return err
-	}
+	d.sink.commit = d.commitAudit
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
 }
@@ -145,6 +134,24 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		ev.Type = audit.EventDecision
 	}
 	return d.auditAppend(ev, e.Defer)
+}
+
+// commitAudit makes the records of deferred events durable and
+// checkpointed, then runs then (the agent's journal write), beside the
+// checkpoint's sync (audit.Log.Commit, agent.Committer).
+func (d *daemon) commitAudit(then func() error) error {
+	var thenErr error
+	wrapped := then
+	if then != nil {
+		wrapped = func() error { thenErr = then(); return thenErr }
+	}
+	err := d.audit.log.Commit(wrapped)
+	if err != nil && err != thenErr {
+		// The log's own failure, not then's (the journal's): records
+		// that could not be made durable count as a failed append.
+		auditErrors.WithLabelValues("append").Inc()
+	}
+	return err
 }
 
 // auditAppend appends ev: durably, or (deferred) written only, for the
