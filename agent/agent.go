@@ -28,6 +28,23 @@ type EventSink interface {
 	Emit(Event) error
 }
 
+// Committer is an EventSink that can hold records back from stable
+// storage: Emit of an Event with Defer set may return once the record is
+// written, and Commit makes every record emitted before it durable, several
+// with one sync (the audit log's group commit), then calls then (when not
+// nil), which may run while the sink finishes its own commit (the audit
+// log's checkpoint); Commit returns when both are done, with their errors
+// joined, and does not call then when the records could not be made
+// durable. The agent commits a grant's records (request, issue) and writes
+// its live record to the journal inside then, so a crash never leaves a
+// live grant the audit log does not show; it commits before answering any
+// call whose events it deferred. A sink that is not a Committer is taken to
+// write every event durably before Emit returns.
+type Committer interface {
+	EventSink
+	Commit(then func() error) error
+}
+
 type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) Emit(e Event) error {
@@ -126,8 +143,10 @@ func (c *Config) validate() error {
 //     revoke, session create and end, reconcile and the never-list, and
 //     the resolver's dirty set (dns, dnsDirty). Under it a grant still runs
 //     the pre-grant gate, Cedar's grant authorization (it reads the
-//     session's entities, which grants change) and one fsynced write of its
-//     live record (intent records are written unsynced: persistIntent).
+//     session's entities, which grants change) and one commit of its audit
+//     records (Committer: one fdatasync and one checkpoint) inside which its
+//     live record is written and fsynced, beside the checkpoint's sync
+//     (intent records are written unsynced: persistIntent).
 //     The grant proof runs before it is taken (prove.go); use-time
 //     decisions (Decide, DecideUse) never take it.
 //   - bmu guards the breaker counters, which Decide moves without mu.
@@ -279,6 +298,18 @@ func (a *Agent) emit(e Event) error {
 	}
 	a.markDNS(e)
 	return a.cfg.Events.Emit(e)
+}
+
+// commit makes the deferred events durable (Committer), then runs then
+// (nil: nothing), and returns both errors.
+func (a *Agent) commit(then func() error) error {
+	if c, ok := a.cfg.Events.(Committer); ok {
+		return c.Commit(then)
+	}
+	if then != nil {
+		return then()
+	}
+	return nil
 }
 
 func paramsHash(c Capability) string {

@@ -41,8 +41,8 @@ type RequestResult struct {
 // at once; an Ask that a pattern approved earlier is approved by it; the
 // other Asks wait as pending approvals, batched into one card per session
 // and tier (never across tiers). Refusals are per request; the error is for
-// a failure to record the cards (the grants made stay made).
-func (a *Agent) Request(ctx context.Context, reqs []GrantRequest) ([]RequestResult, error) {
+// a failure to record the requests or the cards (the grants made stay made).
+func (a *Agent) Request(ctx context.Context, reqs []GrantRequest) (_ []RequestResult, err error) {
 	for _, req := range reqs {
 		if req.Capability.Validate() == nil {
 			a.prove(req.Session, req.Capability, a.cfg.Now()) // before the lock (prove.go)
@@ -55,6 +55,11 @@ func (a *Agent) Request(ctx context.Context, reqs []GrantRequest) ([]RequestResu
 	}
 	out := make([]RequestResult, len(reqs))
 	defer func() {
+		// The request records no grant committed (a refusal's): durable
+		// before the answer.
+		if cerr := a.commit(nil); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("record the requests: %w", cerr))
+		}
 		for _, o := range out {
 			a.emit(Event{Kind: EventRequestDecided, Outcome: o.Outcome, Took: o.Took})
 		}

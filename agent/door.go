@@ -55,12 +55,14 @@ func actorOf(ctx context.Context) string {
 }
 
 // recordRequests records a batch of grant requests as received, before any
-// is decided; a.mu held.
+// is decided; a.mu held. The records are written, not yet durable (Defer):
+// the first grant of the batch commits them with its own records, and
+// Request commits what is left before it answers.
 func (a *Agent) recordRequests(ctx context.Context, reqs []GrantRequest) error {
 	for _, req := range reqs {
 		params, _ := json.Marshal(req.Capability)
 		e := Event{Kind: EventRequest, Actor: actorOf(ctx), Requester: req.Requester, Session: req.Session, Class: req.Capability.Class,
-			Params: params, Provenance: string(req.Provenance), Lifecycle: string(req.Lifecycle)}
+			Params: params, Provenance: string(req.Provenance), Lifecycle: string(req.Lifecycle), Defer: true}
 		if req.Parent != "" {
 			if g, err := a.resolveHandle(req.Parent); err == nil {
 				e.Parent = g.ID // the grant, never the token

@@ -54,8 +54,9 @@ const (
 	StepGrantHandleSaved  Step = "grant.handle-saved"  // kernel ref recorded
 	StepGrantApplying     Step = "grant.applying"      // the Delta recorded, not yet pushed
 	StepGrantDeltaApplied Step = "grant.delta-applied" // the Delta in, not yet live
-	StepGrantLive         Step = "grant.live"          // live record persisted
-	StepGrantEmitted      Step = "grant.emitted"       // event emitted
+	StepGrantRecorded     Step = "grant.recorded"      // its audit records durable, the live record not yet written
+	StepGrantLive         Step = "grant.live"          // live record persisted (after the audit records)
+	StepGrantEmitted      Step = "grant.emitted"       // event emitted and committed (the same point as grant.live)
 	StepRevokeFlipped     Step = "revoke.flipped"      // kernel bit flipped, nothing recorded
 	StepRevokeIntent      Step = "revoke.intent"       // revoking recorded
 	StepRevokePolicy      Step = "revoke.policy"       // Cedar policy removed
@@ -69,7 +70,7 @@ const (
 
 // GrantSteps and RevokeSteps list the steps in order.
 var (
-	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantApplying, StepGrantDeltaApplied, StepGrantLive, StepGrantEmitted}
+	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantApplying, StepGrantDeltaApplied, StepGrantRecorded, StepGrantLive, StepGrantEmitted}
 	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeReleased, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
 	SessionSteps = []Step{StepSessionIntent, StepSessionKernel}
 )
@@ -334,21 +335,31 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	sess := a.st.Sessions[rec.Session]
 	oldIng := sess.Ingredients
 	sess.Ingredients = sess.Ingredients.With(c, rec.Provenance)
-	if err := a.persistKeys(key, store.SessionKey(rec.Session)); err != nil {
+	// 5. Record the grant, then make it live: the events are written
+	// (Defer), then one commit makes them durable with the request records
+	// before them (one fdatasync, one checkpoint), and only once they are
+	// durable is the live record written and fsynced, while the checkpoint
+	// is (Committer). A crash never leaves a live grant the audit log does
+	// not show; one between the two leaves the grant applying, which
+	// reconcile rolls back. Failing to record fails the grant.
+	err = a.emit(Event{Kind: "grant.issue", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String(), Provenance: string(rec.Provenance),
+		ParamsSHA256: paramsHash(c), Actor: rec.Approver, Outcome: "live", Defer: true})
+	if err == nil && rec.Tier == TierNotify {
+		err = a.emit(Event{Kind: "grant.notify", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String(), Defer: true})
+	}
+	if err != nil {
+		sess.Ingredients = oldIng
+		return nil, a.rollback(rec, fmt.Errorf("emit: %w", err))
+	}
+	if err := a.commit(func() error {
+		a.crash(StepGrantRecorded)
+		return a.persistKeys(key, store.SessionKey(rec.Session))
+	}); err != nil {
 		sess.Ingredients = oldIng
 		return nil, a.rollback(rec, err)
 	}
 	a.crash(StepGrantLive)
-	// 5. Emit the event; failing to record it fails the grant.
-	if err := a.emit(Event{Kind: "grant.issue", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String(), Provenance: string(rec.Provenance),
-		ParamsSHA256: paramsHash(c), Actor: rec.Approver, Outcome: "live"}); err != nil {
-		sess.Ingredients = oldIng
-		return nil, a.rollback(rec, fmt.Errorf("emit: %w", err))
-	}
 	a.crash(StepGrantEmitted)
-	if rec.Tier == TierNotify {
-		a.emit(Event{Kind: "grant.notify", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String()})
-	}
 	return &Grant{Handle: token, ID: id, Session: rec.Session, Tier: rec.Tier, Lifecycle: rec.Lifecycle, Expires: rec.Expires, Parent: rec.Parent}, nil
 }
 

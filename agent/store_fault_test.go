@@ -70,13 +70,19 @@ var faultOps = []faultOp{
 }
 
 func testStoreFaults(t *testing.T, newKernel func(t *testing.T) Kernel) {
+	testStoreFaultsWith(t, newKernel, func(t *testing.T) EventSink { return faultSink{} })
+}
+
+// testStoreFaultsWith is testStoreFaults with the event sink newSink makes
+// (an audit log, a Committer, for the grant's commit path).
+func testStoreFaultsWith(t *testing.T, newKernel func(t *testing.T) Kernel, newSink func(t *testing.T) EventSink) {
 	ms, err := ParseManifests("fault.manifest", []byte(faultManifest))
 	if err != nil {
 		t.Fatal(err)
 	}
 	open := func(t *testing.T) *Agent {
 		a, err := Open(Config{StateDir: t.TempDir(), Kernel: newKernel(t), Manifests: map[string]*Manifest{"py": ms[0]},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: faultSink{}})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: newSink(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,6 +60,19 @@
 // acknowledged and then lost. After a failed write or fsync the Log refuses
 // further appends (fail closed); reopen it.
 //
+// A caller that makes several records durable together writes them with
+// Write (in the file, so a kill -9 keeps them, but not yet durable: a
+// power loss may drop them) and then calls Commit: one fdatasync and one
+// checkpoint for the batch, vouching for its last record. Commit's then
+// argument runs once the records are durable, while the checkpoint slot is
+// written and synced: the agent writes and fsyncs a grant's live journal
+// record there (a grant's request and grant.issue records are one batch),
+// so the journal never holds a live grant whose records the log could
+// still lose, and the two syncs overlap. A crash while they run leaves the
+// log one batch ahead of its checkpoint, which Open vouches for again (see
+// below). A record written with Write counts as acknowledged only once a
+// Commit, or a later Append, has returned.
+//
 // An append therefore costs a share of two fdatasyncs (log, then checkpoint
 // slot). BenchmarkAppend on this project's shared 2-core machine (ext4 on a
 // virtio disk), interleaved with the earlier design (checkpoint replaced by
@@ -106,7 +119,9 @@
 // no copy to go back one batch: spoiling the newer slot's CRC looks like a
 // crash while writing it (a Note naming the torn slot), and the records of
 // the last batch after its first can then be cut unnoticed; cutting the whole
-// batch is still found (see above). With a lone appender a batch is one record.
+// batch is still found (see above). A lone Append's batch is one record; a
+// grant's is two (its request, then its grant.issue), so its grant.issue
+// record can be cut so, leaving the request.
 //
 // # Field names
 //

@@ -292,6 +292,31 @@ func (l *Log) AppendBatch(evs []Event) error {
 	return l.syncTo(last)
 }
 
+// Write records ev without waiting for it to be durable: when it returns
+// the record is in the file (a kill -9 of the process keeps it) but a power
+// loss may still drop it, until a later Append, AppendBatch or Commit
+// returns. Never acknowledge a record written so before one of them has.
+// A failed write fails the Log as Append's does.
+func (l *Log) Write(ev Event) (Record, error) { return l.write(ev) }
+
+// Commit makes every record written so far durable and checkpointed (what
+// Append guarantees for its own record), with one fdatasync and one
+// checkpoint for all of them (group commit: a grant's request and its
+// issue record, written with Write, cost one of each). then, when not nil,
+// is called once the records are durable, while their checkpoint is being
+// written: work ordered after the records but not after their checkpoint
+// (the agent's journal fsync) overlaps the checkpoint's fdatasync. A crash
+// between the two leaves the log ahead of its checkpoint, which Open
+// repairs (see the package doc). Commit returns when both are done, with
+// their errors joined; then is not called when the records could not be
+// made durable.
+func (l *Log) Commit(then func() error) error {
+	l.mu.Lock()
+	seq := l.seq
+	l.mu.Unlock()
+	return l.syncThen(seq, then)
+}
+
 // write seals and writes one record, not yet durable.
 func (l *Log) write(ev Event) (Record, error) {
 	r, err := build(ev, l.cfg.now())
@@ -333,10 +358,17 @@ func (l *Log) write(ev Event) (Record, error) {
 
 // syncTo makes every record up to at least seq durable and checkpointed;
 // one call does it for every record written before it (group commit).
-func (l *Log) syncTo(seq uint64) error {
+func (l *Log) syncTo(seq uint64) error { return l.syncThen(seq, nil) }
+
+// syncThen is syncTo that calls then (when not nil) once the records are
+// durable, concurrently with the checkpoint's write (Commit).
+func (l *Log) syncThen(seq uint64, then func() error) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if l.synced >= seq {
+		if then != nil {
+			return then()
+		}
 		return nil
 	}
 	l.mu.Lock()
@@ -346,8 +378,20 @@ func (l *Log) syncTo(seq uint64) error {
 		return fmt.Errorf("%w: %w", ErrFailed, failed)
 	}
 	err := fdatasync(l.f)
-	if err == nil {
+	var thenErr error
+	switch {
+	case err == nil && then == nil:
 		err = writeSlot(l.cpFile, l.cpNext, l.priv, head, hash, l.cfg.now())
+	case err == nil:
+		// The checkpoint on its own goroutine, then on the caller's (a
+		// panic in then still waits for the checkpoint's write to end).
+		cp := make(chan error, 1)
+		slot, now := l.cpNext, l.cfg.now()
+		go func() { cp <- writeSlot(l.cpFile, slot, l.priv, head, hash, now) }()
+		func() {
+			defer func() { err = <-cp }()
+			thenErr = then()
+		}()
 	}
 	if err != nil {
 		// After a failed fsync the page cache may hold what the disk
@@ -357,10 +401,10 @@ func (l *Log) syncTo(seq uint64) error {
 			l.failed = err
 		}
 		l.mu.Unlock()
-		return fmt.Errorf("%w: sync: %w", ErrFailed, err)
+		return errors.Join(fmt.Errorf("%w: sync: %w", ErrFailed, err), thenErr)
 	}
 	l.synced, l.cpNext = head, 1-l.cpNext
-	return nil
+	return thenErr
 }
 
 // Head returns the seq and hash of the last record (0 and the genesis hash

@@ -38,6 +38,13 @@ type Event struct {
 	// Took is how long the call an event closes took (request.decided,
 	// revoke.done): for the latency metrics, not shown.
 	Took time.Duration `json:"-"`
+	// Defer says the sink may return from Emit once the record is
+	// written, before it is durable: the agent makes it durable with a
+	// later Commit (a sink that is an agent.Committer; any other sink
+	// writes every event durably). The agent sets it only on records it
+	// commits before it answers and before it makes durable any state they
+	// describe (a grant's request and issue records, its live record).
+	Defer bool `json:"-"`
 	// Detail is what a component beside the agent reported (dns.deny: the
 	// resolver's denial), carried as it was given.
 	Detail any `json:"detail,omitempty"`

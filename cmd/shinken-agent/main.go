@@ -149,6 +149,19 @@ type eventSink struct {
 	kernelDenial func(session string, ev backend.Event) // aggregated for the audit log
 	observe      func(agent.Event)                      // latencies for the metrics
 	sessionEnded atomic.Pointer[func(session string)]   // the session runtime forgets its processes
+	commit       func(then func() error) error          // the audit log's Commit, when one is attached
+}
+
+// Commit makes the audit records of deferred events durable, then runs then
+// (agent.Committer).
+func (s *eventSink) Commit(then func() error) error {
+	if s.commit != nil {
+		return s.commit(then)
+	}
+	if then != nil {
+		return then()
+	}
+	return nil
 }
 
 func (s *eventSink) Emit(e agent.Event) error {

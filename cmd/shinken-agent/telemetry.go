@@ -39,6 +39,7 @@ func (d *daemon) openAudit() error {
 	}
 	d.sink.audit = d.auditAgentEvent
 	d.sink.kernelDenial = d.auditKernelDenial
+	d.sink.commit = d.commitAudit
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
 }
@@ -86,8 +87,7 @@ func (d *daemon) verifyAudit(full bool) (any, error) {
 // error fails the step that emitted the event (fail closed).
 func (d *daemon) auditAgentEvent(e agent.Event) error {
 	if ev, ok := auditCall(e); ok {
-		_, err := d.audit.log.Append(ev)
-		return auditErr("append", err)
+		return d.auditAppend(ev, e.Defer)
 	}
 	if e.Card != nil {
 		return nil // other card notices: the approval events are the record
@@ -132,6 +132,34 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 		ev.Outcome = strings.TrimPrefix(e.Kind, "approval.")
 	default:
 		ev.Type = audit.EventDecision
+	}
+	return d.auditAppend(ev, e.Defer)
+}
+
+// commitAudit makes the records of deferred events durable and
+// checkpointed, then runs then (the agent's journal write), beside the
+// checkpoint's sync (audit.Log.Commit, agent.Committer).
+func (d *daemon) commitAudit(then func() error) error {
+	var thenErr error
+	wrapped := then
+	if then != nil {
+		wrapped = func() error { thenErr = then(); return thenErr }
+	}
+	err := d.audit.log.Commit(wrapped)
+	if err != nil && err != thenErr {
+		// The log's own failure, not then's (the journal's): records
+		// that could not be made durable count as a failed append.
+		auditErrors.WithLabelValues("append").Inc()
+	}
+	return err
+}
+
+// auditAppend appends ev: durably, or (deferred) written only, for the
+// agent's next Commit to make durable with the records after it.
+func (d *daemon) auditAppend(ev audit.Event, deferred bool) error {
+	if deferred {
+		_, err := d.audit.log.Write(ev)
+		return auditErr("append", err)
 	}
 	_, err := d.audit.log.Append(ev)
 	return auditErr("append", err)
