@@ -88,7 +88,7 @@ func run() error {
 	}()
 	hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }, MaxIdleConnsPerHost: 16}}
 	up := false
-	for i := 0; i < 200 && !up; i++ {
+	for i := 0; i < 1200 && !up; i++ {
 		if resp, err := hc.Get("http://shinken/v1/status"); err == nil {
 			resp.Body.Close()
 			up = resp.StatusCode == 200

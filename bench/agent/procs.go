@@ -106,7 +106,8 @@ type streamRates struct {
 	// ratio's baseline).
 	DevNull float64
 	// Attach: the same `cat` in the session, its stdout read through an
-	// attach stream (start request, attach, until the exit status).
+	// attach stream (from the line that lets it run to the exit status:
+	// catAttach).
 	Attach  float64
 	Dropped uint64 // bytes the ring dropped before the stream read them
 }
@@ -206,16 +207,24 @@ func catDevNull(path string, size uint64) (float64, error) {
 	return mibPerSec(size, time.Since(t0)), nil
 }
 
-// catAttach: `cat path` started in session through the API, its stdout
-// read through an attach stream from offset 0 until the exit status, from
-// the start request on. It returns the rate of the bytes delivered and the
-// bytes the ring dropped before the stream read them (an attached client
-// holds the process back, so none are expected).
+// catAttach: `cat path` in session, its stdout read through an attach
+// stream from offset 0 until the exit status. So that the stream is timed
+// and not the start, and no byte is written before the stream is attached
+// (the ring keeps the last RingBytes of an unattached process, and an
+// attached client holds it back), the process is `sh -c 'read _ && exec
+// cat PATH'` with its stdin open: the bench attaches, and the clock starts
+// when it sends the line that lets cat run. It returns the rate of the
+// bytes delivered and the bytes the ring dropped before the stream read
+// them (none expected).
 func catAttach(hc *http.Client, session, path string, size uint64, buf []byte) (float64, uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	t0 := time.Now()
-	p, err := startProc(hc, session, "/bin/cat", path)
+	var p wire.Process
+	code, _, err := post(hc, "/v1/sessions/"+session+"/processes",
+		wire.ProcessStart{Argv: []string{"/bin/sh", "-c", `read _ && exec /bin/cat "$0"`, path}, Interactive: true}, &p)
+	if err == nil && code != http.StatusCreated {
+		err = fmt.Errorf("start in %s: HTTP %d", session, code)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -224,6 +233,15 @@ func catAttach(hc *http.Client, session, path string, size uint64, buf []byte) (
 		return 0, 0, err
 	}
 	defer c.CloseNow()
+	// The agent registers the stream's hold just after the handshake.
+	time.Sleep(50 * time.Millisecond)
+	t0 := time.Now()
+	if err := c.Write(ctx, websocket.MessageBinary, []byte{wire.ChanStdin, '\n'}); err != nil {
+		return 0, 0, err
+	}
+	if err := c.Write(ctx, websocket.MessageBinary, []byte{wire.ChanClose, wire.ChanStdin}); err != nil {
+		return 0, 0, err
+	}
 	var got, dropped uint64
 	// The client reads each message into one reused buffer (c.Read would
 	// allocate and copy every message): the stream is timed, not the
