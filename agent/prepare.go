@@ -9,8 +9,9 @@ import (
 
 // PrepareLaunch makes a launch into an active session ready for the
 // session runtime's shim to start (backend.Preparer): the same door as
-// Launch, with the same record written first (process.run); if the record
-// cannot be written nothing is prepared. A backend that cannot prepare
+// Launch, with the same record written first (process.run: durable before
+// the prepared launch is returned, so before anything runs); if the record
+// cannot be written the preparation is undone and nothing is returned. A backend that cannot prepare
 // launches refuses (ErrLaunch wrapping backend.ErrNotSupported).
 func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, actor string) (*backend.PreparedLaunch, error) {
 	if _, ok := a.Session(session); !ok {
@@ -23,12 +24,29 @@ func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts back
 	if !ok {
 		return nil, fmt.Errorf("%w: %w: this backend starts no process outside the agent", ErrLaunch, backend.ErrNotSupported)
 	}
-	if err := a.emit(Event{Kind: EventRun, Session: session, Actor: actor, Tool: spec.Argv[0], Args: slices.Clone(spec.Argv), Outcome: "started"}); err != nil {
-		return nil, err
+	// The backend prepares (the run's cgroup, descriptors: nothing runs
+	// in the session yet) while the record is made durable; the prepared
+	// launch is handed out only once the record is written, and undone
+	// if it cannot be.
+	type prepared struct {
+		pl  *backend.PreparedLaunch
+		err error
 	}
-	pl, err := p.PrepareLaunch(session, spec, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+	ready := make(chan prepared, 1)
+	go func() {
+		pl, err := p.PrepareLaunch(session, spec, opts)
+		ready <- prepared{pl, err}
+	}()
+	eerr := a.emit(Event{Kind: EventRun, Session: session, Actor: actor, Tool: spec.Argv[0], Args: slices.Clone(spec.Argv), Outcome: "started"})
+	r := <-ready
+	if eerr != nil {
+		if r.err == nil {
+			r.pl.Close(true)
+		}
+		return nil, eerr
 	}
-	return pl, nil
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLaunch, r.err)
+	}
+	return r.pl, nil
 }

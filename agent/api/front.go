@@ -116,6 +116,14 @@ func (f *Front) Serve() error {
 			return err
 		}
 		delay = 0
+		if uc, ok := c.(*net.UnixConn); ok {
+			// Room for a few attach messages (the default, about 208
+			// KiB, is less than one): a stream's write goes into the
+			// socket at once instead of waking the agent and its client
+			// for each part. A limit, not memory taken: only bytes the
+			// client has not read yet count against it.
+			uc.SetWriteBuffer(4 * attachFrameBytes)
+		}
 		if !f.track(c) {
 			c.Close()
 			continue

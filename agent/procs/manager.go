@@ -1,8 +1,10 @@
 package procs
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -226,14 +228,13 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 		}
 		return fail(err)
 	}
-	if err := m.startShim(dir, pl, sp); err != nil {
+	started, err := m.startShim(dir, pl, sp)
+	if err != nil {
 		return fail(err)
 	}
 	pl.Close(false)
 	p := newProc(dir, md)
-	if err := readJSON(filepath.Join(dir, startedFile), &p.started); err != nil {
-		return fail(fmt.Errorf("procs: shim reported a start without its record: %w", err))
-	}
+	p.started = started
 	if err := p.open(); err != nil {
 		return nil, err
 	}
@@ -247,15 +248,18 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 // startShim hands the process to sp, a spare shim whose directory is now
 // dir, or (sp nil, or gone) starts a shim for it (setsid: its own session
 // and process group, nothing the agent's terminal or process group
-// receives reaches it), and waits for its report on the status pipe.
-func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) error {
+// receives reaches it), and waits for its report on the status pipe: the
+// started record it wrote to started.json before reporting (so the agent
+// does not read the file back), or why it failed.
+func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (startedRecord, error) {
+	var st startedRecord
 	defer func() { go m.refill() }()
 	r, w, err := os.Pipe()
 	if err != nil {
 		if sp != nil {
 			sp.abandon()
 		}
-		return err
+		return st, err
 	}
 	defer r.Close()
 	var proc *os.Process
@@ -271,15 +275,15 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) e
 		logf, err := os.OpenFile(filepath.Join(dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			w.Close()
-			return err
+			return st, err
 		}
 		defer logf.Close()
-		cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{"GOMAXPROCS=2"},
+		cmd := &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, dir}, Env: []string{shimEnv},
 			Stdout: logf, Stderr: logf, ExtraFiles: append([]*os.File{w}, pl.Files...),
 			SysProcAttr: shimAttr()}
 		if err := cmd.Start(); err != nil {
 			w.Close()
-			return fmt.Errorf("procs: start shim: %w", err)
+			return st, fmt.Errorf("procs: start shim: %w", err)
 		}
 		go cmd.Wait() // reap it when it ends (after the process)
 		proc = cmd.Process
@@ -292,18 +296,22 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) e
 	}()
 	select {
 	case b := <-res:
-		if string(b) == "ok" {
-			return nil
+		if rec, ok := bytes.CutPrefix(b, []byte(reportOK)); ok {
+			if err := json.Unmarshal(rec, &st); err != nil || st.HostPID <= 0 {
+				proc.Kill()
+				return st, fmt.Errorf("procs: shim reported a start without its record: %q", rec)
+			}
+			return st, nil
 		}
 		proc.Kill()
 		if len(b) == 0 {
 			b, _ = os.ReadFile(filepath.Join(dir, shimLog))
-			return fmt.Errorf("procs: shim ended without a report: %s", strings.TrimSpace(string(b)))
+			return st, fmt.Errorf("procs: shim ended without a report: %s", strings.TrimSpace(string(b)))
 		}
-		return fmt.Errorf("procs: %s", b)
+		return st, fmt.Errorf("procs: %s", b)
 	case <-time.After(m.cfg.StartTimeout):
 		proc.Kill()
-		return fmt.Errorf("procs: the shim did not report a start within %v", m.cfg.StartTimeout)
+		return st, fmt.Errorf("procs: the shim did not report a start within %v", m.cfg.StartTimeout)
 	}
 }
 

@@ -1,6 +1,7 @@
 package procs
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -91,8 +92,11 @@ func (p *Proc) adopt() {
 }
 
 func (p *Proc) follow(c net.Conn) {
+	// Buffered: the frames the shim sent while this goroutine waited for
+	// a CPU are read with one system call, not two each.
+	r := bufio.NewReaderSize(c, 4096)
 	for {
-		typ, b, err := readFrame(c)
+		typ, b, err := readFrame(r)
 		if err != nil {
 			break
 		}

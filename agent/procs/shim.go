@@ -38,6 +38,18 @@ const ShimArg0 = "shinken-process-shim"
 
 const spareArg = "spare"
 
+// reportOK begins a shim's report of a start on its status pipe; the
+// started record (JSON) follows. Anything else is why it failed.
+const reportOK = "ok\n"
+
+// shimEnv is a shim's whole environment. A shim relays bytes between
+// descriptors and computes nothing: with one P its goroutines (the pumps,
+// the control connections' readers and writers) hand work to each other
+// on one thread instead of waking others, which was most of its CPU time
+// while a fast writer streamed (bench/README.md); and the runtime does not
+// size itself from the cgroup at start.
+const shimEnv = "GOMAXPROCS=1"
+
 // ShimMain runs the shim when this binary was started as one and never
 // returns then; in any other process it returns at once. The agent's
 // binary (and test binaries that start processes) call it first thing,
@@ -109,7 +121,6 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 			status.Close()
 			return 1
 		}
-		status.Write([]byte("ok"))
 		status.Close()
 		return 0
 	}
@@ -185,6 +196,10 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 		st.Process.Wait()
 		return report(err)
 	}
+	// The report carries the record just written (the agent does not read
+	// it back).
+	js, _ := json.Marshal(started)
+	status.Write(append([]byte(reportOK), js...))
 	report(nil)
 
 	go s.serve(ln)
@@ -272,20 +287,46 @@ const (
 )
 
 // pump copies one output stream into its ring (a terminal's into stdout).
+// A pipe's bytes are spliced into the ring file (one copy, in the kernel);
+// a terminal's, or a pipe's once splice has failed (said in the shim's
+// log), are read and written.
 func (s *shim) pump(i int, r io.Reader) {
-	buf := make([]byte, min(readBytes, s.meta.RingBytes))
+	w := s.rings[i]
+	max := min(readBytes, w.cap)
+	pipe, splice := r.(*os.File)
+	splice = splice && s.pty == nil
+	var buf []byte
 	for {
 		s.mu.Lock()
-		room := s.space(i, uint64(len(buf)))
+		room := s.space(i, max)
 		for room == 0 {
 			s.room.Wait()
-			room = s.space(i, uint64(len(buf)))
+			room = s.space(i, max)
 		}
+		pos := w.end % w.cap // w.end moves only here
 		s.mu.Unlock()
-		n, err := r.Read(buf[:room])
+		var n int
+		var err, werr error
+		if splice {
+			n, err = spliceToFile(pipe, w.f, int64(pos), int(min(room, w.cap-pos)))
+			if err != nil && err != io.EOF && n == 0 {
+				fmt.Fprintf(os.Stderr, "shim: ring %d: splice: %v; reading and writing instead\n", i, err)
+				splice = false
+				continue
+			}
+		} else {
+			if buf == nil {
+				buf = make([]byte, max)
+			}
+			n, err = r.Read(buf[:room])
+		}
 		if n > 0 {
 			s.mu.Lock()
-			werr := s.rings[i].write(buf[:n])
+			if splice {
+				w.end += uint64(n)
+			} else {
+				werr = w.write(buf[:n])
+			}
 			for c := range s.conns {
 				select {
 				case c <- struct{}{}:

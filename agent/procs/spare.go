@@ -66,7 +66,7 @@ func (m *Manager) startSpare() (*spare, error) {
 		return nil, err
 	}
 	sp := &spare{conn: c.(*net.UnixConn), dir: filepath.Join(m.cfg.Dir, spareDirPrefix+newID()[2:])}
-	sp.cmd = &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, sp.dir, spareArg}, Env: []string{"GOMAXPROCS=2"},
+	sp.cmd = &exec.Cmd{Path: m.cfg.Shim, Args: []string{ShimArg0, sp.dir, spareArg}, Env: []string{shimEnv},
 		ExtraFiles: []*os.File{theirs}, SysProcAttr: shimAttr()}
 	if err := sp.cmd.Start(); err != nil {
 		c.Close()

@@ -1,6 +1,7 @@
 package procs
 
 import (
+	"io"
 	"os"
 	"strconv"
 
@@ -34,4 +35,44 @@ func dupTo(old, to int) error { return unix.Dup3(old, to, 0) }
 // seqpacketPair is a close-on-exec AF_UNIX SOCK_SEQPACKET socket pair.
 func seqpacketPair() ([2]int, error) {
 	return unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+}
+
+// spliceToFile moves up to n bytes from the pipe r into f at offset off
+// with splice(2): the pipe's pages are copied into f's page cache once,
+// never through the caller's memory. It waits (on the runtime's poller)
+// until the pipe holds data or its writers are gone (0, io.EOF).
+func spliceToFile(r *os.File, f *os.File, off int64, n int) (int, error) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	wc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var moved int
+	var serr error
+	cerr := wc.Control(func(wfd uintptr) {
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				var m int64
+				m, serr = unix.Splice(int(fd), nil, int(wfd), &off, n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				moved = int(m)
+				if serr != unix.EINTR {
+					return serr != unix.EAGAIN
+				}
+			}
+		})
+	})
+	switch {
+	case cerr != nil:
+		return 0, cerr
+	case err != nil:
+		return 0, err
+	case serr != nil:
+		return 0, serr
+	case moved == 0:
+		return 0, io.EOF
+	}
+	return moved, nil
 }

@@ -30,6 +30,9 @@ func closeOnExecFrom(int) {}
 
 func growPipe(*os.File, int) {}
 
+// spliceToFile: no splice(2) here; the pump reads and writes.
+func spliceToFile(*os.File, *os.File, int64, int) (int, error) { return 0, errors.ErrUnsupported }
+
 // No spare shims (spare.go) either.
 type spare struct{ cmd *exec.Cmd }
 

@@ -5,8 +5,8 @@ package main
 // The session runtime's figures (issue 20): exec_first_byte_p99_ms (from
 // POST .../processes of `echo` to the first byte of its output on an
 // attach stream), attach_stream_mib_s and attach_stream_ratio (stdout of a
-// `cat` of a large file through attach, against reading the file
-// directly), and processes_per_session_held (idle processes, each with an
+// `cat` of a large file through attach, against the same `cat`'s stdout
+// read through a plain pipe), and processes_per_session_held (idle processes, each with an
 // attach stream open, spread over the sessions: the daemon's resident
 // memory and the shims' Pss per process held).
 
@@ -18,6 +18,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -89,22 +90,42 @@ func timeExecFirstByte(hc *http.Client, sessions, n int) (out, starts []float64,
 	return out, starts, nil
 }
 
+// attachRounds: the stream and its baselines are each timed this many
+// times, interleaved, and the medians reported (one run of a few hundred
+// MiB is at the mercy of whatever else the machine does for that second).
+const attachRounds = 3
+
+// streamRates are the figures of attachStream, in MiB/s (medians).
+type streamRates struct {
+	// Pipe: the same `cat` on the host, its stdout a plain pipe read by
+	// the bench into a 1 MiB buffer (what "reading it directly" means in
+	// the issue: the output of the process, with no agent between).
+	Pipe float64
+	// DevNull: `cat file > /dev/null` on the host: the file read from the
+	// page cache, its output not copied anywhere (printed beside, not the
+	// ratio's baseline).
+	DevNull float64
+	// Attach: the same `cat` in the session, its stdout read through an
+	// attach stream (from the line that lets it run to the exit status:
+	// catAttach).
+	Attach  float64
+	Dropped uint64 // bytes the ring dropped before the stream read them
+}
+
 // attachStream: a file of mib MiB (outside the state directory, readable
-// by the session), read directly (cat to /dev/null on the host) and through
-// a process's attach stream. It returns both rates in MiB/s and the bytes
-// the ring dropped before the stream read them (the ring does not hold the
-// writer back).
-func attachStream(hc *http.Client, session string, mib int) (direct, attach float64, dropped uint64, err error) {
+// by the session), cat through a plain pipe, cat to /dev/null and cat
+// through a process's attach stream, attachRounds times each.
+func attachStream(hc *http.Client, session string, mib int) (r streamRates, err error) {
 	dir, err := os.MkdirTemp("/var/tmp", "shinken-bench-attach-")
 	if err != nil {
-		return 0, 0, 0, err
+		return r, err
 	}
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	path := filepath.Join(dir, "big")
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
-		return 0, 0, 0, err
+		return r, err
 	}
 	chunk := make([]byte, 1<<20)
 	for i := range chunk {
@@ -114,38 +135,125 @@ func attachStream(hc *http.Client, session string, mib int) (direct, attach floa
 		f.Write(chunk)
 	}
 	f.Close()
-	size := float64(mib)
-	t0 := time.Now()
-	rf, _ := os.Open(path)
-	io.Copy(io.Discard, rf)
-	rf.Close()
-	direct = size / time.Since(t0).Seconds()
+	size := uint64(mib) << 20
+	buf := make([]byte, 1<<20)
+	var pipe, null, att []float64
+	for round := 0; round < attachRounds; round++ {
+		v, err := catPipe(path, size, buf)
+		if err != nil {
+			return r, err
+		}
+		pipe = append(pipe, v)
+		if v, err = catDevNull(path, size); err != nil {
+			return r, err
+		}
+		null = append(null, v)
+		v, dropped, err := catAttach(hc, session, path, size, buf)
+		if err != nil {
+			return r, err
+		}
+		att = append(att, v)
+		r.Dropped += dropped
+	}
+	return streamRates{Pipe: median(pipe), DevNull: median(null), Attach: median(att), Dropped: r.Dropped}, nil
+}
 
+func mibPerSec(n uint64, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
+
+// catPipe: `cat path` on the host, its stdout a pipe (the kernel's default
+// size, as a shell's `cat file | reader` has) that the bench reads into
+// buf, from the start of cat to its exit.
+func catPipe(path string, size uint64, buf []byte) (float64, error) {
+	t0 := time.Now()
+	cmd := exec.Command("/bin/cat", path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var got uint64
+	for {
+		n, err := out.Read(buf)
+		got += uint64(n)
+		if err != nil {
+			break
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("cat through a pipe: %w", err)
+	}
+	if got != size {
+		return 0, fmt.Errorf("cat through a pipe: %d bytes, the file has %d", got, size)
+	}
+	return mibPerSec(got, time.Since(t0)), nil
+}
+
+// catDevNull: `cat path > /dev/null` on the host (cat's read of the page
+// cache alone: its writes to /dev/null copy nothing).
+func catDevNull(path string, size uint64) (float64, error) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer null.Close()
+	t0 := time.Now()
+	cmd := exec.Command("/bin/cat", path)
+	cmd.Stdout = null
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("cat to /dev/null: %w", err)
+	}
+	return mibPerSec(size, time.Since(t0)), nil
+}
+
+// catAttach: `cat path` in session, its stdout read through an attach
+// stream from offset 0 until the exit status. So that the stream is timed
+// and not the start, and no byte is written before the stream is attached
+// (the ring keeps the last RingBytes of an unattached process, and an
+// attached client holds it back), the process is `sh -c 'read _ && exec
+// cat PATH'` with its stdin open: the bench attaches, and the clock starts
+// when it sends the line that lets cat run. It returns the rate of the
+// bytes delivered and the bytes the ring dropped before the stream read
+// them (none expected).
+func catAttach(hc *http.Client, session, path string, size uint64, buf []byte) (float64, uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	t0 = time.Now()
-	p, err := startProc(hc, session, "/bin/cat", path)
+	var p wire.Process
+	code, _, err := post(hc, "/v1/sessions/"+session+"/processes",
+		wire.ProcessStart{Argv: []string{"/bin/sh", "-c", `read _ && exec /bin/cat "$0"`, path}, Interactive: true}, &p)
+	if err == nil && code != http.StatusCreated {
+		err = fmt.Errorf("start in %s: HTTP %d", session, code)
+	}
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, err
 	}
 	c, err := dialAttach(ctx, hc, session, p.ID)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, err
 	}
 	defer c.CloseNow()
-	var got uint64
+	// The agent registers the stream's hold just after the handshake.
+	time.Sleep(50 * time.Millisecond)
+	t0 := time.Now()
+	if err := c.Write(ctx, websocket.MessageBinary, []byte{wire.ChanStdin, '\n'}); err != nil {
+		return 0, 0, err
+	}
+	if err := c.Write(ctx, websocket.MessageBinary, []byte{wire.ChanClose, wire.ChanStdin}); err != nil {
+		return 0, 0, err
+	}
+	var got, dropped uint64
 	// The client reads each message into one reused buffer (c.Read would
 	// allocate and copy every message): the stream is timed, not the
 	// client's allocator.
-	buf := make([]byte, 1<<20)
 	for {
 		_, r, err := c.Reader(ctx)
 		if err != nil {
-			return 0, 0, 0, fmt.Errorf("attach of cat: %w", err)
+			return 0, 0, fmt.Errorf("attach of cat: %w", err)
 		}
 		n, err := io.ReadFull(r, buf)
 		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-			return 0, 0, 0, fmt.Errorf("attach of cat: %w", err)
+			return 0, 0, fmt.Errorf("attach of cat: %w", err)
 		}
 		if n == 0 {
 			continue
@@ -160,8 +268,10 @@ func attachStream(hc *http.Client, session string, mib int) (direct, attach floa
 				dropped += info.Dropped
 			}
 		case wire.ChanStatus:
-			attach = float64(got) / (1 << 20) / time.Since(t0).Seconds()
-			return direct, attach, dropped, nil
+			if got+dropped != size {
+				return 0, 0, fmt.Errorf("attach of cat: %d bytes delivered and %d dropped, the file has %d", got, dropped, size)
+			}
+			return mibPerSec(got, time.Since(t0)), dropped, nil
 		}
 	}
 }
