@@ -160,18 +160,27 @@ func testUseOnce(t *testing.T, s *suite) {
 func testUseExpiry(t *testing.T, s *suite) {
 	b, u := s.user(t)
 	mustSession(t, b, "s1")
-	soon := time.Now().Add(400 * time.Millisecond)
+	long := mustHandle(t, b, backend.HandleRef{})
+	// The deadline must outlast the apply and the three uses before it: a
+	// use is timed first, since it takes far longer under emulation (the
+	// VM of .ci/vmtest) than on a host.
+	mustApply(t, b, "s1", backend.Delta{Egress: []backend.EgressRule{egress("127.0.0.5", 40001, long)}})
+	t0 := time.Now()
+	wantUse(t, u, "s1", "127.0.0.5:40001", backend.ProtoTCP, backend.ReasonNone)
+	soon := time.Now().Add(400*time.Millisecond + 10*time.Since(t0))
 	h, err := b.NewHandle(backend.HandleRef{}, soon)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := mustHandle(t, b, h)
-	long := mustHandle(t, b, backend.HandleRef{})
 	ttl := egress("127.0.0.4", 40001, long)
 	ttl.Expires = soon
 	mustApply(t, b, "s1", backend.Delta{Egress: []backend.EgressRule{egress("127.0.0.2", 40001, h), egress("127.0.0.3", 40001, c), ttl}})
 	for _, dst := range []string{"127.0.0.2:40001", "127.0.0.3:40001", "127.0.0.4:40001"} {
 		wantUse(t, u, "s1", dst, backend.ProtoTCP, backend.ReasonNone)
+	}
+	if time.Now().After(soon) {
+		t.Fatalf("the uses before the deadline ended %v after it: the test cannot judge expiry", -time.Until(soon))
 	}
 	time.Sleep(time.Until(soon) + 150*time.Millisecond)
 	wantUse(t, u, "s1", "127.0.0.2:40001", backend.ProtoTCP, backend.ReasonHandleExpired)
