@@ -65,6 +65,10 @@ func TestCrossSession(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
 	res, got := crossAttack(t, b, "all")
 	for _, op := range crossOps {
+		if op == "abstract_unix" && len(accepted) > 0 {
+			t.Logf("not checked here: abstract_unix (%s: %s)", MechLandlock, acceptWhy)
+			continue
+		}
 		r, ok := res[op]
 		if !ok || !strings.HasPrefix(r, "ok=false") {
 			t.Errorf("%s from session A against B: %q, want refused", op, r)
@@ -105,6 +109,10 @@ func TestCrossSessionLayers(t *testing.T) {
 	}
 	for _, l := range layers {
 		t.Run(l.name, func(t *testing.T) {
+			if l.name == "landlock" {
+				setup(t)
+				needScopes(t)
+			}
 			b := newBoundary(t, Config{}, func(b *Boundary) {
 				l.edit(b)
 				// The Landlock baseline is a Landlock domain too (it

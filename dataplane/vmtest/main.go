@@ -3,8 +3,10 @@
 // Command vmtest is the /init of a throwaway VM that runs the dataplane's
 // tests on another kernel (see .ci/vmtest: Debian 12's own 6.1 kernel, under
 // qemu with software emulation). It mounts what the tests need, brings up
-// loopback, runs /dataplane.test with the -test.run pattern given as TESTRUN
-// on the kernel command line, prints "vmtest: PASS" or "vmtest: FAIL", and
+// loopback, runs each test binary under /tests (the dataplane's and the
+// session boundary's) with the -test.run pattern given as TESTRUN on the
+// kernel command line (TESTRUN_dataplane, TESTRUN_boundary: one binary's
+// own), prints "vmtest: PASS" or "vmtest: FAIL", and
 // powers the VM off.
 package main
 
@@ -12,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +46,22 @@ func run() bool {
 			return false
 		}
 	}
+	// Kernel modules the tests need (overlay, for persistence): loaded
+	// from /modules, in name order.
+	mods, _ := filepath.Glob("/modules/*.ko")
+	for _, m := range mods {
+		f, err := os.Open(m)
+		if err != nil {
+			fmt.Println("vmtest: module:", err)
+			return false
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && err != unix.EEXIST {
+			fmt.Println("vmtest: load", m+":", err)
+			return false
+		}
+	}
 	if err := loopbackUp(); err != nil {
 		fmt.Println("vmtest: loopback:", err)
 		return false
@@ -53,14 +73,32 @@ func run() bool {
 	if pattern == "" {
 		pattern = "."
 	}
-	cmd := exec.Command("/dataplane.test", "-test.v", "-test.count=1", "-test.timeout=30m", "-test.run", pattern)
-	cmd.Dir = "/tmp"
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Println("vmtest: tests:", err)
+	bins, err := filepath.Glob("/tests/*.test")
+	if err != nil || len(bins) == 0 {
+		fmt.Println("vmtest: no test binaries under /tests:", err)
 		return false
 	}
-	return true
+	ok := true
+	for _, bin := range bins {
+		// TESTRUN_<name> (name: the binary's, without .test) is this
+		// binary's own pattern, else TESTRUN.
+		pat := pattern
+		if p := os.Getenv("TESTRUN_" + strings.TrimSuffix(filepath.Base(bin), ".test")); p != "" {
+			pat = p
+		}
+		fmt.Printf("vmtest: running %s -test.run '%s'\n", bin, pat)
+		cmd := exec.Command(bin, "-test.v", "-test.count=1", "-test.timeout=30m", "-test.run", pat)
+		cmd.Dir = "/tmp"
+		// The launchers built beforehand (kerneltest.BinDirEnv): no
+		// toolchain here.
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SHINKEN_TEST_BINDIR=/opt/shinken/bin"}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Printf("vmtest: %s: %v\n", bin, err)
+			ok = false
+		}
+	}
+	return ok
 }
 
 // loopbackUp sets IFF_UP on lo (SIOCSIFFLAGS), which is all 127.0.0.0/8
