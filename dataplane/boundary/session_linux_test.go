@@ -351,7 +351,7 @@ func TestProbe(t *testing.T) {
 	if err := b.Ready(); err != nil {
 		t.Fatal(err)
 	}
-	clash, err := New(Config{UIDBase: 1, UIDCount: 65533}, 1000) // holds daemon (1), bin (2)...
+	clash, err := New(Config{UIDBase: 1, UIDCount: 65533, Accept: hostAccept(t)}, 1000) // holds daemon (1), bin (2)...
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestProbe(t *testing.T) {
 	if err := clash.Create("x", "/nonexistent", 1); err == nil {
 		t.Error("Create must refuse while the boundary is incomplete")
 	}
-	ok, err := New(Config{UIDBase: 1, UIDCount: 65533, Accept: []string{MechUIDRange}}, 1000)
+	ok, err := New(Config{UIDBase: 1, UIDCount: 65533, Accept: append([]string{MechUIDRange}, hostAccept(t)...)}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func main() {
 func run() bool {
 	for _, m := range [][3]string{
 		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
-		{"cgroup2", "/sys/fs/cgroup", "cgroup2"}, {"bpf", "/sys/fs/bpf", "bpf"}, {"tmpfs", "/tmp", "tmpfs"},
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2"}, {"bpf", "/sys/fs/bpf", "bpf"},
 	} {
 		if err := os.MkdirAll(m[1], 0o755); err != nil {
 			fmt.Println("vmtest: mkdir", m[1], err)
@@ -61,6 +61,10 @@ func run() bool {
 			fmt.Println("vmtest: load", m+":", err)
 			return false
 		}
+	}
+	if err := disk(); err != nil {
+		fmt.Println("vmtest: disk:", err)
+		return false
 	}
 	if err := loopbackUp(); err != nil {
 		fmt.Println("vmtest: loopback:", err)
@@ -99,6 +103,33 @@ func run() bool {
 		}
 	}
 	return ok
+}
+
+// disk puts /tmp and /var/tmp on an ext4 file system (made with busybox's
+// mke2fs in a sparse file of the initramfs, mounted through a loop device):
+// Linux 6.1 makes no idmapped mount of tmpfs (the initramfs), and the
+// session view's workspace and grant binds are idmapped.
+func disk() error {
+	for _, c := range [][]string{
+		{"truncate", "-s", "700M", "/disk.img"},
+		{"mke2fs", "-q", "-F", "/disk.img"},
+		{"mkdir", "-p", "/mnt/disk"},
+		{"mount", "-t", "ext4", "-o", "loop", "/disk.img", "/mnt/disk"},
+		{"mkdir", "-p", "/mnt/disk/tmp", "/mnt/disk/var-tmp"},
+		{"chmod", "1777", "/mnt/disk/tmp", "/mnt/disk/var-tmp"},
+	} {
+		cmd := exec.Command(c[0], c[1:]...)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v %s", c, err, out)
+		}
+	}
+	for _, m := range [][2]string{{"/mnt/disk/tmp", "/tmp"}, {"/mnt/disk/var-tmp", "/var/tmp"}} {
+		if err := unix.Mount(m[0], m[1], "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", m[0], m[1], err)
+		}
+	}
+	return nil
 }
 
 // loopbackUp sets IFF_UP on lo (SIOCSIFFLAGS), which is all 127.0.0.0/8
