@@ -14,6 +14,7 @@ import (
 
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // TestInsideSession: what a session's own processes can still do among
@@ -490,6 +491,12 @@ func TestGoLaunchMode(t *testing.T) {
 		t.Fatalf("the protection tests through the Go launcher's launch mode: %v\n%s", err, out)
 	}
 	for _, name := range tests {
+		// In the VM of .ci/vmtest (launchers built beforehand) a test
+		// that needs a toolchain skips in both modes.
+		if os.Getenv(kerneltest.BinDirEnv) != "" && strings.Contains(string(out), "--- SKIP: "+name+" (") {
+			t.Logf("%s skipped through the Go launch mode too (its reason is in the output)", name)
+			continue
+		}
 		if !strings.Contains(string(out), "--- PASS: "+name+" (") {
 			t.Errorf("%s did not pass through the Go launch mode:\n%s", name, out)
 		}

@@ -33,6 +33,7 @@ func main() {
 }
 
 func run() bool {
+	os.Setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin") // the kernel gives /init none
 	for _, m := range [][3]string{
 		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
 		{"cgroup2", "/sys/fs/cgroup", "cgroup2"}, {"bpf", "/sys/fs/bpf", "bpf"},
@@ -119,7 +120,6 @@ func disk() error {
 		{"chmod", "1777", "/mnt/disk/tmp", "/mnt/disk/var-tmp"},
 	} {
 		cmd := exec.Command(c[0], c[1:]...)
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%v: %v %s", c, err, out)
 		}
