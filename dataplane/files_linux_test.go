@@ -219,7 +219,8 @@ func TestFileScopeEscapes(t *testing.T) {
 	// revoked while a nested grant stays: the view would now mount the
 	// nested path, which names what the link names (/etc/ssh, root's,
 	// shown as the session's); a path with a link on the way is refused.
-	hOuter := fileGrant(t, d, backend.FileEntry{Path: r + "/other", Access: backend.FileWrite})
+	// (delete too: the rename away needs it where BPF LSM is active.)
+	hOuter := fileGrant(t, d, backend.FileEntry{Path: r + "/other", Access: backend.FileWrite}, backend.FileEntry{Path: r + "/other", Access: backend.FileDelete})
 	if err := os.MkdirAll(r+"/other/c/ssh", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestFileScopeRestart(t *testing.T) {
 	}
 	r := fsTree(t)
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh"}}
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh"}, Accept: boundaryAccept(t)}
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -187,7 +187,7 @@ func TestPersistenceRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(pdir) })
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir}
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir, Accept: boundaryAccept(t)}
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,13 @@ func procSessions(t *testing.T, names ...string) (*Dataplane, Config) {
 	cfg.Boundary = &boundary.Config{Exec: launcher}
 	d := newDataplane(t, cfg)
 	if row := d.Probe().Class(backend.ClassProcess); !row.Level.Enforceable() {
-		t.Fatalf("process class unavailable on the test host: %s", row.Reason)
+		// The probe's reason (in the VM of .ci/vmtest, Linux 6.1: no
+		// vm.memfd_noexec, so no exec gate): a skip there, a failure
+		// under CI on the host.
+		if os.Getenv("CI") != "" {
+			t.Fatalf("process class unavailable on the test host: %s", row.Reason)
+		}
+		t.Skipf("process class unavailable here: %s", row.Reason)
 	}
 	for _, n := range names {
 		if _, err := d.CreateSession(n, Limits{}); err != nil {
