@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -345,7 +346,9 @@ func TestProbe(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
 	for _, s := range b.Report() {
 		t.Logf("%-26s %-14s %s %s", s.Class, s.Level, s.Mechanism, s.Reason)
-		if s.Level != backend.FixedAtExec {
+		if s.Level != backend.FixedAtExec && slices.Contains(hostAccept(t), string(s.Class)) {
+			t.Logf("%s: %s on this host, accepted by these tests (%s)", s.Class, s.Level, s.Reason)
+		} else if s.Level != backend.FixedAtExec {
 			t.Errorf("%s: %s on this host (%s)", s.Class, s.Level, s.Reason)
 		}
 	}

@@ -113,7 +113,7 @@ func run() bool {
 func disk() error {
 	for _, c := range [][]string{
 		{"truncate", "-s", "700M", "/disk.img"},
-		{"mke2fs", "-q", "-F", "/disk.img"},
+		{"mke2fs", "-q", "-F", "-I", "256", "/disk.img"}, // nanosecond times
 		{"mkdir", "-p", "/mnt/disk"},
 		{"mount", "-t", "ext4", "-o", "loop", "/disk.img", "/mnt/disk"},
 		{"mkdir", "-p", "/mnt/disk/tmp", "/mnt/disk/var-tmp"},
