@@ -192,9 +192,9 @@ func TestPersistenceRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.bnd.PersistOverlay() != nil {
+	if why := d.bnd.PersistOverlay(); why != nil {
 		d.Close()
-		t.Skipf("no overlay here: %v", d.bnd.PersistOverlay())
+		t.Skipf("no overlay here: %v", why) // (d.bnd is gone after Close)
 	}
 	if _, err := d.CreateSession("fs", Limits{}); err != nil {
 		t.Fatal(err)
