@@ -92,7 +92,7 @@ func run() bool {
 			pat = p
 		}
 		fmt.Printf("vmtest: running %s -test.run '%s'\n", bin, pat)
-		cmd := exec.Command(bin, "-test.v", "-test.count=1", "-test.timeout=30m", "-test.run", pat)
+		cmd := exec.Command(bin, "-test.v", "-test.count=1", "-test.timeout=40m", "-test.run", pat)
 		cmd.Dir = "/tmp"
 		// The launchers built beforehand (kerneltest.BinDirEnv): no
 		// toolchain here.
