@@ -25,8 +25,9 @@
  * (shk_fs_sessions: a session without fs entries is never checked), then a
  * walk up the dentry's parents, at most SHK_FS_MAX_DEPTH dentries, looking
  * each inode up in shk_fs_inodes under the session. The nearest entry with
- * a live rule (the shared handle check) decides: a deny rule refuses, else
- * the access of its live rules together must hold what is needed; an entry
+ * a live rule (the shared handle check) decides: the access of its live
+ * rules together must hold what is needed, a grant's deny rule giving
+ * nothing of that grant there (one rule per grant and inode); an entry
  * whose rules are all dead is passed over (its grant was revoked: what
  * stands above it decides). Past the filesystem's root with no entry: the
  * session's outside access decides. Neither deeper than the bound: refused.
@@ -139,12 +140,15 @@ __noinline int fs_entry(__u32 session, __u32 dev, __u64 ino, __u32 need, __u32 u
 			dead = why;
 			continue;
 		}
-		if (r->access & SHK_FS_DENY)
-			return FS_REFUSE;
 		live = 1;
-		have |= r->access;
+		/* A deny takes its own grant's rights here (user space folds
+		 * one grant's entries on one inode into one rule), not another
+		 * grant's: as FileRightsAt, whose nesting is per grant. */
+		if (!(r->access & SHK_FS_DENY))
+			have |= r->access;
 	}
-	/* The live rules together: read from one grant, write from another. */
+	/* The live rules together: read from one grant, write from another;
+	 * only denies (or nothing that holds need): refused. */
 	if (live)
 		return (have & need) == need ? FS_ALLOW : FS_REFUSE;
 	return FS_NEXT | ((dead & 0xff) << 8);

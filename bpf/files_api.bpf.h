@@ -14,13 +14,14 @@
  * could be a deny. */
 #define SHK_FS_MAX_DEPTH 16
 
-/* Rules one (session, inode) entry holds (one per grant naming the path
- * and access: user space refuses more). */
+/* Rules one (session, inode) entry holds (one per grant naming the path,
+ * its accesses folded together: user space refuses more). */
 #define SHK_FS_MAX_RULES 8
 
 /* Access bits. WRITE: open for writing, truncate, create, link or rename
  * into a directory; DELETE: unlink, rmdir, rename away; neither implies
- * READ. DENY: a deny rule (nothing from this rule's grant). */
+ * READ. DENY: a deny rule (nothing from this rule's grant here; other
+ * grants' rules on the inode still give theirs). */
 #define SHK_FS_READ 1
 #define SHK_FS_WRITE 2
 #define SHK_FS_DELETE 4

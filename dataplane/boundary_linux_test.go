@@ -32,7 +32,7 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 		}
 	}
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{}
+	cfg.Boundary = &boundary.Config{Accept: boundaryAccept(t)}
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -159,7 +159,8 @@ func (d *Dataplane) deriveView(session string) error {
 var _ backend.FileOverrides = (*Dataplane)(nil)
 
 // SetFileOverride gives the entry e names (path, access, handle) of
-// session its admin override, in the table and in the view.
+// session its admin override, in the table, in the LSM's inode entries
+// where it is attached, and in the view.
 func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
 	d.mu.Lock()
 	s, ok := d.sessions[session]
@@ -186,7 +187,7 @@ func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
 	if added {
 		err = errors.Join(err, d.storeFiles(index, []backend.FileEntry{e}, false))
 	}
-	return errors.Join(err, d.deriveView(session))
+	return errors.Join(err, d.syncFSLSM(session), d.deriveView(session))
 }
 
 // fileSweep derives again the view of every session holding file entries

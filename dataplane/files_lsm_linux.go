@@ -60,6 +60,7 @@ type lsmState struct {
 	keys  map[uint32]map[shkfsShkFsKey]bool // per session index: its inode entries in the kernel
 	on    map[uint32]bool                   // sessions whose shk_fs_sessions record is on
 	never []string                          // credential locations: a deny rule under every grant covering one
+	fixed []string                          // those of never no admin override opens
 }
 
 // openFSLSM loads the fs.scope LSM object, sharing the main object's
@@ -70,7 +71,7 @@ type lsmState struct {
 func (d *Dataplane) openFSLSM() {
 	d.lsm = lsmState{keys: map[uint32]map[shkfsShkFsKey]bool{}, on: map[uint32]bool{}}
 	if d.bnd != nil {
-		d.lsm.never = d.bnd.FileNever()
+		d.lsm.never, d.lsm.fixed = d.bnd.FileNever(), d.bnd.FileNeverFixed()
 	} else {
 		d.lsm.never = boundary.DefaultFileNever()
 	}
@@ -261,8 +262,8 @@ func fsInode(p string) (uint32, uint64, error) {
 }
 
 // syncFSLSM writes session's inode entries from its file entries (all of
-// them, live or not: the kernel checks each rule's handle) and deletes the
-// ones it no longer has. No-op where the LSM is not attached.
+// them, live or not: the kernel checks each rule's handle; fsLSMRules) and
+// deletes the ones it no longer has. No-op where the LSM is not attached.
 func (d *Dataplane) syncFSLSM(session string) error {
 	if !d.lsmOn() {
 		return nil
@@ -273,59 +274,9 @@ func (d *Dataplane) syncFSLSM(session string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
 	}
-	want := map[shkfsShkFsKey]*shkfsShkFsValue{}
-	add := func(e backend.FileEntry, k shkfsShkFsKey, bits uint32) error {
-		v := want[k]
-		if v == nil {
-			v = &shkfsShkFsValue{}
-			want[k] = v
-		}
-		r := shkfsShkFsRule{Handle: e.Handle.Slot, Generation: e.Handle.Generation, Access: bits}
-		for _, have := range v.Rules[:v.Nrules] {
-			if have == r {
-				return nil
-			}
-		}
-		if int(v.Nrules) == len(v.Rules) {
-			return fmt.Errorf("%w: %s: more than %d rules on one inode", backend.ErrInvalidFileEntry, e, len(v.Rules))
-		}
-		v.Rules[v.Nrules] = r
-		v.Nrules++
-		return nil
-	}
-	for _, e := range d.files[session] {
-		bits := fsAccessBits(e.Access)
-		if bits == 0 {
-			continue
-		}
-		dev, ino, err := fsInode(e.Path)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
-		}
-		k := shkfsShkFsKey{Session: s.Index, Dev: dev, Ino: ino}
-		if err := add(e, k, bits); err != nil {
-			return err
-		}
-		if e.Access == backend.FileDeny {
-			continue
-		}
-		// Credential locations: refused under any grant (as the view
-		// masks them). One at or below the root gets a deny rule under
-		// the grant's handle; a root inside one is denied itself. One
-		// that does not exist yet is not covered (as in the view).
-		for _, n := range d.lsm.never {
-			switch {
-			case backend.PathUnder(e.Path, n):
-				err = add(e, k, fsDenyBit)
-			case backend.PathUnder(n, e.Path):
-				if ndev, nino, nerr := fsInode(n); nerr == nil {
-					err = add(e, shkfsShkFsKey{Session: s.Index, Dev: ndev, Ino: nino}, fsDenyBit)
-				}
-			}
-			if err != nil {
-				return err
-			}
-		}
+	want, err := fsLSMRules(s.Index, d.files[session], d.lsm.never, d.lsm.fixed)
+	if err != nil {
+		return err
 	}
 	return d.writeFSLSM(s.Index, want)
 }

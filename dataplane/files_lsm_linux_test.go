@@ -90,7 +90,9 @@ func lsmGrant(t *testing.T, d *Dataplane, session string, parent HandleRef, entr
 // probe process inside the session (the test binary, as nobody): reads,
 // writes, creates and deletes inside and outside the granted roots; the
 // nested write/deny/write case; symbolic link, "..", hard link and rename
-// escapes; the walk's depth bound; another session's grant; a revoke that
+// escapes; the walk's depth bound; another session's grant; a deny on a
+// path that does not exist (accepted, denies from the next apply once the
+// path is made); a revoke that
 // is one handle write (counted, no view sweep) and stops both the next open
 // and a descriptor opened before it; denials counted and reported with
 // class fs.scope.
@@ -232,6 +234,20 @@ func TestFileScopeLSM(t *testing.T) {
 	want(t, pb, "session b writes its root", "put "+at("other/f"), "ok")
 	want(t, pb, "session b writes a's root", "put "+at("repo/f"), refused)
 	want(t, pc, "a session without file entries", "put "+at("x/f"), "ok")
+
+	// A deny on a path that does not exist denies nothing that exists and
+	// is accepted (as the mount view accepts and skips it); a path made
+	// at that name is not denied until the session's entries are next
+	// applied (the limit the threat model states for both mechanisms).
+	lsmGrant(t, d, "lsmb", HandleRef{}, backend.FileEntry{Path: at("other"), Access: backend.FileRead},
+		backend.FileEntry{Path: at("other/later"), Access: backend.FileDeny})
+	if n := d.FSInodeEntries("lsmb"); n != 1 {
+		t.Errorf("session b holds %d inode entries after a deny on a missing path, want 1 (other)", n)
+	}
+	want(t, pb, "a deny on a missing path: the root beside it", "put "+at("other/f"), "ok")
+	want(t, pb, "made at the denied name before the next apply", "put "+at("other/later"), "ok")
+	lsmGrant(t, d, "lsmb", HandleRef{}, backend.FileEntry{Path: at("ro"), Access: backend.FileRead})
+	want(t, pb, "the name made, after the next apply", "cat "+at("other/later"), refused)
 
 	// An agent that starts again adopts the pinned maps and links: the
 	// entries are restored from the file table with no moment without

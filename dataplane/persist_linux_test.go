@@ -187,14 +187,14 @@ func TestPersistenceRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(pdir) })
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir}
+	cfg.Boundary = &boundary.Config{FileNever: []string{r + "/home/u/.ssh", pdir}, FileNeverFixed: []string{pdir}, PersistDir: pdir, Accept: boundaryAccept(t)}
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.bnd.PersistOverlay() != nil {
+	if why := d.bnd.PersistOverlay(); why != nil {
 		d.Close()
-		t.Skipf("no overlay here: %v", d.bnd.PersistOverlay())
+		t.Skipf("no overlay here: %v", why) // (d.bnd is gone after Close)
 	}
 	if _, err := d.CreateSession("fs", Limits{}); err != nil {
 		t.Fatal(err)

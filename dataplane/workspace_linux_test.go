@@ -30,7 +30,7 @@ func TestWorkspaceThroughDataplane(t *testing.T) {
 		t.Skipf("no %s here (the boundary is tested on the host): %v", boundary.DefaultCatatonit, err)
 	}
 	cfg := testConfig(t)
-	cfg.Boundary = &boundary.Config{}
+	cfg.Boundary = &boundary.Config{Accept: boundaryAccept(t)}
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

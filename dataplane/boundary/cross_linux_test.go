@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 var crossOps = []string{"pidfd_getfd", "ptrace", "process_vm_readv", "kill", "proc_environ", "proc_fd", "abstract_unix"}
@@ -65,6 +67,10 @@ func TestCrossSession(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
 	res, got := crossAttack(t, b, "all")
 	for _, op := range crossOps {
+		if op == "abstract_unix" && len(accepted) > 0 {
+			t.Logf("not checked here: abstract_unix (%s: %s)", MechLandlock, acceptWhy)
+			continue
+		}
 		r, ok := res[op]
 		if !ok || !strings.HasPrefix(r, "ok=false") {
 			t.Errorf("%s from session A against B: %q, want refused", op, r)
@@ -105,6 +111,10 @@ func TestCrossSessionLayers(t *testing.T) {
 	}
 	for _, l := range layers {
 		t.Run(l.name, func(t *testing.T) {
+			if l.name == "landlock" {
+				setup(t)
+				needScopes(t)
+			}
 			b := newBoundary(t, Config{}, func(b *Boundary) {
 				l.edit(b)
 				// The Landlock baseline is a Landlock domain too (it
@@ -142,6 +152,7 @@ func TestCrossSessionLayers(t *testing.T) {
 // TestNoSharedPlaces: what one session writes in its writable places
 // (/tmp, /dev/shm, a SysV shared memory segment) another session never sees.
 func TestNoSharedPlaces(t *testing.T) {
+	kerneltest.RequirePrograms(t, "ipcmk", "ipcs") // util-linux: the SysV segment
 	b := newBoundary(t, Config{}, nil)
 	session(t, b, "wa", 81)
 	session(t, b, "wb", 82)
@@ -190,7 +201,10 @@ func TestCgroupView(t *testing.T) {
 					t.Errorf("session a reads %q", leak)
 				}
 			}
-			if !strings.Contains(out, "\n0::/run-") || !strings.Contains(out, "usage_usec") || !strings.Contains(out, "Read-only file system") {
+			// The line 0:: is the only one where cgroup2 is the only
+			// hierarchy (the VM of .ci/vmtest), the last of several on a
+			// hybrid host.
+			if !strings.Contains("\n"+out, "\n0::/run-") || !strings.Contains(out, "usage_usec") || !strings.Contains(out, "Read-only file system") {
 				t.Errorf("session a: want /proc/self/cgroup 0::/run-N, its own cpu.stat readable and the mount read-only")
 			} else {
 				t.Logf("verified: session a sees its own subtree only, read-only")

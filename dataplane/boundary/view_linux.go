@@ -154,6 +154,10 @@ func (b *Boundary) MountNS() bool { return b.useNS }
 // (Config.FileNever).
 func (b *Boundary) FileNever() []string { return slices.Clone(b.cfg.FileNever) }
 
+// FileNeverFixed is those of FileNever no admin override opens
+// (Config.FileNeverFixed).
+func (b *Boundary) FileNeverFixed() []string { return slices.Clone(b.cfg.FileNeverFixed) }
+
 // sessionView is what a session's view was made of and how it is laid out.
 type sessionView struct {
 	spec   ViewSpec
@@ -221,7 +225,24 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 		}
 		return fmt.Errorf("boundary: session %s: view: %w", name, err)
 	}
-	b.setView(name, &sessionView{spec: spec, layout: layout})
+	// A mount whose path does not exist was not made (prepareMounts:
+	// nothing there to show or hide, such as a deny entry's path made
+	// later): the layout kept leaves it out, so the session's next view
+	// change makes it if the path exists by then (a mask over a path made
+	// after its deny, from that change on; the threat model says so).
+	made := layout
+	done := len(remove)
+	for i, m := range attach {
+		if m.Pin || fds[i] >= 0 {
+			done++
+			continue
+		}
+		made = slices.DeleteFunc(slices.Clone(made), func(k ViewMount) bool { return k == m })
+	}
+	b.setView(name, &sessionView{spec: spec, layout: made})
+	if done == 0 {
+		return nil // nothing made or removed
+	}
 	b.viewChanges.Add(1)
 	// A gated session's new mounts get the exec gate's mark before the
 	// change returns.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // The real work a session exists for, done through the launcher in a fresh
@@ -110,6 +111,7 @@ func workspaceDir(t *testing.T) string {
 }
 
 func TestWorkspaceRealWork(t *testing.T) {
+	kerneltest.RequirePrograms(t, "git", "make", "gcc", "python3")
 	b := newBoundary(t, Config{}, nil)
 	repo, wheel := workSources(t)
 	for i, mode := range []string{backend.ModeWorkspaceWrite, backend.ModeReadOnly} {
@@ -181,8 +183,26 @@ func lastLine(s string) string {
 func TestWorkspaceProtected(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
 	ws := workspaceDir(t)
-	if out, err := exec.Command("git", "init", "-q", ws).CombinedOutput(); err != nil {
+	_, gitErr := exec.LookPath("git")
+	_, pyErr := exec.LookPath("python3")
+	if gitErr != nil {
+		// The VM of .ci/vmtest has no git: the paths are what is protected.
+		t.Logf("no git here: .git made by hand; not checked: replace .git via git init")
+		for _, d := range []string{".git/hooks", ".git/objects", ".git/refs"} {
+			if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for f, c := range map[string]string{".git/config": "[core]\n", ".git/HEAD": "ref: refs/heads/main\n", ".git/description": "x\n"} {
+			if err := os.WriteFile(filepath.Join(ws, f), []byte(c), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else if out, err := exec.Command("git", "init", "-q", ws).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v %s", err, out)
+	}
+	if pyErr != nil {
+		t.Logf("no python3 here: not checked: open with a setuid mode, chmod through fchmodat2, openat2")
 	}
 	session(t, b, "prot", 70)
 	w := backend.Workspace{Dir: ws, Mode: backend.ModeWorkspaceWrite, Protected: []string{ws + "/.git/config", ws + "/.git/hooks", ws + "/.shinken/policy.cedar"}}
@@ -199,6 +219,9 @@ func TestWorkspaceProtected(t *testing.T) {
 		"replace .git via git init": "rm -rf .git && git init -q . && test -w .git/config",
 	}
 	for what, script := range attacks {
+		if gitErr != nil && strings.Contains(script, "git init") {
+			continue
+		}
 		if out, ok := inSession(t, b, "prot", ws, script); ok {
 			t.Errorf("%s succeeded: %s", what, out)
 		} else {
@@ -215,6 +238,9 @@ func TestWorkspaceProtected(t *testing.T) {
 		"chmod through fchmodat2":  `python3 -c 'import os; open("f2","w").close(); os.chmod("f2", 0o6755)'`,
 		"openat2 (mode in memory)": `python3 -c 'import ctypes,sys; sys.exit(0 if ctypes.CDLL(None).syscall(437, -100, b"o2", None, 0) >= 0 else 1)'`,
 	} {
+		if pyErr != nil && strings.Contains(script, "python3") {
+			continue
+		}
 		if out, ok := inSession(t, b, "prot", ws, script); ok {
 			t.Errorf("%s succeeded in the workspace: %s", what, out)
 		} else {

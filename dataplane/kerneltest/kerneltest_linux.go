@@ -4,6 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/shinken-agent/shinken/dataplane/probe"
@@ -86,3 +89,42 @@ func Run(m *testing.M, modes map[string]func()) int {
 
 // Main is Run followed by os.Exit.
 func Main(m *testing.M, modes map[string]func()) { os.Exit(Run(m, modes)) }
+
+// BinDirEnv names a directory of launchers built beforehand (shinken-launch
+// and shinken-exec): .ci/vmtest sets it inside the VM, which has neither a
+// Go toolchain nor a C compiler to build them with.
+const BinDirEnv = "SHINKEN_TEST_BINDIR"
+
+// Prebuilt returns the path of the program name in the directory BinDirEnv
+// names, or "" when the variable is unset (the test then builds it). A
+// variable that is set but names no such program is a failure, not a
+// silent rebuild.
+func Prebuilt(t testing.TB, name string) string {
+	t.Helper()
+	dir := os.Getenv(BinDirEnv)
+	if dir == "" {
+		return ""
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s=%s: %v", BinDirEnv, dir, err)
+	}
+	return p
+}
+
+// RequirePrograms skips a test whose commands need programs that are not
+// on PATH, and says which: the VM of .ci/vmtest has a small userland (a
+// shell, coreutils, catatonit) and no git, compiler or python. The host's
+// suite has them.
+func RequirePrograms(t testing.TB, names ...string) {
+	t.Helper()
+	var missing []string
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		t.Skipf("needs %s, not on PATH here (the VM of .ci/vmtest has a shell, coreutils and catatonit only; the host's suite runs this test)", strings.Join(missing, ", "))
+	}
+}

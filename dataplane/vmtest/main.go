@@ -3,8 +3,10 @@
 // Command vmtest is the /init of a throwaway VM that runs the dataplane's
 // tests on another kernel (see .ci/vmtest: Debian 12's own 6.1 kernel, under
 // qemu with software emulation). It mounts what the tests need, brings up
-// loopback, runs /dataplane.test with the -test.run pattern given as TESTRUN
-// on the kernel command line, prints "vmtest: PASS" or "vmtest: FAIL", and
+// loopback, runs each test binary under /tests (the dataplane's and the
+// session boundary's) with the -test.run pattern given as TESTRUN on the
+// kernel command line (TESTRUN_dataplane, TESTRUN_boundary: one binary's
+// own), prints "vmtest: PASS" or "vmtest: FAIL", and
 // powers the VM off.
 package main
 
@@ -12,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,9 +33,10 @@ func main() {
 }
 
 func run() bool {
+	os.Setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin") // the kernel gives /init none
 	for _, m := range [][3]string{
 		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
-		{"cgroup2", "/sys/fs/cgroup", "cgroup2"}, {"bpf", "/sys/fs/bpf", "bpf"}, {"tmpfs", "/tmp", "tmpfs"},
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2"}, {"bpf", "/sys/fs/bpf", "bpf"},
 	} {
 		if err := os.MkdirAll(m[1], 0o755); err != nil {
 			fmt.Println("vmtest: mkdir", m[1], err)
@@ -41,6 +46,26 @@ func run() bool {
 			fmt.Println("vmtest: mount", m[1], err)
 			return false
 		}
+	}
+	// Kernel modules the tests need (overlay, for persistence): loaded
+	// from /modules, in name order.
+	mods, _ := filepath.Glob("/modules/*.ko")
+	for _, m := range mods {
+		f, err := os.Open(m)
+		if err != nil {
+			fmt.Println("vmtest: module:", err)
+			return false
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && err != unix.EEXIST {
+			fmt.Println("vmtest: load", m+":", err)
+			return false
+		}
+	}
+	if err := disk(); err != nil {
+		fmt.Println("vmtest: disk:", err)
+		return false
 	}
 	if err := loopbackUp(); err != nil {
 		fmt.Println("vmtest: loopback:", err)
@@ -53,14 +78,58 @@ func run() bool {
 	if pattern == "" {
 		pattern = "."
 	}
-	cmd := exec.Command("/dataplane.test", "-test.v", "-test.count=1", "-test.timeout=30m", "-test.run", pattern)
-	cmd.Dir = "/tmp"
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Println("vmtest: tests:", err)
+	bins, err := filepath.Glob("/tests/*.test")
+	if err != nil || len(bins) == 0 {
+		fmt.Println("vmtest: no test binaries under /tests:", err)
 		return false
 	}
-	return true
+	ok := true
+	for _, bin := range bins {
+		// TESTRUN_<name> (name: the binary's, without .test) is this
+		// binary's own pattern, else TESTRUN.
+		pat := pattern
+		if p := os.Getenv("TESTRUN_" + strings.TrimSuffix(filepath.Base(bin), ".test")); p != "" {
+			pat = p
+		}
+		fmt.Printf("vmtest: running %s -test.run '%s'\n", bin, pat)
+		cmd := exec.Command(bin, "-test.v", "-test.count=1", "-test.timeout=40m", "-test.run", pat)
+		cmd.Dir = "/tmp"
+		// The launchers built beforehand (kerneltest.BinDirEnv): no
+		// toolchain here.
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SHINKEN_TEST_BINDIR=/opt/shinken/bin"}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Printf("vmtest: %s: %v\n", bin, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// disk puts /tmp and /var/tmp on an ext4 file system (made with busybox's
+// mke2fs in a sparse file of the initramfs, mounted through a loop device):
+// Linux 6.1 makes no idmapped mount of tmpfs (the initramfs), and the
+// session view's workspace and grant binds are idmapped.
+func disk() error {
+	for _, c := range [][]string{
+		{"truncate", "-s", "700M", "/disk.img"},
+		{"mke2fs", "-q", "-F", "-I", "256", "/disk.img"}, // nanosecond times
+		{"mkdir", "-p", "/mnt/disk"},
+		{"mount", "-t", "ext4", "-o", "loop", "/disk.img", "/mnt/disk"},
+		{"mkdir", "-p", "/mnt/disk/tmp", "/mnt/disk/var-tmp"},
+		{"chmod", "1777", "/mnt/disk/tmp", "/mnt/disk/var-tmp"},
+	} {
+		cmd := exec.Command(c[0], c[1:]...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v %s", c, err, out)
+		}
+	}
+	for _, m := range [][2]string{{"/mnt/disk/tmp", "/tmp"}, {"/mnt/disk/var-tmp", "/var/tmp"}} {
+		if err := unix.Mount(m[0], m[1], "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", m[0], m[1], err)
+		}
+	}
+	return nil
 }
 
 // loopbackUp sets IFF_UP on lo (SIOCSIFFLAGS), which is all 127.0.0.0/8
