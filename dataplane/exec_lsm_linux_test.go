@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
-	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // memfdExecEnv names the mode in which the test binary copies the static
@@ -167,21 +165,8 @@ func TestProcessExecLSM(t *testing.T) {
 // available, and a program executed inside a user namespace the session
 // makes is still checked.
 func TestProcessExecLSMUserNS(t *testing.T) {
-	kerneltest.RequireRoot(t)
-	if _, err := os.Stat(boundary.DefaultCatatonit); err != nil {
-		t.Skipf("no %s here: %v", boundary.DefaultCatatonit, err)
-	}
-	cfg := testConfig(t)
-	launcher := filepath.Join(t.TempDir(), boundary.ExecName)
-	if out, err := exec.Command("../cmd/shinken-exec/build", launcher).CombinedOutput(); err != nil {
-		t.Fatalf("build the C launcher: %v: %s", err, out)
-	}
-	cfg.Boundary = &boundary.Config{Exec: launcher, AllowUserNS: true}
-	d := newDataplane(t, cfg)
+	d, _ := procSessionsWith(t, func(c *boundary.Config) { c.AllowUserNS = true }, "u1")
 	execLSM(t, d)
-	if _, err := d.CreateSession("u1", Limits{}); err != nil {
-		t.Fatal(err)
-	}
 	procGrant(t, d, "u1", HandleRef{}, 0, "/bin/sh", "/usr/bin/true", "/usr/bin/unshare")
 	if ok, out := shIn(t, d, "u1", "unshare -U /usr/bin/true"); !ok {
 		t.Skipf("a user namespace cannot be made in a session here: %s", out)

@@ -23,6 +23,13 @@ import (
 // named; it skips where the process class is unavailable.
 func procSessions(t *testing.T, names ...string) (*Dataplane, Config) {
 	t.Helper()
+	return procSessionsWith(t, nil, names...)
+}
+
+// procSessionsWith is procSessions with the boundary's config changed by
+// set (when not nil).
+func procSessionsWith(t *testing.T, set func(*boundary.Config), names ...string) (*Dataplane, Config) {
+	t.Helper()
 	kerneltest.RequireRoot(t)
 	if _, err := os.Stat(boundary.DefaultCatatonit); err != nil {
 		t.Skipf("no %s here (the boundary is tested on the host): %v", boundary.DefaultCatatonit, err)
@@ -34,6 +41,9 @@ func procSessions(t *testing.T, names ...string) (*Dataplane, Config) {
 		t.Fatalf("build the C launcher: %v: %s", err, out)
 	}
 	cfg.Boundary = &boundary.Config{Exec: launcher}
+	if set != nil {
+		set(cfg.Boundary)
+	}
 	d := newDataplane(t, cfg)
 	if row := d.Probe().Class(backend.ClassProcess); !row.Level.Enforceable() {
 		t.Fatalf("process class unavailable on the test host: %s", row.Reason)
