@@ -40,6 +40,7 @@ type execLSMState struct {
 	err   error
 	files map[uint32]map[shkexecShkExecKey]shkexecShkExecValue // per session index: its entries in the kernel
 	gated map[uint32]bool                                      // session indices marked in shk_exec_gated
+	drops map[uint32]uint64                                    // per session index: its drops (a derive that raced one writes nothing)
 }
 
 // openExecLSM loads and attaches the exec LSM, sharing the main object's
@@ -52,7 +53,7 @@ type execLSMState struct {
 // says so.
 func (d *Dataplane) openExecLSM() {
 	x := &d.xlsm
-	x.files, x.gated = map[uint32]map[shkexecShkExecKey]shkexecShkExecValue{}, map[uint32]bool{}
+	x.files, x.gated, x.drops = map[uint32]map[shkexecShkExecKey]shkexecShkExecValue{}, map[uint32]bool{}, map[uint32]uint64{}
 	if d.cfg.noAttach {
 		x.err = errors.New("the dataplane was opened without attaching programs")
 		return
@@ -197,7 +198,8 @@ func (d *Dataplane) checkExecLSM(session string, progs []string) error {
 // deriveExecLSM writes gated session's allowlist from its live entries (the
 // difference from what the kernel holds), marks it gated, and sets its
 // bound.
-func (d *Dataplane) deriveExecLSM(session string, index uint32, live []backend.ProcessEntry, bound uint32, lenient bool) error {
+// drops is execDrops(index), read with the session's lookup.
+func (d *Dataplane) deriveExecLSM(session string, index uint32, drops uint64, live []backend.ProcessEntry, bound uint32, lenient bool) error {
 	var progs []string
 	var refs []HandleRef
 	for _, e := range live {
@@ -236,6 +238,12 @@ func (d *Dataplane) deriveExecLSM(session string, index uint32, live []backend.P
 		want[k] = v
 	}
 	d.xlsm.mu.Lock()
+	if d.xlsm.drops[index] != drops {
+		// The session was destroyed meanwhile: its index may be
+		// another session's now.
+		d.xlsm.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrSessionNotFound, session)
+	}
 	err = d.writeExecLSMLocked(index, want, true)
 	d.xlsm.mu.Unlock()
 	return errors.Join(err, d.bnd.BoundProcess(session, bound))
@@ -292,6 +300,14 @@ func (d *Dataplane) writeExecLSMLocked(index uint32, want map[shkexecShkExecKey]
 	return errors.Join(errs...)
 }
 
+// execDrops is how often session index was dropped (read under d.mu with
+// the session's lookup, so a drop after it shows).
+func (d *Dataplane) execDrops(index uint32) uint64 {
+	d.xlsm.mu.Lock()
+	defer d.xlsm.mu.Unlock()
+	return d.xlsm.drops[index]
+}
+
 // dropExecLSM forgets a destroyed session's entries and mark.
 func (d *Dataplane) dropExecLSM(index uint32) error {
 	if !d.execLSMOn() {
@@ -299,6 +315,7 @@ func (d *Dataplane) dropExecLSM(index uint32) error {
 	}
 	d.xlsm.mu.Lock()
 	defer d.xlsm.mu.Unlock()
+	d.xlsm.drops[index]++
 	return d.writeExecLSMLocked(index, nil, false)
 }
 

@@ -208,6 +208,10 @@ func (d *Dataplane) deriveProcess(session string, lenient bool) error {
 	d.mu.Lock()
 	gated := d.procGated[session]
 	s, ok := d.sessions[session]
+	var drops uint64
+	if ok && d.execLSMOn() {
+		drops = d.execDrops(s.Index)
+	}
 	var live []backend.ProcessEntry
 	for _, e := range d.procs[session] {
 		if _, err := d.chainDepth(e.Handle); err == nil {
@@ -219,7 +223,7 @@ func (d *Dataplane) deriveProcess(session string, lenient bool) error {
 		return nil
 	}
 	if d.execLSMOn() {
-		return d.deriveExecLSM(session, s.Index, live, backend.ProcessBound(live, d.bnd.HostMaxProcs()), lenient)
+		return d.deriveExecLSM(session, s.Index, drops, live, backend.ProcessBound(live, d.bnd.HostMaxProcs()), lenient)
 	}
 	var progs []string
 	for _, e := range live {
