@@ -27,7 +27,8 @@ func procSessions(t *testing.T, names ...string) (*Dataplane, Config) {
 }
 
 // procSessionsWith is procSessions with the boundary's config changed by
-// set (when not nil).
+// set (when not nil: a config only the exec LSM gates, so it skips where
+// the exec LSM is not attached).
 func procSessionsWith(t *testing.T, set func(*boundary.Config), names ...string) (*Dataplane, Config) {
 	t.Helper()
 	kerneltest.RequireRoot(t)
@@ -45,6 +46,9 @@ func procSessionsWith(t *testing.T, set func(*boundary.Config), names ...string)
 		set(cfg.Boundary)
 	}
 	d := newDataplane(t, cfg)
+	if set != nil && !d.execLSMOn() {
+		t.Skipf("the exec allowlist is not BPF LSM here (%v): .ci/vmtest runs this test on a kernel with BPF LSM", d.xlsm.err)
+	}
 	if row := d.Probe().Class(backend.ClassProcess); !row.Level.Enforceable() {
 		t.Fatalf("process class unavailable on the test host: %s", row.Reason)
 	}
