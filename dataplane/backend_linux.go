@@ -18,6 +18,7 @@ type opCounters struct {
 	sweeps         atomic.Uint64 // flow sweeps run by Revoke
 	followUpSweeps atomic.Uint64 // follow-up sweeps run after revokes (flows_linux.go)
 	viewSweeps     atomic.Uint64 // file view changes run by Revoke (files_linux.go)
+	execWrites     atomic.Uint64 // writes and deletes of exec LSM entries (exec_lsm_linux.go)
 	denyWrites     atomic.Uint64 // deny-table entries written or deleted (deny_linux.go)
 }
 

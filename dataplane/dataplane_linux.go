@@ -65,8 +65,9 @@ type Dataplane struct {
 	procGated  map[string]bool                   // and their pinned table (process_linux.go)
 	procTable  *pinnedSet
 	wsTable    *ebpf.Map
-	lsm        lsmState   // fs.scope's BPF LSM layer (files_lsm_linux.go)
-	execEv     execEvents // the exec gate's denials, counted and reported (execdeny_linux.go)
+	lsm        lsmState     // fs.scope's BPF LSM layer (files_lsm_linux.go)
+	xlsm       execLSMState // the exec allowlist's BPF LSM (exec_lsm_linux.go)
+	execEv     execEvents   // the exec gate's denials, counted and reported (execdeny_linux.go)
 }
 
 // Open loads the dataplane, or adopts the one pinned at cfg.PinPath: pinned
@@ -121,9 +122,16 @@ func Open(cfg Config) (*Dataplane, error) {
 		d.Close()
 		return nil, err
 	}
+	// The exec LSM before the boundary: its adoption derives each gated
+	// session's allowlist into it.
+	d.openExecLSM()
 	if err := d.openBoundary(); err != nil {
 		d.Close()
 		return nil, err
+	}
+	if err := d.finishExecLSM(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("exec LSM: %w", err)
 	}
 	d.openFSLSM()
 	// The never-list holds from the start; the daemon adds its listeners.
@@ -271,7 +279,7 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
-	errs = append(errs, d.closeFSLSM())
+	errs = append(errs, d.closeFSLSM(), d.closeExecLSM())
 	errs = append(errs, d.closeFileTable())
 	errs = append(errs, d.procTable.Close())
 	d.procTable = nil

@@ -98,8 +98,8 @@ func decodeEvent(raw *shkShkEvent) Event {
 		comm = append(comm, byte(c))
 	}
 	e.Comm = string(comm)
-	if e.Reason.Class() == backend.ClassFSScope {
-		// files.bpf.c: daddr holds the inode number (low, high word) and
+	if e.Reason.Class() == backend.ClassFSScope || e.Reason == backend.ReasonExecDenied {
+		// files.bpf.c and exec.bpf.c: daddr holds the inode number (low, high word) and
 		// the device; proto the access asked.
 		e.Proto, e.Access = 0, raw.Proto
 		e.Inode = uint64(binary.NativeEndian.Uint32(raw.Daddr[0:])) | uint64(binary.NativeEndian.Uint32(raw.Daddr[4:]))<<32

@@ -16,7 +16,9 @@ import (
 // program counts or reports its denials: the agent does it the same way,
 // in the same places. Each refusal adds one to the per-CPU counter of
 // (session, exec_denied) in the pinned shk_counters (the slot of CPU 0; no
-// program writes exec_denied slots, and this code is their one writer), so
+// program writes exec_denied slots on a host where this gate runs: where
+// the exec LSM is attached, bpf/exec.bpf.c counts and reports its own and
+// this gate is never armed, so each host has one writer of them), so
 // it is never lost and survives an agent restart like the kernel's
 // counts; then an Event goes to a bounded in-process queue that every
 // EventReader reads besides the ring buffer (best effort as the ring: a

@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	boundary.Main() // the session launcher re-executes the test binary
-	kerneltest.Main(m, map[string]func(){loaderEnv: loaderMain, forkLoopEnv: forkLoopMain})
+	kerneltest.Main(m, map[string]func(){loaderEnv: loaderMain, forkLoopEnv: forkLoopMain, memfdExecEnv: memfdExecMain})
 }
 
 // testConfig returns a config private to one test: its own parent cgroup and

@@ -35,6 +35,11 @@ func (d *Dataplane) probe() backend.Report {
 	} else {
 		r.Facts["fs_lsm"] = "not attached: " + fmt.Sprint(d.lsm.err)
 	}
+	if d.execLSMOn() {
+		r.Facts["exec_lsm"] = "attached: bprm_check_security"
+	} else {
+		r.Facts["exec_lsm"] = "not attached: " + fmt.Sprint(d.xlsm.err)
+	}
 	abi, llErr := landlockABI()
 	if llErr == nil {
 		r.Facts["landlock_abi"] = fmt.Sprint(abi)

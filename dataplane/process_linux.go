@@ -135,6 +135,9 @@ func (d *Dataplane) checkProcess(session string, es []backend.ProcessEntry) erro
 			progs = append(progs, e.Exec)
 		}
 	}
+	if d.execLSMOn() {
+		return d.checkExecLSM(session, progs)
+	}
 	return d.bnd.CheckPrograms(session, progs)
 }
 
@@ -204,6 +207,11 @@ func (d *Dataplane) deriveProcess(session string, lenient bool) error {
 	}
 	d.mu.Lock()
 	gated := d.procGated[session]
+	s, ok := d.sessions[session]
+	var drops uint64
+	if ok && d.execLSMOn() {
+		drops = d.execDrops(s.Index)
+	}
 	var live []backend.ProcessEntry
 	for _, e := range d.procs[session] {
 		if _, err := d.chainDepth(e.Handle); err == nil {
@@ -211,8 +219,11 @@ func (d *Dataplane) deriveProcess(session string, lenient bool) error {
 		}
 	}
 	d.mu.Unlock()
-	if !gated {
+	if !gated || !ok {
 		return nil
+	}
+	if d.execLSMOn() {
+		return d.deriveExecLSM(session, s.Index, drops, live, backend.ProcessBound(live, d.bnd.HostMaxProcs()), lenient)
 	}
 	var progs []string
 	for _, e := range live {
@@ -257,7 +268,7 @@ func (d *Dataplane) dropProcessLocked(name string, index uint32) error {
 	}
 	delete(d.procs, name)
 	delete(d.procGated, name)
-	return err
+	return errors.Join(err, d.dropExecLSM(index))
 }
 
 // procRow is the probe's process row.
@@ -268,6 +279,8 @@ func (d *Dataplane) procRow() backend.Strength {
 		p.Reason = "the session boundary is off (dataplane.Config.Boundary): sessions have no uid or mount namespace of their own to gate"
 	case d.bnd.Ready() != nil:
 		p.Reason = "the session boundary cannot make sessions here: " + d.bnd.Ready().Error()
+	case d.execLSMOn():
+		return d.execLSMRow()
 	case !d.bnd.MountNS():
 		p.Reason = "the session boundary runs without mount namespaces here: no session mounts to mark"
 	default:
@@ -276,7 +289,7 @@ func (d *Dataplane) procRow() backend.Strength {
 			return p
 		}
 		p.Level = backend.RevocableAtNextUse
-		p.Mechanism = "exec allowlist: a fanotify FAN_OPEN_EXEC_PERM mark on every mount of the session's own mount namespace (BPF LSM's bprm_check does not load here; Landlock EXECUTE would be fixed at exec and would let the ELF interpreter load any file), each exec-open of a task of the session's uid answered by the agent against the files its live grants name (device and inode, resolved in the session's view, symlinks followed) or the ELF interpreter of the program the same task was just let execute; vm.memfd_noexec=2 in the session's PID namespace; max_processes: RLIMIT_NPROC of the session's uid, set on every running process and on each launch"
+		p.Mechanism = "exec allowlist: a fanotify FAN_OPEN_EXEC_PERM mark on every mount of the session's own mount namespace (BPF LSM's bprm_check_security is not attached here: the exec_lsm fact says why; Landlock EXECUTE would be fixed at exec and would let the ELF interpreter load any file), each exec-open of a task of the session's uid answered by the agent against the files its live grants name (device and inode, resolved in the session's view, symlinks followed) or the ELF interpreter of the program the same task was just let execute; vm.memfd_noexec=2 in the session's PID namespace; max_processes: RLIMIT_NPROC of the session's uid, set on every running process and on each launch"
 		p.Reason = "at next exec only: a running program is not stopped by a revoke; the first process grant gates the session for its life (before it, any program in its view runs); while the agent is down the kernel drops the marks and execs are not checked (re-armed when it opens again); a file on a mount outside the session's namespace (a descriptor passed in from the host) and a mount attached by a view change before its mark are not seen; an exec that fails after its program was let through leaves that task's next open of the program's ELF interpreter allowed; an interpreter on the list runs whatever it is given; max_processes counts the uid's tasks host-wide (RLIMIT_NPROC), and " + d.pidsMaxFact()
 	}
 	return p

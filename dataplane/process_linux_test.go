@@ -23,6 +23,14 @@ import (
 // named; it skips where the process class is unavailable.
 func procSessions(t *testing.T, names ...string) (*Dataplane, Config) {
 	t.Helper()
+	return procSessionsWith(t, nil, names...)
+}
+
+// procSessionsWith is procSessions with the boundary's config changed by
+// set (when not nil: a config only the exec LSM gates, so it skips where
+// the exec LSM is not attached).
+func procSessionsWith(t *testing.T, set func(*boundary.Config), names ...string) (*Dataplane, Config) {
+	t.Helper()
 	kerneltest.RequireRoot(t)
 	if _, err := os.Stat(boundary.DefaultCatatonit); err != nil {
 		t.Skipf("no %s here (the boundary is tested on the host): %v", boundary.DefaultCatatonit, err)
@@ -31,7 +39,13 @@ func procSessions(t *testing.T, names ...string) (*Dataplane, Config) {
 	// The exec gate needs a static launcher: the C one, built here.
 	launcher := cLauncher(t)
 	cfg.Boundary = &boundary.Config{Exec: launcher}
+	if set != nil {
+		set(cfg.Boundary)
+	}
 	d := newDataplane(t, cfg)
+	if set != nil && !d.execLSMOn() {
+		t.Skipf("the exec allowlist is not BPF LSM here (%v): .ci/vmtest runs this test on a kernel with BPF LSM", d.xlsm.err)
+	}
 	if row := d.Probe().Class(backend.ClassProcess); !row.Level.Enforceable() {
 		// The probe's reason (in the VM of .ci/vmtest, Linux 6.1: no
 		// vm.memfd_noexec, so no exec gate): a skip there, a failure
@@ -63,10 +77,12 @@ func cLauncher(t testing.TB) string {
 	return launcher
 }
 
-// procTree makes, under /var/tmp (visible read-only in sessions, on the
-// same file system as /usr here), hard links to /usr/bin/true and to its
-// neighbour /usr/bin/id, and scripts: one run by /bin/sh, one whose
-// interpreter is /usr/bin/id.
+// procTree makes, under /var/tmp (visible read-only in sessions), the files
+// true-file and id-file (hard links to /usr/bin/true and to its neighbour
+// /usr/bin/id where /var/tmp is on /usr's file system, as on this host;
+// copies where it is not, as in the VM of .ci/vmtest), true-link and
+// id-link (hard links to those), and scripts: one run by /bin/sh, one
+// whose interpreter is /usr/bin/id. A grant of true-file covers true-link.
 func procTree(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/var/tmp", "shinken-proc-")
@@ -75,9 +91,16 @@ func procTree(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	for name, target := range map[string]string{"true-link": "/usr/bin/true", "id-link": "/usr/bin/id"} {
-		if err := os.Link(target, filepath.Join(dir, name)); err != nil {
-			t.Skipf("hard link %s: %v (/var/tmp and /usr on different file systems)", target, err)
+	for name, target := range map[string]string{"true": "/usr/bin/true", "id": "/usr/bin/id"} {
+		file := filepath.Join(dir, name+"-file")
+		if err := os.Link(target, file); errors.Is(err, unix.EXDEV) {
+			t.Logf("%s is a copy of %s (/var/tmp and /usr are different file systems here)", file, target)
+			copyFile(t, target, file)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(file, filepath.Join(dir, name+"-link")); err != nil {
+			t.Fatal(err)
 		}
 	}
 	for name, body := range map[string]string{"ok.sh": "#!/bin/sh\necho script-ran\n", "bad.sh": "#!/usr/bin/id\n"} {
@@ -86,6 +109,27 @@ func procTree(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// python3 is the session's python where the host has one (the VM of
+// .ci/vmtest has none: the cases that need it run on the host).
+func python3(t *testing.T) (string, bool) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Log("no /usr/bin/python3 here: the cases that need it are left out")
+		return "", false
+	}
+	return "/usr/bin/python3", true
 }
 
 func procGrant(t *testing.T, d *Dataplane, session string, parent HandleRef, max uint32, progs ...string) HandleRef {
@@ -126,15 +170,12 @@ func TestProcessExecGate(t *testing.T) {
 	}
 	// /bin/sh is a symlink to dash, /usr/bin/python3 to python3.11: the
 	// grant names the file.
-	// The VM of .ci/vmtest has no python3: the memfd cases need it.
-	_, pyErr := os.Stat("/usr/bin/python3")
-	allowed := []string{"/bin/sh", "/usr/bin/true", "/usr/bin/cp", "/usr/bin/ln", dir + "/ok.sh", dir + "/bad.sh"}
-	if pyErr == nil {
-		allowed = append(allowed, "/usr/bin/python3")
-	} else {
-		t.Logf("not checked here (no /usr/bin/python3): memfd_create and fexecve, execve of /proc/self/fd of a memfd")
+	progs := []string{"/bin/sh", "/usr/bin/true", "/usr/bin/cp", "/usr/bin/ln", dir + "/true-file", dir + "/ok.sh", dir + "/bad.sh"}
+	py, hasPy := python3(t)
+	if hasPy {
+		progs = append(progs, py)
 	}
-	h1 := procGrant(t, d, "p1", HandleRef{}, 0, allowed...)
+	h1 := procGrant(t, d, "p1", HandleRef{}, 0, progs...)
 	sh := startShell(t, d, "p1")
 	wantRun(t, d, "p1", "/usr/bin/true", true)
 	wantRun(t, d, "p1", "exec /bin/dash -c true", true) // the file /bin/sh names
@@ -142,7 +183,7 @@ func TestProcessExecGate(t *testing.T) {
 		t.Errorf("off the list: %q, want a permission error", out)
 	}
 	wantRun(t, d, "p2", "/usr/bin/id", true) // another session
-	for what, script := range map[string]string{
+	offList := map[string]string{
 		"a symlink to a forbidden binary":        "ln -s /usr/bin/id /tmp/x && /tmp/x",
 		"a hard link to an allowed neighbour":    dir + "/id-link",
 		"a copy of a forbidden binary into /tmp": "cp /usr/bin/id /tmp/id && /tmp/id",
@@ -150,15 +191,17 @@ func TestProcessExecGate(t *testing.T) {
 		"ld.so running a forbidden binary":       "/lib64/ld-linux-x86-64.so.2 /usr/bin/id",
 		"ld.so running an allowed binary":        "/lib64/ld-linux-x86-64.so.2 /usr/bin/true",
 		"a script whose interpreter is off":      dir + "/bad.sh",
+		"a static program off the list":          boundary.DefaultCatatonit + " -V",
+	}
+	if hasPy {
 		// A static program in a memfd: no ELF interpreter for the
-		// marks to see (vm.memfd_noexec=2 stops these).
-		"memfd_create and fexecve":           `/usr/bin/python3 -c 'import os; f=os.memfd_create("x"); os.write(f, open("` + boundary.DefaultCatatonit + `","rb").read()); os.fchmod(f, 0o755); os.execve(f, ["c", "-V"], {})'`,
-		"execve of /proc/self/fd of a memfd": `/usr/bin/python3 -c 'import os; f=os.memfd_create("x", os.MFD_EXEC if hasattr(os, "MFD_EXEC") else 0x10); os.write(f, open("` + boundary.DefaultCatatonit + `","rb").read()); os.fchmod(f, 0o755); os.execv("/proc/self/fd/%d" % f, ["c", "-V"])'`,
-		"a static program off the list":      boundary.DefaultCatatonit + " -V",
-	} {
-		if pyErr != nil && strings.Contains(script, "python3") {
-			continue
-		}
+		// marks to see (vm.memfd_noexec=2 stops these; the LSM sees the
+		// memfd's inode, never listed). TestProcessExecLSM does the same
+		// without python.
+		offList["memfd_create and fexecve"] = py + ` -c 'import os; f=os.memfd_create("x"); os.write(f, open("` + boundary.DefaultCatatonit + `","rb").read()); os.fchmod(f, 0o755); os.execve(f, ["c", "-V"], {})'`
+		offList["execve of /proc/self/fd of a memfd"] = py + ` -c 'import os; f=os.memfd_create("x", os.MFD_EXEC if hasattr(os, "MFD_EXEC") else 0x10); os.write(f, open("` + boundary.DefaultCatatonit + `","rb").read()); os.fchmod(f, 0o755); os.execv("/proc/self/fd/%d" % f, ["c", "-V"])'`
+	}
+	for what, script := range offList {
 		if ok, out := shIn(t, d, "p1", script); ok {
 			t.Errorf("%s ran: %s", what, out)
 		}
@@ -168,8 +211,8 @@ func TestProcessExecGate(t *testing.T) {
 	if out := wantRun(t, d, "p1", dir+"/ok.sh", true); out != "script-ran" {
 		t.Errorf("allowed script: %q", out)
 	}
-	if pyErr == nil {
-		wantRun(t, d, "p1", `/usr/bin/python3 -c 'print(1)'`, true)
+	if hasPy {
+		wantRun(t, d, "p1", py+` -c 'print(1)'`, true)
 	}
 
 	// A mount a later view change attaches (an fs.scope write root) is
@@ -238,7 +281,16 @@ func TestProcessExecGate(t *testing.T) {
 		cmd.Wait()
 		t.Error("a launch in a session with no live process grant started")
 	}
-	t.Logf("exec gate answers: %d allowed, %d denied", d2.bnd.ExecAnswers(), d2.bnd.ExecDenials())
+	if d2.execLSMOn() {
+		s1, _ := d2.Session("p1")
+		c, err := d2.Counters(s1.Index)
+		if err != nil || c[backend.ReasonExecDenied] == 0 {
+			t.Errorf("p1: exec_denied=%d after refused execs (%v)", c[backend.ReasonExecDenied], err)
+		}
+		t.Logf("BPF LSM exec gate: p1 exec_denied=%d", c[backend.ReasonExecDenied])
+	} else {
+		t.Logf("exec gate answers: %d allowed, %d denied", d2.bnd.ExecAnswers(), d2.bnd.ExecDenials())
+	}
 }
 
 // shell is a /bin/sh running in a session, reading commands from a pipe.
@@ -293,40 +345,66 @@ func (s *shell) run(line string) bool {
 
 // TestProcessMaxProcesses: a session granted max_processes cannot fork past
 // it (RLIMIT_NPROC of its uid, set on its running processes and its
-// launches) while another session still starts processes.
+// launches) while another session still starts processes. The fork loop
+// is this test binary's (forkLoopEnv), copied where sessions see it and
+// granted.
 func TestProcessMaxProcesses(t *testing.T) {
 	d, _ := procSessions(t, "m1", "m2")
-	kerneltest.RequirePrograms(t, "python3") // the forks
-	procGrant(t, d, "m1", HandleRef{}, 10, "/bin/sh", "/usr/bin/python3")
-	// 30 forks, each child waiting for its parent to end; the count of
-	// those that started.
-	fork := `/usr/bin/python3 -c '
-import os, signal, time
-kids = []
-for i in range(30):
-    try:
-        p = os.fork()
-    except OSError:
-        continue
-    if p == 0:
-        time.sleep(5); os._exit(0)
-    kids.append(p)
-print(len(kids))
-for p in kids: os.kill(p, signal.SIGKILL)
-'`
-	_, out := shIn(t, d, "m1", fork)
-	var n int
-	if _, err := fmt.Sscan(lastLine(out), &n); err != nil || n >= 10 || n == 0 {
-		t.Errorf("m1 started %q background processes under max_processes=10, want fewer than 10 and some", out)
+	loop := testBinaryInView(t)
+	procGrant(t, d, "m1", HandleRef{}, 30, "/bin/sh", loop)
+	run := func(session string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(loop)
+		cmd.Env = []string{forkLoopEnv + "=1"}
+		cmd.Dir = "/"
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := d.Launch(session, cmd, ProcOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("fork loop in %s: %v: %s", session, err, out.String())
+		}
+		var n int
+		f := strings.Fields(lastLine(out.String()))
+		if len(f) < 2 {
+			t.Fatalf("fork loop in %s: %q", session, out.String())
+		}
+		if _, err := fmt.Sscan(f[0], &n); err != nil {
+			t.Fatalf("fork loop in %s: %q", session, out.String())
+		}
+		return n, strings.Join(f[1:], " ")
 	}
-	_, out = shIn(t, d, "m2", fork)
-	if lastLine(out) != "30" {
-		t.Errorf("m2 (no bound of its own) started %q of 30", out)
+	n, why := run("m1")
+	if n >= 30 || n == 0 || !strings.Contains(why, "resource temporarily unavailable") {
+		t.Errorf("m1 started %d of 100 forks under max_processes=30 (first error %s), want fewer than 30, some, and EAGAIN", n, why)
 	}
-	if b, gated := d.bnd.ProcessBound("m1"); !gated || b != 10 {
-		t.Errorf("m1's bound %d (gated %v), want 10", b, gated)
+	if m, why := run("m2"); m != 100 {
+		t.Errorf("m2 (no bound of its own) started %d of 100 (%s)", m, why)
 	}
-	t.Logf("m1 started %d of 30 forks under max_processes=10 (the shell and python count); %s", n, d.pidsMaxFact())
+	if b, gated := d.bnd.ProcessBound("m1"); !gated || b != 30 {
+		t.Errorf("m1's bound %d (gated %v), want 30", b, gated)
+	}
+	t.Logf("m1 started %d of 100 forks under max_processes=30 (the loop's own threads count), then %s; %s", n, why, d.pidsMaxFact())
+}
+
+// testBinaryInView copies this test binary under /var/tmp (sessions see
+// it; their /tmp is their own) and returns its path.
+func testBinaryInView(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "shinken-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	p := filepath.Join(dir, "helper")
+	copyFile(t, self, p)
+	return p
 }
 
 func lastLine(s string) string {

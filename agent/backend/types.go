@@ -311,7 +311,7 @@ const (
 	ReasonFSOutside      Reason = 12 // fs.scope (BPF LSM): no live file entry covers the path and the session's outside access lacks the access
 	ReasonFSDenied       Reason = 13 // fs.scope (BPF LSM): the nearest file entry with a live rule is a deny, or lacks the access
 	ReasonFSDepth        Reason = 14 // fs.scope (BPF LSM): no entry within the walk's bound (16 dentries) and the filesystem's root not reached
-	ReasonExecDenied     Reason = 15 // process: the exec gate refused an exec-open of a gated session's task (a program off its allowlist, or its ELF interpreter out of turn); counted by the agent, not a BPF program
+	ReasonExecDenied     Reason = 15 // process: the exec gate refused an exec-open of a gated session's task (a program off its allowlist, or its ELF interpreter out of turn); counted by the BPF LSM program (bpf/exec.bpf.c) where it is attached, else by the agent (the fanotify gate)
 	NumReasons                  = 16
 )
 

@@ -261,8 +261,7 @@ func (b *Boundary) SetProcess(name string, programs []string, bound uint32, leni
 	if err := markMounts(g, h.pid); err != nil {
 		return err
 	}
-	s.bound = bound
-	return errors.Join(setNProc(h.cgroup, h.uid, bound), setPidsMax(h.cgroup, bound))
+	return s.setBound(h, bound)
 }
 
 // markExec marks the mounts a view change attached, in a gated session
