@@ -151,3 +151,18 @@ func TestDenialEventBudget(t *testing.T) {
 		t.Errorf("new session: %d events of its %d denials, want all", got[c.Index], nc)
 	}
 }
+
+// TestDenialEventBudgetConfig: a budget out of range is refused with a
+// clear error before anything is opened; zero takes the defaults.
+func TestDenialEventBudgetConfig(t *testing.T) {
+	for _, c := range []Config{{DenialEventRate: 1_000_001}, {DenialEventBurst: 2_000_000}} {
+		if err := c.Check(); err == nil || !strings.Contains(err.Error(), "denial events per session") {
+			t.Errorf("%+v: %v, want the budget refused", c, err)
+		}
+	}
+	c := Config{}
+	c.setDefaults()
+	if c.DenialEventRate != DefaultDenialEventRate || c.DenialEventBurst != DefaultDenialEventBurst {
+		t.Errorf("defaults %d/%d", c.DenialEventRate, c.DenialEventBurst)
+	}
+}
