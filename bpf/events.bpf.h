@@ -8,14 +8,18 @@
  * The event budget: each session (by index; index 0, what no session owns,
  * has one budget for all of it) may send at most shk_event_burst events at
  * once and shk_event_rate a second after that, whatever processes or CPUs
- * its denials come from. An event past it is not sent; it is counted in the
+ * its denials come from, from each of two buckets: its own attempts, and
+ * what others do to it (no_inbound: a peer refused at the session's
+ * socket, which anyone who can send the host packets causes; flow_revoked:
+ * a flow cut after its grant died). So no one outside the session can
+ * spend the budget of its own attempts. An event past it is not sent; it is counted in the
  * session's shk_suppressed slot and in SHK_STAT_EVENTS_SUPPRESSED, and its
  * denial was counted in shk_counters before the budget was asked, so a
  * flood of denials costs the agent at most the budget in events, while the
  * counts stay exact.
  *
  * The budget is GCRA (the generic cell rate algorithm, a token bucket kept
- * in one word): shk_budgets[session].tat is when the bucket is next full
+ * in one word): shk_budgets[session * 2 + bucket].tat is when the bucket is next full
  * enough, moved by shk_event_interval_ns (1 s / rate) per event sent; an
  * event conforms when tat - now <= shk_event_tolerance_ns ((burst - 1) *
  * interval). Shared by every CPU, so a session cannot multiply its budget by
@@ -52,13 +56,14 @@ struct {
 	__uint(max_entries, 1 << 20);
 } shk_events SEC(".maps");
 
-/* Denial-event budget of each session index (struct shk_budget). Sized by
- * user space to max sessions. */
+/* Denial-event budgets (struct shk_budget), two per session index: key
+ * session * 2 + bucket (budget_bucket). Sized by user space to max
+ * sessions * 2. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct shk_budget);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 65536 * 2);
 } shk_budgets SEC(".maps");
 
 /* Denial events past their session's budget, per session index. Sized by
@@ -96,16 +101,24 @@ static __always_inline void stat_add(__u32 key)
 		*c += 1;
 }
 
-/* Whether session may send one more event now (and if so, takes it); if
- * not, counts it suppressed. */
-static __always_inline int event_budget(__u32 session)
+/* The budget bucket of a denial: 1 for what others do to the session, 0
+ * for its own attempts. */
+static __always_inline __u32 budget_bucket(__u32 reason)
+{
+	return reason == SHK_REASON_NO_INBOUND || reason == SHK_REASON_FLOW_REVOKED;
+}
+
+/* Whether session may send one more event of this reason now (and if so,
+ * takes it); if not, counts it suppressed. */
+static __always_inline int event_budget(__u32 session, __u32 reason)
 {
 	struct shk_budget *b;
 	__u64 now, tat, base, *n;
+	__u32 key = session * 2 + budget_bucket(reason);
 
 	if (!shk_event_interval_ns)
 		return 1;
-	b = bpf_map_lookup_elem(&shk_budgets, &session);
+	b = bpf_map_lookup_elem(&shk_budgets, &key);
 	if (!b)
 		goto suppress; /* no such index: nothing to charge, nothing sent */
 	now = bpf_ktime_get_ns();
@@ -133,7 +146,7 @@ static __always_inline void report(__u64 cgid, __u32 session, __u32 pid, __u32 r
 	struct shk_event *e;
 
 	count(session, reason);
-	if (!event_budget(session))
+	if (!event_budget(session, reason))
 		return;
 	e = bpf_ringbuf_reserve(&shk_events, sizeof(*e), 0);
 	if (!e) {

@@ -245,9 +245,9 @@ struct shk_quota {
 	__s32 ports; /* port holds its sockets have (ports.bpf.h), one per socket */
 };
 
-/* Value of shk_budgets, indexed by session index (0: what no session owns):
- * the session's denial-event budget (events.bpf.h), a GCRA token bucket in
- * one word. Set by the kernel programs; user space zeroes it when it issues
+/* Value of shk_budgets, keyed by session index (0: what no session owns)
+ * * 2 + bucket: one of the session's two denial-event budgets (events.bpf.h),
+ * a GCRA token bucket in one word. Set by the kernel programs; user space zeroes it when it issues
  * the index. */
 struct shk_budget {
 	__u64 tat; /* theoretical arrival time of the next event (bpf_ktime_get_ns) */

@@ -8,8 +8,9 @@ import (
 
 // The denial-event budget (bpf/events.bpf.h): each session sends at most
 // Config.DenialEventBurst denial events at once and Config.DenialEventRate
-// a second after that; the rest are counted, per session and in all, and
-// not sent.
+// a second after that from each of two buckets, its own attempts and what
+// others do to it (no_inbound, flow_revoked); the rest are counted, per
+// session and in all, and not sent.
 
 // setEventBudget sets the budget's load-time constants in vars (the main
 // object's, and the fs.scope LSM object's, which shares its maps).
@@ -28,15 +29,17 @@ func (d *Dataplane) setEventBudget(vars map[string]*ebpf.VariableSpec) error {
 // EventBudget describes the denial-event budget in force, for the probe
 // report.
 func (d *Dataplane) EventBudget() string {
-	return fmt.Sprintf("%d denial events a second per session, %d at once (in-kernel, shared by all the session's CPUs; the rest counted, not sent)",
+	return fmt.Sprintf("%d denial events a second per session, %d at once, for its own attempts and again for refusals others cause (no_inbound, flow_revoked) (in-kernel, shared by all the session's CPUs; the rest counted, not sent)",
 		d.cfg.DenialEventRate, d.cfg.DenialEventBurst)
 }
 
 // zeroBudget gives a session index a full budget and no suppressed events
 // (the index may have been another session's).
 func (d *Dataplane) zeroBudget(idx uint32) error {
-	if err := d.objs.ShkBudgets.Update(idx, shkShkBudget{}, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("reset event budget: %w", err)
+	for b := uint32(0); b < 2; b++ {
+		if err := d.objs.ShkBudgets.Update(idx*2+b, shkShkBudget{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("reset event budget: %w", err)
+		}
 	}
 	if err := d.objs.ShkSuppressed.Update(idx, make([]uint64, possibleCPUs()), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("reset suppressed events: %w", err)

@@ -3,20 +3,28 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
+// evKey is what readAllEvents counts events by.
+type evKey struct {
+	session uint32
+	reason  Reason
+}
+
 // readAllEvents reads events until none comes for quiet, and counts them
-// per session index.
+// per session index (key reason 0) and per session and reason.
 func readAllEvents(t *testing.T, rd interface {
 	SetDeadline(time.Time)
 	Read() (Event, error)
-}, quiet time.Duration) map[uint32]int {
+}, quiet time.Duration) map[evKey]int {
 	t.Helper()
-	got := map[uint32]int{}
+	got := map[evKey]int{}
 	for {
 		rd.SetDeadline(time.Now().Add(quiet))
 		ev, err := rd.Read()
@@ -26,7 +34,8 @@ func readAllEvents(t *testing.T, rd interface {
 		if err != nil {
 			t.Fatalf("read event: %v", err)
 		}
-		got[ev.Session]++
+		got[evKey{ev.Session, 0}]++
+		got[evKey{ev.Session, ev.Reason}]++
 	}
 }
 
@@ -48,7 +57,9 @@ func flood(t *testing.T, p interface{ Do(string) string }, threads, n int, ip st
 // the whole window, a wait for the refill included, while its counters
 // count every denial and its suppressed count is exactly the rest; another
 // session's denials within its own budget, made right after the flood
-// emptied the first session's, are all delivered.
+// emptied the first session's, and while peers outside flood its own UDP
+// socket with datagrams it refuses (no_inbound, which spends the bucket of
+// refusals others cause), are all delivered.
 func TestDenialEventBudget(t *testing.T) {
 	const rate, burst = 20, 50
 	cfg := testConfig(t)
@@ -86,7 +97,20 @@ func TestDenialEventBudget(t *testing.T) {
 		t.Fatalf("second flooder: %q, want ok 12000 0", got)
 	}
 	denials += 12000
-	// The neighbor, right after: its own budget is untouched.
+	// The neighbor, right after: its own budget is untouched, and a flood
+	// of datagrams from outside to its socket does not spend it.
+	got := pb.Do("ubind u 127.0.0.1:0")
+	if !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("ubind: %s", got)
+	}
+	peer, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:"+strings.TrimPrefix(got, "ok "))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	for range 3000 {
+		peer.Write([]byte("x"))
+	}
 	nb := flood(t, pb, 2, burst/2-1, "127.3.0.1")
 	// The flooder again after a wait: the refill gives it rate a second,
 	// no more.
@@ -94,7 +118,7 @@ func TestDenialEventBudget(t *testing.T) {
 	denials += flood(t, pa1, 2, 2000, "127.4.0.1")
 	elapsed := time.Since(start)
 
-	got := readAllEvents(t, rd, time.Second)
+	evs := readAllEvents(t, rd, time.Second)
 	cnt, err := d.Counters(a.Index)
 	if err != nil {
 		t.Fatal(err)
@@ -111,24 +135,28 @@ func TestDenialEventBudget(t *testing.T) {
 		t.Fatalf("the ring buffer dropped %d events: the budget's accounting cannot be checked", drops-drops0)
 	}
 	bound := burst + int(rate*elapsed.Seconds()) + 1
-	t.Logf("flooder: %d denials in %v, %d events, %d suppressed (bound %d)", denials, elapsed, got[a.Index], supA, bound)
-	if got[a.Index] > bound || got[a.Index] < 1 {
-		t.Errorf("flooder sent %d events, want 1..%d (burst %d + %d/s for %v)", got[a.Index], bound, burst, rate, elapsed)
+	t.Logf("flooder: %d denials in %v, %d events, %d suppressed (bound %d)", denials, elapsed, evs[evKey{a.Index, 0}], supA, bound)
+	if evs[evKey{a.Index, 0}] > bound || evs[evKey{a.Index, 0}] < 1 {
+		t.Errorf("flooder sent %d events, want 1..%d (burst %d + %d/s for %v)", evs[evKey{a.Index, 0}], bound, burst, rate, elapsed)
 	}
-	if uint64(got[a.Index])+supA != uint64(denials) {
-		t.Errorf("flooder: %d events + %d suppressed != %d denials", got[a.Index], supA, denials)
+	if uint64(evs[evKey{a.Index, 0}])+supA != uint64(denials) {
+		t.Errorf("flooder: %d events + %d suppressed != %d denials", evs[evKey{a.Index, 0}], supA, denials)
 	}
-	if got[b.Index] != nb {
-		t.Errorf("neighbor: %d events of its %d denials, want all (within its budget of %d)", got[b.Index], nb, burst)
+	if n := evs[evKey{b.Index, ReasonNoRule}]; n != nb {
+		t.Errorf("neighbor: %d events of its %d denials, want all (within its budget of %d)", n, nb, burst)
 	}
-	if n, _ := d.EventsSuppressed(b.Index); n != 0 {
-		t.Errorf("neighbor: %d events suppressed, want 0", n)
-	}
-	if cb, _ := d.Counters(b.Index); cb[ReasonNoRule] != uint64(nb) {
+	cb, _ := d.Counters(b.Index)
+	if cb[ReasonNoRule] != uint64(nb) {
 		t.Errorf("neighbor's no_rule counter %d, want %d", cb[ReasonNoRule], nb)
 	}
-	if total, _ := d.EventsSuppressedTotal(); total-total0 != supA {
-		t.Errorf("suppressed in all: %d, want the flooder's %d", total-total0, supA)
+	supB, _ := d.EventsSuppressed(b.Index)
+	in := evs[evKey{b.Index, ReasonNoInbound}]
+	t.Logf("neighbor: %d datagrams refused (no_inbound), %d of them sent as events, %d suppressed", cb[ReasonNoInbound], in, supB)
+	if cb[ReasonNoInbound] <= burst+rate*2 || in > bound || uint64(in)+supB != cb[ReasonNoInbound] {
+		t.Errorf("neighbor: %d no_inbound denials, %d events, %d suppressed: want more than the budget refused, at most %d sent, the rest suppressed", cb[ReasonNoInbound], in, supB, bound)
+	}
+	if total, _ := d.EventsSuppressedTotal(); total-total0 != supA+supB {
+		t.Errorf("suppressed in all: %d, want the flooder's %d and the neighbor's %d", total-total0, supA, supB)
 	}
 
 	// A new session on a recycled index starts with a full budget and
@@ -147,8 +175,8 @@ func TestDenialEventBudget(t *testing.T) {
 	}
 	pc := startProbe(t, c, ProcOptions{})
 	nc := flood(t, pc, 1, burst, "127.5.0.1")
-	if got := readAllEvents(t, rd, time.Second); got[c.Index] != nc {
-		t.Errorf("new session: %d events of its %d denials, want all", got[c.Index], nc)
+	if got := readAllEvents(t, rd, time.Second); got[evKey{c.Index, 0}] != nc {
+		t.Errorf("new session: %d events of its %d denials, want all", got[evKey{c.Index, 0}], nc)
 	}
 }
 

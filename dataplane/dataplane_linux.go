@@ -168,7 +168,7 @@ func (d *Dataplane) open() error {
 		"shk_exact6":     d.cfg.MaxEgress6,
 		"shk_counters":   d.cfg.MaxSessions * NumReasons,
 		"shk_quotas":     d.cfg.MaxSessions,
-		"shk_budgets":    d.cfg.MaxSessions,
+		"shk_budgets":    d.cfg.MaxSessions * 2,
 		"shk_suppressed": d.cfg.MaxSessions,
 		"shk_events":     d.cfg.EventRingBytes,
 		"shk_flows":      d.cfg.MaxFlows,

@@ -407,7 +407,8 @@ type Config struct {
 	// port_limit denial. 0: the backend's defaults (Linux: 4096 and 1024).
 	SessionMaxSockets, SessionMaxPorts uint32
 	// SessionDenialEventRate and SessionDenialEventBurst are each session's
-	// budget of denial events sent to the agent (a second, and at once);
+	// budget of denial events sent to the agent (a second, and at once;
+	// Linux: once for its own attempts, once for refusals others cause);
 	// the denials past it are still counted (Counters), the events not
 	// sent counted apart. 0: the backend's defaults (Linux: 100 and 500).
 	SessionDenialEventRate, SessionDenialEventBurst uint32
