@@ -12,17 +12,18 @@
  * what others do to it (no_inbound: a peer refused at the session's
  * socket, which anyone who can send the host packets causes; flow_revoked:
  * a flow cut after its grant died). So no one outside the session can
- * spend the budget of its own attempts. An event past it is not sent; it is counted in the
- * session's shk_suppressed slot and in SHK_STAT_EVENTS_SUPPRESSED, and its
- * denial was counted in shk_counters before the budget was asked, so a
- * flood of denials costs the agent at most the budget in events, while the
- * counts stay exact.
+ * spend the budget of its own attempts. An event past it is not sent; it
+ * is counted in the session's shk_suppressed slot and in
+ * SHK_STAT_EVENTS_SUPPRESSED, and its denial was counted in shk_counters
+ * before the budget was asked, so a flood of denials costs the agent at
+ * most the budget in events, while the counts stay exact.
  *
  * The budget is GCRA (the generic cell rate algorithm, a token bucket kept
- * in one word): shk_budgets[session * 2 + bucket].tat is when the bucket is next full
- * enough, moved by shk_event_interval_ns (1 s / rate) per event sent; an
- * event conforms when tat - now <= shk_event_tolerance_ns ((burst - 1) *
- * interval). Shared by every CPU, so a session cannot multiply its budget by
+ * in one word): shk_budgets[session * 2 + bucket].tat is when the bucket is
+ * next full enough, moved by shk_event_interval_ns (1 s / rate) per event
+ * sent; an event conforms when tat - now <= shk_event_tolerance_ns
+ * ((burst - 1) * interval): at most burst + rate * t events in any window
+ * of t seconds. Shared by every CPU, so a session cannot multiply its budget by
  * spreading over CPUs; an event sent moves tat with one compare-and-swap,
  * and an event refused reads it only (the flood path writes nothing shared
  * but its per-CPU counters). A lost race (another CPU of the same session
