@@ -1,9 +1,34 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Denials, counted and reported: count() adds one to the per-CPU counter of
- * (session, reason), never lossy; report() counts and then sends a struct
- * shk_event on the ring buffer, best effort (a full ring buffer bumps
- * SHK_STAT_RINGBUF_DROPS instead).
+ * (session, reason), never lossy; report() counts and then, if the session's
+ * event budget allows, sends a struct shk_event on the ring buffer, best
+ * effort (a full ring buffer bumps SHK_STAT_RINGBUF_DROPS instead).
+ *
+ * The event budget: each session (by index; index 0, what no session owns,
+ * has one budget for all of it) may send at most shk_event_burst events at
+ * once and shk_event_rate a second after that, whatever processes or CPUs
+ * its denials come from, from each of two buckets: its own attempts, and
+ * what others do to it (no_inbound: a peer refused at the session's
+ * socket, which anyone who can send the host packets causes; flow_revoked:
+ * a flow cut after its grant died). So no one outside the session can
+ * spend the budget of its own attempts. An event past it is not sent; it
+ * is counted in the session's shk_suppressed slot and in
+ * SHK_STAT_EVENTS_SUPPRESSED, and its denial was counted in shk_counters
+ * before the budget was asked, so a flood of denials costs the agent at
+ * most the budget in events, while the counts stay exact.
+ *
+ * The budget is GCRA (the generic cell rate algorithm, a token bucket kept
+ * in one word): shk_budgets[session * 2 + bucket].tat is when the bucket is
+ * next full enough, moved by shk_event_interval_ns (1 s / rate) per event
+ * sent; an event conforms when tat - now <= shk_event_tolerance_ns
+ * ((burst - 1) * interval): at most burst + rate * t events in any window
+ * of t seconds. Shared by every CPU, so a session cannot multiply its budget by
+ * spreading over CPUs; an event sent moves tat with one compare-and-swap,
+ * and an event refused reads it only (the flood path writes nothing shared
+ * but its per-CPU counters). A lost race (another CPU of the same session
+ * sent meanwhile) retries a few times, then suppresses: at worst an event
+ * within budget is counted as suppressed, never one past it sent.
  */
 #pragma once
 
@@ -32,6 +57,30 @@ struct {
 	__uint(max_entries, 1 << 20);
 } shk_events SEC(".maps");
 
+/* Denial-event budgets (struct shk_budget), two per session index: key
+ * session * 2 + bucket (budget_bucket). Sized by user space to max
+ * sessions * 2. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct shk_budget);
+	__uint(max_entries, 65536 * 2);
+} shk_budgets SEC(".maps");
+
+/* Denial events past their session's budget, per session index. Sized by
+ * user space to max sessions. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 65536);
+} shk_suppressed SEC(".maps");
+
+/* The budget, set by user space before load: 1 s / rate, and (burst - 1) *
+ * that. Interval 0: no budget (every event is sent). */
+const volatile __u64 shk_event_interval_ns = 0;
+const volatile __u64 shk_event_tolerance_ns = 0;
+
 /* Export the ABI types for bpf2go. */
 const struct shk_event *unused_event __attribute__((unused));
 
@@ -45,6 +94,52 @@ static __always_inline void count(__u32 session, __u32 reason)
 		*c += 1;
 }
 
+static __always_inline void stat_add(__u32 key)
+{
+	__u64 *c = bpf_map_lookup_elem(&shk_stats, &key);
+
+	if (c)
+		*c += 1;
+}
+
+/* The budget bucket of a denial: 1 for what others do to the session, 0
+ * for its own attempts. */
+static __always_inline __u32 budget_bucket(__u32 reason)
+{
+	return reason == SHK_REASON_NO_INBOUND || reason == SHK_REASON_FLOW_REVOKED;
+}
+
+/* Whether session may send one more event of this reason now (and if so,
+ * takes it); if not, counts it suppressed. */
+static __always_inline int event_budget(__u32 session, __u32 reason)
+{
+	struct shk_budget *b;
+	__u64 now, tat, base, *n;
+	__u32 key = session * 2 + budget_bucket(reason);
+
+	if (!shk_event_interval_ns)
+		return 1;
+	b = bpf_map_lookup_elem(&shk_budgets, &key);
+	if (!b)
+		goto suppress; /* no such index: nothing to charge, nothing sent */
+	now = bpf_ktime_get_ns();
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		tat = *(volatile __u64 *)&b->tat;
+		base = tat > now ? tat : now;
+		if (base - now > shk_event_tolerance_ns)
+			goto suppress;
+		if (__sync_val_compare_and_swap(&b->tat, tat, base + shk_event_interval_ns) == tat)
+			return 1;
+	}
+suppress:
+	n = bpf_map_lookup_elem(&shk_suppressed, &session);
+	if (n)
+		*n += 1;
+	stat_add(SHK_STAT_EVENTS_SUPPRESSED);
+	return 0;
+}
+
 static __always_inline void report(__u64 cgid, __u32 session, __u32 pid, __u32 reason,
 				   __u16 family, __u8 proto, __u16 dport, const __u32 *daddr,
 				   int nwords, int with_comm)
@@ -52,13 +147,11 @@ static __always_inline void report(__u64 cgid, __u32 session, __u32 pid, __u32 r
 	struct shk_event *e;
 
 	count(session, reason);
+	if (!event_budget(session, reason))
+		return;
 	e = bpf_ringbuf_reserve(&shk_events, sizeof(*e), 0);
 	if (!e) {
-		__u32 key = SHK_STAT_RINGBUF_DROPS;
-		__u64 *c = bpf_map_lookup_elem(&shk_stats, &key);
-
-		if (c)
-			*c += 1;
+		stat_add(SHK_STAT_RINGBUF_DROPS);
 		return;
 	}
 	__builtin_memset(e, 0, sizeof(*e));

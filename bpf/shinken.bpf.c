@@ -53,7 +53,8 @@
  *   quota.bpf.h        shk_quotas, shk_max_socks|ports: per-session socket and
  *                      port-hold limits
  *   dns.bpf.h          shk_settings, redirecting DNS to the resolver
- *   events.bpf.h       shk_counters, shk_stats, shk_events: count(), report()
+ *   events.bpf.h       shk_counters, shk_stats, shk_events, shk_budgets,
+ *                      shk_suppressed: count(), report(), the event budget
  *   core.bpf.h         the kernel structures read with CO-RE
  *
  * A new hook (cgroup/dev, BPF LSM) is a new family file that includes

@@ -245,8 +245,17 @@ struct shk_quota {
 	__s32 ports; /* port holds its sockets have (ports.bpf.h), one per socket */
 };
 
+/* Value of shk_budgets, keyed by session index (0: what no session owns)
+ * * 2 + bucket: one of the session's two denial-event budgets (events.bpf.h),
+ * a GCRA token bucket in one word. Set by the kernel programs; user space zeroes it when it issues
+ * the index. */
+struct shk_budget {
+	__u64 tat; /* theoretical arrival time of the next event (bpf_ktime_get_ns) */
+};
+
 /* Global statistics (per-CPU array shk_stats). */
 enum shk_stat {
 	SHK_STAT_RINGBUF_DROPS = 0,
+	SHK_STAT_EVENTS_SUPPRESSED = 1, /* denial events past their session's budget (counted, not sent) */
 	SHK_NR_STATS = 4,
 };

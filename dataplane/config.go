@@ -42,6 +42,15 @@ type Config struct {
 	// past it bind() and the unconnected send fail with EPERM, a listen on
 	// an autobound port is reported. Default DefaultMaxPortsPerSession.
 	MaxPortsPerSession uint32
+	// DenialEventRate and DenialEventBurst are each session's budget of
+	// denial events (bpf/events.bpf.h): at most DenialEventBurst at once
+	// and DenialEventRate a second after that reach the event ring, from
+	// all its processes and CPUs together; the denials past it are still
+	// counted (Counters) and the events not sent are counted too
+	// (EventsSuppressed). Defaults DefaultDenialEventRate and
+	// DefaultDenialEventBurst.
+	DenialEventRate  uint32
+	DenialEventBurst uint32
 	// ExpiryInterval is how often the collector removes rules past their
 	// expiry (the kernel already ignores them). Default 1s; at most 1m.
 	ExpiryInterval time.Duration
@@ -109,6 +118,13 @@ const (
 
 	DefaultMaxSocketsPerSession = 4096
 	DefaultMaxPortsPerSession   = 1024
+
+	// A session's denial events a second, and at once: far more than a
+	// program that meets a refusal and reports it ever makes, far less
+	// than a flood of refused sends (hundreds of thousands a second) that
+	// would otherwise all go to the agent.
+	DefaultDenialEventRate  = 100
+	DefaultDenialEventBurst = 500
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
@@ -147,6 +163,12 @@ func (c *Config) setDefaults() {
 	if c.MaxPortsPerSession == 0 {
 		c.MaxPortsPerSession = DefaultMaxPortsPerSession
 	}
+	if c.DenialEventRate == 0 {
+		c.DenialEventRate = DefaultDenialEventRate
+	}
+	if c.DenialEventBurst == 0 {
+		c.DenialEventBurst = DefaultDenialEventBurst
+	}
 	if c.ExpiryInterval == 0 {
 		c.ExpiryInterval = time.Second
 	}
@@ -180,6 +202,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxSocketsPerSession > 1<<20 || c.MaxPortsPerSession > 1<<16 {
 		return fmt.Errorf("dataplane config: sockets per session %d out of [1, 2^20] or ports per session %d out of [1, 65536]", c.MaxSocketsPerSession, c.MaxPortsPerSession)
+	}
+	if c.DenialEventRate > 1e6 || c.DenialEventBurst > 1e6 {
+		return fmt.Errorf("dataplane config: denial events per session %d a second, burst %d: each out of [1, 1000000]", c.DenialEventRate, c.DenialEventBurst)
 	}
 	if c.ExpiryInterval < 10*time.Millisecond || c.ExpiryInterval > time.Minute {
 		return fmt.Errorf("dataplane config: expiry interval %s out of [10ms, 1m]", c.ExpiryInterval)

@@ -168,17 +168,19 @@ func (d *Dataplane) open() error {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
 	sizes := map[string]uint32{
-		"shk_sessions": d.cfg.MaxSessions,
-		"shk_handles":  d.cfg.MaxHandles,
-		"shk_egress4":  d.cfg.MaxEgress4,
-		"shk_egress6":  d.cfg.MaxEgress6,
-		"shk_exact4":   d.cfg.MaxEgress4,
-		"shk_exact6":   d.cfg.MaxEgress6,
-		"shk_counters": d.cfg.MaxSessions * NumReasons,
-		"shk_quotas":   d.cfg.MaxSessions,
-		"shk_events":   d.cfg.EventRingBytes,
-		"shk_flows":    d.cfg.MaxFlows,
-		"shk_ports":    uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
+		"shk_sessions":   d.cfg.MaxSessions,
+		"shk_handles":    d.cfg.MaxHandles,
+		"shk_egress4":    d.cfg.MaxEgress4,
+		"shk_egress6":    d.cfg.MaxEgress6,
+		"shk_exact4":     d.cfg.MaxEgress4,
+		"shk_exact6":     d.cfg.MaxEgress6,
+		"shk_counters":   d.cfg.MaxSessions * NumReasons,
+		"shk_quotas":     d.cfg.MaxSessions,
+		"shk_budgets":    d.cfg.MaxSessions * 2,
+		"shk_suppressed": d.cfg.MaxSessions,
+		"shk_events":     d.cfg.EventRingBytes,
+		"shk_flows":      d.cfg.MaxFlows,
+		"shk_ports":      uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
@@ -204,6 +206,9 @@ func (d *Dataplane) open() error {
 	}
 	if err := spec.Variables["shk_max_ports"].Set(d.cfg.MaxPortsPerSession); err != nil {
 		return fmt.Errorf("configure port limit: %w", err)
+	}
+	if err := d.setEventBudget(spec.Variables); err != nil {
+		return err
 	}
 	if err := spec.Variables["shk_skb_task_info"].Set(boolU32(skbTaskInfo())); err != nil {
 		return fmt.Errorf("configure packet-denial task info: %w", err)

@@ -88,9 +88,13 @@ func (d *Dataplane) loadExecLSM() error {
 	if err := spec.Variables["shk_session_level"].Set(uint32(d.level)); err != nil {
 		return fmt.Errorf("configure session level: %w", err)
 	}
+	if err := d.setEventBudget(spec.Variables); err != nil {
+		return err
+	}
 	shared := map[string]*ebpf.Map{
 		"shk_sessions": d.objs.ShkSessions, "shk_handles": d.objs.ShkHandles,
 		"shk_counters": d.objs.ShkCounters, "shk_stats": d.objs.ShkStats, "shk_events": d.objs.ShkEvents,
+		"shk_budgets": d.objs.ShkBudgets, "shk_suppressed": d.objs.ShkSuppressed,
 	}
 	for n, m := range shared {
 		spec.Maps[n].MaxEntries = m.MaxEntries()

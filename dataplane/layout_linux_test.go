@@ -27,6 +27,7 @@ func TestABILayout(t *testing.T) {
 		{"shk_deny4_key", shkShkDeny4Key{}, 8},
 		{"shk_deny6_key", shkShkDeny6Key{}, 20},
 		{"shk_quota", shkShkQuota{}, 8},
+		{"shk_budget", shkShkBudget{}, 8},
 		{"shk_fs_key", shkfsShkFsKey{}, 16},
 		{"shk_fs_rule", shkfsShkFsRule{}, 16},
 		{"shk_fs_value", shkfsShkFsValue{}, 8 + 8*16},

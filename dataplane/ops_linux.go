@@ -73,7 +73,7 @@ func (d *Dataplane) zeroCounters(idx uint32) error {
 			return fmt.Errorf("reset counters: %w", err)
 		}
 	}
-	return nil
+	return d.zeroBudget(idx)
 }
 
 // DestroySession revokes the session's kernel identity first (its processes

@@ -26,6 +26,7 @@ func (d *Dataplane) probe() backend.Report {
 	r.Facts["flow_mode"] = d.cfg.FlowMode.String()
 	r.Facts["session_pids_max"] = d.pidsMaxFact()
 	r.Facts["flow_mode_means"] = FlowModeMeans(d.cfg.FlowMode)
+	r.Facts["denial_event_budget"] = d.EventBudget()
 	lsms, lsmErr := os.ReadFile("/sys/kernel/security/lsm")
 	if lsmErr == nil {
 		r.Facts["lsm"] = strings.TrimSpace(string(lsms))

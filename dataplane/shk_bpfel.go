@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shkShkBudget struct {
+	_   structs.HostLayout
+	Tat uint64
+}
+
 type shkShkConfig struct {
 	_       structs.HostLayout
 	DnsPort uint16
@@ -185,53 +190,57 @@ type shkShkSock struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shkMapShkCounters      = "shk_counters"
-	shkMapShkDeny4         = "shk_deny4"
-	shkMapShkDeny6         = "shk_deny6"
-	shkMapShkEgress4       = "shk_egress4"
-	shkMapShkEgress6       = "shk_egress6"
-	shkMapShkEvents        = "shk_events"
-	shkMapShkExact4        = "shk_exact4"
-	shkMapShkExact6        = "shk_exact6"
-	shkMapShkFlows         = "shk_flows"
-	shkMapShkHandles       = "shk_handles"
-	shkMapShkLastconns     = "shk_lastconns"
-	shkMapShkNever4        = "shk_never4"
-	shkMapShkNever6        = "shk_never6"
-	shkMapShkNeverOks      = "shk_never_oks"
-	shkMapShkPortUsed      = "shk_port_used"
-	shkMapShkPorts         = "shk_ports"
-	shkMapShkQuotas        = "shk_quotas"
-	shkMapShkSessions      = "shk_sessions"
-	shkMapShkSettings      = "shk_settings"
-	shkMapShkSocks         = "shk_socks"
-	shkMapShkStats         = "shk_stats"
-	shkProgShkConnect4     = "shk_connect4"
-	shkProgShkConnect6     = "shk_connect6"
-	shkProgShkGetpeername4 = "shk_getpeername4"
-	shkProgShkGetpeername6 = "shk_getpeername6"
-	shkProgShkHoldTcp      = "shk_hold_tcp"
-	shkProgShkHoldUdp      = "shk_hold_udp"
-	shkProgShkPostBind4    = "shk_post_bind4"
-	shkProgShkPostBind6    = "shk_post_bind6"
-	shkProgShkRecvmsg4     = "shk_recvmsg4"
-	shkProgShkRecvmsg6     = "shk_recvmsg6"
-	shkProgShkSendmsg4     = "shk_sendmsg4"
-	shkProgShkSendmsg6     = "shk_sendmsg6"
-	shkProgShkSkLookup     = "shk_sk_lookup"
-	shkProgShkSkbEgress    = "shk_skb_egress"
-	shkProgShkSkbIngress   = "shk_skb_ingress"
-	shkProgShkSockCreate   = "shk_sock_create"
-	shkProgShkSockRelease  = "shk_sock_release"
-	shkProgShkSockops      = "shk_sockops"
-	shkProgShkSweepTcp     = "shk_sweep_tcp"
-	shkProgShkSweepUdp     = "shk_sweep_udp"
-	shkVarShkFlowMode      = "shk_flow_mode"
-	shkVarShkMaxPorts      = "shk_max_ports"
-	shkVarShkMaxSocks      = "shk_max_socks"
-	shkVarShkSessionLevel  = "shk_session_level"
-	shkVarShkSkbTaskInfo   = "shk_skb_task_info"
-	shkVarUnusedEvent      = "unused_event"
+	shkMapShkBudgets          = "shk_budgets"
+	shkMapShkCounters         = "shk_counters"
+	shkMapShkDeny4            = "shk_deny4"
+	shkMapShkDeny6            = "shk_deny6"
+	shkMapShkEgress4          = "shk_egress4"
+	shkMapShkEgress6          = "shk_egress6"
+	shkMapShkEvents           = "shk_events"
+	shkMapShkExact4           = "shk_exact4"
+	shkMapShkExact6           = "shk_exact6"
+	shkMapShkFlows            = "shk_flows"
+	shkMapShkHandles          = "shk_handles"
+	shkMapShkLastconns        = "shk_lastconns"
+	shkMapShkNever4           = "shk_never4"
+	shkMapShkNever6           = "shk_never6"
+	shkMapShkNeverOks         = "shk_never_oks"
+	shkMapShkPortUsed         = "shk_port_used"
+	shkMapShkPorts            = "shk_ports"
+	shkMapShkQuotas           = "shk_quotas"
+	shkMapShkSessions         = "shk_sessions"
+	shkMapShkSettings         = "shk_settings"
+	shkMapShkSocks            = "shk_socks"
+	shkMapShkStats            = "shk_stats"
+	shkMapShkSuppressed       = "shk_suppressed"
+	shkProgShkConnect4        = "shk_connect4"
+	shkProgShkConnect6        = "shk_connect6"
+	shkProgShkGetpeername4    = "shk_getpeername4"
+	shkProgShkGetpeername6    = "shk_getpeername6"
+	shkProgShkHoldTcp         = "shk_hold_tcp"
+	shkProgShkHoldUdp         = "shk_hold_udp"
+	shkProgShkPostBind4       = "shk_post_bind4"
+	shkProgShkPostBind6       = "shk_post_bind6"
+	shkProgShkRecvmsg4        = "shk_recvmsg4"
+	shkProgShkRecvmsg6        = "shk_recvmsg6"
+	shkProgShkSendmsg4        = "shk_sendmsg4"
+	shkProgShkSendmsg6        = "shk_sendmsg6"
+	shkProgShkSkLookup        = "shk_sk_lookup"
+	shkProgShkSkbEgress       = "shk_skb_egress"
+	shkProgShkSkbIngress      = "shk_skb_ingress"
+	shkProgShkSockCreate      = "shk_sock_create"
+	shkProgShkSockRelease     = "shk_sock_release"
+	shkProgShkSockops         = "shk_sockops"
+	shkProgShkSweepTcp        = "shk_sweep_tcp"
+	shkProgShkSweepUdp        = "shk_sweep_udp"
+	shkVarShkEventIntervalNs  = "shk_event_interval_ns"
+	shkVarShkEventToleranceNs = "shk_event_tolerance_ns"
+	shkVarShkFlowMode         = "shk_flow_mode"
+	shkVarShkMaxPorts         = "shk_max_ports"
+	shkVarShkMaxSocks         = "shk_max_socks"
+	shkVarShkSessionLevel     = "shk_session_level"
+	shkVarShkSkbTaskInfo      = "shk_skb_task_info"
+	shkVarUnusedEvent         = "unused_event"
 )
 
 // loadShk returns the embedded CollectionSpec for shk.
@@ -302,39 +311,43 @@ type shkProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkMapSpecs struct {
-	ShkCounters  *ebpf.MapSpec `ebpf:"shk_counters"`
-	ShkDeny4     *ebpf.MapSpec `ebpf:"shk_deny4"`
-	ShkDeny6     *ebpf.MapSpec `ebpf:"shk_deny6"`
-	ShkEgress4   *ebpf.MapSpec `ebpf:"shk_egress4"`
-	ShkEgress6   *ebpf.MapSpec `ebpf:"shk_egress6"`
-	ShkEvents    *ebpf.MapSpec `ebpf:"shk_events"`
-	ShkExact4    *ebpf.MapSpec `ebpf:"shk_exact4"`
-	ShkExact6    *ebpf.MapSpec `ebpf:"shk_exact6"`
-	ShkFlows     *ebpf.MapSpec `ebpf:"shk_flows"`
-	ShkHandles   *ebpf.MapSpec `ebpf:"shk_handles"`
-	ShkLastconns *ebpf.MapSpec `ebpf:"shk_lastconns"`
-	ShkNever4    *ebpf.MapSpec `ebpf:"shk_never4"`
-	ShkNever6    *ebpf.MapSpec `ebpf:"shk_never6"`
-	ShkNeverOks  *ebpf.MapSpec `ebpf:"shk_never_oks"`
-	ShkPortUsed  *ebpf.MapSpec `ebpf:"shk_port_used"`
-	ShkPorts     *ebpf.MapSpec `ebpf:"shk_ports"`
-	ShkQuotas    *ebpf.MapSpec `ebpf:"shk_quotas"`
-	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
-	ShkSettings  *ebpf.MapSpec `ebpf:"shk_settings"`
-	ShkSocks     *ebpf.MapSpec `ebpf:"shk_socks"`
-	ShkStats     *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
+	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkDeny4      *ebpf.MapSpec `ebpf:"shk_deny4"`
+	ShkDeny6      *ebpf.MapSpec `ebpf:"shk_deny6"`
+	ShkEgress4    *ebpf.MapSpec `ebpf:"shk_egress4"`
+	ShkEgress6    *ebpf.MapSpec `ebpf:"shk_egress6"`
+	ShkEvents     *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkExact4     *ebpf.MapSpec `ebpf:"shk_exact4"`
+	ShkExact6     *ebpf.MapSpec `ebpf:"shk_exact6"`
+	ShkFlows      *ebpf.MapSpec `ebpf:"shk_flows"`
+	ShkHandles    *ebpf.MapSpec `ebpf:"shk_handles"`
+	ShkLastconns  *ebpf.MapSpec `ebpf:"shk_lastconns"`
+	ShkNever4     *ebpf.MapSpec `ebpf:"shk_never4"`
+	ShkNever6     *ebpf.MapSpec `ebpf:"shk_never6"`
+	ShkNeverOks   *ebpf.MapSpec `ebpf:"shk_never_oks"`
+	ShkPortUsed   *ebpf.MapSpec `ebpf:"shk_port_used"`
+	ShkPorts      *ebpf.MapSpec `ebpf:"shk_ports"`
+	ShkQuotas     *ebpf.MapSpec `ebpf:"shk_quotas"`
+	ShkSessions   *ebpf.MapSpec `ebpf:"shk_sessions"`
+	ShkSettings   *ebpf.MapSpec `ebpf:"shk_settings"`
+	ShkSocks      *ebpf.MapSpec `ebpf:"shk_socks"`
+	ShkStats      *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkSuppressed *ebpf.MapSpec `ebpf:"shk_suppressed"`
 }
 
 // shkVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkVariableSpecs struct {
-	ShkFlowMode     *ebpf.VariableSpec `ebpf:"shk_flow_mode"`
-	ShkMaxPorts     *ebpf.VariableSpec `ebpf:"shk_max_ports"`
-	ShkMaxSocks     *ebpf.VariableSpec `ebpf:"shk_max_socks"`
-	ShkSessionLevel *ebpf.VariableSpec `ebpf:"shk_session_level"`
-	ShkSkbTaskInfo  *ebpf.VariableSpec `ebpf:"shk_skb_task_info"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	ShkEventIntervalNs  *ebpf.VariableSpec `ebpf:"shk_event_interval_ns"`
+	ShkEventToleranceNs *ebpf.VariableSpec `ebpf:"shk_event_tolerance_ns"`
+	ShkFlowMode         *ebpf.VariableSpec `ebpf:"shk_flow_mode"`
+	ShkMaxPorts         *ebpf.VariableSpec `ebpf:"shk_max_ports"`
+	ShkMaxSocks         *ebpf.VariableSpec `ebpf:"shk_max_socks"`
+	ShkSessionLevel     *ebpf.VariableSpec `ebpf:"shk_session_level"`
+	ShkSkbTaskInfo      *ebpf.VariableSpec `ebpf:"shk_skb_task_info"`
+	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
 // shkObjects contains all objects after they have been loaded into the kernel.
@@ -357,31 +370,34 @@ func (o *shkObjects) Close() error {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkMaps struct {
-	ShkCounters  *ebpf.Map `ebpf:"shk_counters"`
-	ShkDeny4     *ebpf.Map `ebpf:"shk_deny4"`
-	ShkDeny6     *ebpf.Map `ebpf:"shk_deny6"`
-	ShkEgress4   *ebpf.Map `ebpf:"shk_egress4"`
-	ShkEgress6   *ebpf.Map `ebpf:"shk_egress6"`
-	ShkEvents    *ebpf.Map `ebpf:"shk_events"`
-	ShkExact4    *ebpf.Map `ebpf:"shk_exact4"`
-	ShkExact6    *ebpf.Map `ebpf:"shk_exact6"`
-	ShkFlows     *ebpf.Map `ebpf:"shk_flows"`
-	ShkHandles   *ebpf.Map `ebpf:"shk_handles"`
-	ShkLastconns *ebpf.Map `ebpf:"shk_lastconns"`
-	ShkNever4    *ebpf.Map `ebpf:"shk_never4"`
-	ShkNever6    *ebpf.Map `ebpf:"shk_never6"`
-	ShkNeverOks  *ebpf.Map `ebpf:"shk_never_oks"`
-	ShkPortUsed  *ebpf.Map `ebpf:"shk_port_used"`
-	ShkPorts     *ebpf.Map `ebpf:"shk_ports"`
-	ShkQuotas    *ebpf.Map `ebpf:"shk_quotas"`
-	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
-	ShkSettings  *ebpf.Map `ebpf:"shk_settings"`
-	ShkSocks     *ebpf.Map `ebpf:"shk_socks"`
-	ShkStats     *ebpf.Map `ebpf:"shk_stats"`
+	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
+	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
+	ShkDeny4      *ebpf.Map `ebpf:"shk_deny4"`
+	ShkDeny6      *ebpf.Map `ebpf:"shk_deny6"`
+	ShkEgress4    *ebpf.Map `ebpf:"shk_egress4"`
+	ShkEgress6    *ebpf.Map `ebpf:"shk_egress6"`
+	ShkEvents     *ebpf.Map `ebpf:"shk_events"`
+	ShkExact4     *ebpf.Map `ebpf:"shk_exact4"`
+	ShkExact6     *ebpf.Map `ebpf:"shk_exact6"`
+	ShkFlows      *ebpf.Map `ebpf:"shk_flows"`
+	ShkHandles    *ebpf.Map `ebpf:"shk_handles"`
+	ShkLastconns  *ebpf.Map `ebpf:"shk_lastconns"`
+	ShkNever4     *ebpf.Map `ebpf:"shk_never4"`
+	ShkNever6     *ebpf.Map `ebpf:"shk_never6"`
+	ShkNeverOks   *ebpf.Map `ebpf:"shk_never_oks"`
+	ShkPortUsed   *ebpf.Map `ebpf:"shk_port_used"`
+	ShkPorts      *ebpf.Map `ebpf:"shk_ports"`
+	ShkQuotas     *ebpf.Map `ebpf:"shk_quotas"`
+	ShkSessions   *ebpf.Map `ebpf:"shk_sessions"`
+	ShkSettings   *ebpf.Map `ebpf:"shk_settings"`
+	ShkSocks      *ebpf.Map `ebpf:"shk_socks"`
+	ShkStats      *ebpf.Map `ebpf:"shk_stats"`
+	ShkSuppressed *ebpf.Map `ebpf:"shk_suppressed"`
 }
 
 func (m *shkMaps) Close() error {
 	return _ShkClose(
+		m.ShkBudgets,
 		m.ShkCounters,
 		m.ShkDeny4,
 		m.ShkDeny6,
@@ -403,6 +419,7 @@ func (m *shkMaps) Close() error {
 		m.ShkSettings,
 		m.ShkSocks,
 		m.ShkStats,
+		m.ShkSuppressed,
 	)
 }
 
@@ -410,12 +427,14 @@ func (m *shkMaps) Close() error {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkVariables struct {
-	ShkFlowMode     *ebpf.Variable `ebpf:"shk_flow_mode"`
-	ShkMaxPorts     *ebpf.Variable `ebpf:"shk_max_ports"`
-	ShkMaxSocks     *ebpf.Variable `ebpf:"shk_max_socks"`
-	ShkSessionLevel *ebpf.Variable `ebpf:"shk_session_level"`
-	ShkSkbTaskInfo  *ebpf.Variable `ebpf:"shk_skb_task_info"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	ShkEventIntervalNs  *ebpf.Variable `ebpf:"shk_event_interval_ns"`
+	ShkEventToleranceNs *ebpf.Variable `ebpf:"shk_event_tolerance_ns"`
+	ShkFlowMode         *ebpf.Variable `ebpf:"shk_flow_mode"`
+	ShkMaxPorts         *ebpf.Variable `ebpf:"shk_max_ports"`
+	ShkMaxSocks         *ebpf.Variable `ebpf:"shk_max_socks"`
+	ShkSessionLevel     *ebpf.Variable `ebpf:"shk_session_level"`
+	ShkSkbTaskInfo      *ebpf.Variable `ebpf:"shk_skb_task_info"`
+	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
 }
 
 // shkPrograms contains all programs after they have been loaded into the kernel.

@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shkexecShkBudget struct {
+	_   structs.HostLayout
+	Tat uint64
+}
+
 type shkexecShkExecKey struct {
 	_       structs.HostLayout
 	Session uint32
@@ -52,19 +57,23 @@ type shkexecShkSession struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shkexecMapShkCounters     = "shk_counters"
-	shkexecMapShkEvents       = "shk_events"
-	shkexecMapShkExecFiles    = "shk_exec_files"
-	shkexecMapShkExecGated    = "shk_exec_gated"
-	shkexecMapShkExecOn       = "shk_exec_on"
-	shkexecMapShkHandles      = "shk_handles"
-	shkexecMapShkSessions     = "shk_sessions"
-	shkexecMapShkStats        = "shk_stats"
-	shkexecProgShkBprmCheck   = "shk_bprm_check"
-	shkexecVarShkSessionLevel = "shk_session_level"
-	shkexecVarUnusedEvent     = "unused_event"
-	shkexecVarUnusedExecKey   = "unused_exec_key"
-	shkexecVarUnusedExecValue = "unused_exec_value"
+	shkexecMapShkBudgets          = "shk_budgets"
+	shkexecMapShkCounters         = "shk_counters"
+	shkexecMapShkEvents           = "shk_events"
+	shkexecMapShkExecFiles        = "shk_exec_files"
+	shkexecMapShkExecGated        = "shk_exec_gated"
+	shkexecMapShkExecOn           = "shk_exec_on"
+	shkexecMapShkHandles          = "shk_handles"
+	shkexecMapShkSessions         = "shk_sessions"
+	shkexecMapShkStats            = "shk_stats"
+	shkexecMapShkSuppressed       = "shk_suppressed"
+	shkexecProgShkBprmCheck       = "shk_bprm_check"
+	shkexecVarShkEventIntervalNs  = "shk_event_interval_ns"
+	shkexecVarShkEventToleranceNs = "shk_event_tolerance_ns"
+	shkexecVarShkSessionLevel     = "shk_session_level"
+	shkexecVarUnusedEvent         = "unused_event"
+	shkexecVarUnusedExecKey       = "unused_exec_key"
+	shkexecVarUnusedExecValue     = "unused_exec_value"
 )
 
 // loadShkexec returns the embedded CollectionSpec for shkexec.
@@ -116,24 +125,28 @@ type shkexecProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkexecMapSpecs struct {
-	ShkCounters  *ebpf.MapSpec `ebpf:"shk_counters"`
-	ShkEvents    *ebpf.MapSpec `ebpf:"shk_events"`
-	ShkExecFiles *ebpf.MapSpec `ebpf:"shk_exec_files"`
-	ShkExecGated *ebpf.MapSpec `ebpf:"shk_exec_gated"`
-	ShkExecOn    *ebpf.MapSpec `ebpf:"shk_exec_on"`
-	ShkHandles   *ebpf.MapSpec `ebpf:"shk_handles"`
-	ShkSessions  *ebpf.MapSpec `ebpf:"shk_sessions"`
-	ShkStats     *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
+	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkEvents     *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkExecFiles  *ebpf.MapSpec `ebpf:"shk_exec_files"`
+	ShkExecGated  *ebpf.MapSpec `ebpf:"shk_exec_gated"`
+	ShkExecOn     *ebpf.MapSpec `ebpf:"shk_exec_on"`
+	ShkHandles    *ebpf.MapSpec `ebpf:"shk_handles"`
+	ShkSessions   *ebpf.MapSpec `ebpf:"shk_sessions"`
+	ShkStats      *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkSuppressed *ebpf.MapSpec `ebpf:"shk_suppressed"`
 }
 
 // shkexecVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkexecVariableSpecs struct {
-	ShkSessionLevel *ebpf.VariableSpec `ebpf:"shk_session_level"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedExecKey   *ebpf.VariableSpec `ebpf:"unused_exec_key"`
-	UnusedExecValue *ebpf.VariableSpec `ebpf:"unused_exec_value"`
+	ShkEventIntervalNs  *ebpf.VariableSpec `ebpf:"shk_event_interval_ns"`
+	ShkEventToleranceNs *ebpf.VariableSpec `ebpf:"shk_event_tolerance_ns"`
+	ShkSessionLevel     *ebpf.VariableSpec `ebpf:"shk_session_level"`
+	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedExecKey       *ebpf.VariableSpec `ebpf:"unused_exec_key"`
+	UnusedExecValue     *ebpf.VariableSpec `ebpf:"unused_exec_value"`
 }
 
 // shkexecObjects contains all objects after they have been loaded into the kernel.
@@ -156,18 +169,21 @@ func (o *shkexecObjects) Close() error {
 //
 // It can be passed to loadShkexecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkexecMaps struct {
-	ShkCounters  *ebpf.Map `ebpf:"shk_counters"`
-	ShkEvents    *ebpf.Map `ebpf:"shk_events"`
-	ShkExecFiles *ebpf.Map `ebpf:"shk_exec_files"`
-	ShkExecGated *ebpf.Map `ebpf:"shk_exec_gated"`
-	ShkExecOn    *ebpf.Map `ebpf:"shk_exec_on"`
-	ShkHandles   *ebpf.Map `ebpf:"shk_handles"`
-	ShkSessions  *ebpf.Map `ebpf:"shk_sessions"`
-	ShkStats     *ebpf.Map `ebpf:"shk_stats"`
+	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
+	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
+	ShkEvents     *ebpf.Map `ebpf:"shk_events"`
+	ShkExecFiles  *ebpf.Map `ebpf:"shk_exec_files"`
+	ShkExecGated  *ebpf.Map `ebpf:"shk_exec_gated"`
+	ShkExecOn     *ebpf.Map `ebpf:"shk_exec_on"`
+	ShkHandles    *ebpf.Map `ebpf:"shk_handles"`
+	ShkSessions   *ebpf.Map `ebpf:"shk_sessions"`
+	ShkStats      *ebpf.Map `ebpf:"shk_stats"`
+	ShkSuppressed *ebpf.Map `ebpf:"shk_suppressed"`
 }
 
 func (m *shkexecMaps) Close() error {
 	return _ShkexecClose(
+		m.ShkBudgets,
 		m.ShkCounters,
 		m.ShkEvents,
 		m.ShkExecFiles,
@@ -176,6 +192,7 @@ func (m *shkexecMaps) Close() error {
 		m.ShkHandles,
 		m.ShkSessions,
 		m.ShkStats,
+		m.ShkSuppressed,
 	)
 }
 
@@ -183,10 +200,12 @@ func (m *shkexecMaps) Close() error {
 //
 // It can be passed to loadShkexecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkexecVariables struct {
-	ShkSessionLevel *ebpf.Variable `ebpf:"shk_session_level"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedExecKey   *ebpf.Variable `ebpf:"unused_exec_key"`
-	UnusedExecValue *ebpf.Variable `ebpf:"unused_exec_value"`
+	ShkEventIntervalNs  *ebpf.Variable `ebpf:"shk_event_interval_ns"`
+	ShkEventToleranceNs *ebpf.Variable `ebpf:"shk_event_tolerance_ns"`
+	ShkSessionLevel     *ebpf.Variable `ebpf:"shk_session_level"`
+	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
+	UnusedExecKey       *ebpf.Variable `ebpf:"unused_exec_key"`
+	UnusedExecValue     *ebpf.Variable `ebpf:"unused_exec_value"`
 }
 
 // shkexecPrograms contains all programs after they have been loaded into the kernel.

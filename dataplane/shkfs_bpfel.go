@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shkfsShkBudget struct {
+	_   structs.HostLayout
+	Tat uint64
+}
+
 type shkfsShkFsKey struct {
 	_       structs.HostLayout
 	Session uint32
@@ -60,29 +65,33 @@ type shkfsShkSession struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shkfsMapShkCounters        = "shk_counters"
-	shkfsMapShkEvents          = "shk_events"
-	shkfsMapShkFsInodes        = "shk_fs_inodes"
-	shkfsMapShkFsOn            = "shk_fs_on"
-	shkfsMapShkFsSessions      = "shk_fs_sessions"
-	shkfsMapShkHandles         = "shk_handles"
-	shkfsMapShkSessions        = "shk_sessions"
-	shkfsMapShkStats           = "shk_stats"
-	shkfsProgShkFileOpen       = "shk_file_open"
-	shkfsProgShkFilePermission = "shk_file_permission"
-	shkfsProgShkPathLink       = "shk_path_link"
-	shkfsProgShkPathMkdir      = "shk_path_mkdir"
-	shkfsProgShkPathMknod      = "shk_path_mknod"
-	shkfsProgShkPathRename     = "shk_path_rename"
-	shkfsProgShkPathRmdir      = "shk_path_rmdir"
-	shkfsProgShkPathSymlink    = "shk_path_symlink"
-	shkfsProgShkPathTruncate   = "shk_path_truncate"
-	shkfsProgShkPathUnlink     = "shk_path_unlink"
-	shkfsVarShkSessionLevel    = "shk_session_level"
-	shkfsVarUnusedEvent        = "unused_event"
-	shkfsVarUnusedFsKey        = "unused_fs_key"
-	shkfsVarUnusedFsSession    = "unused_fs_session"
-	shkfsVarUnusedFsValue      = "unused_fs_value"
+	shkfsMapShkBudgets          = "shk_budgets"
+	shkfsMapShkCounters         = "shk_counters"
+	shkfsMapShkEvents           = "shk_events"
+	shkfsMapShkFsInodes         = "shk_fs_inodes"
+	shkfsMapShkFsOn             = "shk_fs_on"
+	shkfsMapShkFsSessions       = "shk_fs_sessions"
+	shkfsMapShkHandles          = "shk_handles"
+	shkfsMapShkSessions         = "shk_sessions"
+	shkfsMapShkStats            = "shk_stats"
+	shkfsMapShkSuppressed       = "shk_suppressed"
+	shkfsProgShkFileOpen        = "shk_file_open"
+	shkfsProgShkFilePermission  = "shk_file_permission"
+	shkfsProgShkPathLink        = "shk_path_link"
+	shkfsProgShkPathMkdir       = "shk_path_mkdir"
+	shkfsProgShkPathMknod       = "shk_path_mknod"
+	shkfsProgShkPathRename      = "shk_path_rename"
+	shkfsProgShkPathRmdir       = "shk_path_rmdir"
+	shkfsProgShkPathSymlink     = "shk_path_symlink"
+	shkfsProgShkPathTruncate    = "shk_path_truncate"
+	shkfsProgShkPathUnlink      = "shk_path_unlink"
+	shkfsVarShkEventIntervalNs  = "shk_event_interval_ns"
+	shkfsVarShkEventToleranceNs = "shk_event_tolerance_ns"
+	shkfsVarShkSessionLevel     = "shk_session_level"
+	shkfsVarUnusedEvent         = "unused_event"
+	shkfsVarUnusedFsKey         = "unused_fs_key"
+	shkfsVarUnusedFsSession     = "unused_fs_session"
+	shkfsVarUnusedFsValue       = "unused_fs_value"
 )
 
 // loadShkfs returns the embedded CollectionSpec for shkfs.
@@ -143,6 +152,7 @@ type shkfsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkfsMapSpecs struct {
+	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
 	ShkEvents     *ebpf.MapSpec `ebpf:"shk_events"`
 	ShkFsInodes   *ebpf.MapSpec `ebpf:"shk_fs_inodes"`
@@ -151,17 +161,20 @@ type shkfsMapSpecs struct {
 	ShkHandles    *ebpf.MapSpec `ebpf:"shk_handles"`
 	ShkSessions   *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkStats      *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkSuppressed *ebpf.MapSpec `ebpf:"shk_suppressed"`
 }
 
 // shkfsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkfsVariableSpecs struct {
-	ShkSessionLevel *ebpf.VariableSpec `ebpf:"shk_session_level"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedFsKey     *ebpf.VariableSpec `ebpf:"unused_fs_key"`
-	UnusedFsSession *ebpf.VariableSpec `ebpf:"unused_fs_session"`
-	UnusedFsValue   *ebpf.VariableSpec `ebpf:"unused_fs_value"`
+	ShkEventIntervalNs  *ebpf.VariableSpec `ebpf:"shk_event_interval_ns"`
+	ShkEventToleranceNs *ebpf.VariableSpec `ebpf:"shk_event_tolerance_ns"`
+	ShkSessionLevel     *ebpf.VariableSpec `ebpf:"shk_session_level"`
+	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedFsKey         *ebpf.VariableSpec `ebpf:"unused_fs_key"`
+	UnusedFsSession     *ebpf.VariableSpec `ebpf:"unused_fs_session"`
+	UnusedFsValue       *ebpf.VariableSpec `ebpf:"unused_fs_value"`
 }
 
 // shkfsObjects contains all objects after they have been loaded into the kernel.
@@ -184,6 +197,7 @@ func (o *shkfsObjects) Close() error {
 //
 // It can be passed to loadShkfsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkfsMaps struct {
+	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
 	ShkEvents     *ebpf.Map `ebpf:"shk_events"`
 	ShkFsInodes   *ebpf.Map `ebpf:"shk_fs_inodes"`
@@ -192,10 +206,12 @@ type shkfsMaps struct {
 	ShkHandles    *ebpf.Map `ebpf:"shk_handles"`
 	ShkSessions   *ebpf.Map `ebpf:"shk_sessions"`
 	ShkStats      *ebpf.Map `ebpf:"shk_stats"`
+	ShkSuppressed *ebpf.Map `ebpf:"shk_suppressed"`
 }
 
 func (m *shkfsMaps) Close() error {
 	return _ShkfsClose(
+		m.ShkBudgets,
 		m.ShkCounters,
 		m.ShkEvents,
 		m.ShkFsInodes,
@@ -204,6 +220,7 @@ func (m *shkfsMaps) Close() error {
 		m.ShkHandles,
 		m.ShkSessions,
 		m.ShkStats,
+		m.ShkSuppressed,
 	)
 }
 
@@ -211,11 +228,13 @@ func (m *shkfsMaps) Close() error {
 //
 // It can be passed to loadShkfsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkfsVariables struct {
-	ShkSessionLevel *ebpf.Variable `ebpf:"shk_session_level"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedFsKey     *ebpf.Variable `ebpf:"unused_fs_key"`
-	UnusedFsSession *ebpf.Variable `ebpf:"unused_fs_session"`
-	UnusedFsValue   *ebpf.Variable `ebpf:"unused_fs_value"`
+	ShkEventIntervalNs  *ebpf.Variable `ebpf:"shk_event_interval_ns"`
+	ShkEventToleranceNs *ebpf.Variable `ebpf:"shk_event_tolerance_ns"`
+	ShkSessionLevel     *ebpf.Variable `ebpf:"shk_session_level"`
+	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
+	UnusedFsKey         *ebpf.Variable `ebpf:"unused_fs_key"`
+	UnusedFsSession     *ebpf.Variable `ebpf:"unused_fs_session"`
+	UnusedFsValue       *ebpf.Variable `ebpf:"unused_fs_value"`
 }
 
 // shkfsPrograms contains all programs after they have been loaded into the kernel.

@@ -79,6 +79,12 @@ type sessionDenials struct {
 	heldRecords, heldDens uint64    // held back since the last EventSuppressed
 }
 
+// ReasonEventsSuppressed is the Reason of a kernel_denial record that
+// counts a session's denials whose events the kernel's per-session event
+// budget did not send (their denials are in the kernel's counters; what
+// they were of, beyond the session, is not known).
+const ReasonEventsSuppressed = "events_suppressed"
+
 // EventSuppressed: records a session's denials would have made past its
 // per-minute ceiling (Count: the denials they held).
 const EventSuppressed EventType = "audit_suppressed"
@@ -105,7 +111,15 @@ func dstPrefix(a netip.Addr) netip.Prefix {
 }
 
 // Add counts one denial; it never blocks on the log.
-func (d *Denials) Add(x Denial) {
+func (d *Denials) Add(x Denial) { d.AddN(x, 1) }
+
+// AddN counts n denials of the same key at once (the kernel's count of
+// denial events its budget kept from the agent: one record per session and
+// interval, Reason ReasonEventsSuppressed).
+func (d *Denials) AddN(x Denial, n uint64) {
+	if n == 0 {
+		return
+	}
 	k := denialKey{typ: x.Type, class: x.Class, reason: x.Reason, proto: x.Proto, rule: x.RuleID, object: x.Object}
 	if x.Dst.IsValid() {
 		k.prefix = dstPrefix(x.Dst.Addr())
@@ -125,14 +139,14 @@ func (d *Denials) Add(x Denial) {
 				a = &denialAgg{}
 				s.keys[k] = a // one past MaxKeys per (kind, reason, proto) at most
 			}
-			a.n++
-			d.folded++
+			a.n += n
+			d.folded += n
 			return
 		}
 		a = &denialAgg{first: x.Dst}
 		s.keys[k] = a
 	}
-	a.n++
+	a.n += n
 	if x.Dst != a.first {
 		a.many = true
 	}

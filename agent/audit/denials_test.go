@@ -152,3 +152,35 @@ func TestDenialsCeiling(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
 }
+
+// TestDenialsAddN: a count of denials added at once (the kernel's
+// suppressed denial events of a session) is one record with that count,
+// beside the session's own; a second count in the interval adds to it; a
+// zero count makes no record.
+func TestDenialsAddN(t *testing.T) {
+	d := NewDenials(DenialsConfig{})
+	sup := Denial{Session: "s", Type: EventKernelDenial, Reason: ReasonEventsSuppressed, Object: "past the budget"}
+	d.AddN(sup, 0)
+	if evs := d.Flush(time.Now()); len(evs) != 0 {
+		t.Fatalf("a zero count made records: %+v", evs)
+	}
+	d.Add(kernelDenial("s", 1))
+	d.AddN(sup, 2484)
+	d.AddN(sup, 16)
+	evs := d.Flush(time.Now())
+	if len(evs) != 2 {
+		t.Fatalf("records %+v, want the denial's and the suppressed count's", evs)
+	}
+	var got *Event
+	for i := range evs {
+		if evs[i].Reason == ReasonEventsSuppressed {
+			got = &evs[i]
+		}
+	}
+	if got == nil || got.Count != 2500 || got.Resource != "past the budget" || got.Type != EventKernelDenial || got.Session != "s" {
+		t.Errorf("suppressed record %+v, want count 2500, resource the object", got)
+	}
+	if sumCounts(evs)["s"] != 2501 {
+		t.Errorf("counts %v, want 2501", sumCounts(evs))
+	}
+}

@@ -321,6 +321,15 @@ type Telemetry interface {
 	Events() (EventReader, error)
 }
 
+// SuppressedEvents is what a backend with a per-session denial-event
+// budget adds to Telemetry (the Linux dataplane: bpf/events.bpf.h): how
+// many denial events each session's budget kept from Events (their denials
+// are in Counters all the same), by session index and in all.
+type SuppressedEvents interface {
+	EventsSuppressed(index uint32) (uint64, error)
+	EventsSuppressedTotal() (uint64, error)
+}
+
 // DNS is the resolver's role: every session DNS query goes to the agent's
 // resolver, whose answers become rules.
 type DNS interface {
@@ -397,6 +406,12 @@ type Config struct {
 	// or the send fails (EPERM) and the kernel counts a socket_limit or
 	// port_limit denial. 0: the backend's defaults (Linux: 4096 and 1024).
 	SessionMaxSockets, SessionMaxPorts uint32
+	// SessionDenialEventRate and SessionDenialEventBurst are each session's
+	// budget of denial events sent to the agent (a second, and at once;
+	// Linux: once for its own attempts, once for refusals others cause);
+	// the denials past it are still counted (Counters), the events not
+	// sent counted apart. 0: the backend's defaults (Linux: 100 and 500).
+	SessionDenialEventRate, SessionDenialEventBurst uint32
 	// AcceptWeaker names session-boundary mechanisms (Report.Boundary
 	// classes) whose weaker level on this host the operator accepts; any
 	// other mechanism the host lacks makes session creation fail.

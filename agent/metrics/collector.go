@@ -32,6 +32,7 @@ type kernelCollector struct {
 	unattributed *prometheus.Desc
 	sessions     *prometheus.Desc
 	drops        *prometheus.Desc
+	suppressed   *prometheus.Desc
 	readErrors   *prometheus.Desc
 	sweeps       *prometheus.Desc
 	destroyed    *prometheus.Desc
@@ -53,8 +54,11 @@ func newKernelCollector(src Source, log *slog.Logger) *kernelCollector {
 		unattributed: prometheus.NewDesc("shinken_denials_unattributed_total",
 			"Kernel denials not tied to a live session (a cgroup under the parent that is no session).",
 			[]string{"class", "reason"}, nil),
-		sessions:   prometheus.NewDesc("shinken_sessions", "Sessions the dataplane knows.", nil, nil),
-		drops:      prometheus.NewDesc("shinken_ringbuf_drops_total", "Denial events the kernel ring buffer had no room for (their counts were kept).", nil, nil),
+		sessions: prometheus.NewDesc("shinken_sessions", "Sessions the dataplane knows.", nil, nil),
+		drops:    prometheus.NewDesc("shinken_ringbuf_drops_total", "Denial events the kernel ring buffer had no room for (their counts were kept).", nil, nil),
+		suppressed: prometheus.NewDesc("shinken_denial_events_suppressed_total",
+			"Denial events the session's in-kernel event budget kept from the agent (their denials are in shinken_denials_total).",
+			[]string{"session"}, nil),
 		readErrors: prometheus.NewDesc("shinken_dataplane_read_errors_total", "Scrape-time reads of kernel maps that failed.", nil, nil),
 		sweeps:     prometheus.NewDesc("shinken_flow_sweeps_total", "Socket sweeps run (sweep flow mode: after each revoke, at handle deadlines).", nil, nil),
 		destroyed:  prometheus.NewDesc("shinken_flow_sockets_destroyed_total", "Open session sockets the sweeps destroyed because no live grant covered their peer.", nil, nil),
@@ -69,6 +73,9 @@ func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sessions
 	ch <- c.drops
 	ch <- c.readErrors
+	if _, ok := c.src.(backend.SuppressedEvents); ok {
+		ch <- c.suppressed
+	}
 	if _, ok := c.src.(sweepSource); ok {
 		ch <- c.sweeps
 		ch <- c.destroyed
@@ -104,6 +111,10 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
+	if ss, ok := c.src.(backend.SuppressedEvents); ok {
+		c.collectSuppressed(ch, ss, sessions)
+	}
+
 	if cnt, err := c.src.Counters(0); err != nil {
 		c.fail(ch, c.unattributed, "read unattributed counters", err)
 	} else {
@@ -125,6 +136,32 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 		c.fail(ch, c.drops, "read ring-buffer drops", err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(n))
+	}
+}
+
+// collectSuppressed exports each session's suppressed denial events (none
+// read when none was suppressed at all).
+func (c *kernelCollector) collectSuppressed(ch chan<- prometheus.Metric, ss backend.SuppressedEvents, sessions []backend.Session) {
+	total, err := ss.EventsSuppressedTotal()
+	if err != nil {
+		c.fail(ch, c.suppressed, "read suppressed denial events", err)
+		return
+	}
+	if total == 0 {
+		return
+	}
+	for _, s := range sessions {
+		n, err := ss.EventsSuppressed(s.Index)
+		if errors.Is(err, backend.ErrSessionNotFound) {
+			continue
+		}
+		if err != nil {
+			c.fail(ch, c.suppressed, "read suppressed denial events of "+s.Name, err)
+			continue
+		}
+		if n != 0 {
+			ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(n), s.Name)
+		}
 	}
 }
 

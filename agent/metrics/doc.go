@@ -15,6 +15,7 @@
 //	shinken_denials_unattributed_total{class,reason} counter  denials the kernel could not tie to a session (index 0)
 //	shinken_sessions                                 gauge    sessions the dataplane knows
 //	shinken_ringbuf_drops_total                      counter  denial events the ring buffer had no room for
+//	shinken_denial_events_suppressed_total{session}  counter  denial events the session's in-kernel budget did not send (backends with one: backend.SuppressedEvents)
 //	shinken_dataplane_read_errors_total              counter  scrape-time kernel reads that failed
 //
 // Updated by the daemon through the methods of *Metrics:

@@ -51,6 +51,13 @@ type Config struct {
 	// socket_limit or port_limit denial.
 	SessionMaxSockets uint32 `json:"session_max_sockets"`
 	SessionMaxPorts   uint32 `json:"session_max_ports"`
+	// SessionDenialEventsPerSecond and SessionDenialEventBurst are each
+	// session's in-kernel budget of denial events sent to the agent (0: the
+	// defaults, 100 a second and 500 at once); past it the denials are
+	// still counted in shinken_denials_total, the events not sent in
+	// shinken_denial_events_suppressed_total and the audit log.
+	SessionDenialEventsPerSecond uint32 `json:"session_denial_events_per_second"`
+	SessionDenialEventBurst      uint32 `json:"session_denial_event_burst"`
 	// AuditDenialBytesPerMinute is each session's ceiling on denial records
 	// in the audit log (0: 256 KiB); past it they are held back and counted
 	// in audit_suppressed records.
@@ -192,6 +199,7 @@ func (c Config) backendConfig() backend.Config {
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
 		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries,
 		SessionMaxSockets: c.SessionMaxSockets, SessionMaxPorts: c.SessionMaxPorts,
+		SessionDenialEventRate: c.SessionDenialEventsPerSecond, SessionDenialEventBurst: c.SessionDenialEventBurst,
 		// The agent's own files are credential locations to a session:
 		// no file grant opens them.
 		FileNeverExtra: []string{c.StateDir, c.PolicyDir, filepath.Dir(c.Socket)},

@@ -406,6 +406,9 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 	d.log.Info("shinken-agent ready", "adopted", facts["adopted"], "sessions", len(sessions), "socket", d.cfg.Socket,
 		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", facts["cgroup_parent"], "pins", d.cfg.PinPath)
 	d.log.Info("open flows", "flow_mode", facts["flow_mode"], "means", facts["flow_mode_means"])
+	if b, ok := facts["denial_event_budget"]; ok {
+		d.log.Info("denial events", "budget", b)
+	}
 	for _, e := range d.ag.Enforcement() {
 		d.log.Info("enforcement", "class", e.Class, "grantable", e.Grantable, "level", e.Level, "mechanism", e.Mechanism, "reason", e.Reason)
 	}

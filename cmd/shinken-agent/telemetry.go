@@ -25,6 +25,7 @@ type auditState struct {
 	den  *audit.Denials
 	vmu  sync.Mutex
 	mark audit.Mark // where the last verification that passed ended
+	sup  suppressedSeen
 }
 
 func (d *daemon) openAudit() error {
@@ -40,6 +41,7 @@ func (d *daemon) openAudit() error {
 	d.sink.audit = d.auditAgentEvent
 	d.sink.kernelDenial = d.auditKernelDenial
 	d.sink.commit = d.commitAudit
+	d.addSuppressed() // the baseline: what was suppressed before this daemon
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
 }
@@ -224,6 +226,7 @@ func (d *daemon) flushDenials() {
 	if d.audit == nil {
 		return
 	}
+	d.addSuppressed()
 	evs := d.audit.den.Flush(time.Now())
 	if len(evs) == 0 {
 		return

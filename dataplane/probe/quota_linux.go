@@ -19,12 +19,17 @@ import (
 //	nconn NAME N IP PORT            N UDP sockets connected to IP+i:PORT
 //	closen NAME K                   close K of NAME's sockets
 //	dupclose NAME                   dup each of NAME's sockets and close the dups
+//
+// and denyflood (flood_linux.go), a flood of refused sends.
 func (p *prober) quotaCmd(f []string) (string, bool) {
 	arg := func(i int) string {
 		if i < len(f) {
 			return f[i]
 		}
 		return ""
+	}
+	if arg(0) == "denyflood" {
+		return denyFlood(f), true
 	}
 	n, _ := strconv.Atoi(arg(2))
 	name := arg(1)

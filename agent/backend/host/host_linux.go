@@ -18,7 +18,8 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs,
 		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), FileNeverFixed: boundary.FixedFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
 	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries,
-		MaxSocketsPerSession: cfg.SessionMaxSockets, MaxPortsPerSession: cfg.SessionMaxPorts}
+		MaxSocketsPerSession: cfg.SessionMaxSockets, MaxPortsPerSession: cfg.SessionMaxPorts,
+		DenialEventRate: cfg.SessionDenialEventRate, DenialEventBurst: cfg.SessionDenialEventBurst}
 	return dc, dc.Check()
 }
 
