@@ -27,11 +27,14 @@ check-generated: generate
 	@test -z "$$(git status --porcelain --untracked-files=all -- '*_bpfel.go' '*_bpfel.o')" || (echo "untracked generated files" >&2; exit 1)
 
 # The test suite: root, real kernel, real cgroups, sockets and BPF maps.
+# The dataplane package alone takes several minutes on a 2-core machine,
+# near go test's default limit of 10 minutes per package under load.
 test: deps
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 
-# The dataplane tests again, inside a qemu VM booted from Debian 12's own
-# kernel (6.1: packet flow mode); CI runs this too. About 3 minutes.
+# The dataplane and session boundary tests again, inside a qemu VM booted
+# from Debian 12's own kernel (6.1: packet flow mode, BPF LSM active); CI
+# runs this too. About 20 to 30 minutes under software emulation.
 test-vm: deps
 	.ci/vmtest
 
