@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -80,42 +79,18 @@ func (d *Dataplane) loadExecLSM() error {
 	if err != nil {
 		return fmt.Errorf("load exec LSM spec: %w", err)
 	}
-	spec.Maps["shk_exec_files"].MaxEntries = pinnedSetEntries
-	spec.Maps["shk_exec_gated"].MaxEntries = d.cfg.MaxSessions
-	for _, n := range []string{"shk_exec_files", "shk_exec_gated", "shk_exec_on"} {
-		spec.Maps[n].Pinning = ebpf.PinByName
-	}
-	if err := spec.Variables["shk_session_level"].Set(uint32(d.level)); err != nil {
-		return fmt.Errorf("configure session level: %w", err)
-	}
-	if err := d.setEventBudget(spec.Variables); err != nil {
-		return err
-	}
-	shared := map[string]*ebpf.Map{
-		"shk_sessions": d.objs.ShkSessions, "shk_handles": d.objs.ShkHandles,
-		"shk_counters": d.objs.ShkCounters, "shk_stats": d.objs.ShkStats, "shk_events": d.objs.ShkEvents,
-		"shk_budgets": d.objs.ShkBudgets, "shk_suppressed": d.objs.ShkSuppressed,
-	}
-	for n, m := range shared {
-		spec.Maps[n].MaxEntries = m.MaxEntries()
-	}
 	objs := &shkexecObjects{}
-	if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}, MapReplacements: shared}); err != nil {
+	own := map[string]uint32{"shk_exec_files": pinnedSetEntries, "shk_exec_gated": d.cfg.MaxSessions, "shk_exec_on": 0}
+	if err := d.loadLSMObject(spec, own, objs); err != nil {
 		return fmt.Errorf("load exec LSM program: %w", err)
 	}
 	x.objs = objs
-	l, err := link.AttachLSM(link.LSMOptions{Program: objs.ShkBprmCheck})
+	l, err := d.attachLSM(objs.ShkBprmCheck, "bprm_check_security", execLSMLink)
+	if l != nil {
+		x.link = l
+	}
 	if err != nil {
-		return fmt.Errorf("attach lsm/bprm_check_security: %w", err)
-	}
-	x.link = l
-	pin := filepath.Join(d.cfg.PinPath, "links", execLSMLink)
-	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
-		old.Unpin()
-		old.Close()
-	}
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("pin lsm/bprm_check_security: %w", err)
+		return err
 	}
 	// What a previous agent wrote: the difference is written from it.
 	var (

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -102,45 +101,19 @@ func (d *Dataplane) loadFSLSM() error {
 	if err != nil {
 		return fmt.Errorf("load LSM spec: %w", err)
 	}
-	spec.Maps["shk_fs_inodes"].MaxEntries = pinnedSetEntries
-	spec.Maps["shk_fs_sessions"].MaxEntries = d.cfg.MaxSessions
-	for _, n := range []string{"shk_fs_inodes", "shk_fs_sessions", "shk_fs_on"} {
-		spec.Maps[n].Pinning = ebpf.PinByName
-	}
-	if err := spec.Variables["shk_session_level"].Set(uint32(d.level)); err != nil {
-		return fmt.Errorf("configure session level: %w", err)
-	}
-	if err := d.setEventBudget(spec.Variables); err != nil {
-		return err
-	}
-	shared := map[string]*ebpf.Map{
-		"shk_sessions": d.objs.ShkSessions, "shk_handles": d.objs.ShkHandles,
-		"shk_counters": d.objs.ShkCounters, "shk_stats": d.objs.ShkStats, "shk_events": d.objs.ShkEvents,
-		"shk_budgets": d.objs.ShkBudgets, "shk_suppressed": d.objs.ShkSuppressed,
-	}
-	for n, m := range shared {
-		spec.Maps[n].MaxEntries = m.MaxEntries() // sized at the main object's load
-	}
 	objs := &shkfsObjects{}
-	err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}, MapReplacements: shared})
-	if err != nil {
+	own := map[string]uint32{"shk_fs_inodes": pinnedSetEntries, "shk_fs_sessions": d.cfg.MaxSessions, "shk_fs_on": 0}
+	if err := d.loadLSMObject(spec, own, objs); err != nil {
 		return fmt.Errorf("load LSM programs: %w", err)
 	}
 	d.lsm.objs = objs
 	for _, h := range fsLSMHooks {
-		l, err := link.AttachLSM(link.LSMOptions{Program: h.prog(&objs.shkfsPrograms)})
+		l, err := d.attachLSM(h.prog(&objs.shkfsPrograms), strings.TrimPrefix(h.name, "lsm_"), h.name)
+		if l != nil {
+			d.lsm.links = append(d.lsm.links, l)
+		}
 		if err != nil {
-			return fmt.Errorf("attach lsm/%s: %w", strings.TrimPrefix(h.name, "lsm_"), err)
-		}
-		d.lsm.links = append(d.lsm.links, l)
-		pin := filepath.Join(d.cfg.PinPath, "links", h.name)
-		if old, err := link.LoadPinnedLink(pin, nil); err == nil {
-			// The new program is attached: the old one can go.
-			old.Unpin()
-			old.Close()
-		}
-		if err := l.Pin(pin); err != nil {
-			return fmt.Errorf("pin lsm/%s: %w", h.name, err)
+			return err
 		}
 	}
 	// Write each session's entries from the file table first, then drop
