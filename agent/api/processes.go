@@ -148,7 +148,9 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 // processLogs streams one output stream as raw bytes: stream=stdout|stderr,
 // from=OFFSET (default 0), follow=1 to wait for more until the process
 // ends. X-Shinken-Offset says where the bytes begin, X-Shinken-Dropped how
-// many asked for were no longer in the ring.
+// many asked for were no longer in the ring; the trailer X-Shinken-Gap, when
+// the stream stopped at bytes the process overwrote before they were sent,
+// how many (the client asks again from after them).
 func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 	p := s.proc(w, r)
 	if p == nil {
@@ -181,6 +183,7 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Shinken-Offset", strconv.FormatUint(c.Offset, 10))
 	w.Header().Set("X-Shinken-Dropped", strconv.FormatUint(c.Dropped, 10))
+	w.Header().Set("Trailer", "X-Shinken-Gap")
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
 	off = c.Offset
@@ -193,9 +196,13 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 			ch, err = p.Read(stream, off, 256<<10)
 			ok = len(ch.Data) > 0
 		}
-		// A gap (bytes overwritten while this stream was sent) ends it:
-		// the client asks again from where it got to and is told.
-		if err != nil || !ok || ch.Offset > off {
+		// A gap (bytes overwritten while this stream was sent) ends it,
+		// said in the trailer: the client asks again from after it.
+		if err == nil && ok && ch.Offset > off {
+			w.Header().Set("X-Shinken-Gap", strconv.FormatUint(ch.Offset-off, 10))
+			return
+		}
+		if err != nil || !ok {
 			return
 		}
 		if _, err := w.Write(ch.Data); err != nil {

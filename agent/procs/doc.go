@@ -24,7 +24,10 @@
 //     session's own devpts), starts the launch (it is the process's
 //     parent), writes started.json and reports on its status pipe.
 //  4. While the process runs, the shim copies stdout and stderr into two
-//     ring files (ring.go: byte offset o at position o mod RingBytes) and
+//     ring files (ring.go: byte offset o at position o mod RingBytes),
+//     keeps each ring's end and write limit in rings.idx (one shared page:
+//     the limit is raised before each write, so a reader that loads it
+//     after reading knows what may have been overwritten meanwhile) and
 //     tells every connected agent the new ends over ctl.sock; the agent
 //     sends stdin, resize, signals, kill and the offsets of the slowest
 //     live reader (a Follower: the shim then reads no more than the ring
@@ -35,7 +38,9 @@
 //     cgroup and exits.
 //
 // Readers (logs, attach: Proc.Read and Proc.Next) read the ring files
-// directly and are told how many bytes they asked for are gone. Open (a
+// directly, drop what the write limit says may have been overwritten while
+// they read, and are told how many bytes they asked for are gone: a byte
+// returned is always the byte at its offset. Open (a
 // restarted agent) re-adopts every process from its directory: the running
 // ones through their shims' sockets, the ended ones from exit.json.
 //

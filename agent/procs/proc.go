@@ -24,6 +24,7 @@ type Proc struct {
 	meta    meta
 	started startedRecord
 	rings   [2]*os.File // read-only
+	index   *ringIndex  // mapped read-only
 
 	mu      sync.Mutex
 	ends    [2]uint64
@@ -54,6 +55,11 @@ func (p *Proc) open() error {
 		}
 		p.rings[i] = f
 	}
+	x, err := openIndex(p.dir)
+	if err != nil {
+		return fmt.Errorf("procs: %s: %w", p.meta.ID, err)
+	}
+	p.index = x
 	return nil
 }
 
@@ -139,8 +145,8 @@ func (p *Proc) setExit(rec *exitRecord) {
 	p.notifyLocked()
 }
 
-// shimGone: no shim and no exit record. The ends are the rings' sizes
-// (exact unless a ring wrapped).
+// shimGone: no shim and no exit record. The ends are the index's: every
+// byte the shim wrote before it went.
 func (p *Proc) shimGone() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -148,10 +154,8 @@ func (p *Proc) shimGone() {
 		return
 	}
 	p.lost = true
-	for i, f := range p.rings {
-		if st, err := f.Stat(); err == nil && uint64(st.Size()) > p.ends[i] {
-			p.ends[i] = uint64(st.Size())
-		}
+	for i := range p.ends {
+		p.ends[i] = max(p.ends[i], p.index.End(i))
 	}
 	p.notifyLocked()
 }
@@ -222,7 +226,7 @@ func (p *Proc) ReadInto(stream int, off uint64, buf []byte) (Chunk, error) {
 	if off > end {
 		off = end
 	}
-	data, start, err := readRing(p.rings[stream], p.meta.RingBytes, off, end, buf, func() uint64 { return p.end(stream) })
+	data, start, err := readRing(p.rings[stream], p.meta.RingBytes, off, end, buf, func() uint64 { return p.index.Limit(stream) })
 	if err != nil {
 		return Chunk{}, err
 	}

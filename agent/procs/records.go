@@ -23,6 +23,7 @@ const (
 	errFile     = "stderr.ring"
 	ctlFile     = "ctl.sock"
 	shimLog     = "shim.log"
+	indexFile   = "rings.idx" // the rings' ends and write limits (ring.go)
 )
 
 // meta is what the agent asks of a process and its shim.

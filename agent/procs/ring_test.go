@@ -18,7 +18,7 @@ func TestRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := &ringWriter{f: f, cap: 8}
+	w := &ringWriter{f: f, cap: 8, idx: &ringIndex{mem: make([]byte, indexBytes)}}
 	var all []byte
 	for _, s := range []string{"abc", "defgh", "ijklmnopq", "r"} {
 		if err := w.write([]byte(s)); err != nil {
@@ -29,7 +29,10 @@ func TestRing(t *testing.T) {
 	if w.end != uint64(len(all)) {
 		t.Fatalf("end %d", w.end)
 	}
-	end := func() uint64 { return w.end }
+	if w.idx.End(0) != w.end || w.idx.Limit(0) != w.end {
+		t.Fatalf("index: end %d limit %d, want %d", w.idx.End(0), w.idx.Limit(0), w.end)
+	}
+	limit := func() uint64 { return w.idx.Limit(0) }
 	for _, tc := range []struct {
 		off, max   uint64
 		want       string
@@ -40,16 +43,22 @@ func TestRing(t *testing.T) {
 		{12, 3, "mno", 12},
 		{18, 100, "", 18},
 	} {
-		got, start, err := readRing(f, 8, tc.off, w.end, make([]byte, tc.max), end)
+		got, start, err := readRing(f, 8, tc.off, w.end, make([]byte, tc.max), limit)
 		if err != nil || string(got) != tc.want || start != tc.wantOffset {
 			t.Errorf("read from %d: %q at %d (%v), want %q at %d", tc.off, got, start, err, tc.want, tc.wantOffset)
 		}
 	}
-	// The writer laps the reader during its read: the overwritten front
-	// is dropped, never returned as if it were the old bytes.
-	got, start, _ := readRing(f, 8, 12, w.end, make([]byte, 100), func() uint64 { return w.end + 3 })
-	if string(got) != "nopqr" || start != 13 { // 21-8: byte 12 was overwritten
+	// The writer laps the reader during its read (it announced a write of
+	// 3 bytes, which may be under way): the front it may overwrite is
+	// dropped, never returned as if it were the old bytes.
+	w.intend(3)
+	got, start, _ := readRing(f, 8, 12, w.end, make([]byte, 100), limit)
+	if string(got) != "nopqr" || start != 13 { // 21-8: byte 12 may be overwritten
 		t.Errorf("lapped read: %q at %d", got, start)
+	}
+	w.intend(0) // the write moved nothing: the limit is the end again
+	if got, start, _ := readRing(f, 8, 12, w.end, make([]byte, 100), limit); string(got) != "mnopqr" || start != 12 {
+		t.Errorf("after an empty write: %q at %d", got, start)
 	}
 	if !bytes.HasSuffix(all, got) {
 		t.Errorf("%q not the tail of %q", got, all)

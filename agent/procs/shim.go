@@ -104,6 +104,7 @@ type shim struct {
 // files and the control socket's listener.
 type staged struct {
 	rings [2]*os.File
+	idx   *ringIndex
 	ln    net.Listener
 }
 
@@ -144,7 +145,7 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 		}
 	}
 	for i, f := range pre.rings {
-		s.rings[i] = &ringWriter{f: f, cap: s.meta.RingBytes}
+		s.rings[i] = &ringWriter{f: f, cap: s.meta.RingBytes, idx: pre.idx, i: i}
 	}
 	ln := pre.ln
 	var err error
@@ -308,7 +309,18 @@ func (s *shim) pump(i int, r io.Reader) {
 		var n int
 		var err, werr error
 		if splice {
-			n, err = spliceToFile(pipe, w.f, int64(pos), int(min(room, w.cap-pos)))
+			// The room is asked again before each splice (the pipe may
+			// have been empty for long, and a hold come meanwhile), and
+			// the limit raised to what this splice may move (ring.go).
+			n, err = spliceToFile(pipe, w.f, int64(pos), int(min(room, w.cap-pos)), func(k uint64) uint64 {
+				if k > 0 {
+					s.mu.Lock()
+					k = s.space(i, k)
+					s.mu.Unlock()
+				}
+				w.intend(k)
+				return k
+			})
 			if err != nil && err != io.EOF && n == 0 {
 				fmt.Fprintf(os.Stderr, "shim: ring %d: splice: %v; reading and writing instead\n", i, err)
 				splice = false
@@ -323,7 +335,7 @@ func (s *shim) pump(i int, r io.Reader) {
 		if n > 0 {
 			s.mu.Lock()
 			if splice {
-				w.end += uint64(n)
+				w.wrote(uint64(n))
 			} else {
 				werr = w.write(buf[:n])
 			}
@@ -339,6 +351,9 @@ func (s *shim) pump(i int, r io.Reader) {
 			}
 		}
 		if err != nil { // EOF, or EIO once a terminal's last slave closed
+			// (a splice that moved nothing, held back by a hold that came
+			// while it waited for the pipe, returns no error: the room is
+			// waited for again)
 			return
 		}
 	}
@@ -354,6 +369,11 @@ func stage(dir string) (*staged, error) {
 		}
 		pre.rings[i] = f
 	}
+	idx, err := createIndex(dir)
+	if err != nil {
+		return nil, err
+	}
+	pre.idx = idx
 	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
 	if err != nil {
 		return nil, err

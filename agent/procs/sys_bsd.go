@@ -21,7 +21,9 @@ func closeOnExecFrom(fd int) {
 func growPipe(*os.File, int) {}
 
 // spliceToFile: no splice(2) here; the pump reads and writes.
-func spliceToFile(*os.File, *os.File, int64, int) (int, error) { return 0, errors.ErrUnsupported }
+func spliceToFile(*os.File, *os.File, int64, int, func(uint64) uint64) (int, error) {
+	return 0, errors.ErrUnsupported
+}
 
 // dupTo makes fd to a copy of fd old (not close-on-exec).
 func dupTo(old, to int) error { return unix.Dup2(old, to) }

@@ -40,8 +40,11 @@ func seqpacketPair() ([2]int, error) {
 // spliceToFile moves up to n bytes from the pipe r into f at offset off
 // with splice(2): the pipe's pages are copied into f's page cache once,
 // never through the caller's memory. It waits (on the runtime's poller)
-// until the pipe holds data or its writers are gone (0, io.EOF).
-func spliceToFile(r *os.File, f *os.File, off int64, n int) (int, error) {
+// until the pipe holds data or its writers are gone (0, io.EOF). Before
+// each splice, intend(n) says how many bytes it may move now (0: none, and
+// spliceToFile returns 0, nil); after one that moved nothing, intend(0)
+// (the ring's write limit, ring.go).
+func spliceToFile(r *os.File, f *os.File, off int64, n int, intend func(uint64) uint64) (int, error) {
 	rc, err := r.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -52,11 +55,20 @@ func spliceToFile(r *os.File, f *os.File, off int64, n int) (int, error) {
 	}
 	var moved int
 	var serr error
+	held := false
 	cerr := wc.Control(func(wfd uintptr) {
 		err = rc.Read(func(fd uintptr) bool {
 			for {
 				var m int64
-				m, serr = unix.Splice(int(fd), nil, int(wfd), &off, n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				k := intend(uint64(n))
+				if k == 0 {
+					held = true
+					return true
+				}
+				m, serr = unix.Splice(int(fd), nil, int(wfd), &off, int(k), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				if m <= 0 {
+					intend(0)
+				}
 				moved = int(m)
 				if serr != unix.EINTR {
 					return serr != unix.EAGAIN
@@ -71,6 +83,8 @@ func spliceToFile(r *os.File, f *os.File, off int64, n int) (int, error) {
 		return 0, err
 	case serr != nil:
 		return 0, serr
+	case held:
+		return 0, nil
 	case moved == 0:
 		return 0, io.EOF
 	}

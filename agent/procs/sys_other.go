@@ -31,7 +31,12 @@ func closeOnExecFrom(int) {}
 func growPipe(*os.File, int) {}
 
 // spliceToFile: no splice(2) here; the pump reads and writes.
-func spliceToFile(*os.File, *os.File, int64, int) (int, error) { return 0, errors.ErrUnsupported }
+func spliceToFile(*os.File, *os.File, int64, int, func(uint64) uint64) (int, error) {
+	return 0, errors.ErrUnsupported
+}
+
+func createIndex(string) (*ringIndex, error) { return nil, errors.ErrUnsupported }
+func openIndex(string) (*ringIndex, error)   { return nil, errors.ErrUnsupported }
 
 // No spare shims (spare.go) either.
 type spare struct{ cmd *exec.Cmd }

@@ -181,7 +181,8 @@ func (c *client) ps(args []string) error {
 
 // logs prints a process's stdout (or -stderr) from -from N; -f follows it
 // until the process ends. A note on stderr says where the bytes begin when
-// the ring had dropped some.
+// the ring had dropped some, and where bytes were overwritten before they
+// were sent (the stream then goes on after them).
 func (c *client) logs(args []string) error {
 	fs := newFlags("logs")
 	follow := fs.Bool("f", false, "follow until the process ends")
@@ -201,20 +202,36 @@ func (c *client) logs(args []string) error {
 	if *stderr {
 		q.Set("stream", "stderr")
 	}
-	req, _ := http.NewRequest("GET", "http://shinken/v1/sessions/"+url.PathEscape(pos[0])+"/processes/"+url.PathEscape(pos[1])+"/logs?"+q.Encode(), nil)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
+	for {
+		req, _ := http.NewRequest("GET", "http://shinken/v1/sessions/"+url.PathEscape(pos[0])+"/processes/"+url.PathEscape(pos[1])+"/logs?"+q.Encode(), nil)
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			return err
+		}
+		if err := respErr(resp); err != nil {
+			resp.Body.Close()
+			return err
+		}
+		if d := resp.Header.Get("X-Shinken-Dropped"); d != "" && d != "0" {
+			fmt.Fprintf(os.Stderr, "shinkenctl: %s bytes before offset %s are no longer kept\n", d, resp.Header.Get("X-Shinken-Offset"))
+		}
+		n, err := io.Copy(os.Stdout, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		gap := resp.Trailer.Get("X-Shinken-Gap")
+		if gap == "" {
+			return nil
+		}
+		start, err1 := strconv.ParseUint(resp.Header.Get("X-Shinken-Offset"), 10, 64)
+		g, err2 := strconv.ParseUint(gap, 10, 64)
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("bad offset %q or gap %q from the agent", resp.Header.Get("X-Shinken-Offset"), gap)
+		}
+		fmt.Fprintf(os.Stderr, "shinkenctl: %d bytes at offset %d were overwritten before they were sent\n", g, start+uint64(n))
+		q.Set("from", strconv.FormatUint(start+uint64(n)+g, 10))
 	}
-	defer resp.Body.Close()
-	if err := respErr(resp); err != nil {
-		return err
-	}
-	if d := resp.Header.Get("X-Shinken-Dropped"); d != "" && d != "0" {
-		fmt.Fprintf(os.Stderr, "shinkenctl: %s bytes before offset %s are no longer kept\n", d, resp.Header.Get("X-Shinken-Offset"))
-	}
-	_, err = io.Copy(os.Stdout, resp.Body)
-	return err
 }
 
 func (c *client) attach(args []string) error {
