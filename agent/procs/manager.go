@@ -83,6 +83,7 @@ type Manager struct {
 	spares        []*spare
 	spareStarting int
 	closed        bool
+	unadopted     []error // what Open found and left (Unadopted)
 }
 
 // Open adopts the processes found in cfg.Dir (running ones through their
@@ -122,6 +123,9 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 		}
 		p.started = st
 		if err := p.open(); err != nil {
+			// Left as it is (its shim runs on), but said: an agent that
+			// cannot read a process's rings does not list it.
+			m.unadopted = append(m.unadopted, fmt.Errorf("process %s of session %s: %w", md.ID, md.Session, err))
 			continue
 		}
 		p.adopt()
@@ -130,6 +134,11 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 	go m.refill()
 	return m, nil
 }
+
+// Unadopted says which processes Open found but could not adopt (their
+// rings or ring index unreadable, e.g. started by an older shim without a
+// ring index): they are not listed and their shims are left running.
+func (m *Manager) Unadopted() []error { return m.unadopted }
 
 // Close drops the agent's connections to the shims; the processes and
 // their shims keep running (a new Manager adopts them).

@@ -525,3 +525,31 @@ func TestSparesEndWithTheirManager(t *testing.T) {
 		t.Errorf("after reopening: %q", out)
 	}
 }
+
+// TestUnadoptedIsSaid: a process whose ring index cannot be read (a shim
+// of an older build had none) is not adopted, and Open says so instead of
+// leaving it out without a word.
+func TestUnadoptedIsSaid(t *testing.T) {
+	r := newRig(t, 0)
+	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "echo up; sleep 30"}})
+	waitFor(t, p, 0, "up\n")
+	r.m.Close()
+	if err := os.Remove(filepath.Join(r.cfg.Dir, p.ID(), indexFile)); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := Open(r.cfg, func(s string) bool { return s == r.session })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m2
+	if _, err := m2.Get(r.session, p.ID()); err == nil {
+		t.Error("a process without its ring index was adopted")
+	}
+	u := m2.Unadopted()
+	if len(u) != 1 || !strings.Contains(u[0].Error(), p.ID()) {
+		t.Errorf("Unadopted() = %v, want the process %s", u, p.ID())
+	}
+	if err := syscall.Kill(p.View().PID, syscall.SIGKILL); err != nil {
+		t.Logf("ending the test's process %d: %v", p.View().PID, err)
+	}
+}

@@ -18,6 +18,9 @@ func (d *daemon) openProcs() error {
 	if err != nil {
 		return err
 	}
+	for _, e := range m.Unadopted() {
+		d.log.Warn("session runtime: a process is not adopted (not listed; its shim keeps running)", "err", e)
+	}
 	d.procs = m
 	remove := m.Remove
 	d.sink.sessionEnded.Store(&remove) // however it ends (API, breaker, expiry)
