@@ -58,6 +58,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -96,8 +97,16 @@ type landlockTree struct {
 	rules   []string
 	stamps  map[string]unix.Timespec // each descended directory's mtime
 	inodes  map[string]uint64
+	built   time.Time // when the walk began
 	skipOwn bool
 }
+
+// racyWindow: a directory whose mtime lies this close before the walk
+// began (or after it) may change again with the same mtime (filesystems
+// stamp with the kernel's coarse clock, one tick), so the rules built
+// from it are not trusted: they are built again at the next get, until
+// the directory is older than this (git's "racily clean" rule).
+const racyWindow = 100 * time.Millisecond
 
 // rules returns the hierarchy's rules for never, rebuilt if a descended
 // directory changed since they were built.
@@ -108,6 +117,7 @@ func (t *landlockTree) get(never []string, skipOwn bool) []string {
 		return t.rules
 	}
 	t.skipOwn = skipOwn
+	t.built = time.Now()
 	t.stamps, t.inodes = map[string]unix.Timespec{}, map[string]uint64{}
 	t.rules = landlockRules(never, skipOwn, func(dir string, st *unix.Stat_t) {
 		t.stamps[dir], t.inodes[dir] = st.Mtim, st.Ino
@@ -116,9 +126,10 @@ func (t *landlockTree) get(never []string, skipOwn bool) []string {
 }
 
 func (t *landlockTree) fresh() bool {
+	racy := t.built.Add(-racyWindow)
 	for d, m := range t.stamps {
 		var st unix.Stat_t
-		if unix.Lstat(d, &st) != nil || st.Mtim != m || st.Ino != t.inodes[d] {
+		if unix.Lstat(d, &st) != nil || st.Mtim != m || st.Ino != t.inodes[d] || time.Unix(m.Unix()).After(racy) {
 			return false
 		}
 	}
