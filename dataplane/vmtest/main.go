@@ -91,19 +91,32 @@ func run() bool {
 		if p := os.Getenv("TESTRUN_" + strings.TrimSuffix(filepath.Base(bin), ".test")); p != "" {
 			pat = p
 		}
-		fmt.Printf("vmtest: running %s -test.run '%s'\n", bin, pat)
-		cmd := exec.Command(bin, "-test.v", "-test.count=1", "-test.timeout=40m", "-test.run", pat)
-		cmd.Dir = "/tmp"
-		// The launchers built beforehand (kerneltest.BinDirEnv): no
-		// toolchain here.
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SHINKEN_TEST_BINDIR=/opt/shinken/bin"}
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Printf("vmtest: %s: %v\n", bin, err)
-			ok = false
+		name := strings.TrimSuffix(filepath.Base(bin), ".test")
+		// TESTSKIP_<name>: this binary's tests not run here; TESTRUN2_
+		// and TESTSKIP2_<name>: a second run of it (go test's -skip
+		// splits its pattern at slashes, so one run cannot leave out
+		// whole tests and some subtests of another).
+		ok = runTests(bin, pat, os.Getenv("TESTSKIP_"+name)) && ok
+		if p2 := os.Getenv("TESTRUN2_" + name); p2 != "" {
+			ok = runTests(bin, p2, os.Getenv("TESTSKIP2_"+name)) && ok
 		}
 	}
 	return ok
+}
+
+func runTests(bin, run, skip string) bool {
+	fmt.Printf("vmtest: running %s -test.run '%s' -test.skip '%s'\n", bin, run, skip)
+	cmd := exec.Command(bin, "-test.v", "-test.count=1", "-test.timeout=40m", "-test.run", run, "-test.skip", skip)
+	cmd.Dir = "/tmp"
+	// The launchers built beforehand (kerneltest.BinDirEnv): no
+	// toolchain here.
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SHINKEN_TEST_BINDIR=/opt/shinken/bin"}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Printf("vmtest: %s: %v\n", bin, err)
+		return false
+	}
+	return true
 }
 
 // disk puts /tmp and /var/tmp on an ext4 file system (made with busybox's
