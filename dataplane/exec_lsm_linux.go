@@ -3,9 +3,6 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"os"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -58,14 +55,7 @@ func (d *Dataplane) openExecLSM() {
 		return
 	}
 	if err := d.loadExecLSM(); err != nil {
-		lsms, rerr := os.ReadFile("/sys/kernel/security/lsm")
-		switch {
-		case rerr != nil:
-			err = fmt.Errorf("the kernel's LSM list is unreadable (%w), and: %w", rerr, err)
-		case !slices.Contains(strings.Split(strings.TrimSpace(string(lsms)), ","), "bpf"):
-			err = fmt.Errorf("BPF LSM is not active (the kernel's LSM list is %s): %w", strings.TrimSpace(string(lsms)), err)
-		}
-		x.err = err
+		x.err = lsmLoadError(err)
 		if x.link != nil {
 			x.link.Unpin()
 		}

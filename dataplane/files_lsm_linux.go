@@ -3,8 +3,6 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -79,14 +77,7 @@ func (d *Dataplane) openFSLSM() {
 		return
 	}
 	if err := d.loadFSLSM(); err != nil {
-		lsms, rerr := os.ReadFile("/sys/kernel/security/lsm")
-		switch {
-		case rerr != nil:
-			err = fmt.Errorf("the kernel's LSM list is unreadable (%w), and: %w", rerr, err)
-		case !slices.Contains(strings.Split(strings.TrimSpace(string(lsms)), ","), "bpf"):
-			err = fmt.Errorf("BPF LSM is not active (the kernel's LSM list is %s): %w", strings.TrimSpace(string(lsms)), err)
-		}
-		d.lsm.err = err
+		d.lsm.err = lsmLoadError(err)
 		// What this call attached and pinned goes: the probe says the
 		// LSM is not enforcing, so nothing of it may be.
 		for _, l := range d.lsm.links {

@@ -2,7 +2,10 @@ package dataplane
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -67,4 +70,17 @@ func (d *Dataplane) attachLSM(prog *ebpf.Program, hook, name string) (link.Link,
 		return l, fmt.Errorf("pin lsm/%s: %w", hook, err)
 	}
 	return l, nil
+}
+
+// lsmLoadError says why an LSM object did not load: err, with the
+// kernel's LSM list when BPF LSM is not in it (or the list is unreadable).
+func lsmLoadError(err error) error {
+	lsms, rerr := os.ReadFile("/sys/kernel/security/lsm")
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("the kernel's LSM list is unreadable (%w), and: %w", rerr, err)
+	case !slices.Contains(strings.Split(strings.TrimSpace(string(lsms)), ","), "bpf"):
+		return fmt.Errorf("BPF LSM is not active (the kernel's LSM list is %s): %w", strings.TrimSpace(string(lsms)), err)
+	}
+	return err
 }
