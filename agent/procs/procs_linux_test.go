@@ -342,26 +342,10 @@ func TestFollowerHoldsBack(t *testing.T) {
 	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "read x; head -c 163840 /dev/zero | tr '\\0' x; echo -n END"}, Interactive: true})
 	f := p.Follow([2]uint64{0, 0})
 	p.Stdin([]byte("go\n"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var got []byte
-	var off uint64
-	for {
-		c, ok, err := p.Next(ctx, 0, off, 1000)
-		if err != nil {
-			t.Fatalf("after %d bytes: %v", len(got), err)
-		}
-		if !ok {
-			break
-		}
-		if c.Offset != off {
-			t.Fatalf("dropped %d bytes at %d while followed", c.Offset-off, off)
-		}
-		got = append(got, c.Data...)
-		off += uint64(len(c.Data))
-		f.Advance(0, off)
+	got := readFollowed(t, f, 0, func(ctx context.Context, off uint64) (Chunk, bool, error) {
 		time.Sleep(time.Millisecond) // a slow reader
-	}
+		return p.Next(ctx, 0, off, 1000)
+	})
 	f.Release()
 	if len(got) != 163843 || !strings.HasSuffix(string(got), "xEND") {
 		t.Errorf("got %d bytes", len(got))
@@ -383,26 +367,10 @@ func TestFollowedStreamExactThroughWraps(t *testing.T) {
 	f := p.Follow([2]uint64{0, 0})
 	defer f.Release()
 	p.Stdin([]byte("go\n"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var got []byte
-	var off uint64
 	buf := make([]byte, 1500) // not a divisor of the ring: reads straddle wraps
-	for {
-		c, ok, err := p.NextInto(ctx, 0, off, buf)
-		if err != nil {
-			t.Fatalf("after %d bytes: %v", len(got), err)
-		}
-		if !ok {
-			break
-		}
-		if c.Offset != off {
-			t.Fatalf("dropped %d bytes at %d while followed", c.Offset-off, off)
-		}
-		got = append(got, c.Data...)
-		off += uint64(len(c.Data))
-		f.Advance(0, off)
-	}
+	got := readFollowed(t, f, 0, func(ctx context.Context, off uint64) (Chunk, bool, error) {
+		return p.NextInto(ctx, 0, off, buf)
+	})
 	var want strings.Builder
 	for i := 1; i <= 30000; i++ {
 		fmt.Fprintf(&want, "%d\n", i)
@@ -551,5 +519,30 @@ func TestUnadoptedIsSaid(t *testing.T) {
 	}
 	if err := syscall.Kill(p.View().PID, syscall.SIGKILL); err != nil {
 		t.Logf("ending the test's process %d: %v", p.View().PID, err)
+	}
+}
+
+// readFollowed reads stream 0 of f's process from off to its end with
+// next, advancing f's hold after each chunk; a chunk that does not start
+// where the last ended (bytes dropped while followed) fails the test.
+func readFollowed(t *testing.T, f *Follower, off uint64, next func(ctx context.Context, off uint64) (Chunk, bool, error)) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []byte
+	for {
+		c, ok, err := next(ctx, off)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		if !ok {
+			return got
+		}
+		if c.Offset != off {
+			t.Fatalf("dropped %d bytes at %d while followed", c.Offset-off, off)
+		}
+		got = append(got, c.Data...)
+		off += uint64(len(c.Data))
+		f.Advance(0, off)
 	}
 }

@@ -116,25 +116,9 @@ func TestHoldReachesAnIdlePump(t *testing.T) {
 	defer f.Release()
 	p.Stdin([]byte("go\n"))
 	time.Sleep(300 * time.Millisecond) // the process writes before the follower reads
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var got []byte
-	off := from
-	for {
-		c, ok, err := p.Next(ctx, 0, off, 1000)
-		if err != nil {
-			t.Fatalf("after %d bytes: %v", len(got), err)
-		}
-		if !ok {
-			break
-		}
-		if c.Offset != off {
-			t.Fatalf("dropped %d bytes at %d while followed", c.Offset-off, off)
-		}
-		got = append(got, c.Data...)
-		off += uint64(len(c.Data))
-		f.Advance(0, off)
-	}
+	got := readFollowed(t, f, from, func(ctx context.Context, off uint64) (Chunk, bool, error) {
+		return p.Next(ctx, 0, off, 1000)
+	})
 	var want strings.Builder
 	want.WriteString(strings.Repeat("a", 5000-int(from)))
 	for i := 1; i <= 20000; i++ {
