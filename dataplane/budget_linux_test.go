@@ -56,7 +56,8 @@ func flood(t *testing.T, p interface{ Do(string) string }, threads, n int, ip st
 // CPUs), sends at most the budget (burst + rate * elapsed) as events over
 // the whole window, a wait for the refill included, while its counters
 // count every denial and its suppressed count is exactly the rest; another
-// session's denials within its own budget, made right after the flood
+// session's denials within its own budget (from one thread, so that no
+// lost race of its own may suppress one), made right after the flood
 // emptied the first session's, and while peers outside flood its own UDP
 // socket with datagrams it refuses (no_inbound, which spends the bucket of
 // refusals others cause), are all delivered.
@@ -111,7 +112,13 @@ func TestDenialEventBudget(t *testing.T) {
 	for range 3000 {
 		peer.Write([]byte("x"))
 	}
-	nb := flood(t, pb, 2, burst/2-1, "127.3.0.1")
+	// One thread: two of the neighbor's own threads racing for its bucket
+	// may lose an event within the budget to a lost compare-and-swap
+	// (counted suppressed, as events.bpf.h says), which software
+	// emulation in the VM made happen; the flooder's checks above hold
+	// under that race, this one checks that no other session's flood
+	// spends the neighbor's budget.
+	nb := flood(t, pb, 1, burst-2, "127.3.0.1")
 	// The flooder again after a wait: the refill gives it rate a second,
 	// no more.
 	time.Sleep(1500 * time.Millisecond)
