@@ -156,7 +156,9 @@ func (e *env) startAgent() {
 		e.t.Fatal(err)
 	}
 	e.agent = cmd
-	for i := 0; i < 200; i++ {
+	// Up to a minute: a start loads and verifies the BPF objects, which on
+	// a loaded 2-core machine took over the 10 s this once allowed.
+	for i := 0; i < 1200; i++ {
 		if out, err := e.ctl("status"); err == nil && strings.Contains(out, "net.egress") {
 			return
 		}
