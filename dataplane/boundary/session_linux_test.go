@@ -185,8 +185,17 @@ func TestRunTreeKilled(t *testing.T) {
 		if err := b.Launch("tree", cmd, LaunchOptions{}, own); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
-		before := procs(t, dir)
+		// The holder, the run's sh and its sleeps (two under the setsid
+		// sh, one double-forked, one its own): wait until at least the
+		// six the check below wants are there (the VM's emulation took
+		// over 300 ms to fork them once).
+		var before []string
+		for i := 0; i < 500; i++ {
+			if before = procs(t, dir); len(before) >= 6 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		b.KillRun(cmd.Process)
 		cmd.Wait()
 		var after []string
