@@ -26,6 +26,11 @@
 // reports when each open succeeded; the figure is that minus the time
 // before the grant's request.
 //
+// It prints which mechanism enforces fs.scope and the exec allowlist (the
+// agent's probe facts fs_lsm and exec_lsm), then the figures as name=value
+// lines, each name after -prefix. bench/fs/vm (make bench-fs-vm) runs it in
+// .ci/vmtest's VM, where the BPF LSM programs attach, with -prefix vm_.
+//
 // It removes everything it made.
 package main
 
@@ -58,6 +63,7 @@ var (
 	flagExecs  = flag.Int("execs", 100, "exec of /bin/true per round")
 	flagFiles  = flag.Int("files", 10000, "files in the git workspace")
 	flagGrants = flag.Int("grants", 200, "timed grant-to-visible rounds")
+	flagPrefix = flag.String("prefix", "", "put before every name=value line's name (bench/fs/vm: vm_)")
 )
 
 func main() {
@@ -168,6 +174,9 @@ func run() error {
 
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
+	if err := b.mechanism(); err != nil {
+		return err
+	}
 	fmt.Printf("rounds %d x (%d opens, %d git status, %d execs) per session, %d files in the repository, %d grants\n",
 		*flagRounds, *flagOpens, *flagGits, *flagExecs, *flagFiles, *flagGrants)
 	samples := map[string]map[string][]float64{"fs": {}, "base": {}}
@@ -201,7 +210,8 @@ func run() error {
 		for _, s := range []string{"base", "fs"} {
 			v := samples[s][op]
 			sort.Float64s(v)
-			fmt.Printf("%s_%s_p50_us=%.1f\n%s_%s_p99_us=%.1f\n", s, op, benchkit.Q(v, 0.5)/1e3, s, op, benchkit.Q(v, 0.99)/1e3)
+			figure(s+"_"+op+"_p50_us", "%.1f", benchkit.Q(v, 0.5)/1e3)
+			figure(s+"_"+op+"_p99_us", "%.1f", benchkit.Q(v, 0.99)/1e3)
 		}
 	}
 	vis, err := b.grantToVisible(gvdir, *flagGrants)
@@ -212,11 +222,46 @@ func run() error {
 	for _, op := range []string{"open", "git", "exec"} {
 		sort.Float64s(ratios[op])
 	}
-	fmt.Printf("git_status_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["git"], 0.5))
-	fmt.Printf("fs_grant_to_visible_p50_ms=%.3f\n", benchkit.Q(vis, 0.5))
-	fmt.Printf("fs_open_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["open"], 0.5))
-	fmt.Printf("exec_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["exec"], 0.5))
-	fmt.Printf("fs_grant_to_visible_p99_ms=%.3f\n", benchkit.Q(vis, 0.99))
+	figure("git_status_ratio_vs_baseline", "%.3f", benchkit.Q(ratios["git"], 0.5))
+	figure("fs_grant_to_visible_p50_ms", "%.3f", benchkit.Q(vis, 0.5))
+	figure("fs_open_ratio_vs_baseline", "%.3f", benchkit.Q(ratios["open"], 0.5))
+	figure("exec_ratio_vs_baseline", "%.3f", benchkit.Q(ratios["exec"], 0.5))
+	figure("fs_grant_to_visible_p99_ms", "%.3f", benchkit.Q(vis, 0.99))
+	return nil
+}
+
+// figure prints one name=value line, the name after -prefix.
+func figure(name, format string, v float64) {
+	fmt.Printf("%s%s="+format+"\n", *flagPrefix, name, v)
+}
+
+// mechanism prints which mechanism enforces fs.scope and the exec
+// allowlist here, as the agent probed it (GET /v1/status): the mount view
+// alone, or the BPF LSM programs too.
+func (b *bench) mechanism() error {
+	resp, err := b.hc.Get("http://shinken/v1/status")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Backend struct {
+			Facts map[string]string `json:"facts"`
+		} `json:"backend"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if v, ok := st.Backend.Facts["lsm"]; ok {
+		fmt.Printf("kernel LSMs: %s\n", v)
+	}
+	for _, k := range []string{"fs_lsm", "exec_lsm"} {
+		v, ok := st.Backend.Facts[k]
+		if !ok {
+			return fmt.Errorf("status: no %s fact in the agent's probe report", k)
+		}
+		fmt.Printf("%s: %s\n", k, v)
+	}
 	return nil
 }
 
