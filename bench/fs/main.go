@@ -56,14 +56,15 @@ import (
 )
 
 var (
-	flagBin    = flag.String("bin", "bin", "directory holding shinken-agent (and its launchers)")
-	flagRounds = flag.Int("rounds", 20, "interleaved rounds per session")
-	flagOpens  = flag.Int("opens", 2000, "open+read+close per round")
-	flagGits   = flag.Int("gits", 3, "git status per round")
-	flagExecs  = flag.Int("execs", 100, "exec of /bin/true per round")
-	flagFiles  = flag.Int("files", 10000, "files in the git workspace")
-	flagGrants = flag.Int("grants", 200, "timed grant-to-visible rounds")
-	flagPrefix = flag.String("prefix", "", "put before every name=value line's name (bench/fs/vm: vm_)")
+	flagBin        = flag.String("bin", "bin", "directory holding shinken-agent (and its launchers)")
+	flagRounds     = flag.Int("rounds", 20, "interleaved rounds per session")
+	flagOpens      = flag.Int("opens", 2000, "open+read+close per round")
+	flagGits       = flag.Int("gits", 3, "git status per round")
+	flagExecs      = flag.Int("execs", 100, "exec of /bin/true per round")
+	flagFiles      = flag.Int("files", 10000, "files in the git workspace")
+	flagGrants     = flag.Int("grants", 200, "timed grant-to-visible rounds")
+	flagAgentStart = flag.Duration("agent-start", 10*time.Second, "how long the agent may take to answer its socket (bench/fs/vm: longer, BPF objects load slowly under emulation)")
+	flagPrefix     = flag.String("prefix", "", "put before every name=value line's name (bench/fs/vm: vm_)")
 )
 
 func main() {
@@ -138,16 +139,24 @@ func run() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		if out, err := exec.Command(agentBin, "-cgroup-parent", parent, "-pin-path", pin, "-uninstall").CombinedOutput(); err != nil {
 			log.Printf("uninstall: %v: %s", err, out)
 		}
 	}()
 	b.hc = &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }}}
 	up := false
-	for i := 0; i < 200 && !up; i++ {
+	for start := time.Now(); time.Since(start) < *flagAgentStart && !up; {
+		select {
+		case err := <-exited:
+			exited <- err // for the deferred cleanup
+			return fmt.Errorf("agent exited before it answered (%v):\n%s", err, alog.String())
+		default:
+		}
 		if resp, err := b.hc.Get("http://shinken/v1/status"); err == nil {
 			resp.Body.Close()
 			up = resp.StatusCode == 200
@@ -157,7 +166,7 @@ func run() error {
 		}
 	}
 	if !up {
-		return fmt.Errorf("agent did not start:\n%s", alog.String())
+		return fmt.Errorf("agent did not answer within %v (-agent-start):\n%s", *flagAgentStart, alog.String())
 	}
 	for _, s := range []capability.SessionSpec{
 		{ID: "fs", Image: "bench", Workspace: ws, Mode: "workspace-write"},
