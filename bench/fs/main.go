@@ -48,6 +48,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
@@ -63,7 +64,8 @@ var (
 	flagExecs      = flag.Int("execs", 100, "exec of /bin/true per round")
 	flagFiles      = flag.Int("files", 10000, "files in the git workspace")
 	flagGrants     = flag.Int("grants", 200, "timed grant-to-visible rounds")
-	flagAgentStart = flag.Duration("agent-start", 10*time.Second, "how long the agent may take to answer its socket (bench/fs/vm: longer, BPF objects load slowly under emulation)")
+	flagAgentStart = flag.Duration("agent-start", 30*time.Second, "how long the agent may take to answer its socket (bench/fs/vm: longer, BPF objects load slowly under emulation)")
+	flagAccept     = flag.String("boundary-accept", "", "comma-separated session-boundary mechanisms whose weaker level the agent accepts (its boundary_accept; bench/fs/vm: \"landlock scoping\", which Linux 6.1 lacks)")
 	flagPrefix     = flag.String("prefix", "", "put before every name=value line's name (bench/fs/vm: vm_)")
 )
 
@@ -131,7 +133,19 @@ func run() error {
 	os.MkdirAll(filepath.Join(priv, "manifests"), 0o755)
 	manifest := fmt.Sprintf("image bench\nallow fs.scope read=%s,%s write=%s,%s\n", ws, gvws, ws, gvws)
 	os.WriteFile(filepath.Join(priv, "manifests", "bench.manifest"), []byte(manifest), 0o644)
-	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
+	config := ""
+	if *flagAccept != "" {
+		config = filepath.Join(priv, "agent.json")
+		j, err := json.Marshal(map[string][]string{"boundary_accept": strings.Split(*flagAccept, ",")})
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(config, j, 0o600); err != nil {
+			return err
+		}
+		fmt.Printf("boundary: weaker level accepted for %s\n", *flagAccept)
+	}
+	cmd := exec.Command(agentBin, "-config", config, "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(priv, "policy"), "-manifest-dir", filepath.Join(priv, "manifests"),
 		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9")
 	var alog bytes.Buffer
