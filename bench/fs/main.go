@@ -131,7 +131,7 @@ func run() error {
 	ln.Close()
 	agentBin := filepath.Join(*flagBin, "shinken-agent")
 	os.MkdirAll(filepath.Join(priv, "manifests"), 0o755)
-	manifest := fmt.Sprintf("image bench\nallow fs.scope read=%s,%s write=%s,%s\n", ws, gvws, ws, gvws)
+	manifest := fmt.Sprintf("image bench\nallow fs.scope read=%s,%s write=%s,%s delete=%s\n", ws, gvws, ws, gvws, ws)
 	os.WriteFile(filepath.Join(priv, "manifests", "bench.manifest"), []byte(manifest), 0o644)
 	config := ""
 	if *flagAccept != "" {
@@ -191,7 +191,10 @@ func run() error {
 			return fmt.Errorf("create session %s: HTTP %d %v: %s", s.ID, code, err, msg)
 		}
 	}
-	if _, err := b.grant("fs", capability.FSScope{Read: []string{tree}, Write: []string{tree}}); err != nil {
+	// Delete too: git status replaces the index through index.lock, a
+	// rename and an unlink, which BPF LSM checks apart from write (the
+	// mount view cannot tell them apart).
+	if _, err := b.grant("fs", capability.FSScope{Read: []string{tree}, Write: []string{tree}, Delete: []string{tree}}); err != nil {
 		return err
 	}
 
