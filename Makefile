@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent bench-fs bench-neighbor clean
+.PHONY: all build generate check-generated test test-vm test-short fuzz run deps bench bench-egress bench-dns bench-agent bench-fs bench-fs-vm bench-neighbor clean
 
 all: build
 
@@ -82,6 +82,15 @@ bench-agent: build
 bench-fs: build
 	$(GO) build -o $(BIN)/shinken-bench-fs ./bench/fs
 	$(BIN)/shinken-bench-fs -bin $(BIN) $(BENCH_FS_FLAGS)
+
+# The same bench inside .ci/vmtest's VM (Debian 12's 6.1 kernel, BPF LSM
+# active, so fs.scope's LSM hooks attach; git added to its userland): lines
+# labelled vm_, after label=vm-emulated. qemu's software emulation (TCG):
+# compare ratios within the run, never absolute times with the host's.
+# Fewer iterations (BENCH_FS_VM_FLAGS); at most 9 minutes of qemu. Not in
+# `make bench` or CI.
+bench-fs-vm: deps
+	bench/fs/vm
 
 # Fair sharing (issue 23): session A floods (DNS, big answers, denials,
 # sockets and ports, a fork bomb, tmpfs) while session B measures.

@@ -26,6 +26,11 @@
 // reports when each open succeeded; the figure is that minus the time
 // before the grant's request.
 //
+// It prints which mechanism enforces fs.scope and the exec allowlist (the
+// agent's probe facts fs_lsm and exec_lsm), then the figures as name=value
+// lines, each name after -prefix. bench/fs/vm (make bench-fs-vm) runs it in
+// .ci/vmtest's VM, where the BPF LSM programs attach, with -prefix vm_.
+//
 // It removes everything it made.
 package main
 
@@ -43,6 +48,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
@@ -51,13 +57,16 @@ import (
 )
 
 var (
-	flagBin    = flag.String("bin", "bin", "directory holding shinken-agent (and its launchers)")
-	flagRounds = flag.Int("rounds", 20, "interleaved rounds per session")
-	flagOpens  = flag.Int("opens", 2000, "open+read+close per round")
-	flagGits   = flag.Int("gits", 3, "git status per round")
-	flagExecs  = flag.Int("execs", 100, "exec of /bin/true per round")
-	flagFiles  = flag.Int("files", 10000, "files in the git workspace")
-	flagGrants = flag.Int("grants", 200, "timed grant-to-visible rounds")
+	flagBin        = flag.String("bin", "bin", "directory holding shinken-agent (and its launchers)")
+	flagRounds     = flag.Int("rounds", 20, "interleaved rounds per session")
+	flagOpens      = flag.Int("opens", 2000, "open+read+close per round")
+	flagGits       = flag.Int("gits", 3, "git status per round")
+	flagExecs      = flag.Int("execs", 100, "exec of /bin/true per round")
+	flagFiles      = flag.Int("files", 10000, "files in the git workspace")
+	flagGrants     = flag.Int("grants", 200, "timed grant-to-visible rounds")
+	flagAgentStart = flag.Duration("agent-start", 30*time.Second, "how long the agent may take to answer its socket (bench/fs/vm: longer, BPF objects load slowly under emulation)")
+	flagAccept     = flag.String("boundary-accept", "", "comma-separated session-boundary mechanisms whose weaker level the agent accepts (its boundary_accept; bench/fs/vm: \"landlock scoping\", which Linux 6.1 lacks)")
+	flagPrefix     = flag.String("prefix", "", "put before every name=value line's name (bench/fs/vm: vm_)")
 )
 
 func main() {
@@ -122,9 +131,21 @@ func run() error {
 	ln.Close()
 	agentBin := filepath.Join(*flagBin, "shinken-agent")
 	os.MkdirAll(filepath.Join(priv, "manifests"), 0o755)
-	manifest := fmt.Sprintf("image bench\nallow fs.scope read=%s,%s write=%s,%s\n", ws, gvws, ws, gvws)
+	manifest := fmt.Sprintf("image bench\nallow fs.scope read=%s,%s write=%s,%s delete=%s\n", ws, gvws, ws, gvws, ws)
 	os.WriteFile(filepath.Join(priv, "manifests", "bench.manifest"), []byte(manifest), 0o644)
-	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
+	config := ""
+	if *flagAccept != "" {
+		config = filepath.Join(priv, "agent.json")
+		j, err := json.Marshal(map[string][]string{"boundary_accept": strings.Split(*flagAccept, ",")})
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(config, j, 0o600); err != nil {
+			return err
+		}
+		fmt.Printf("boundary: weaker level accepted for %s\n", *flagAccept)
+	}
+	cmd := exec.Command(agentBin, "-config", config, "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(priv, "policy"), "-manifest-dir", filepath.Join(priv, "manifests"),
 		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9")
 	var alog bytes.Buffer
@@ -132,16 +153,24 @@ func run() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		if out, err := exec.Command(agentBin, "-cgroup-parent", parent, "-pin-path", pin, "-uninstall").CombinedOutput(); err != nil {
 			log.Printf("uninstall: %v: %s", err, out)
 		}
 	}()
 	b.hc = &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }}}
 	up := false
-	for i := 0; i < 200 && !up; i++ {
+	for start := time.Now(); time.Since(start) < *flagAgentStart && !up; {
+		select {
+		case err := <-exited:
+			exited <- err // for the deferred cleanup
+			return fmt.Errorf("agent exited before it answered (%v):\n%s", err, alog.String())
+		default:
+		}
 		if resp, err := b.hc.Get("http://shinken/v1/status"); err == nil {
 			resp.Body.Close()
 			up = resp.StatusCode == 200
@@ -151,7 +180,7 @@ func run() error {
 		}
 	}
 	if !up {
-		return fmt.Errorf("agent did not start:\n%s", alog.String())
+		return fmt.Errorf("agent did not answer within %v (-agent-start):\n%s", *flagAgentStart, alog.String())
 	}
 	for _, s := range []capability.SessionSpec{
 		{ID: "fs", Image: "bench", Workspace: ws, Mode: "workspace-write"},
@@ -162,12 +191,18 @@ func run() error {
 			return fmt.Errorf("create session %s: HTTP %d %v: %s", s.ID, code, err, msg)
 		}
 	}
-	if _, err := b.grant("fs", capability.FSScope{Read: []string{tree}, Write: []string{tree}}); err != nil {
+	// Delete too: git status replaces the index through index.lock, a
+	// rename and an unlink, which BPF LSM checks apart from write (the
+	// mount view cannot tell them apart).
+	if _, err := b.grant("fs", capability.FSScope{Read: []string{tree}, Write: []string{tree}, Delete: []string{tree}}); err != nil {
 		return err
 	}
 
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
+	if err := b.mechanism(); err != nil {
+		return err
+	}
 	fmt.Printf("rounds %d x (%d opens, %d git status, %d execs) per session, %d files in the repository, %d grants\n",
 		*flagRounds, *flagOpens, *flagGits, *flagExecs, *flagFiles, *flagGrants)
 	samples := map[string]map[string][]float64{"fs": {}, "base": {}}
@@ -201,7 +236,8 @@ func run() error {
 		for _, s := range []string{"base", "fs"} {
 			v := samples[s][op]
 			sort.Float64s(v)
-			fmt.Printf("%s_%s_p50_us=%.1f\n%s_%s_p99_us=%.1f\n", s, op, benchkit.Q(v, 0.5)/1e3, s, op, benchkit.Q(v, 0.99)/1e3)
+			figure(s+"_"+op+"_p50_us", "%.1f", benchkit.Q(v, 0.5)/1e3)
+			figure(s+"_"+op+"_p99_us", "%.1f", benchkit.Q(v, 0.99)/1e3)
 		}
 	}
 	vis, err := b.grantToVisible(gvdir, *flagGrants)
@@ -212,11 +248,46 @@ func run() error {
 	for _, op := range []string{"open", "git", "exec"} {
 		sort.Float64s(ratios[op])
 	}
-	fmt.Printf("git_status_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["git"], 0.5))
-	fmt.Printf("fs_grant_to_visible_p50_ms=%.3f\n", benchkit.Q(vis, 0.5))
-	fmt.Printf("fs_open_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["open"], 0.5))
-	fmt.Printf("exec_ratio_vs_baseline=%.3f\n", benchkit.Q(ratios["exec"], 0.5))
-	fmt.Printf("fs_grant_to_visible_p99_ms=%.3f\n", benchkit.Q(vis, 0.99))
+	figure("git_status_ratio_vs_baseline", "%.3f", benchkit.Q(ratios["git"], 0.5))
+	figure("fs_grant_to_visible_p50_ms", "%.3f", benchkit.Q(vis, 0.5))
+	figure("fs_open_ratio_vs_baseline", "%.3f", benchkit.Q(ratios["open"], 0.5))
+	figure("exec_ratio_vs_baseline", "%.3f", benchkit.Q(ratios["exec"], 0.5))
+	figure("fs_grant_to_visible_p99_ms", "%.3f", benchkit.Q(vis, 0.99))
+	return nil
+}
+
+// figure prints one name=value line, the name after -prefix.
+func figure(name, format string, v float64) {
+	fmt.Printf("%s%s="+format+"\n", *flagPrefix, name, v)
+}
+
+// mechanism prints which mechanism enforces fs.scope and the exec
+// allowlist here, as the agent probed it (GET /v1/status): the mount view
+// alone, or the BPF LSM programs too.
+func (b *bench) mechanism() error {
+	resp, err := b.hc.Get("http://shinken/v1/status")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Backend struct {
+			Facts map[string]string `json:"facts"`
+		} `json:"backend"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if v, ok := st.Backend.Facts["lsm"]; ok {
+		fmt.Printf("kernel LSMs: %s\n", v)
+	}
+	for _, k := range []string{"fs_lsm", "exec_lsm"} {
+		v, ok := st.Backend.Facts[k]
+		if !ok {
+			return fmt.Errorf("status: no %s fact in the agent's probe report", k)
+		}
+		fmt.Printf("%s: %s\n", k, v)
+	}
 	return nil
 }
 
