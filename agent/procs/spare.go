@@ -19,6 +19,7 @@ package procs
 // own.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -41,6 +42,11 @@ const spareCount = 2
 // maxJobFiles bounds the descriptors of one job (status and the prepared
 // launch's).
 const maxJobFiles = 16
+
+// maxJobMeta bounds the meta.json content a job carries (a larger one,
+// a long argv or a large stdin, is written by the agent before the job
+// and read by the spare).
+const maxJobMeta = 64 << 10
 
 // spareDirPrefix names a spare's directory in the processes' directory.
 const spareDirPrefix = ".spare-"
@@ -153,9 +159,10 @@ func (sp *spare) take(dir string) error {
 }
 
 // handJob sends a spare (its directory renamed to dir) its job: dir, then
-// as descriptors the status pipe and the prepared launch's. The spare owns
-// its copies once this returns nil.
-func (sp *spare) handJob(dir string, status *os.File, files []*os.File) error {
+// (when not nil) a NUL and meta.json's content, and as descriptors the
+// status pipe and the prepared launch's. The spare owns its copies once
+// this returns nil.
+func (sp *spare) handJob(dir string, md []byte, status *os.File, files []*os.File) error {
 	defer sp.conn.Close() // one job per spare
 	fds := []int{int(status.Fd())}
 	for _, f := range files {
@@ -164,7 +171,11 @@ func (sp *spare) handJob(dir string, status *os.File, files []*os.File) error {
 	if len(fds) > maxJobFiles {
 		return fmt.Errorf("procs: %d descriptors for a shim (at most %d)", len(fds), maxJobFiles)
 	}
-	_, _, err := sp.conn.WriteMsgUnix([]byte(dir), unix.UnixRights(fds...), nil)
+	msg := []byte(dir)
+	if md != nil {
+		msg = append(append(msg, 0), md...)
+	}
+	_, _, err := sp.conn.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
 	return err
 }
 
@@ -197,7 +208,7 @@ func runSpare(start backend.StartFunc) int {
 		os.RemoveAll(staging)
 		return 0
 	}
-	buf := make([]byte, 4096)
+	buf := make([]byte, 4096+maxJobMeta)
 	oob := make([]byte, unix.CmsgSpace(4*maxJobFiles))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 	uc.Close()
@@ -217,12 +228,13 @@ func runSpare(start backend.StartFunc) int {
 	for _, fd := range fds[1:] {
 		files = append(files, os.NewFile(uintptr(fd), "prepared"))
 	}
-	dir := string(buf[:n])
+	job, md, _ := bytes.Cut(buf[:n], []byte{0})
+	dir := string(job)
 	if !filepath.IsAbs(dir) || filepath.Dir(dir) != filepath.Dir(staging) {
 		fmt.Fprintf(status, "procs: spare shim: bad directory %q", dir)
 		return 1
 	}
-	return runShim(start, dir, status, files, pre)
+	return runShim(start, dir, status, files, pre, md)
 }
 
 // stageSpare makes a spare's files in its directory: its log (its stdout
