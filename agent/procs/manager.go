@@ -231,37 +231,13 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 			return fail(fmt.Errorf("procs: %w", err))
 		}
 	}
-	mdJSON, err := json.Marshal(md)
-	if err != nil {
+	if err := writeJSON(filepath.Join(dir, metaFile), md); err != nil {
 		if sp != nil {
 			sp.abandon()
 		}
 		return fail(err)
 	}
-	// meta.json: with a spare, written while the spare starts the process
-	// (the job carries its content, and the spare makes sure the file is
-	// there before it writes started.json: jobMeta); else first.
-	var metaDone chan error
-	if sp != nil && len(mdJSON) <= maxJobMeta {
-		metaDone = make(chan error, 1)
-		go func() { metaDone <- writeRecord(filepath.Join(dir, metaFile), ".tmp", mdJSON) }()
-	} else {
-		if err := writeRecord(filepath.Join(dir, metaFile), ".tmp", mdJSON); err != nil {
-			if sp != nil {
-				sp.abandon()
-			}
-			return fail(err)
-		}
-		mdJSON = nil
-	}
-	started, err := m.startShim(dir, pl, sp, mdJSON, metaDone)
-	if metaDone != nil {
-		// Joined before anything is removed (fail). A failed write here
-		// does not fail a start the spare reported: the spare reports
-		// only once meta.json is there, written by it if need be
-		// (ensureMeta).
-		<-metaDone
-	}
+	started, err := m.startShim(dir, pl, sp)
 	if err != nil {
 		return fail(err)
 	}
@@ -284,12 +260,7 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 // receives reaches it), and waits for its report on the status pipe: the
 // started record it wrote to started.json before reporting (so the agent
 // does not read the file back), or why it failed.
-//
-// mdJSON, when not nil, is meta.json's content, handed to the spare with
-// its job; metaDone then delivers the result of the agent's own write of
-// meta.json, which a shim started here instead must wait for (it reads
-// the file).
-func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare, mdJSON []byte, metaDone chan error) (startedRecord, error) {
+func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (startedRecord, error) {
 	var st startedRecord
 	defer func() { go m.refill() }()
 	r, w, err := os.Pipe()
@@ -302,20 +273,11 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare, m
 	defer r.Close()
 	var proc *os.Process
 	if sp != nil {
-		if err := sp.handJob(dir, mdJSON, w, pl.Files); err == nil {
+		if err := sp.handJob(dir, w, pl.Files); err == nil {
 			proc = sp.cmd.Process
 		} else { // gone or broken: a shim of its own instead, in its place
 			sp.cmd.Process.Kill()
 			os.Remove(filepath.Join(dir, ctlFile))
-		}
-	}
-	if proc == nil && metaDone != nil {
-		// The shim started here reads meta.json: it must be written.
-		err := <-metaDone
-		metaDone <- err // for Start, which joins it too
-		if err != nil {
-			w.Close()
-			return st, err
 		}
 	}
 	if proc == nil {

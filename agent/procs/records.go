@@ -82,13 +82,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeRecord(path, ".tmp", b)
-}
-
-// writeRecord is writeJSON of b, already encoded, through the temporary
-// file path+suffix (two writers of one record use two suffixes).
-func writeRecord(path, suffix string, b []byte) error {
-	tmp := path + suffix
+	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
@@ -126,20 +120,4 @@ func signalName(sig syscall.Signal) string {
 		}
 	}
 	return strconv.Itoa(int(sig))
-}
-
-// ensureMeta makes sure meta.json is in dir before started.json is
-// written (a restarted agent adopts a process only with both): when the
-// job carried its content (md), the agent writes the file while the
-// process starts, and if it has not yet (or could not: it died) the shim
-// writes the same bytes itself, through a temporary file of its own.
-func ensureMeta(dir string, md []byte) error {
-	if md == nil {
-		return nil // the agent wrote it before the job
-	}
-	path := filepath.Join(dir, metaFile)
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	return writeRecord(path, ".shim.tmp", md)
 }

@@ -65,7 +65,7 @@ func ShimMain(start backend.StartFunc) {
 		// without close-on-exec) reaches the launcher only where StartFunc
 		// passes it, never the session process.
 		closeOnExecFrom(3)
-		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil, nil, nil))
+		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil, nil))
 	case len(os.Args) == 3 && os.Args[2] == spareArg:
 		os.Exit(runSpare(start))
 	}
@@ -111,9 +111,8 @@ type staged struct {
 // runShim holds the process of directory dir: status is where it reports
 // its start; files are the prepared launch's descriptors (nil: inherited
 // at fds 4..., as many as meta.json says); pre, from a spare, its rings and
-// listener (nil: made here); md, from a spare's job, meta.json's content,
-// which the agent writes to the file meanwhile (nil: read from the file).
-func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File, pre *staged, md []byte) int {
+// listener (nil: made here).
+func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File, pre *staged) int {
 	// Caught, not ignored: an ignored signal stays ignored in the process
 	// the shim starts (a shell's ^C would then reach nothing).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
@@ -128,11 +127,7 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 	}
 	s := &shim{dir: dir, conns: map[chan struct{}]bool{}, holds: map[net.Conn][2]uint64{}}
 	s.room = sync.NewCond(&s.mu)
-	if md != nil {
-		if err := json.Unmarshal(md, &s.meta); err != nil {
-			return report(fmt.Errorf("procs: shim: meta: %w", err))
-		}
-	} else if err := readJSON(filepath.Join(dir, metaFile), &s.meta); err != nil {
+	if err := readJSON(filepath.Join(dir, metaFile), &s.meta); err != nil {
 		return report(err)
 	}
 	if files == nil {
@@ -197,11 +192,6 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 		pumps = []io.Reader{st.PTY}
 	}
 	started := startedRecord{HostPID: st.Process.Pid, PID: nsPID(st.Process.Pid), Started: time.Now().UTC()}
-	if err := ensureMeta(dir, md); err != nil {
-		s.killTree()
-		st.Process.Wait()
-		return report(err)
-	}
 	if err := writeJSON(filepath.Join(dir, startedFile), started); err != nil {
 		s.killTree()
 		st.Process.Wait()

@@ -19,7 +19,6 @@ package procs
 // own.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -42,11 +41,6 @@ const spareCount = 2
 // maxJobFiles bounds the descriptors of one job (status and the prepared
 // launch's).
 const maxJobFiles = 16
-
-// maxJobMeta bounds the meta.json content a job carries (a larger one,
-// a long argv or a large stdin, is written by the agent before the job
-// and read by the spare).
-const maxJobMeta = 64 << 10
 
 // spareDirPrefix names a spare's directory in the processes' directory.
 const spareDirPrefix = ".spare-"
@@ -159,10 +153,9 @@ func (sp *spare) take(dir string) error {
 }
 
 // handJob sends a spare (its directory renamed to dir) its job: dir, then
-// (when not nil) a NUL and meta.json's content, and as descriptors the
-// status pipe and the prepared launch's. The spare owns its copies once
-// this returns nil.
-func (sp *spare) handJob(dir string, md []byte, status *os.File, files []*os.File) error {
+// as descriptors the status pipe and the prepared launch's. The spare owns
+// its copies once this returns nil.
+func (sp *spare) handJob(dir string, status *os.File, files []*os.File) error {
 	defer sp.conn.Close() // one job per spare
 	fds := []int{int(status.Fd())}
 	for _, f := range files {
@@ -171,11 +164,7 @@ func (sp *spare) handJob(dir string, md []byte, status *os.File, files []*os.Fil
 	if len(fds) > maxJobFiles {
 		return fmt.Errorf("procs: %d descriptors for a shim (at most %d)", len(fds), maxJobFiles)
 	}
-	msg := []byte(dir)
-	if md != nil {
-		msg = append(append(msg, 0), md...)
-	}
-	_, _, err := sp.conn.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+	_, _, err := sp.conn.WriteMsgUnix([]byte(dir), unix.UnixRights(fds...), nil)
 	return err
 }
 
@@ -208,7 +197,7 @@ func runSpare(start backend.StartFunc) int {
 		os.RemoveAll(staging)
 		return 0
 	}
-	buf := make([]byte, 4096+maxJobMeta)
+	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4*maxJobFiles))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 	uc.Close()
@@ -228,13 +217,12 @@ func runSpare(start backend.StartFunc) int {
 	for _, fd := range fds[1:] {
 		files = append(files, os.NewFile(uintptr(fd), "prepared"))
 	}
-	job, md, _ := bytes.Cut(buf[:n], []byte{0})
-	dir := string(job)
+	dir := string(buf[:n])
 	if !filepath.IsAbs(dir) || filepath.Dir(dir) != filepath.Dir(staging) {
 		fmt.Fprintf(status, "procs: spare shim: bad directory %q", dir)
 		return 1
 	}
-	return runShim(start, dir, status, files, pre, md)
+	return runShim(start, dir, status, files, pre)
 }
 
 // stageSpare makes a spare's files in its directory: its log (its stdout

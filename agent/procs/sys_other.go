@@ -43,17 +43,13 @@ type spare struct{ cmd *exec.Cmd }
 
 const spareDirPrefix = ".spare-"
 
-const maxJobMeta = 0
-
 func (m *Manager) takeSpare() *spare { return nil }
 func (m *Manager) refill()           {}
 func (m *Manager) closeSpares()      {}
 
-func (sp *spare) abandon()          {}
-func (sp *spare) take(string) error { return errors.ErrUnsupported }
-func (sp *spare) handJob(string, []byte, *os.File, []*os.File) error {
-	return errors.ErrUnsupported
-}
+func (sp *spare) abandon()                                   {}
+func (sp *spare) take(string) error                          { return errors.ErrUnsupported }
+func (sp *spare) handJob(string, *os.File, []*os.File) error { return errors.ErrUnsupported }
 
 func runSpare(backend.StartFunc) int { return 1 }
 
