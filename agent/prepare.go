@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -11,10 +10,8 @@ import (
 // PrepareLaunch makes a launch into an active session ready for the
 // session runtime's shim to start (backend.Preparer): the same door as
 // Launch, with the same record written first (process.run: durable before
-// the prepared launch is returned, so before anything runs; the audit
-// log's checkpoint that covers it is written while the launch goes on, see
-// commitDurable); if the record cannot be made durable the preparation is
-// undone and nothing is returned. A backend that cannot prepare
+// the prepared launch is returned, so before anything runs); if the record
+// cannot be written the preparation is undone and nothing is returned. A backend that cannot prepare
 // launches refuses (ErrLaunch wrapping backend.ErrNotSupported).
 func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, actor string) (*backend.PreparedLaunch, error) {
 	if _, ok := a.Session(session); !ok {
@@ -40,10 +37,7 @@ func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts back
 		pl, err := p.PrepareLaunch(session, spec, opts)
 		ready <- prepared{pl, err}
 	}()
-	eerr := a.emit(Event{Kind: EventRun, Session: session, Actor: actor, Tool: spec.Argv[0], Args: slices.Clone(spec.Argv), Outcome: "started", Defer: true})
-	if eerr == nil {
-		eerr = a.commitDurable()
-	}
+	eerr := a.emit(Event{Kind: EventRun, Session: session, Actor: actor, Tool: spec.Argv[0], Args: slices.Clone(spec.Argv), Outcome: "started"})
 	r := <-ready
 	if eerr != nil {
 		if r.err == nil {
@@ -55,33 +49,4 @@ func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts back
 		return nil, fmt.Errorf("%w: %w", ErrLaunch, r.err)
 	}
 	return r.pl, nil
-}
-
-// commitDurable makes the deferred records durable (Committer) and returns
-// as soon as they are, or with why they could not be: the sink's own end
-// of the commit (the audit log's checkpoint slot, written and synced once
-// the log is) goes on in the background, as a grant's journal write
-// overlaps it (audit.Log.Commit's then). So a launch waits for one
-// fdatasync, the record's, not two. A crash before the checkpoint is
-// synced leaves the log one batch ahead of it, which audit.Open vouches
-// for again (agent/audit/doc.go); a checkpoint that fails fails the log
-// for the records after (they are refused: fail closed), not this one,
-// which is durable.
-func (a *Agent) commitDurable() error {
-	durable := make(chan error, 1)
-	go func() {
-		called := false
-		err := a.commit(func() error {
-			called = true
-			durable <- nil
-			return nil
-		})
-		if !called {
-			if err == nil {
-				err = errors.New("agent: the records were not committed")
-			}
-			durable <- err
-		}
-	}()
-	return <-durable
 }

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"errors"
-	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/backend/memory"
@@ -100,110 +98,5 @@ func TestPrepareLaunchRecordFirst(t *testing.T) {
 	}
 	if kinds := sink.kinds(); len(kinds) != before+1 || kinds[len(kinds)-1] != EventRun {
 		t.Fatalf("with the backend failing: events %v after %d, want one %s record", kinds, before, EventRun)
-	}
-}
-
-// commitSink is a Committer: deferred events count as durable once a
-// Commit has reached its then; while hold is set, each Commit then waits
-// for release before it returns (the audit log's checkpoint, still being
-// written and synced); with fail set, a Commit makes nothing durable.
-type commitSink struct {
-	eventLog
-	mu       sync.Mutex
-	deferred []bool
-	durable  int // events made durable (a prefix of ev)
-	hold     bool
-	fail     bool
-	release  chan struct{}
-}
-
-func (s *commitSink) Emit(e Event) error {
-	s.mu.Lock()
-	s.deferred = append(s.deferred, e.Defer)
-	if !e.Defer {
-		s.durable = len(s.deferred)
-	}
-	s.mu.Unlock()
-	return s.eventLog.Emit(e)
-}
-
-func (s *commitSink) Commit(then func() error) error {
-	s.mu.Lock()
-	if s.fail {
-		s.mu.Unlock()
-		return errRecord
-	}
-	s.durable = len(s.deferred)
-	hold, release := s.hold, s.release
-	s.mu.Unlock()
-	var err error
-	if then != nil {
-		err = then()
-	}
-	if hold {
-		<-release
-	}
-	return err
-}
-
-// TestPrepareLaunchWaitsForTheRecordNotTheCheckpoint: the process.run
-// record is written deferred and made durable by a commit; the prepared
-// launch is handed out once the record is durable, while the sink's own
-// end of the commit (the checkpoint) is still going on; a commit that
-// cannot make the record durable hands nothing out and undoes the
-// preparation.
-func TestPrepareLaunchWaitsForTheRecordNotTheCheckpoint(t *testing.T) {
-	k := &preparerKernel{Backend: memKernel(t)}
-	sink := &commitSink{release: make(chan struct{})}
-	a := openAgent(t, k, t.TempDir(), func(c *Config) { c.Events = sink })
-	mustSession(t, a, SessionSpec{ID: "s1"})
-	spec := backend.LaunchSpec{Argv: []string{"/bin/echo", "x"}}
-
-	sink.mu.Lock()
-	sink.hold = true
-	sink.mu.Unlock()
-	type result struct {
-		pl  *backend.PreparedLaunch
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		pl, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op")
-		got <- result{pl, err}
-	}()
-	var r result
-	select {
-	case r = <-got:
-	case <-time.After(10 * time.Second):
-		close(sink.release)
-		t.Fatal("PrepareLaunch waited for the whole commit (the checkpoint), not for the record to be durable")
-	}
-	if r.err != nil || r.pl == nil {
-		t.Fatalf("PrepareLaunch = %v, %v", r.pl, r.err)
-	}
-	kinds := sink.kinds()
-	sink.mu.Lock()
-	run := slices.Index(kinds, EventRun)
-	deferred, durable := run >= 0 && sink.deferred[run], sink.durable
-	sink.hold = false
-	sink.mu.Unlock()
-	close(sink.release)
-	if run < 0 || !deferred || durable <= run {
-		t.Fatalf("launch handed out with its %s record at %d (deferred %v), durable up to %d: %v", EventRun, run, deferred, durable, kinds)
-	}
-	r.pl.Close(false)
-
-	sink.mu.Lock()
-	sink.fail = true
-	sink.mu.Unlock()
-	pl, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op")
-	if !errors.Is(err, errRecord) || pl != nil {
-		t.Fatalf("with the commit failing: PrepareLaunch = %v, %v; want nil, %v", pl, err, errRecord)
-	}
-	k.mu.Lock()
-	prepared, abandoned := k.prepared, k.abandoned
-	k.mu.Unlock()
-	if prepared != 2 || abandoned != 1 {
-		t.Fatalf("prepared %d, abandoned %d; want 2, 1 (the one whose record was not made durable)", prepared, abandoned)
 	}
 }

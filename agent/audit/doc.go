@@ -71,12 +71,7 @@
 // still lose, and the two syncs overlap. A crash while they run leaves the
 // log one batch ahead of its checkpoint, which Open vouches for again (see
 // below). A record written with Write counts as acknowledged only once a
-// Commit, or a later Append, has returned. A caller may act on its records
-// once then has been called (they are durable) without waiting for Commit
-// to return: the agent's launch door does (agent.PrepareLaunch: the
-// process.run record is durable before anything runs in the session; its
-// checkpoint is written and synced while the process starts), and a crash
-// in between is the case above, the log one batch ahead of its checkpoint.
+// Commit, or a later Append, has returned.
 //
 // An append therefore costs a share of two fdatasyncs (log, then checkpoint
 // slot). BenchmarkAppend on this project's shared 2-core machine (ext4 on a
