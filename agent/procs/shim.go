@@ -223,7 +223,6 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 			s.pump(i, r)
 		}()
 	}
-	waitExited(st.Process) // on the poller: the goroutines above run meanwhile
 	ps, _ := st.Process.Wait()
 	// What the first process leaves behind ends with it (as a run's does),
 	// so nothing holds the pipes or the terminal open.

@@ -40,6 +40,3 @@ func seqpacketPair() ([2]int, error) {
 	}
 	return fds, err
 }
-
-// waitExited: the shim's Wait blocks in wait4 here.
-func waitExited(*os.Process) {}

@@ -90,31 +90,3 @@ func spliceToFile(r *os.File, f *os.File, off int64, n int, intend func(uint64) 
 	}
 	return moved, nil
 }
-
-// waitExited returns once the child p has exited (it is not reaped: its
-// Wait then returns at once), waiting on the runtime's poller through a
-// pidfd rather than in a blocking wait system call. A shim runs with one
-// P (shimEnv): a goroutine blocked in waitid keeps that P until the
-// runtime's monitor takes it back (20 µs to 10 ms later, the longer the
-// monitor has found nothing to take), and meanwhile the pumps and the
-// control connections, which the shim starts just before it waits, do not
-// run: the first output of a process could reach the ring, and its end
-// the agent, that much later. Where a pidfd cannot be polled it returns
-// at once and Wait blocks as before.
-func waitExited(p *os.Process) {
-	fd, err := unix.PidfdOpen(p.Pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	rc.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		return err != unix.EINTR && (err != nil || info.Signo != 0)
-	})
-}

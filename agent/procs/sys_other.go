@@ -52,5 +52,3 @@ func (sp *spare) take(string) error                          { return errors.Err
 func (sp *spare) handJob(string, *os.File, []*os.File) error { return errors.ErrUnsupported }
 
 func runSpare(backend.StartFunc) int { return 1 }
-
-func waitExited(*os.Process) {}
