@@ -276,7 +276,7 @@ func parseRights(oob []byte) ([]int, error) {
 // steps: the signal handlers runShim installs (signal.Notify starts the
 // runtime's signal loop on its first call) and encoding/json's per-type
 // set-up for meta.json and the records the shim writes. Done after the job
-// came, it was most of the 0.6-0.7 ms (median; p90 4 ms at load 10) from
+// came, it was most of the 0.6-0.9 ms (median; p90 3-13 ms at load 8-12) from
 // the job to meta.json read; done here, 0.2 (p90 0.3) (bench/README.md,
 // issue 20).
 func warmShim() {
