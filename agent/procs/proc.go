@@ -236,7 +236,21 @@ func (p *Proc) ReadInto(stream int, off uint64, buf []byte) (Chunk, error) {
 func (p *Proc) end(stream int) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ends[stream]
+	return p.endLocked(stream)
+}
+
+// endLocked is stream's end as far as the agent can tell: the later of
+// what the shim last said on its control connection and the ring index's
+// end (every byte before it is in the ring, ring.go), so that a reader
+// reads what the shim has written without waiting for the shim's
+// notice to come through its connection (the first output of a process
+// was read only once that notice came: bench/README.md, issue 20). p.mu
+// held.
+func (p *Proc) endLocked(stream int) uint64 {
+	if p.index == nil {
+		return p.ends[stream]
+	}
+	return max(p.ends[stream], p.index.End(stream))
 }
 
 // Next waits until stream has bytes past off or the process has ended (or
@@ -254,7 +268,7 @@ func (p *Proc) NextInto(ctx context.Context, stream int, off uint64, buf []byte)
 func (p *Proc) next(ctx context.Context, stream int, off uint64, max int, buf []byte) (c Chunk, ok bool, err error) {
 	for {
 		p.mu.Lock()
-		end, done, ch := p.ends[stream], p.exit != nil || p.lost, p.changed
+		end, done, ch := p.endLocked(stream), p.exit != nil || p.lost, p.changed
 		p.mu.Unlock()
 		if off < end {
 			if buf == nil {
