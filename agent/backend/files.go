@@ -305,18 +305,29 @@ func SetOverride(es []FileEntry, e FileEntry) (out, stale []FileEntry, added, ok
 var ErrDeleteNeedsWrite = errors.New("delete without write over it: this backend cannot give unlink and rename-away without write (a mount is writable or not); it needs a path_unlink/path_rename hook (BPF LSM)")
 
 // CheckDeleteCovered refuses, for a backend whose write gives delete and
-// that cannot give delete alone, every delete entry of es that no write
-// entry of the same handle covers (so that no delete entry is ever widened
-// into write). A delete inside its grant's write root adds nothing there:
+// that cannot give delete alone, every delete entry of es where the same
+// handle's writes give no write (narrowest wins, NarrowestAt: a write above
+// with the grant's deny between does not count), so that no delete entry
+// is ever widened into write. A delete inside its grant's write root adds nothing there:
 // say so in the probe row.
 func CheckDeleteCovered(es []FileEntry) error {
 	for _, e := range es {
 		if e.Access != FileDelete {
 			continue
 		}
-		if !slices.ContainsFunc(es, func(w FileEntry) bool {
-			return w.Handle == e.Handle && w.Access == FileWrite && PathUnder(e.Path, w.Path)
-		}) {
+		var writes, denies []string
+		for _, w := range es {
+			if w.Handle == e.Handle && w.Access == FileWrite {
+				writes = append(writes, w.Path)
+			}
+			if w.Handle == e.Handle && w.Access == FileDeny {
+				denies = append(denies, w.Path)
+			}
+		}
+		// Narrowest wins: a write above that a deny of the grant between
+		// takes does not cover it (below the delete's path a deeper deny
+		// takes both alike, and a deeper delete entry is checked itself).
+		if !NarrowestAt(writes, denies, e.Path) {
 			return fmt.Errorf("%w: %s: %w", ErrNotSupported, e, ErrDeleteNeedsWrite)
 		}
 	}
