@@ -136,7 +136,7 @@ func TestFileScopeLSM(t *testing.T) {
 		backend.FileEntry{Path: at("repo/a/b"), Access: backend.FileRead},
 		backend.FileEntry{Path: at("repo/a/b"), Access: backend.FileWrite})
 	// Session b: /other read and write.
-	lsmGrant(t, d, "lsmb", HandleRef{},
+	hb := lsmGrant(t, d, "lsmb", HandleRef{},
 		backend.FileEntry{Path: at("other"), Access: backend.FileRead},
 		backend.FileEntry{Path: at("other"), Access: backend.FileWrite})
 	if n := d.FSInodeEntries("lsma"); n != 5 {
@@ -239,7 +239,14 @@ func TestFileScopeLSM(t *testing.T) {
 	// is accepted (as the mount view accepts and skips it); a path made
 	// at that name is not denied until the session's entries are next
 	// applied (the limit the threat model states for both mechanisms).
+	// A deny takes only its own grant's rights (FileRightsView, the view):
+	// b's first grant, which gives /other read and write, is revoked
+	// first, else it would still give /other/later.
+	if err := d.Revoke(hb); err != nil {
+		t.Fatal(err)
+	}
 	lsmGrant(t, d, "lsmb", HandleRef{}, backend.FileEntry{Path: at("other"), Access: backend.FileRead},
+		backend.FileEntry{Path: at("other"), Access: backend.FileWrite},
 		backend.FileEntry{Path: at("other/later"), Access: backend.FileDeny})
 	if n := d.FSInodeEntries("lsmb"); n != 1 {
 		t.Errorf("session b holds %d inode entries after a deny on a missing path, want 1 (other)", n)

@@ -4,126 +4,135 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // fsLSMRules is the inode entries (shk_fs_inodes) of one session's file
-// entries: for each inode an entry's path names, one rule per grant
-// (handle), that grant's accesses there folded together, or its deny bit
-// where the grant gives nothing there (the kernel then takes that grant's
-// rights on the inode and no other grant's: bpf/files.bpf.c's fs_entry).
-// It says at each such inode what backend.FileRightsView says for the
-// grants naming it:
+// entries. The kernel's walk stops at the nearest inode with a live rule
+// and takes what its live rules give together (bpf/files.bpf.c's
+// fs_entry), so each keyed inode holds one rule for every grant (handle)
+// whose entries cover its path: that grant's rights there as
+// backend.FileRightsView says them for the grant's entries alone (narrowest
+// wins inside the grant, credential locations closed unless the grant's
+// own override entry opens them), or the grant's deny bit where it gives
+// nothing there. Then at the nearest keyed inode the live rules add up to
+// what the live grants give there, which is what they give at every path
+// below it down to the next keyed inode (no grant has an entry in
+// between); a revoked grant's rules are dead everywhere at once, and where
+// every rule of an inode is dead, every grant covering it is revoked and
+// the walk rightly goes on up. The keyed inodes:
 //
-//   - A deny entry on a path that does not exist denies nothing that
-//     exists, and is skipped, as the mount view skips it (nothing there to
-//     mask). A path made at that name later is not denied until the
-//     session's entries are next applied (its next grant, release or
-//     override change; the view also re-derives at a revoke's sweep): a
-//     limit the two mechanisms share, said in the threat model.
-//   - Credential locations (never): an entry at or under one gives nothing
-//     (its grant's deny bit on its inode) unless it carries an admin
-//     override (FileEntry.Override) and no location of fixed (the agent's
-//     own) nor a container runtime's socket covers it; a location at or
-//     under an entry's path gets a deny rule under that entry's grant
-//     (a broad entry above a location never opens it), except where that
-//     grant's override entry names the location itself (its rule there is
-//     the override's access). A location that does not exist yet is not
-//     covered (as in the view).
+//   - each entry's path (read, write, delete, deny; persistence and
+//     connect entries are mounts of the view only). A deny entry on a path
+//     that does not exist denies nothing that exists, and is skipped, as
+//     the mount view skips it (nothing there to mask). A path made at that
+//     name later is not denied until the session's entries are next
+//     applied (its next grant, release or override change; the view also
+//     re-derives at a revoke's sweep): a limit the two mechanisms share,
+//     said in the threat model.
+//   - each credential location (never) at or under an entry's path, where
+//     it exists (one that does not exist yet is not covered, as in the
+//     view): the grants covering it get nothing there unless their own
+//     override entry names the location itself.
+//
+// A path reached at one inode by two names (hard link, bind mount) gets
+// per grant what that grant gives at every one of them (the deny bit if
+// one gives nothing).
 func fsLSMRules(index uint32, entries []backend.FileEntry, never, fixed []string) (map[shkfsShkFsKey]*shkfsShkFsValue, error) {
+	var keyed []backend.FileEntry // only what the LSM keys
+	for _, e := range entries {
+		if fsAccessBits(e.Access) != 0 {
+			keyed = append(keyed, e)
+		}
+	}
+	type at struct {
+		k shkfsShkFsKey
+		p string
+	}
+	var points []at
+	add := func(p string, missingOK bool, e backend.FileEntry) error {
+		dev, ino, err := fsInode(p)
+		if err != nil {
+			if missingOK && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
+		}
+		points = append(points, at{shkfsShkFsKey{Session: index, Dev: dev, Ino: ino}, p})
+		return nil
+	}
+	for _, e := range keyed {
+		if err := add(e.Path, e.Access == backend.FileDeny, e); err != nil {
+			return nil, err
+		}
+		for _, n := range never {
+			if n != e.Path && backend.PathUnder(n, e.Path) {
+				if err := add(n, true, e); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	type grantAt struct {
 		k shkfsShkFsKey
 		h HandleRef
 	}
-	type rule struct {
-		give    uint32 // accesses the grant's entries give at the inode
-		deny    bool   // the grant's deny entry names the inode
-		blocked bool   // a credential location takes the grant's entry there
-		opened  bool   // the grant's override entry names the inode
-	}
-	rules := map[grantAt]*rule{}
+	access := map[grantAt]uint32{}
 	var order []grantAt // the map's order is random: the kernel's rule order is the entries'
-	at := func(x grantAt) *rule {
-		r := rules[x]
-		if r == nil {
-			r = &rule{}
-			rules[x] = r
-			order = append(order, x)
-		}
-		return r
-	}
-	fixedAt := func(p string) bool {
-		for _, l := range [][]string{fixed, backend.ContainerRuntimeSockets} {
-			for _, n := range l {
-				if backend.PathUnder(p, n) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	var below []grantAt // credential locations below an entry's path
-	for _, e := range entries {
-		bits := fsAccessBits(e.Access)
-		if bits == 0 {
+	done := map[at]bool{}
+	for _, x := range points {
+		if done[x] {
 			continue
 		}
-		dev, ino, err := fsInode(e.Path)
-		if err != nil {
-			if e.Access == backend.FileDeny && errors.Is(err, fs.ErrNotExist) {
-				continue
+		done[x] = true
+		var hs []HandleRef
+		for _, e := range keyed {
+			if backend.PathUnder(x.p, e.Path) && !slices.Contains(hs, e.Handle) {
+				hs = append(hs, e.Handle)
 			}
-			return nil, fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
 		}
-		x := grantAt{shkfsShkFsKey{Session: index, Dev: dev, Ino: ino}, e.Handle}
-		r := at(x)
-		if e.Access == backend.FileDeny {
-			r.deny = true
-			continue
-		}
-		credential := false
-		for _, n := range never {
+		for _, h := range hs {
+			own := slices.DeleteFunc(slices.Clone(keyed), func(e backend.FileEntry) bool { return e.Handle != h })
+			r := backend.FileRightsView(own, never, fixed, x.p)
+			var bits uint32
+			if r.Read {
+				bits |= fsAccessBits(backend.FileRead)
+			}
+			if r.Write {
+				bits |= fsAccessBits(backend.FileWrite)
+			}
+			if r.Delete {
+				bits |= fsAccessBits(backend.FileDelete)
+			}
+			if bits == 0 {
+				bits = fsDenyBit
+			}
+			g := grantAt{x.k, h}
+			old, seen := access[g]
 			switch {
-			case backend.PathUnder(e.Path, n):
-				credential = true
-			case backend.PathUnder(n, e.Path):
-				if ndev, nino, nerr := fsInode(n); nerr == nil {
-					below = append(below, grantAt{shkfsShkFsKey{Session: index, Dev: ndev, Ino: nino}, e.Handle})
-				}
+			case !seen:
+				access[g] = bits
+				order = append(order, g)
+			case old&fsDenyBit != 0 || bits&fsDenyBit != 0 || old&bits == 0:
+				access[g] = fsDenyBit
+			default:
+				access[g] = old & bits
 			}
-		}
-		switch {
-		case !credential:
-			r.give |= bits
-		case e.Override && !fixedAt(e.Path):
-			r.give |= bits
-			r.opened = true
-		default:
-			r.blocked = true
-		}
-	}
-	for _, x := range below {
-		if r := rules[x]; r == nil || !r.opened {
-			at(x).blocked = true
 		}
 	}
 	want := map[shkfsShkFsKey]*shkfsShkFsValue{}
-	for _, x := range order {
-		r := rules[x]
-		access := r.give
-		if r.deny || access == 0 {
-			access = fsDenyBit
-		}
-		v := want[x.k]
+	for _, g := range order {
+		v := want[g.k]
 		if v == nil {
 			v = &shkfsShkFsValue{}
-			want[x.k] = v
+			want[g.k] = v
 		}
 		if int(v.Nrules) == len(v.Rules) {
-			return nil, fmt.Errorf("%w: more than %d grants name one inode (dev %d, inode %d) of the session", backend.ErrInvalidFileEntry, len(v.Rules), x.k.Dev, x.k.Ino)
+			return nil, fmt.Errorf("%w: more than %d grants cover one inode (dev %d, inode %d) of the session that an entry names: the kernel entry holds one rule per covering grant", backend.ErrInvalidFileEntry, len(v.Rules), g.k.Dev, g.k.Ino)
 		}
-		v.Rules[v.Nrules] = shkfsShkFsRule{Handle: x.h.Slot, Generation: x.h.Generation, Access: access}
+		v.Rules[v.Nrules] = shkfsShkFsRule{Handle: g.h.Slot, Generation: g.h.Generation, Access: access[g]}
 		v.Nrules++
 	}
 	return want, nil

@@ -95,16 +95,43 @@ type FileRights struct {
 // None reports whether the rights give nothing.
 func (r FileRights) None() bool { return !r.Read && !r.Write && !r.Delete }
 
+// NarrowestAt reports whether allow gives p against deny, narrowest
+// wins: of the paths of allow and deny that cover p, the deepest decides
+// (they all lie on p's chain of ancestors, so the longest is the deepest);
+// a deny at the very path of an allow wins that tie (the grammar refuses
+// it as contradictory). So write /repo, deny /repo/a, write /repo/a/b give
+// /repo and /repo/a/b and not the rest of /repo/a.
+func NarrowestAt(allow, deny []string, p string) bool {
+	best := -1
+	for _, a := range allow {
+		if len(a) > best && PathUnder(p, a) {
+			best = len(a)
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	for _, d := range deny {
+		if len(d) >= best && PathUnder(p, d) {
+			return false
+		}
+	}
+	return true
+}
+
 // FileRightsAt is what entries (those of live handles) give at path: each
-// handle's entries decide for that handle, a deny of the handle covering
-// path taking everything that handle gives there (deny wins inside one
-// grant, as the grammar says); the handles' rights add up. So nesting
-// across grants is narrowest-wins: /repo write with /repo/a deny in one
-// grant, /repo/a/b write in another, make /repo/a/b writable and the rest
-// of /repo/a denied.
+// handle's entries decide for that handle, axis by axis narrowest-wins
+// (NarrowestAt: read, write and delete each against the handle's denies;
+// a persistence entry is read and write), and the handles' rights add up.
+// So nesting is narrowest-wins inside one grant (/repo write, /repo/a
+// deny, /repo/a/b write make /repo/a/b writable and the rest of /repo/a
+// denied) and across grants a grant's deny takes only its own rights.
 func FileRightsAt(entries []FileEntry, path string) FileRights {
-	type per struct{ read, write, del, deny bool }
+	type per struct {
+		read, write, del, deny []string
+	}
 	by := map[HandleRef]*per{}
+	var order []HandleRef
 	for _, e := range entries {
 		if !PathUnder(path, e.Path) {
 			continue
@@ -113,34 +140,49 @@ func FileRightsAt(entries []FileEntry, path string) FileRights {
 		if h == nil {
 			h = &per{}
 			by[e.Handle] = h
+			order = append(order, e.Handle)
 		}
 		switch e.Access {
 		case FileRead:
-			h.read = true
+			h.read = append(h.read, e.Path)
 		case FileWrite:
-			h.write = true
+			h.write = append(h.write, e.Path)
 		case FileDelete:
-			h.del = true
+			h.del = append(h.del, e.Path)
 		case FileDeny:
-			h.deny = true
+			h.deny = append(h.deny, e.Path)
 		case FilePersist, FilePersistSession:
-			h.read, h.write = true, true
+			h.read, h.write = append(h.read, e.Path), append(h.write, e.Path)
 		}
 	}
 	var r FileRights
-	for _, h := range by {
-		if h.deny {
+	for _, ref := range order {
+		h := by[ref]
+		hr := FileRights{Read: NarrowestAt(h.read, h.deny, path), Write: NarrowestAt(h.write, h.deny, path), Delete: NarrowestAt(h.del, h.deny, path)}
+		if hr.None() && len(h.deny) > 0 {
 			r.Denied = true
-			continue
 		}
-		r.Read = r.Read || h.read
-		r.Write = r.Write || h.write
-		r.Delete = r.Delete || h.del
+		r.Read = r.Read || hr.Read
+		r.Write = r.Write || hr.Write
+		r.Delete = r.Delete || hr.Delete
 	}
 	if !r.None() {
 		r.Denied = false
 	}
 	return r
+}
+
+// ConnectAt reports whether entries (those of live handles) reach the host
+// socket at exactly path: a connect entry names it and no deny of the same
+// handle names that very path (a connect names a socket, nothing below it,
+// so only a deny at the same path is as narrow; it wins that tie, which the
+// grammar refuses as contradictory). Credential locations are the caller's.
+func ConnectAt(entries []FileEntry, path string) bool {
+	return slices.ContainsFunc(entries, func(e FileEntry) bool {
+		return e.Access == FileConnect && e.Path == path && !slices.ContainsFunc(entries, func(d FileEntry) bool {
+			return d.Handle == e.Handle && d.Access == FileDeny && d.Path == path
+		})
+	})
 }
 
 // FileRightsView is what entries (those of live handles) give at path
@@ -149,7 +191,7 @@ func FileRightsAt(entries []FileEntry, path string) FileRights {
 // lifts) or under a container runtime's socket (root on the host; Block
 // tier) nothing; under another credential location only what the entries
 // that name it or a path in it with Override give (a deny of theirs
-// taking their handle's rights, as in FileRightsAt); elsewhere what
+// narrowest-wins within their handle, as in FileRightsAt); elsewhere what
 // FileRightsAt says. Denied is set wherever a credential location takes
 // what the entries would give.
 func FileRightsView(entries []FileEntry, never, fixed []string, path string) FileRights {
@@ -263,18 +305,29 @@ func SetOverride(es []FileEntry, e FileEntry) (out, stale []FileEntry, added, ok
 var ErrDeleteNeedsWrite = errors.New("delete without write over it: this backend cannot give unlink and rename-away without write (a mount is writable or not); it needs a path_unlink/path_rename hook (BPF LSM)")
 
 // CheckDeleteCovered refuses, for a backend whose write gives delete and
-// that cannot give delete alone, every delete entry of es that no write
-// entry of the same handle covers (so that no delete entry is ever widened
-// into write). A delete inside its grant's write root adds nothing there:
+// that cannot give delete alone, every delete entry of es where the same
+// handle's writes give no write (narrowest wins, NarrowestAt: a write above
+// with the grant's deny between does not count), so that no delete entry
+// is ever widened into write. A delete inside its grant's write root adds nothing there:
 // say so in the probe row.
 func CheckDeleteCovered(es []FileEntry) error {
 	for _, e := range es {
 		if e.Access != FileDelete {
 			continue
 		}
-		if !slices.ContainsFunc(es, func(w FileEntry) bool {
-			return w.Handle == e.Handle && w.Access == FileWrite && PathUnder(e.Path, w.Path)
-		}) {
+		var writes, denies []string
+		for _, w := range es {
+			if w.Handle == e.Handle && w.Access == FileWrite {
+				writes = append(writes, w.Path)
+			}
+			if w.Handle == e.Handle && w.Access == FileDeny {
+				denies = append(denies, w.Path)
+			}
+		}
+		// Narrowest wins: a write above that a deny of the grant between
+		// takes does not cover it (below the delete's path a deeper deny
+		// takes both alike, and a deeper delete entry is checked itself).
+		if !NarrowestAt(writes, denies, e.Path) {
 			return fmt.Errorf("%w: %s: %w", ErrNotSupported, e, ErrDeleteNeedsWrite)
 		}
 	}

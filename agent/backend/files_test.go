@@ -61,4 +61,51 @@ func TestSetOverride(t *testing.T) {
 	if err := CheckDeleteCovered([]FileEntry{{Path: "/a/b", Access: FileDelete, Handle: h}, {Path: "/a", Access: FileWrite, Handle: h}}); err != nil {
 		t.Errorf("delete under its grant's write: %v", err)
 	}
+	if err := CheckDeleteCovered([]FileEntry{{Path: "/a/b/c", Access: FileDelete, Handle: h}, {Path: "/a", Access: FileWrite, Handle: h}, {Path: "/a/b", Access: FileDeny, Handle: h}}); !errors.Is(err, ErrDeleteNeedsWrite) {
+		t.Errorf("delete under its grant's deny under its write: %v, want ErrDeleteNeedsWrite", err)
+	}
+	if err := CheckDeleteCovered([]FileEntry{{Path: "/a/b/c/d", Access: FileDelete, Handle: h}, {Path: "/a", Access: FileWrite, Handle: h}, {Path: "/a/b", Access: FileDeny, Handle: h}, {Path: "/a/b/c", Access: FileWrite, Handle: h}}); err != nil {
+		t.Errorf("delete under the nested write: %v", err)
+	}
+}
+
+// TestFileRightsAtNested: narrowest wins inside one handle, axis by axis;
+// across handles the rights add up and a deny takes only its own handle's.
+func TestFileRightsAtNested(t *testing.T) {
+	h1, h2 := HandleRef{Slot: 1, Generation: 1}, HandleRef{Slot: 2, Generation: 1}
+	one := []FileEntry{
+		{Path: "/repo", Access: FileRead, Handle: h1},
+		{Path: "/repo", Access: FileWrite, Handle: h1},
+		{Path: "/repo/a", Access: FileDeny, Handle: h1},
+		{Path: "/repo/a/b", Access: FileWrite, Handle: h1},
+		{Path: "/repo/a/b/c", Access: FileDeny, Handle: h1},
+		{Path: "/repo/a/b/c/d", Access: FileRead, Handle: h1},
+	}
+	for _, c := range []struct {
+		entries []FileEntry
+		path    string
+		want    FileRights
+	}{
+		{one, "/repo/f", FileRights{Read: true, Write: true}},
+		{one, "/repo/a", FileRights{Denied: true}},
+		{one, "/repo/a/x", FileRights{Denied: true}},
+		{one, "/repo/a/b/x", FileRights{Write: true}}, // no read: write never implies it
+		{one, "/repo/a/bx", FileRights{Denied: true}},
+		{one, "/repo/a/b/c/x", FileRights{Denied: true}},
+		{one, "/repo/a/b/c/d/x", FileRights{Read: true}},
+		{one, "/other", FileRights{}},
+		{append(slices.Clone(one), FileEntry{Path: "/repo/a", Access: FileRead, Handle: h2}), "/repo/a/x", FileRights{Read: true}},
+		{append(slices.Clone(one), FileEntry{Path: "/", Access: FileWrite, Handle: h2}, FileEntry{Path: "/repo/a/b", Access: FileDeny, Handle: h2}), "/repo/a/b/c/x", FileRights{Denied: true}},
+		{[]FileEntry{{Path: "/p", Access: FileWrite, Handle: h1}, {Path: "/p", Access: FileDeny, Handle: h1}}, "/p/x", FileRights{Denied: true}}, // the tie: deny
+	} {
+		if got := FileRightsAt(c.entries, c.path); got != c.want {
+			t.Errorf("%v at %s: %+v, want %+v", c.entries, c.path, got, c.want)
+		}
+	}
+	if !ConnectAt([]FileEntry{{Path: "/run/x.sock", Access: FileConnect, Handle: h1}, {Path: "/run", Access: FileDeny, Handle: h1}}, "/run/x.sock") {
+		t.Error("a socket under its grant's deny of /run: not reachable")
+	}
+	if ConnectAt([]FileEntry{{Path: "/run/x.sock", Access: FileConnect, Handle: h1}, {Path: "/run/x.sock", Access: FileDeny, Handle: h1}}, "/run/x.sock") {
+		t.Error("a socket its grant also denies: reachable")
+	}
 }

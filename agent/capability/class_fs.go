@@ -4,7 +4,6 @@ package capability
 // sockets it may connect to.
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -15,10 +14,11 @@ import (
 // Delete (unlink, rmdir, rename away) imply neither read nor each other in
 // the grammar and the Delta (each its own access bit); what a host can hold
 // apart is its backend's to say (the Linux mount view cannot: a delete root
-// without write is refused there, and write lets delete). A path under a
-// Deny entry is denied whatever Read, Write and Delete say (deny wins
-// inside one grant; stricter than the seed's narrowest-last ordering;
-// across grants nesting is narrowest-wins: backend.FileRightsAt).
+// without write is refused there, and write lets delete). Nesting is
+// narrowest-wins inside one grant, axis by axis (class_fs_nest.go: write
+// /repo, deny /repo/a, write /repo/a/b), and across grants the rights add
+// up (backend.FileRightsAt). One path both given and denied by one grant
+// is refused as contradictory.
 type FSScope struct {
 	Read   []string `json:"read,omitempty"`
 	Write  []string `json:"write,omitempty"`
@@ -57,82 +57,29 @@ func init() {
 					return err
 				}
 			}
-			// Inside one grant a deny wins, so an entry at or under the
-			// grant's own deny would give nothing: say so rather than
-			// grant it silently empty (nesting goes across grants).
-			for _, l := range []struct {
-				key   string
-				paths []string
-			}{{"read", c.FS.Read}, {"write", c.FS.Write}, {"delete", c.FS.Delete}, {"connect", c.FS.Connect}} {
-				for _, p := range l.paths {
-					for _, d := range c.FS.Deny {
-						if pathUnder(p, d) {
-							return fmt.Errorf("%w: fs.scope %s %q lies under the same grant's deny %q, which wins inside one grant; ask for it in a grant of its own (across grants the narrowest path wins)", ErrInvalidCapability, l.key, p, d)
-						}
-					}
-				}
-			}
-			return nil
+			// Nesting inside one grant is narrowest-wins (class_fs_nest.go):
+			// only one path both given and denied is contradictory.
+			return validateFSNesting(c.FS)
 		},
 		isEmpty: func(c Capability) bool {
 			return len(c.FS.Read) == 0 && len(c.FS.Write) == 0 && len(c.FS.Delete) == 0 && len(c.FS.Connect) == 0
 		},
 		within: func(c, bound Capability, widen func(string, ...any) error) error {
-			in, out := c.FS, bound.FS
-			for _, p := range in.Read {
-				if !underAny(p, out.Read) {
-					return widen("read %q", p)
-				}
-			}
-			for _, p := range in.Write {
-				if !underAny(p, out.Write) {
-					return widen("write %q", p)
-				}
-			}
-			for _, p := range in.Delete {
-				if !underAny(p, out.Delete) {
-					return widen("delete %q", p)
-				}
-			}
-			for _, p := range in.Connect {
-				if !slices.Contains(out.Connect, p) {
-					return widen("connect %q", p)
-				}
-			}
-			for _, d := range out.Deny {
-				// Every path the bound denies must stay denied: some deny
-				// entry of c must cover it (a bound deny that c's grants
-				// cannot reach anyway is harmless, but keeping the rule
-				// simple and strict is cheaper than proving that).
-				if !slices.ContainsFunc(in.Deny, func(x string) bool { return pathUnder(d, x) }) {
-					return widen("drops deny %q", d)
-				}
+			if op, p, ok := fsWithin(c.FS, bound.FS); !ok {
+				return widen("%s %q", op, p)
 			}
 			return nil
 		},
 		allows: func(c Capability, r UseRequest) bool {
-			if r.Path == "" || underAny(r.Path, c.FS.Deny) {
-				return false
-			}
-			switch r.Op {
-			case "read":
-				return underAny(r.Path, c.FS.Read)
-			case "write":
-				return underAny(r.Path, c.FS.Write)
-			case "delete":
-				return underAny(r.Path, c.FS.Delete)
-			case "connect":
-				return slices.Contains(c.FS.Connect, r.Path)
-			}
-			return false
+			return r.Path != "" && fsGivesAt(c.FS, r.Op, r.Path)
 		},
 		// "read=/a,/b write=/c ...": the manifest line without its class.
 		summary: func(c Capability) string {
 			return strings.TrimPrefix(c.String(), string(ClassFSScope)+" ")
 		},
 		// One file entry per path, under the grant's handle: the
-		// backend's view gives what the grant's entries give, a deny of
-		// the grant taking the grant's own rights under it.
+		// backend's view gives what the grant's entries give, narrowest
+		// wins among them (backend.FileRightsAt).
 		compile: func(c Capability, ref backend.HandleRef) backend.Delta {
 			var d backend.Delta
 			for _, l := range []struct {

@@ -56,9 +56,19 @@ func TestValidate(t *testing.T) {
 		{"fs dotdot", fsCap(nil, []string{"/work/../etc"}, nil), false},
 		{"fs trailing slash", fsCap(nil, []string{"/work/"}, nil), false},
 		{"fs control char", fsCap(nil, []string{"/work/\n"}, nil), false},
-		{"fs write under its own deny", fsCap(nil, []string{"/repo", "/repo/a/b"}, []string{"/repo/a"}), false},
+		// Narrowest wins inside one grant: an entry under the grant's own
+		// deny is what nesting is for; only the same path both given and
+		// denied is contradictory.
+		{"fs write under its own deny", fsCap(nil, []string{"/repo", "/repo/a/b"}, []string{"/repo/a"}), true},
+		{"fs read under its own deny", fsCap([]string{"/repo", "/repo/a/b/c"}, nil, []string{"/repo/a"}), true},
+		{"fs connect under its own deny", Capability{Class: ClassFSScope, FS: &FSScope{Connect: []string{"/run/x.sock"}, Deny: []string{"/run"}}}, true},
+		{"fs four levels", fsCap(nil, []string{"/r", "/r/a/b", "/r/a/b/c/d", "/r/a/b/c/d/e/f"}, []string{"/r/a", "/r/a/b/c", "/r/a/b/c/d/e"}), true},
+		{"fs five levels", fsCap(nil, []string{"/r", "/r/a/b", "/r/a/b/c/d", "/r/a/b/c/d/e/f", "/r/a/b/c/d/e/f/g/h"}, []string{"/r/a", "/r/a/b/c", "/r/a/b/c/d/e", "/r/a/b/c/d/e/f/g"}), false},
+		{"fs five levels over two axes", fsCap([]string{"/r/a/b/c/d/e/f/g/h"}, []string{"/r", "/r/a/b", "/r/a/b/c/d", "/r/a/b/c/d/e/f"}, []string{"/r/a", "/r/a/b/c", "/r/a/b/c/d/e", "/r/a/b/c/d/e/f/g"}), true},
 		{"fs read at its own deny", fsCap([]string{"/repo/a"}, nil, []string{"/repo/a"}), false},
-		{"fs connect under its own deny", Capability{Class: ClassFSScope, FS: &FSScope{Connect: []string{"/run/x.sock"}, Deny: []string{"/run"}}}, false},
+		{"fs write at its own deny", fsCap(nil, []string{"/repo", "/repo/a"}, []string{"/repo/a"}), false},
+		{"fs delete at its own deny", Capability{Class: ClassFSScope, FS: &FSScope{Delete: []string{"/repo/a"}, Deny: []string{"/repo/a"}}}, false},
+		{"fs connect at its own deny", Capability{Class: ClassFSScope, FS: &FSScope{Connect: []string{"/run/x.sock"}, Deny: []string{"/run/x.sock"}}}, false},
 		{"clipboard ok", Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, true},
 		{"gpu ok", Capability{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: "compute"}}, true},
 		{"gpu bad mode", Capability{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: "mine"}}, false},
@@ -104,6 +114,7 @@ func TestWithin(t *testing.T) {
 	}
 	parentEg := eg([]string{"**.github.qkg1.top", "*.pypi.org"}, p("10.0.0.0/8"), []PortRange{{443, 443}, {8000, 8100}}, true)
 	parentFS := fsCap([]string{"/work"}, []string{"/work/out"}, []string{"/work/out/secret"})
+	nestedFS := fsCap(nil, []string{"/repo", "/repo/a/b"}, []string{"/repo/a"})
 	cases := []struct {
 		name   string
 		c, b   Capability
@@ -132,6 +143,13 @@ func TestWithin(t *testing.T) {
 		{"fs write outside", fsCap(nil, []string{"/work"}, []string{"/work/out/secret"}), parentFS, true},
 		{"fs read via write", fsCap([]string{"/work/out"}, nil, []string{"/work/out/secret"}), fsCap(nil, []string{"/work/out"}, []string{"/work/out/secret"}), true},
 		{"fs sibling prefix", fsCap([]string{"/workx"}, nil, []string{"/work/out/secret"}), parentFS, true},
+		// A nested bound (narrowest wins): compared at every entry path.
+		{"fs nested inner write", fsCap(nil, []string{"/repo/a/b"}, nil), nestedFS, false},
+		{"fs nested same", nestedFS, nestedFS, false},
+		{"fs nested other hole", fsCap(nil, []string{"/repo", "/repo/a/c"}, []string{"/repo/a"}), nestedFS, true},
+		{"fs nested into the deny", fsCap(nil, []string{"/repo/a"}, nil), nestedFS, true},
+		{"fs nested deeper deny", fsCap(nil, []string{"/repo", "/repo/a/b"}, []string{"/repo/a", "/repo/a/b/x"}), nestedFS, false},
+		{"fs nested read not given", fsCap([]string{"/repo/a/b"}, nil, nil), nestedFS, true},
 		{"clipboard narrower", Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true, CopyOut: true}}, false},
 		{"clipboard copy_out", Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{CopyOut: true}}, Capability{Class: ClassClipboard, Clipboard: &ClipboardScope{PasteIn: true}}, true},
 		{"gpu subset", Capability{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0"}, Mode: "compute"}}, Capability{Class: ClassGPU, GPU: &GPUScope{DeviceIDs: []string{"0", "1"}, Mode: "compute"}}, false},

@@ -154,6 +154,39 @@ type GrantData struct {
 type grantAttrs struct {
 	domains, cidrs, ports, read, write, del, deny, flags, items []string
 	mode                                                        string
+	// nest: fs.scope's nesting levels of read, write and delete
+	// (fsNestAxes), level 1's entries also in read, write and del.
+	nest [len(fsNestAxes)][]capability.FSLevel
+}
+
+// emptyNest is the <axis>_nest record of an axis without nesting (every
+// grant but fs.scope's, and most of those), boxed once.
+var emptyNest = nestRecord(nil, nil)
+
+// nestRecord is an axis's <axis>_nest record (the schema's FSNest): the
+// level-1 denies and, for each deeper level up to MaxFSNesting, its
+// entries and denies (empty past the last level).
+func nestRecord(levels []capability.FSLevel, in *interner) types.Value {
+	m := types.RecordMap{}
+	for i := 1; i <= capability.MaxFSNesting; i++ {
+		var l capability.FSLevel
+		if i <= len(levels) {
+			l = levels[i-1]
+		}
+		if i > 1 {
+			m[types.String("a"+strconv.Itoa(i))] = in.set(l.Allow)
+		}
+		m[types.String("d"+strconv.Itoa(i))] = in.set(l.Deny)
+	}
+	return types.NewRecord(m)
+}
+
+// nestValue is axis i's <axis>_nest record.
+func (a *grantAttrs) nestValue(i int, in *interner) types.Value {
+	if len(a.nest[i]) == 0 {
+		return emptyNest
+	}
+	return nestRecord(a.nest[i], in)
 }
 
 // flag adds name to the flags when on.
@@ -186,19 +219,22 @@ func grantEntityWith(g GrantData, in *interner, session types.Value) types.Entit
 	return types.Entity{
 		UID: grantUID(g.ID),
 		Attributes: types.NewRecord(types.RecordMap{
-			"session": session,
-			"class":   in.str(string(c.Class)),
-			"expires": types.NewDatetime(exp),
-			"domains": in.set(a.domains),
-			"cidrs":   in.set(a.cidrs),
-			"ports":   in.set(a.ports),
-			"read":    in.set(a.read),
-			"write":   in.set(a.write),
-			"delete":  in.set(a.del),
-			"deny":    in.set(a.deny),
-			"flags":   in.set(a.flags),
-			"items":   in.set(a.items),
-			"mode":    in.str(a.mode),
+			"session":     session,
+			"class":       in.str(string(c.Class)),
+			"expires":     types.NewDatetime(exp),
+			"domains":     in.set(a.domains),
+			"cidrs":       in.set(a.cidrs),
+			"ports":       in.set(a.ports),
+			"read":        in.set(a.read),
+			"write":       in.set(a.write),
+			"delete":      in.set(a.del),
+			"deny":        in.set(a.deny),
+			"read_nest":   a.nestValue(0, in),
+			"write_nest":  a.nestValue(1, in),
+			"delete_nest": a.nestValue(2, in),
+			"flags":       in.set(a.flags),
+			"items":       in.set(a.items),
+			"mode":        in.str(a.mode),
 		}),
 	}
 }

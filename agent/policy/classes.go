@@ -11,9 +11,12 @@ package policy
 import (
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cedar-policy/cedar-go/ast"
+	"github.com/cedar-policy/cedar-go/types"
 
 	"github.com/shinken-agent/shinken/agent/capability"
 )
@@ -107,17 +110,38 @@ var encodings = map[capability.Class]classEncoding{
 		},
 	},
 	capability.ClassFSScope: {
+		// Narrowest wins inside one grant, axis by axis, with no
+		// quantifier: the agent splits each axis's entries and the
+		// grant's denies into nesting levels when it builds the entity
+		// (capability.FSLevels; fsNest below), and a path is given iff
+		// some level has an entry above it and no deny above it. connect
+		// names a socket exactly: the request's item is its path
+		// (useContextMemo), the grant's items the connect[] list less any
+		// path its deny names (a tie the grammar refuses).
 		condition: func(op, req, G ast.Node) ast.Node {
-			// connect names a socket exactly: the request's item is its
-			// path (useContextMemo), the grant's items the connect[] list.
-			return op.Equal(ast.String("read")).And(G.Access("read").ContainsAny(req.Access("path_keys"))).
-				Or(op.Equal(ast.String("write")).And(G.Access("write").ContainsAny(req.Access("path_keys")))).
-				Or(op.Equal(ast.String("delete")).And(G.Access("delete").ContainsAny(req.Access("path_keys")))).
-				Or(op.Equal(ast.String("connect")).And(G.Access("items").Contains(req.Access("item")))).
-				And(ast.Not(G.Access("deny").ContainsAny(req.Access("path_keys"))))
+			keys := req.Access("path_keys")
+			return op.Equal(ast.String("read")).And(fsNestCondition(G, "read", keys)).
+				Or(op.Equal(ast.String("write")).And(fsNestCondition(G, "write", keys))).
+				Or(op.Equal(ast.String("delete")).And(fsNestCondition(G, "delete", keys))).
+				Or(op.Equal(ast.String("connect")).And(G.Access("items").Contains(req.Access("item"))))
 		},
 		entity: func(c capability.Capability, a *grantAttrs) {
-			a.read, a.write, a.del, a.deny, a.items = c.FS.Read, c.FS.Write, c.FS.Delete, c.FS.Deny, c.FS.Connect
+			a.deny = c.FS.Deny
+			for i, ax := range []struct {
+				allow []string
+				dst   *[]string
+			}{{c.FS.Read, &a.read}, {c.FS.Write, &a.write}, {c.FS.Delete, &a.del}} {
+				levels := capability.FSLevels(ax.allow, c.FS.Deny)
+				if len(levels) > 0 {
+					*ax.dst = levels[0].Allow
+				}
+				a.nest[i] = levels
+			}
+			for _, p := range c.FS.Connect {
+				if !slices.Contains(c.FS.Deny, p) {
+					a.items = append(a.items, p)
+				}
+			}
 		},
 		// A delete is a write for the grant-time forbids (credential
 		// directories, shell rc files, the policy store).
@@ -266,4 +290,35 @@ func pathLiterals(lit *literals, lists ...[]string) {
 			lit.strs = append(lit.strs, p, p+"x", filepath.Dir(p))
 		}
 	}
+}
+
+// fsNestAxes are the axes whose entries nest (their order is grantAttrs.nest's).
+var fsNestAxes = [...]string{"read", "write", "delete"}
+
+// fsNestCondition is narrowest-wins for one axis of an fs.scope grant G over
+// the request's path keys: with A_i the axis's level-i entries (level 1:
+// G.<axis>; deeper: G.<axis>_nest.a<i>) and D_i the grant's level-i denies
+// (G.<axis>_nest.d<i>), the path is given iff
+//
+//	A_1 & (!D_1 | (A_2 & (!D_2 | ... (A_n & !D_n))))
+//
+// where each term says the set holds one of the path's keys. Along a path's
+// chain the levels only grow (capability.FSLevels), so this holds exactly
+// when the deepest entry of the axis or of the denies above the path is an
+// entry of the axis; nested, it stops at the first level whose deny is not
+// above the path (most paths: level 1).
+func fsNestCondition(G ast.Node, axis string, keys ast.Node) ast.Node {
+	nest := G.Access(types.String(axis + "_nest"))
+	allow := func(i int) ast.Node {
+		if i == 1 {
+			return G.Access(types.String(axis))
+		}
+		return nest.Access(types.String("a" + strconv.Itoa(i)))
+	}
+	deny := func(i int) ast.Node { return nest.Access(types.String("d" + strconv.Itoa(i))) }
+	cond := allow(capability.MaxFSNesting).ContainsAny(keys).And(ast.Not(deny(capability.MaxFSNesting).ContainsAny(keys)))
+	for i := capability.MaxFSNesting - 1; i >= 1; i-- {
+		cond = allow(i).ContainsAny(keys).And(ast.Not(deny(i).ContainsAny(keys)).Or(cond))
+	}
+	return cond
 }

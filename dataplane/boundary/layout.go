@@ -107,13 +107,9 @@ func (v ViewSpec) stateAt(p string) ViewState {
 		}
 		return ViewSpec{Files: backend.OverridesUnder(v.Files, n), PersistKeep: v.PersistKeep, PersistSession: v.PersistSession}.stateAt(p)
 	}
-	// A socket grant names its socket exactly; its own grant's deny
-	// covering it takes it, as for read and write.
-	if slices.ContainsFunc(v.Files, func(e backend.FileEntry) bool {
-		return e.Access == backend.FileConnect && e.Path == p && !slices.ContainsFunc(v.Files, func(d backend.FileEntry) bool {
-			return d.Handle == e.Handle && d.Access == backend.FileDeny && backend.PathUnder(p, d.Path)
-		})
-	}) {
+	// A socket grant names its socket exactly, deeper than any deny of its
+	// grant above it (narrowest wins; backend.ConnectAt).
+	if backend.ConnectAt(v.Files, p) {
 		return ViewSocket
 	}
 	if _, ok := v.persistAt(p); ok {

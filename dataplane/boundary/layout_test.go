@@ -31,7 +31,7 @@ func layoutString(l []ViewMount) []string {
 }
 
 // TestLayout: the mounts a view needs, for the nested write/deny/write
-// case, credential locations under a broad grant, a workspace with its
+// case (across grants and inside one), credential locations under a broad grant, a workspace with its
 // protected paths, and a grant's deny inside the workspace.
 func TestLayout(t *testing.T) {
 	for _, c := range []struct {
@@ -39,12 +39,16 @@ func TestLayout(t *testing.T) {
 		spec ViewSpec
 		want []string
 	}{
-		{"sockets: exact, a grant's own deny takes it", ViewSpec{Files: []backend.FileEntry{fe("/run/a.sock", backend.FileConnect, 1), fe("/run/d/b.sock", backend.FileConnect, 2), fe("/run/d", backend.FileDeny, 2), fe("/run/c.sock", backend.FileConnect, 3), fe("/run", backend.FileDeny, 4)}},
-			[]string{"/run=deny", "/run/a.sock=socket", "/run/c.sock=socket"}},
+		{"sockets: exact, deeper than their grant's deny; a deny of the very path takes it", ViewSpec{Files: []backend.FileEntry{fe("/run/a.sock", backend.FileConnect, 1), fe("/run/d/b.sock", backend.FileConnect, 2), fe("/run/d", backend.FileDeny, 2), fe("/run/c.sock", backend.FileConnect, 3), fe("/run", backend.FileDeny, 4), fe("/run/e.sock", backend.FileConnect, 5), fe("/run/e.sock", backend.FileDeny, 5)}},
+			[]string{"/run=deny", "/run/a.sock=socket", "/run/c.sock=socket", "/run/d/b.sock=socket"}},
 		{"nested across grants", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 2)}},
 			[]string{"/repo=write", "/repo/a=deny", "/repo/a/b=write"}},
-		{"deny wins inside one grant", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 1)}},
-			[]string{"/repo=write", "/repo/a=deny"}},
+		{"narrowest wins inside one grant", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 1)}},
+			[]string{"/repo=write", "/repo/a=deny", "/repo/a/b=write"}},
+		{"deeper alternation inside one grant", ViewSpec{Files: []backend.FileEntry{fe("/repo", backend.FileWrite, 1), fe("/repo/a", backend.FileDeny, 1), fe("/repo/a/b", backend.FileWrite, 1), fe("/repo/a/b/c", backend.FileDeny, 1), fe("/repo/a/b/c/d", backend.FileWrite, 1)}},
+			[]string{"/repo=write", "/repo/a=deny", "/repo/a/b=write", "/repo/a/b/c=deny", "/repo/a/b/c/d=write"}},
+		{"the axes apart inside one grant", ViewSpec{Files: []backend.FileEntry{fe("/src", backend.FileRead, 1), fe("/src/a", backend.FileDeny, 1), fe("/src/a/b", backend.FileWrite, 1)}},
+			[]string{"/src=read", "/src/a=deny", "/src/a/b=write"}},
 		{"credentials under a broad grant", ViewSpec{Files: []backend.FileEntry{fe("/home", backend.FileRead, 1)}, Never: []string{"/home/u/.ssh", "/root", "/etc/shadow"}},
 			[]string{"/home=read", "/home/u/.ssh=deny"}},
 		{"an override on a broad grant opens nothing", ViewSpec{Files: []backend.FileEntry{feo("/home", backend.FileRead, 1)}, Never: []string{"/home/u/.ssh"}},

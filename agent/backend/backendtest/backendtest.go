@@ -85,6 +85,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend, opts ...Option) 
 		{"Launch", testLaunch},
 		{"FilesApply", testFilesApply},
 		{"UseFiles", testUseFiles},
+		{"UseFilesNested", testUseFilesNested},
 		{"ProcessApply", testProcessApply},
 		{"UseProcess", testUseProcess},
 	} {

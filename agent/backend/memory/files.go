@@ -88,7 +88,7 @@ func (b *Backend) Open(name, path string, op FileOp) (bool, error) {
 			}
 		}
 		// A socket grant names the socket itself, nothing below it.
-		return slices.ContainsFunc(live, func(e backend.FileEntry) bool { return e.Access == backend.FileConnect && e.Path == path }), nil
+		return backend.ConnectAt(live, path), nil
 	}
 	r := backend.FileRightsView(live, b.cfg.FileNever, b.cfg.FileNeverFixed, path)
 	switch op {
