@@ -182,8 +182,10 @@ int shk_sendmsg6(struct bpf_sock_addr *ctx)
 
 /*
  * Which sockets a session may open. Both modes: each inet socket of a
- * session is counted against its socket limit (quota.bpf.h); past it, the
- * socket() call fails with EPERM. Sweep mode: a session may create TCP,
+ * session is counted against its socket limit (quota.bpf.h), to the session
+ * of the socket's own cgroup; past it, the socket() call fails with EPERM.
+ * A TCP or UDP socket is counted with no per-socket state; any other kind
+ * keeps its count in its storage. Sweep mode: a session may create TCP,
  * MPTCP and UDP sockets only. Every other inet socket (raw, ICMP "ping"
  * datagram sockets, UDP-Lite, SCTP) would carry packets that no connect or
  * sendmsg hook checks and that the socket iterators do not see; packet mode
@@ -197,7 +199,7 @@ int shk_sock_create(struct bpf_sock *sk)
 	struct shk_quota *u;
 	__u64 cgid;
 
-	cgid = session_cgroup();
+	cgid = ctx_session_cgroup(sk);
 	s = session_of(&cgid);
 	if (shk_flow_mode != SHK_FLOW_PACKET &&
 	    !(sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP)) &&
@@ -210,6 +212,8 @@ int shk_sock_create(struct bpf_sock *sk)
 		return 1; /* the connect and send hooks refuse what it does */
 	u = use_of(cgid);
 	if (u && use_take(&u->socks, shk_max_socks) == 0) {
+		if (sock_plain_kind(sk))
+			return 1;
 		st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (st) {
 			st->counted = cgid;
