@@ -21,7 +21,8 @@ import (
 // (bpf/quota.bpf.h) or make a socket un-count what it never counted, each
 // tried, with the count checked after every step: descriptors passed to
 // another session, to the host and from the host (SCM_RIGHTS); a task moved
-// to another session with its sockets; sockets made before the task joined;
+// to another session with its sockets; sockets made in a cgroup below the
+// session's; sockets made before the task joined;
 // connections accepted from a session listener (closed, passed on, never
 // accepted, MPTCP), in a loop; and a socket whose storage says it was
 // counted by an older agent.
@@ -145,6 +146,23 @@ func testSocketCountPaths(t *testing.T, mode FlowMode) {
 		want(t, pm, "nsock t 3 udp", "ok 3")
 		counts(t, "made after the move", ba, bb+3)
 		want(t, pm, "closen t 100", "ok 3")
+		counts(t, "closed", ba, bb)
+	})
+
+	t.Run("sub-cgroup", func(t *testing.T) {
+		// A socket made in a cgroup below the session's counts to the
+		// session (its ancestor at the sessions' level).
+		ba, bb := use(t, "ca"), use(t, "cb")
+		sub := filepath.Join(a.Path, "sub")
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ps := startProbe(t, a, ProcOptions{})
+		moveTo(t, ps, sub)
+		t.Cleanup(func() { ps.Stop(); os.Remove(sub) })
+		want(t, ps, "nsock s 4 udp", "ok 4")
+		counts(t, "made in ca/sub", ba+4, bb)
+		want(t, ps, "closen s 100", "ok 4")
 		counts(t, "closed", ba, bb)
 	})
 
