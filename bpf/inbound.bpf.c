@@ -99,8 +99,7 @@ int shk_post_bind6(struct bpf_sock *sk)
 	return post_bind(sk, 1);
 }
 
-SEC("cgroup/sock_release")
-int shk_sock_release(struct bpf_sock *sk)
+static __always_inline int sock_release(struct bpf_sock *sk, int stored)
 {
 	struct shk_sock *st;
 	__u64 cgid;
@@ -122,12 +121,25 @@ int shk_sock_release(struct bpf_sock *sk)
 			return 1;
 		}
 	}
-	if (!sock_plain_kind(sk))
+	if (stored || !sock_plain_kind(sk))
 		return 1;
 	cgid = ctx_session_cgroup(sk);
 	if (cgid)
 		sock_uncount(cgid);
 	return 1;
+}
+
+SEC("cgroup/sock_release")
+int shk_sock_release(struct bpf_sock *sk)
+{
+	return sock_release(sk, 0);
+}
+
+/* shk_sock_create_stored's release (sock_addr.bpf.c). */
+SEC("cgroup/sock_release")
+int shk_sock_release_stored(struct bpf_sock *sk)
+{
+	return sock_release(sk, 1);
 }
 
 /* The session cgroup a socket was created in (its ancestor at the sessions'

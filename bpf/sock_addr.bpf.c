@@ -191,15 +191,14 @@ int shk_sendmsg6(struct bpf_sock_addr *ctx)
  * sendmsg hook checks and that the socket iterators do not see; packet mode
  * drops their packets instead.
  */
-SEC("cgroup/sock_create")
-int shk_sock_create(struct bpf_sock *sk)
+static __always_inline int sock_create(struct bpf_sock *sk, int stored)
 {
 	struct shk_session *s;
 	struct shk_sock *st;
 	struct shk_quota *u;
 	__u64 cgid;
 
-	cgid = ctx_session_cgroup(sk);
+	cgid = stored ? session_cgroup() : ctx_session_cgroup(sk);
 	s = session_of(&cgid);
 	if (shk_flow_mode != SHK_FLOW_PACKET &&
 	    !(sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP)) &&
@@ -212,7 +211,7 @@ int shk_sock_create(struct bpf_sock *sk)
 		return 1; /* the connect and send hooks refuse what it does */
 	u = use_of(cgid);
 	if (u && use_take(&u->socks, shk_max_socks) == 0) {
-		if (sock_plain_kind(sk))
+		if (!stored && sock_plain_kind(sk))
 			return 1;
 		st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (st) {
@@ -224,4 +223,20 @@ int shk_sock_create(struct bpf_sock *sk)
 	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32, SHK_REASON_SOCKET_LIMIT, sk->family,
 	       (__u8)sk->protocol, 0, 0, 1, 1);
 	return 0;
+}
+
+SEC("cgroup/sock_create")
+int shk_sock_create(struct bpf_sock *sk)
+{
+	return sock_create(sk, 0);
+}
+
+/* The fallback where bpf_probe_read_kernel is not available to the loader
+ * (quota.bpf.h): every counted socket keeps its count in its storage,
+ * counted to the session of the creating task. User space loads it in
+ * shk_sock_create's place and reports it. */
+SEC("cgroup/sock_create")
+int shk_sock_create_stored(struct bpf_sock *sk)
+{
+	return sock_create(sk, 1);
 }

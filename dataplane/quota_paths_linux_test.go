@@ -26,13 +26,31 @@ import (
 // connections accepted from a session listener (closed, passed on, never
 // accepted, MPTCP), in a loop; and a socket whose storage says it was
 // counted by an older agent.
-func TestSocketCountPaths(t *testing.T) { forModes(t, testSocketCountPaths) }
+func TestSocketCountPaths(t *testing.T) {
+	forModes(t, func(t *testing.T, mode FlowMode) { testSocketCountPaths(t, mode, false) })
+}
 
-func testSocketCountPaths(t *testing.T, mode FlowMode) {
+// TestSocketCountStored: the same paths with the fallback the agent loads
+// where bpf_probe_read_kernel is missing (every count in socket storage),
+// and the probe row that says so.
+func TestSocketCountStored(t *testing.T) {
+	forModes(t, func(t *testing.T, mode FlowMode) { testSocketCountPaths(t, mode, true) })
+}
+
+func testSocketCountPaths(t *testing.T, mode FlowMode, stored bool) {
 	const maxSocks = 64
 	cfg := modeConfig(t, mode)
 	cfg.MaxSocketsPerSession = maxSocks
+	cfg.storedCount = stored
 	d := newDataplane(t, cfg)
+	for _, row := range d.quotaRows() {
+		if row.Class == "sockets" && strings.Contains(row.Mechanism, "fallback") != stored {
+			t.Errorf("socket limit's probe row (storage fallback %v): %s", stored, row.Mechanism)
+		}
+	}
+	if !stored && d.sockRead != nil {
+		t.Errorf("the socket count fell back to socket storage on this kernel: %v", d.sockRead)
+	}
 	a, err := d.CreateSession("ca", Limits{})
 	if err != nil {
 		t.Fatal(err)
