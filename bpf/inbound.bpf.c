@@ -9,7 +9,9 @@
  *                        admitted by check_inbound (skb.bpf.c) or dropped
  *                        (the peer sees a reset or a port unreachable)
  *   cgroup/post_bind4|6  a session socket's bind takes a hold on its port
- *   sockops              TCP_LISTEN_CB: a listen on an autobound port, same
+ *   sockops              TCP_LISTEN_CB: a listen on an autobound port, same;
+ *                        PASSIVE_ESTABLISHED_CB (both modes): an accepted
+ *                        connection is marked not counted (quota.bpf.h)
  *   cgroup/sock_release  a session socket's close drops its hold and its
  *                        count (quota.bpf.h) (attached in both modes)
  *   (sendmsg4|6, sock_addr.bpf.c: an unconnected send from an autobound
