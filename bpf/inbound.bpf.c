@@ -126,7 +126,7 @@ static __always_inline int sock_release(struct bpf_sock *sk, int stored)
 	if (stored || !sock_plain_kind(sk))
 		return 1;
 	cgid = ctx_session_cgroup(sk);
-	if (cgid)
+	if (cgid && cgid != SHK_CG_UNREAD)
 		sock_uncount(cgid);
 	return 1;
 }

@@ -60,6 +60,9 @@ const volatile __u32 shk_max_ports = 0;
  * counted, never un-counted. No cgroup id is all ones. */
 #define SHK_NOT_COUNTED (~0ULL)
 
+/* ctx_session_cgroup's answer when the socket's cgroup could not be read. */
+#define SHK_CG_UNREAD (~0ULL - 1)
+
 /* Whether sock_create counts a socket of this kind without storage: TCP and
  * UDP, whose only sockets that reach sock_release without sock_create are
  * TCP's accepted children (marked SHK_NOT_COUNTED). */
@@ -123,8 +126,10 @@ static __always_inline void sock_uncount(__u64 cgid)
 /*
  * The session cgroup of the socket of a cgroup/sock program (its context is
  * the kernel's struct sock): the ancestor at the sessions' level of the
- * cgroup the socket was created in, or 0 (a socket made outside the
- * sessions). Read with bpf_probe_read_kernel (bpf_base_func_proto, for a
+ * cgroup the socket was created in, 0 (a socket made outside the sessions),
+ * or SHK_CG_UNREAD when a read failed (never seen: the socket and its
+ * cgroups are live kernel memory; sock_create refuses such a socket rather
+ * than let it go uncounted). Read with bpf_probe_read_kernel (bpf_base_func_proto, for a
  * loader with CAP_PERFMON or CAP_SYS_ADMIN and no lockdown of kernel reads):
  * these programs get neither a BTF pointer to their socket on Linux 6.1 nor
  * a helper that names the socket's cgroup. The socket holds a reference on
@@ -139,15 +144,17 @@ static __always_inline __u64 ctx_session_cgroup(struct bpf_sock *ctx)
 	__u64 id = 0;
 
 	if (bpf_probe_read_kernel(&cg, sizeof(cg), &sk->sk_cgrp_data.cgroup) || !cg)
-		return 0;
-	if (bpf_probe_read_kernel(&level, sizeof(level), &cg->level) || level < (int)shk_session_level)
+		return SHK_CG_UNREAD;
+	if (bpf_probe_read_kernel(&level, sizeof(level), &cg->level))
+		return SHK_CG_UNREAD;
+	if (level < (int)shk_session_level)
 		return 0;
 	if (level > (int)shk_session_level &&
 	    (bpf_probe_read_kernel(&cg, sizeof(cg), &cg->ancestors[shk_session_level]) || !cg))
-		return 0;
+		return SHK_CG_UNREAD;
 	if (bpf_probe_read_kernel(&kn, sizeof(kn), &cg->kn) || !kn)
-		return 0;
+		return SHK_CG_UNREAD;
 	if (bpf_probe_read_kernel(&id, sizeof(id), &kn->id))
-		return 0;
+		return SHK_CG_UNREAD;
 	return id;
 }

@@ -207,8 +207,13 @@ static __always_inline int sock_create(struct bpf_sock *sk, int stored)
 		       (__u8)sk->protocol, 0, 0, 1, 1);
 		return 0;
 	}
-	if (!s)
-		return 1; /* the connect and send hooks refuse what it does */
+	if (!s) {
+		if (cgid != SHK_CG_UNREAD)
+			return 1; /* the connect and send hooks refuse what it does */
+		report(cgid, 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNKNOWN_SESSION, sk->family,
+		       (__u8)sk->protocol, 0, 0, 1, 1);
+		return 0;
+	}
 	u = use_of(cgid);
 	if (u && use_take(&u->socks, shk_max_socks) == 0) {
 		if (!stored && sock_plain_kind(sk))
