@@ -199,22 +199,28 @@ static __always_inline int sock_create(struct bpf_sock *sk, int stored)
 	__u64 cgid;
 
 	cgid = stored ? session_cgroup() : ctx_session_cgroup(sk);
-	s = session_of(&cgid);
 	if (shk_flow_mode != SHK_FLOW_PACKET &&
 	    !(sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP)) &&
 	    !(sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)) {
+		s = session_of(&cgid);
 		report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
 		       (__u8)sk->protocol, 0, 0, 1, 1);
 		return 0;
 	}
-	if (!s) {
-		if (cgid != SHK_CG_UNREAD)
-			return 1; /* the connect and send hooks refuse what it does */
-		report(cgid, 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNKNOWN_SESSION, sk->family,
-		       (__u8)sk->protocol, 0, 0, 1, 1);
-		return 0;
+	/* A session's count entry exists from its first socket until user
+	 * space deletes it after the session's processes are killed: found,
+	 * it stands for the session lookup. */
+	u = bpf_map_lookup_elem(&shk_quotas, &cgid);
+	if (!u) {
+		if (!session_of(&cgid)) {
+			if (cgid != SHK_CG_UNREAD)
+				return 1; /* the connect and send hooks refuse what it does */
+			report(cgid, 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNKNOWN_SESSION, sk->family,
+			       (__u8)sk->protocol, 0, 0, 1, 1);
+			return 0;
+		}
+		u = use_of(cgid);
 	}
-	u = use_of(cgid);
 	if (u && use_take(&u->socks, shk_max_socks) == 0) {
 		if (!stored && sock_plain_kind(sk))
 			return 1;
@@ -225,7 +231,8 @@ static __always_inline int sock_create(struct bpf_sock *sk, int stored)
 		}
 		__sync_fetch_and_add(&u->socks, -1);
 	}
-	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32, SHK_REASON_SOCKET_LIMIT, sk->family,
+	s = session_of(&cgid);
+	report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_SOCKET_LIMIT, sk->family,
 	       (__u8)sk->protocol, 0, 0, 1, 1);
 	return 0;
 }
