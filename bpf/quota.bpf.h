@@ -32,7 +32,11 @@
  *    sock_create; raw, ICMP, UDP-Lite in packet mode): counted in its
  *    storage as before (st->counted), and only such storage un-counts it.
  *  - a socket counted by an older agent (storage counted for every socket):
- *    its storage says so and is honoured, exactly once.
+ *    its storage says so and is honoured, exactly once; and every session
+ *    TCP socket whose storage says nothing was not counted by that agent
+ *    (an accepted connection): shk_mark_uncounted (sweep.bpf.c) marks it
+ *    SHK_NOT_COUNTED when this agent takes over, before its sock_create is
+ *    attached.
  * A socket made before the creating task joined the session carries the
  * cgroup it was made in: its release un-counts there, never here. A socket
  * made in a session cgroup while no hook was attached (none of this
@@ -69,6 +73,17 @@ const volatile __u32 shk_max_ports = 0;
 #define sock_plain_kind(sk)                                                        \
 	(((sk)->type == SOCK_STREAM && (sk)->protocol == IPPROTO_TCP) ||           \
 	 ((sk)->type == SOCK_DGRAM && (sk)->protocol == IPPROTO_UDP))
+
+/* Made (and pinned) by an agent that counts sockets without storage; its
+ * absence beside pinned maps an agent adopts says the agent before kept
+ * every count in storage (dataplane/quota_linux.go: shk_mark_uncounted,
+ * sweep.bpf.c, then marks what that agent did not count). Holds nothing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} shk_sockcount SEC(".maps");
 
 /* Session cgroup id -> struct shk_quota. Sized by user space (max sessions);
  * an entry is made by the first socket of a session, deleted by user space

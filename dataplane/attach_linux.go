@@ -79,6 +79,14 @@ func (d *Dataplane) attach() error {
 			continue
 		}
 		used[a.name] = true
+		if a.name == "sock_create" && d.markOld {
+			// sockops and sock_release are this agent's already;
+			// the older sock_create still counts in storage.
+			if err := runIter(d.objs.ShkMarkUncounted); err != nil {
+				return fmt.Errorf("mark the sockets an older agent did not count: %w", err)
+			}
+			d.markOld = false
+		}
 		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
 		prog := a.prog(&d.objs.shkPrograms)
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
@@ -205,19 +213,27 @@ func netnsAttached(prog *ebpf.Program) (int, error) {
 // already taken stay as they are.
 func (d *Dataplane) holdExistingPorts() error {
 	for _, p := range []*ebpf.Program{d.objs.ShkHoldTcp, d.objs.ShkHoldUdp} {
-		it, err := link.AttachIter(link.IterOptions{Program: p})
-		if err != nil {
-			return fmt.Errorf("attach port-hold iterator: %w", err)
+		if err := runIter(p); err != nil {
+			return fmt.Errorf("port holds: %w", err)
 		}
-		r, err := it.Open()
-		if err == nil {
-			_, err = io.Copy(io.Discard, r)
-			r.Close()
-		}
-		it.Close()
-		if err != nil {
-			return fmt.Errorf("run port-hold iterator: %w", err)
-		}
+	}
+	return nil
+}
+
+// runIter runs socket iterator p once over every socket of its kind.
+func runIter(p *ebpf.Program) error {
+	it, err := link.AttachIter(link.IterOptions{Program: p})
+	if err != nil {
+		return fmt.Errorf("attach iterator: %w", err)
+	}
+	defer it.Close()
+	r, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("run iterator: %w", err)
+	}
+	defer r.Close()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("run iterator: %w", err)
 	}
 	return nil
 }

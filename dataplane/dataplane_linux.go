@@ -42,6 +42,7 @@ type Dataplane struct {
 
 	bndAdoptErr string // sessions whose boundary could not be adopted at Open
 	sockRead    error  // why the socket count uses its storage fallback; nil: it does not (quota_linux.go)
+	markOld     bool   // the agent before kept every socket count in storage: mark what it did not count (quota_linux.go)
 
 	mu        sync.Mutex
 	sessions  map[string]*Session
@@ -217,6 +218,8 @@ func (d *Dataplane) open() error {
 	d.chooseSocketCount(spec)
 	_, statErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_handles"))
 	d.adopted = statErr == nil
+	_, markErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_sockcount"))
+	d.markOld = d.adopted && markErr != nil
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {

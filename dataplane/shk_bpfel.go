@@ -210,6 +210,7 @@ const (
 	shkMapShkQuotas             = "shk_quotas"
 	shkMapShkSessions           = "shk_sessions"
 	shkMapShkSettings           = "shk_settings"
+	shkMapShkSockcount          = "shk_sockcount"
 	shkMapShkSocks              = "shk_socks"
 	shkMapShkStats              = "shk_stats"
 	shkMapShkSuppressed         = "shk_suppressed"
@@ -219,6 +220,7 @@ const (
 	shkProgShkGetpeername6      = "shk_getpeername6"
 	shkProgShkHoldTcp           = "shk_hold_tcp"
 	shkProgShkHoldUdp           = "shk_hold_udp"
+	shkProgShkMarkUncounted     = "shk_mark_uncounted"
 	shkProgShkPostBind4         = "shk_post_bind4"
 	shkProgShkPostBind6         = "shk_post_bind6"
 	shkProgShkRecvmsg4          = "shk_recvmsg4"
@@ -293,6 +295,7 @@ type shkProgramSpecs struct {
 	ShkGetpeername6      *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
 	ShkHoldTcp           *ebpf.ProgramSpec `ebpf:"shk_hold_tcp"`
 	ShkHoldUdp           *ebpf.ProgramSpec `ebpf:"shk_hold_udp"`
+	ShkMarkUncounted     *ebpf.ProgramSpec `ebpf:"shk_mark_uncounted"`
 	ShkPostBind4         *ebpf.ProgramSpec `ebpf:"shk_post_bind4"`
 	ShkPostBind6         *ebpf.ProgramSpec `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4          *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
@@ -335,6 +338,7 @@ type shkMapSpecs struct {
 	ShkQuotas     *ebpf.MapSpec `ebpf:"shk_quotas"`
 	ShkSessions   *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkSettings   *ebpf.MapSpec `ebpf:"shk_settings"`
+	ShkSockcount  *ebpf.MapSpec `ebpf:"shk_sockcount"`
 	ShkSocks      *ebpf.MapSpec `ebpf:"shk_socks"`
 	ShkStats      *ebpf.MapSpec `ebpf:"shk_stats"`
 	ShkSuppressed *ebpf.MapSpec `ebpf:"shk_suppressed"`
@@ -394,6 +398,7 @@ type shkMaps struct {
 	ShkQuotas     *ebpf.Map `ebpf:"shk_quotas"`
 	ShkSessions   *ebpf.Map `ebpf:"shk_sessions"`
 	ShkSettings   *ebpf.Map `ebpf:"shk_settings"`
+	ShkSockcount  *ebpf.Map `ebpf:"shk_sockcount"`
 	ShkSocks      *ebpf.Map `ebpf:"shk_socks"`
 	ShkStats      *ebpf.Map `ebpf:"shk_stats"`
 	ShkSuppressed *ebpf.Map `ebpf:"shk_suppressed"`
@@ -421,6 +426,7 @@ func (m *shkMaps) Close() error {
 		m.ShkQuotas,
 		m.ShkSessions,
 		m.ShkSettings,
+		m.ShkSockcount,
 		m.ShkSocks,
 		m.ShkStats,
 		m.ShkSuppressed,
@@ -451,6 +457,7 @@ type shkPrograms struct {
 	ShkGetpeername6      *ebpf.Program `ebpf:"shk_getpeername6"`
 	ShkHoldTcp           *ebpf.Program `ebpf:"shk_hold_tcp"`
 	ShkHoldUdp           *ebpf.Program `ebpf:"shk_hold_udp"`
+	ShkMarkUncounted     *ebpf.Program `ebpf:"shk_mark_uncounted"`
 	ShkPostBind4         *ebpf.Program `ebpf:"shk_post_bind4"`
 	ShkPostBind6         *ebpf.Program `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4          *ebpf.Program `ebpf:"shk_recvmsg4"`
@@ -477,6 +484,7 @@ func (p *shkPrograms) Close() error {
 		p.ShkGetpeername6,
 		p.ShkHoldTcp,
 		p.ShkHoldUdp,
+		p.ShkMarkUncounted,
 		p.ShkPostBind4,
 		p.ShkPostBind6,
 		p.ShkRecvmsg4,
