@@ -144,10 +144,10 @@ static __always_inline void sock_uncount(__u64 cgid)
  * cgroup the socket was created in, 0 (a socket made outside the sessions),
  * or SHK_CG_UNREAD when a read failed (never seen: the socket and its
  * cgroups are live kernel memory; sock_create refuses such a socket rather
- * than let it go uncounted). Read with bpf_probe_read_kernel (bpf_base_func_proto, for a
- * loader with CAP_PERFMON or CAP_SYS_ADMIN and no lockdown of kernel reads):
- * these programs get neither a BTF pointer to their socket on Linux 6.1 nor
- * a helper that names the socket's cgroup. The socket holds a reference on
+ * than let it go uncounted). Read with bpf_probe_read_kernel (in
+ * bpf_base_func_proto for a loader with CAP_PERFMON or CAP_SYS_ADMIN and no
+ * lockdown of kernel reads): these programs get neither a BTF pointer to
+ * their socket on Linux 6.1 nor a helper that names the socket's cgroup. The socket holds a reference on
  * its cgroup, and a cgroup on its ancestors, for the socket's life.
  */
 static __always_inline __u64 ctx_session_cgroup(struct bpf_sock *ctx)
