@@ -36,6 +36,7 @@ struct cgroup {
 	struct cgroup_subsys_state self;
 	int level;
 	struct kernfs_node *kn;
+	struct cgroup *ancestors[]; /* by level, itself last (Linux 6.0+) */
 } __attribute__((preserve_access_index));
 
 struct sock_cgroup_data {

@@ -9,7 +9,9 @@
  *                        admitted by check_inbound (skb.bpf.c) or dropped
  *                        (the peer sees a reset or a port unreachable)
  *   cgroup/post_bind4|6  a session socket's bind takes a hold on its port
- *   sockops              TCP_LISTEN_CB: a listen on an autobound port, same
+ *   sockops              TCP_LISTEN_CB: a listen on an autobound port, same;
+ *                        PASSIVE_ESTABLISHED_CB (both modes): an accepted
+ *                        connection is marked not counted (quota.bpf.h)
  *   cgroup/sock_release  a session socket's close drops its hold and its
  *                        count (quota.bpf.h) (attached in both modes)
  *   (sendmsg4|6, sock_addr.bpf.c: an unconnected send from an autobound
@@ -99,25 +101,47 @@ int shk_post_bind6(struct bpf_sock *sk)
 	return post_bind(sk, 1);
 }
 
-SEC("cgroup/sock_release")
-int shk_sock_release(struct bpf_sock *sk)
+static __always_inline int sock_release(struct bpf_sock *sk, int stored)
 {
 	struct shk_sock *st;
+	__u64 cgid;
 
 	/* Both modes: a hold taken in sweep mode is dropped in packet mode
 	 * too, so that an agent returning to sweep mode finds none stale. */
 	st = bpf_sk_storage_get(&shk_socks, sk, 0, 0);
-	if (!st)
-		return 1;
-	if (st->held) {
-		st->held = 0;
-		port_drop(&st->key);
-	}
-	if (st->counted) {
-		sock_uncount(st->counted);
+	if (st) {
+		if (st->held) {
+			st->held = 0;
+			port_drop(&st->key);
+		}
+		cgid = st->counted;
 		st->counted = 0;
+		if (cgid == SHK_NOT_COUNTED)
+			return 1; /* an accepted connection */
+		if (cgid) {
+			sock_uncount(cgid); /* counted in storage (quota.bpf.h) */
+			return 1;
+		}
 	}
+	if (stored || !sock_plain_kind(sk))
+		return 1;
+	cgid = ctx_session_cgroup(sk);
+	if (cgid && cgid != SHK_CG_UNREAD)
+		sock_uncount(cgid);
 	return 1;
+}
+
+SEC("cgroup/sock_release")
+int shk_sock_release(struct bpf_sock *sk)
+{
+	return sock_release(sk, 0);
+}
+
+/* shk_sock_create_stored's release (sock_addr.bpf.c). */
+SEC("cgroup/sock_release")
+int shk_sock_release_stored(struct bpf_sock *sk)
+{
+	return sock_release(sk, 1);
 }
 
 /* The session cgroup a socket was created in (its ancestor at the sessions'
@@ -136,14 +160,39 @@ static __always_inline __u64 sock_session_cgroup(struct sock *sk)
 	return cg->kn->id;
 }
 
-/* A listen on a port the socket did not bind (the kernel autobinds it in
- * listen): it holds the port from now on. sock_ops cannot refuse the listen;
- * a hold that cannot be taken is reported. The hold is counted against the
- * session's port limit but never refused for it: a listener without a hold
- * would be unchecked (sk_lookup passes a port no session holds), so the
- * limit yields here; such ports stay bounded by the socket limit. Every
- * other sock_ops callback (a few per connection, none per packet) returns
- * at once. */
+/* A connection accepted from a session's listener: the kernel cloned it, no
+ * sock_create counted it, so its storage says SHK_NOT_COUNTED before
+ * accept() can return it (quota.bpf.h); storage that cannot be made counts
+ * it instead, so its release still balances. */
+static __always_inline void mark_child(struct bpf_sock *sk)
+{
+	struct shk_sock *st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	struct shk_quota *u;
+	struct tcp_sock *tp;
+	__u64 cgid;
+
+	if (st) {
+		st->counted = SHK_NOT_COUNTED;
+		return;
+	}
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	cgid = sock_session_cgroup((struct sock *)tp);
+	u = bpf_map_lookup_elem(&shk_quotas, &cgid);
+	if (u)
+		__sync_fetch_and_add(&u->socks, 1);
+}
+
+/* Both modes: PASSIVE_ESTABLISHED_CB marks an accepted connection (above).
+ * Sweep mode: a listen on a port the socket did not bind (the kernel
+ * autobinds it in listen) holds the port from now on. sock_ops cannot
+ * refuse the listen; a hold that cannot be taken is reported. The hold is
+ * counted against the session's port limit but never refused for it: a
+ * listener without a hold would be unchecked (sk_lookup passes a port no
+ * session holds), so the limit yields here; such ports stay bounded by the
+ * socket limit. Every other sock_ops callback (a few per connection, none
+ * per packet) returns at once. */
 SEC("sockops")
 int shk_sockops(struct bpf_sock_ops *ops)
 {
@@ -155,6 +204,12 @@ int shk_sockops(struct bpf_sock_ops *ops)
 	__u64 cgid;
 	int r;
 
+	if (ops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		sk = ops->sk;
+		if (sk)
+			mark_child(sk);
+		return 1;
+	}
 	if (ops->op != BPF_SOCK_OPS_TCP_LISTEN_CB || shk_flow_mode != SHK_FLOW_SWEEP)
 		return 1;
 	sk = ops->sk;

@@ -6,16 +6,45 @@
  * (ports.bpf.h: one per bound or listening or sending socket), so that one
  * session cannot take the host's sockets or its local port range.
  *
- * A socket is counted to the session whose task created it, for as long as
- * it lives, wherever its descriptor goes (SCM_RIGHTS to another session or
- * to the host changes nothing): the socket's storage remembers the session
- * cgroup it was counted to, and only such a socket un-counts at release.
- * A socket the hook did not see is never counted and never un-counts: one
- * made before the creating task joined the session (or before the hooks were
- * attached), one accepted from a listener (the kernel clones it, no
- * sock_create), and every socket family cgroup/sock_create does not run for
- * (AF_UNIX, AF_NETLINK, socketpair): those are bounded by RLIMIT_NOFILE and
- * the session's process bound only.
+ * A socket is counted to the session of the cgroup it was created in, for
+ * as long as it lives, wherever its descriptor goes: cgroup/sock_create adds
+ * one to the session of the socket's own cgroup (sk->sk_cgrp_data, which the
+ * kernel sets from the creating task and keeps for the socket's life), and
+ * cgroup/sock_release takes one from the session of that same cgroup, read
+ * from the socket, never from the task that closes it (SCM_RIGHTS to another
+ * session or to the host, or a task moved to another cgroup, changes
+ * nothing). The common socket (TCP or UDP) keeps no per-socket state for
+ * it: creating socket storage cost more than the rest of sock_create.
+ *
+ * So the exceptions are marked instead: every socket that reaches
+ * sock_release without having passed sock_create must not un-count.
+ *  - a connection accepted from a listener (the kernel clones it, no
+ *    sock_create; the clone carries the listener's cgroup): sockops
+ *    PASSIVE_ESTABLISHED_CB, which the kernel runs for each such child
+ *    before accept() can return it, gives it storage saying SHK_NOT_COUNTED;
+ *    if that storage cannot be made, the child is counted there instead, so
+ *    its release still balances (a child never accepted is freed without
+ *    sock_release: that costs its session one count until the session ends,
+ *    never a count it did not pay for). Children never accepted get no
+ *    sock_release and need nothing.
+ *  - every other kind of inet socket (MPTCP, whose accepted sockets are
+ *    clones sockops never sees; SCTP, whose accept makes a socket without
+ *    sock_create; raw, ICMP, UDP-Lite in packet mode): counted in its
+ *    storage as before (st->counted), and only such storage un-counts it.
+ *  - a socket counted by an older agent (storage counted for every socket):
+ *    its storage says so and is honoured, exactly once; and every session
+ *    TCP socket whose storage says nothing was not counted by that agent
+ *    (an accepted connection): shk_mark_uncounted (sweep.bpf.c) marks it
+ *    SHK_NOT_COUNTED when this agent takes over, before its sock_create is
+ *    attached.
+ * A socket made before the creating task joined the session carries the
+ * cgroup it was made in: its release un-counts there, never here. A socket
+ * made in a session cgroup while no hook was attached (none of this
+ * agent's: links are pinned and stay attached across restarts; only a
+ * first install over live sessions) was never counted and un-counts at its
+ * release: at most one extra socket per such socket. Every socket family
+ * cgroup/sock_create does not run for (AF_UNIX, AF_NETLINK, socketpair) is
+ * bounded by RLIMIT_NOFILE and the session's process bound only.
  *
  * Taking is lock-free: add one, and if the old count was already at the
  * limit, take it back and refuse. A release racing a create can make that
@@ -24,10 +53,37 @@
 #pragma once
 
 #include "common.bpf.h"
+#include "core.bpf.h"
+#include "session.bpf.h"
 
 /* The limits, set by user space before load; 0 = no limit. */
 const volatile __u32 shk_max_socks = 0;
 const volatile __u32 shk_max_ports = 0;
+
+/* st->counted of a socket the kernel cloned (an accepted connection): not
+ * counted, never un-counted. No cgroup id is all ones. */
+#define SHK_NOT_COUNTED (~0ULL)
+
+/* ctx_session_cgroup's answer when the socket's cgroup could not be read. */
+#define SHK_CG_UNREAD (~0ULL - 1)
+
+/* Whether sock_create counts a socket of this kind without storage: TCP and
+ * UDP, whose only sockets that reach sock_release without sock_create are
+ * TCP's accepted children (marked SHK_NOT_COUNTED). */
+#define sock_plain_kind(sk)                                                        \
+	(((sk)->type == SOCK_STREAM && (sk)->protocol == IPPROTO_TCP) ||           \
+	 ((sk)->type == SOCK_DGRAM && (sk)->protocol == IPPROTO_UDP))
+
+/* Made (and pinned) by an agent that counts sockets without storage; its
+ * absence beside pinned maps an agent adopts says the agent before kept
+ * every count in storage (dataplane/quota_linux.go: shk_mark_uncounted,
+ * sweep.bpf.c, then marks what that agent did not count). Holds nothing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} shk_sockcount SEC(".maps");
 
 /* Session cgroup id -> struct shk_quota. Sized by user space (max sessions);
  * an entry is made by the first socket of a session, deleted by user space
@@ -80,4 +136,40 @@ static __always_inline void sock_uncount(__u64 cgid)
 
 	if (u)
 		__sync_fetch_and_add(&u->socks, -1);
+}
+
+/*
+ * The session cgroup of the socket of a cgroup/sock program (its context is
+ * the kernel's struct sock): the ancestor at the sessions' level of the
+ * cgroup the socket was created in, 0 (a socket made outside the sessions),
+ * or SHK_CG_UNREAD when a read failed (never seen: the socket and its
+ * cgroups are live kernel memory; sock_create refuses such a socket rather
+ * than let it go uncounted). Read with bpf_probe_read_kernel (in
+ * bpf_base_func_proto for a loader with CAP_PERFMON or CAP_SYS_ADMIN and no
+ * lockdown of kernel reads): these programs get neither a BTF pointer to
+ * their socket on Linux 6.1 nor a helper that names the socket's cgroup. The socket holds a reference on
+ * its cgroup, and a cgroup on its ancestors, for the socket's life.
+ */
+static __always_inline __u64 ctx_session_cgroup(struct bpf_sock *ctx)
+{
+	struct sock *sk = (struct sock *)ctx;
+	struct kernfs_node *kn = 0;
+	struct cgroup *cg = 0;
+	int level = -1;
+	__u64 id = 0;
+
+	if (bpf_probe_read_kernel(&cg, sizeof(cg), &sk->sk_cgrp_data.cgroup) || !cg)
+		return SHK_CG_UNREAD;
+	if (bpf_probe_read_kernel(&level, sizeof(level), &cg->level))
+		return SHK_CG_UNREAD;
+	if (level < (int)shk_session_level)
+		return 0;
+	if (level > (int)shk_session_level &&
+	    (bpf_probe_read_kernel(&cg, sizeof(cg), &cg->ancestors[shk_session_level]) || !cg))
+		return SHK_CG_UNREAD;
+	if (bpf_probe_read_kernel(&kn, sizeof(kn), &cg->kn) || !kn)
+		return SHK_CG_UNREAD;
+	if (bpf_probe_read_kernel(&id, sizeof(id), &kn->id))
+		return SHK_CG_UNREAD;
+	return id;
 }

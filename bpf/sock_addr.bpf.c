@@ -182,34 +182,48 @@ int shk_sendmsg6(struct bpf_sock_addr *ctx)
 
 /*
  * Which sockets a session may open. Both modes: each inet socket of a
- * session is counted against its socket limit (quota.bpf.h); past it, the
- * socket() call fails with EPERM. Sweep mode: a session may create TCP,
+ * session is counted against its socket limit (quota.bpf.h), to the session
+ * of the socket's own cgroup; past it, the socket() call fails with EPERM.
+ * A TCP or UDP socket is counted with no per-socket state; any other kind
+ * keeps its count in its storage. Sweep mode: a session may create TCP,
  * MPTCP and UDP sockets only. Every other inet socket (raw, ICMP "ping"
  * datagram sockets, UDP-Lite, SCTP) would carry packets that no connect or
  * sendmsg hook checks and that the socket iterators do not see; packet mode
  * drops their packets instead.
  */
-SEC("cgroup/sock_create")
-int shk_sock_create(struct bpf_sock *sk)
+static __always_inline int sock_create(struct bpf_sock *sk, int stored)
 {
 	struct shk_session *s;
 	struct shk_sock *st;
 	struct shk_quota *u;
 	__u64 cgid;
 
-	cgid = session_cgroup();
-	s = session_of(&cgid);
+	cgid = stored ? session_cgroup() : ctx_session_cgroup(sk);
 	if (shk_flow_mode != SHK_FLOW_PACKET &&
 	    !(sk->type == SOCK_STREAM && (sk->protocol == IPPROTO_TCP || sk->protocol == IPPROTO_MPTCP)) &&
 	    !(sk->type == SOCK_DGRAM && sk->protocol == IPPROTO_UDP)) {
+		s = session_of(&cgid);
 		report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNCHECKED, sk->family,
 		       (__u8)sk->protocol, 0, 0, 1, 1);
 		return 0;
 	}
-	if (!s)
-		return 1; /* the connect and send hooks refuse what it does */
-	u = use_of(cgid);
+	/* A session's count entry exists from its first socket until user
+	 * space deletes it after the session's processes are killed: found,
+	 * it stands for the session lookup. */
+	u = bpf_map_lookup_elem(&shk_quotas, &cgid);
+	if (!u) {
+		if (!session_of(&cgid)) {
+			if (cgid != SHK_CG_UNREAD)
+				return 1; /* the connect and send hooks refuse what it does */
+			report(cgid, 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_UNKNOWN_SESSION, sk->family,
+			       (__u8)sk->protocol, 0, 0, 1, 1);
+			return 0;
+		}
+		u = use_of(cgid);
+	}
 	if (u && use_take(&u->socks, shk_max_socks) == 0) {
+		if (!stored && sock_plain_kind(sk))
+			return 1;
 		st = bpf_sk_storage_get(&shk_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (st) {
 			st->counted = cgid;
@@ -217,7 +231,24 @@ int shk_sock_create(struct bpf_sock *sk)
 		}
 		__sync_fetch_and_add(&u->socks, -1);
 	}
-	report(cgid, s->index, bpf_get_current_pid_tgid() >> 32, SHK_REASON_SOCKET_LIMIT, sk->family,
+	s = session_of(&cgid);
+	report(cgid, s ? s->index : 0, bpf_get_current_pid_tgid() >> 32, SHK_REASON_SOCKET_LIMIT, sk->family,
 	       (__u8)sk->protocol, 0, 0, 1, 1);
 	return 0;
+}
+
+SEC("cgroup/sock_create")
+int shk_sock_create(struct bpf_sock *sk)
+{
+	return sock_create(sk, 0);
+}
+
+/* The fallback where bpf_probe_read_kernel is not available to the loader
+ * (quota.bpf.h): every counted socket keeps its count in its storage,
+ * counted to the session of the creating task. User space loads it in
+ * shk_sock_create's place and reports it. */
+SEC("cgroup/sock_create")
+int shk_sock_create_stored(struct bpf_sock *sk)
+{
+	return sock_create(sk, 1);
 }

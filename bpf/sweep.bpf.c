@@ -202,3 +202,34 @@ int shk_hold_udp(struct bpf_iter__udp *ctx)
 		return 0; /* connected: receives from its checked peer only */
 	return hold_existing((struct sock *)u, IPPROTO_UDP);
 }
+
+/* An agent taking over from one that kept every socket count in storage
+ * (quota.bpf.h): a session TCP socket whose storage says nothing about a
+ * count was not counted (an accepted connection, or one made while no hook
+ * was attached), so it is marked SHK_NOT_COUNTED before this agent's
+ * sock_create, which counts TCP without storage, is attached. Run once, by
+ * user space, in both flow modes. */
+SEC("iter/tcp")
+int shk_mark_uncounted(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct shk_sock *st;
+	struct tcp_sock *tp;
+	__u64 cgid;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	cgid = sock_session_cgroup((struct sock *)tp);
+	if (!session_of(&cgid))
+		return 0;
+	st = bpf_sk_storage_get(&shk_socks, tp, 0, 0);
+	if (st && st->counted)
+		return 0;
+	st = bpf_sk_storage_get(&shk_socks, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (st && !st->counted)
+		st->counted = SHK_NOT_COUNTED;
+	return 0;
+}

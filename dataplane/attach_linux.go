@@ -24,14 +24,16 @@ type progAttach struct {
 // packets (both ways); sweep mode runs no program per packet: it refuses the
 // sockets whose packets no other hook sees, and checks new inbound flows in
 // sk_lookup, with the port holds of post_bind and sockops. sock_create
-// (which also counts each session's sockets) and sock_release (which drops
-// the counts and the holds) run in both modes: a socket that took a hold in
-// sweep mode and closes while an agent runs packet mode must still drop it.
+// (which also counts each session's sockets), sock_release (which drops
+// the counts and the holds) and sockops (which marks accepted connections
+// as never counted, bpf/quota.bpf.h) run in both modes: a socket that took
+// a hold in sweep mode and closes while an agent runs packet mode must still
+// drop it.
 func (a progAttach) inMode(m FlowMode) bool {
 	switch a.name {
 	case "skb_egress", "skb_ingress":
 		return m == FlowPacket
-	case "post_bind4", "post_bind6", "sockops", "sk_lookup":
+	case "post_bind4", "post_bind6", "sk_lookup":
 		return m == FlowSweep
 	}
 	return true
@@ -41,13 +43,21 @@ func (a progAttach) inMode(m FlowMode) bool {
 // (sk_lookup) rather than to the sessions' parent cgroup.
 func (a progAttach) netns() bool { return a.attach == ebpf.AttachSkLookup }
 
+// The order is the order of attaching, and of replacing programs when an
+// agent adopts pinned links: sockops (which marks accepted connections as
+// never counted) and sock_release (which honours that mark and the counts an
+// older agent kept in socket storage) are replaced before sock_create stops
+// keeping a count in storage, so that no socket is counted by one version
+// and missed by the other's release (bpf/quota.bpf.h).
 var attachments = []progAttach{
+	{"sockops", func(p *shkPrograms) *ebpf.Program { return p.ShkSockops }, ebpf.AttachCGroupSockOps},
+	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
+	{"sock_create", func(p *shkPrograms) *ebpf.Program { return p.ShkSockCreate }, ebpf.AttachCGroupInetSockCreate},
 	{"connect4", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect4 }, ebpf.AttachCGroupInet4Connect},
 	{"connect6", func(p *shkPrograms) *ebpf.Program { return p.ShkConnect6 }, ebpf.AttachCGroupInet6Connect},
 	{"sendmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg4 }, ebpf.AttachCGroupUDP4Sendmsg},
 	{"sendmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkSendmsg6 }, ebpf.AttachCGroupUDP6Sendmsg},
 	{"skb_egress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbEgress }, ebpf.AttachCGroupInetEgress},
-	{"sock_create", func(p *shkPrograms) *ebpf.Program { return p.ShkSockCreate }, ebpf.AttachCGroupInetSockCreate},
 	{"skb_ingress", func(p *shkPrograms) *ebpf.Program { return p.ShkSkbIngress }, ebpf.AttachCGroupInetIngress},
 	{"recvmsg4", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg4 }, ebpf.AttachCGroupUDP4Recvmsg},
 	{"recvmsg6", func(p *shkPrograms) *ebpf.Program { return p.ShkRecvmsg6 }, ebpf.AttachCGroupUDP6Recvmsg},
@@ -55,8 +65,6 @@ var attachments = []progAttach{
 	{"getpeername6", func(p *shkPrograms) *ebpf.Program { return p.ShkGetpeername6 }, ebpf.AttachCgroupInet6GetPeername},
 	{"post_bind4", func(p *shkPrograms) *ebpf.Program { return p.ShkPostBind4 }, ebpf.AttachCGroupInet4PostBind},
 	{"post_bind6", func(p *shkPrograms) *ebpf.Program { return p.ShkPostBind6 }, ebpf.AttachCGroupInet6PostBind},
-	{"sockops", func(p *shkPrograms) *ebpf.Program { return p.ShkSockops }, ebpf.AttachCGroupSockOps},
-	{"sock_release", func(p *shkPrograms) *ebpf.Program { return p.ShkSockRelease }, ebpf.AttachCgroupInetSockRelease},
 	{"sk_lookup", func(p *shkPrograms) *ebpf.Program { return p.ShkSkLookup }, ebpf.AttachSkLookup},
 }
 
@@ -71,6 +79,14 @@ func (d *Dataplane) attach() error {
 			continue
 		}
 		used[a.name] = true
+		if a.name == "sock_create" && d.markOld {
+			// sockops and sock_release are this agent's already;
+			// the older sock_create still counts in storage.
+			if err := runIter(d.objs.ShkMarkUncounted); err != nil {
+				return fmt.Errorf("mark the sockets an older agent did not count: %w", err)
+			}
+			d.markOld = false
+		}
 		pin := filepath.Join(d.cfg.PinPath, "links", a.name)
 		prog := a.prog(&d.objs.shkPrograms)
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
@@ -197,19 +213,27 @@ func netnsAttached(prog *ebpf.Program) (int, error) {
 // already taken stay as they are.
 func (d *Dataplane) holdExistingPorts() error {
 	for _, p := range []*ebpf.Program{d.objs.ShkHoldTcp, d.objs.ShkHoldUdp} {
-		it, err := link.AttachIter(link.IterOptions{Program: p})
-		if err != nil {
-			return fmt.Errorf("attach port-hold iterator: %w", err)
+		if err := runIter(p); err != nil {
+			return fmt.Errorf("port holds: %w", err)
 		}
-		r, err := it.Open()
-		if err == nil {
-			_, err = io.Copy(io.Discard, r)
-			r.Close()
-		}
-		it.Close()
-		if err != nil {
-			return fmt.Errorf("run port-hold iterator: %w", err)
-		}
+	}
+	return nil
+}
+
+// runIter runs socket iterator p once over every socket of its kind.
+func runIter(p *ebpf.Program) error {
+	it, err := link.AttachIter(link.IterOptions{Program: p})
+	if err != nil {
+		return fmt.Errorf("attach iterator: %w", err)
+	}
+	defer it.Close()
+	r, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("run iterator: %w", err)
+	}
+	defer r.Close()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("run iterator: %w", err)
 	}
 	return nil
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// boundary's launcher (package boundary). The daemon always sets it.
 	Boundary *boundary.Config
 	noAttach bool // tests of load and map logic only
+	// storedCount loads the socket count's fallback (every count kept in
+	// socket storage, bpf/quota.bpf.h) whatever the probe says: tests.
+	storedCount bool
 }
 
 // FlowMode is how open flows are cut when the grant they were opened under

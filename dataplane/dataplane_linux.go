@@ -41,6 +41,8 @@ type Dataplane struct {
 	bnd     *boundary.Boundary // the session boundary; nil without Config.Boundary
 
 	bndAdoptErr string // sessions whose boundary could not be adopted at Open
+	sockRead    error  // why the socket count uses its storage fallback; nil: it does not (quota_linux.go)
+	markOld     bool   // the agent before kept every socket count in storage: mark what it did not count (quota_linux.go)
 
 	mu        sync.Mutex
 	sessions  map[string]*Session
@@ -213,8 +215,11 @@ func (d *Dataplane) open() error {
 	if err := spec.Variables["shk_skb_task_info"].Set(boolU32(skbTaskInfo())); err != nil {
 		return fmt.Errorf("configure packet-denial task info: %w", err)
 	}
+	d.chooseSocketCount(spec)
 	_, statErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_handles"))
 	d.adopted = statErr == nil
+	_, markErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_sockcount"))
+	d.markOld = d.adopted && markErr != nil
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {

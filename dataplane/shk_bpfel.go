@@ -190,57 +190,61 @@ type shkShkSock struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shkMapShkBudgets          = "shk_budgets"
-	shkMapShkCounters         = "shk_counters"
-	shkMapShkDeny4            = "shk_deny4"
-	shkMapShkDeny6            = "shk_deny6"
-	shkMapShkEgress4          = "shk_egress4"
-	shkMapShkEgress6          = "shk_egress6"
-	shkMapShkEvents           = "shk_events"
-	shkMapShkExact4           = "shk_exact4"
-	shkMapShkExact6           = "shk_exact6"
-	shkMapShkFlows            = "shk_flows"
-	shkMapShkHandles          = "shk_handles"
-	shkMapShkLastconns        = "shk_lastconns"
-	shkMapShkNever4           = "shk_never4"
-	shkMapShkNever6           = "shk_never6"
-	shkMapShkNeverOks         = "shk_never_oks"
-	shkMapShkPortUsed         = "shk_port_used"
-	shkMapShkPorts            = "shk_ports"
-	shkMapShkQuotas           = "shk_quotas"
-	shkMapShkSessions         = "shk_sessions"
-	shkMapShkSettings         = "shk_settings"
-	shkMapShkSocks            = "shk_socks"
-	shkMapShkStats            = "shk_stats"
-	shkMapShkSuppressed       = "shk_suppressed"
-	shkProgShkConnect4        = "shk_connect4"
-	shkProgShkConnect6        = "shk_connect6"
-	shkProgShkGetpeername4    = "shk_getpeername4"
-	shkProgShkGetpeername6    = "shk_getpeername6"
-	shkProgShkHoldTcp         = "shk_hold_tcp"
-	shkProgShkHoldUdp         = "shk_hold_udp"
-	shkProgShkPostBind4       = "shk_post_bind4"
-	shkProgShkPostBind6       = "shk_post_bind6"
-	shkProgShkRecvmsg4        = "shk_recvmsg4"
-	shkProgShkRecvmsg6        = "shk_recvmsg6"
-	shkProgShkSendmsg4        = "shk_sendmsg4"
-	shkProgShkSendmsg6        = "shk_sendmsg6"
-	shkProgShkSkLookup        = "shk_sk_lookup"
-	shkProgShkSkbEgress       = "shk_skb_egress"
-	shkProgShkSkbIngress      = "shk_skb_ingress"
-	shkProgShkSockCreate      = "shk_sock_create"
-	shkProgShkSockRelease     = "shk_sock_release"
-	shkProgShkSockops         = "shk_sockops"
-	shkProgShkSweepTcp        = "shk_sweep_tcp"
-	shkProgShkSweepUdp        = "shk_sweep_udp"
-	shkVarShkEventIntervalNs  = "shk_event_interval_ns"
-	shkVarShkEventToleranceNs = "shk_event_tolerance_ns"
-	shkVarShkFlowMode         = "shk_flow_mode"
-	shkVarShkMaxPorts         = "shk_max_ports"
-	shkVarShkMaxSocks         = "shk_max_socks"
-	shkVarShkSessionLevel     = "shk_session_level"
-	shkVarShkSkbTaskInfo      = "shk_skb_task_info"
-	shkVarUnusedEvent         = "unused_event"
+	shkMapShkBudgets            = "shk_budgets"
+	shkMapShkCounters           = "shk_counters"
+	shkMapShkDeny4              = "shk_deny4"
+	shkMapShkDeny6              = "shk_deny6"
+	shkMapShkEgress4            = "shk_egress4"
+	shkMapShkEgress6            = "shk_egress6"
+	shkMapShkEvents             = "shk_events"
+	shkMapShkExact4             = "shk_exact4"
+	shkMapShkExact6             = "shk_exact6"
+	shkMapShkFlows              = "shk_flows"
+	shkMapShkHandles            = "shk_handles"
+	shkMapShkLastconns          = "shk_lastconns"
+	shkMapShkNever4             = "shk_never4"
+	shkMapShkNever6             = "shk_never6"
+	shkMapShkNeverOks           = "shk_never_oks"
+	shkMapShkPortUsed           = "shk_port_used"
+	shkMapShkPorts              = "shk_ports"
+	shkMapShkQuotas             = "shk_quotas"
+	shkMapShkSessions           = "shk_sessions"
+	shkMapShkSettings           = "shk_settings"
+	shkMapShkSockcount          = "shk_sockcount"
+	shkMapShkSocks              = "shk_socks"
+	shkMapShkStats              = "shk_stats"
+	shkMapShkSuppressed         = "shk_suppressed"
+	shkProgShkConnect4          = "shk_connect4"
+	shkProgShkConnect6          = "shk_connect6"
+	shkProgShkGetpeername4      = "shk_getpeername4"
+	shkProgShkGetpeername6      = "shk_getpeername6"
+	shkProgShkHoldTcp           = "shk_hold_tcp"
+	shkProgShkHoldUdp           = "shk_hold_udp"
+	shkProgShkMarkUncounted     = "shk_mark_uncounted"
+	shkProgShkPostBind4         = "shk_post_bind4"
+	shkProgShkPostBind6         = "shk_post_bind6"
+	shkProgShkRecvmsg4          = "shk_recvmsg4"
+	shkProgShkRecvmsg6          = "shk_recvmsg6"
+	shkProgShkSendmsg4          = "shk_sendmsg4"
+	shkProgShkSendmsg6          = "shk_sendmsg6"
+	shkProgShkSkLookup          = "shk_sk_lookup"
+	shkProgShkSkbEgress         = "shk_skb_egress"
+	shkProgShkSkbIngress        = "shk_skb_ingress"
+	shkProgShkSockCreate        = "shk_sock_create"
+	shkProgShkSockCreateStored  = "shk_sock_create_stored"
+	shkProgShkSockRelease       = "shk_sock_release"
+	shkProgShkSockReleaseStored = "shk_sock_release_stored"
+	shkProgShkSockops           = "shk_sockops"
+	shkProgShkSweepTcp          = "shk_sweep_tcp"
+	shkProgShkSweepUdp          = "shk_sweep_udp"
+	shkVarShkEventIntervalNs    = "shk_event_interval_ns"
+	shkVarShkEventToleranceNs   = "shk_event_tolerance_ns"
+	shkVarShkFlowMode           = "shk_flow_mode"
+	shkVarShkMaxPorts           = "shk_max_ports"
+	shkVarShkMaxSocks           = "shk_max_socks"
+	shkVarShkSessionLevel       = "shk_session_level"
+	shkVarShkSkbTaskInfo        = "shk_skb_task_info"
+	shkVarUnusedEvent           = "unused_event"
 )
 
 // loadShk returns the embedded CollectionSpec for shk.
@@ -285,26 +289,29 @@ type shkSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkProgramSpecs struct {
-	ShkConnect4     *ebpf.ProgramSpec `ebpf:"shk_connect4"`
-	ShkConnect6     *ebpf.ProgramSpec `ebpf:"shk_connect6"`
-	ShkGetpeername4 *ebpf.ProgramSpec `ebpf:"shk_getpeername4"`
-	ShkGetpeername6 *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
-	ShkHoldTcp      *ebpf.ProgramSpec `ebpf:"shk_hold_tcp"`
-	ShkHoldUdp      *ebpf.ProgramSpec `ebpf:"shk_hold_udp"`
-	ShkPostBind4    *ebpf.ProgramSpec `ebpf:"shk_post_bind4"`
-	ShkPostBind6    *ebpf.ProgramSpec `ebpf:"shk_post_bind6"`
-	ShkRecvmsg4     *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
-	ShkRecvmsg6     *ebpf.ProgramSpec `ebpf:"shk_recvmsg6"`
-	ShkSendmsg4     *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6     *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
-	ShkSkLookup     *ebpf.ProgramSpec `ebpf:"shk_sk_lookup"`
-	ShkSkbEgress    *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
-	ShkSkbIngress   *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
-	ShkSockCreate   *ebpf.ProgramSpec `ebpf:"shk_sock_create"`
-	ShkSockRelease  *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
-	ShkSockops      *ebpf.ProgramSpec `ebpf:"shk_sockops"`
-	ShkSweepTcp     *ebpf.ProgramSpec `ebpf:"shk_sweep_tcp"`
-	ShkSweepUdp     *ebpf.ProgramSpec `ebpf:"shk_sweep_udp"`
+	ShkConnect4          *ebpf.ProgramSpec `ebpf:"shk_connect4"`
+	ShkConnect6          *ebpf.ProgramSpec `ebpf:"shk_connect6"`
+	ShkGetpeername4      *ebpf.ProgramSpec `ebpf:"shk_getpeername4"`
+	ShkGetpeername6      *ebpf.ProgramSpec `ebpf:"shk_getpeername6"`
+	ShkHoldTcp           *ebpf.ProgramSpec `ebpf:"shk_hold_tcp"`
+	ShkHoldUdp           *ebpf.ProgramSpec `ebpf:"shk_hold_udp"`
+	ShkMarkUncounted     *ebpf.ProgramSpec `ebpf:"shk_mark_uncounted"`
+	ShkPostBind4         *ebpf.ProgramSpec `ebpf:"shk_post_bind4"`
+	ShkPostBind6         *ebpf.ProgramSpec `ebpf:"shk_post_bind6"`
+	ShkRecvmsg4          *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
+	ShkRecvmsg6          *ebpf.ProgramSpec `ebpf:"shk_recvmsg6"`
+	ShkSendmsg4          *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6          *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
+	ShkSkLookup          *ebpf.ProgramSpec `ebpf:"shk_sk_lookup"`
+	ShkSkbEgress         *ebpf.ProgramSpec `ebpf:"shk_skb_egress"`
+	ShkSkbIngress        *ebpf.ProgramSpec `ebpf:"shk_skb_ingress"`
+	ShkSockCreate        *ebpf.ProgramSpec `ebpf:"shk_sock_create"`
+	ShkSockCreateStored  *ebpf.ProgramSpec `ebpf:"shk_sock_create_stored"`
+	ShkSockRelease       *ebpf.ProgramSpec `ebpf:"shk_sock_release"`
+	ShkSockReleaseStored *ebpf.ProgramSpec `ebpf:"shk_sock_release_stored"`
+	ShkSockops           *ebpf.ProgramSpec `ebpf:"shk_sockops"`
+	ShkSweepTcp          *ebpf.ProgramSpec `ebpf:"shk_sweep_tcp"`
+	ShkSweepUdp          *ebpf.ProgramSpec `ebpf:"shk_sweep_udp"`
 }
 
 // shkMapSpecs contains maps before they are loaded into the kernel.
@@ -331,6 +338,7 @@ type shkMapSpecs struct {
 	ShkQuotas     *ebpf.MapSpec `ebpf:"shk_quotas"`
 	ShkSessions   *ebpf.MapSpec `ebpf:"shk_sessions"`
 	ShkSettings   *ebpf.MapSpec `ebpf:"shk_settings"`
+	ShkSockcount  *ebpf.MapSpec `ebpf:"shk_sockcount"`
 	ShkSocks      *ebpf.MapSpec `ebpf:"shk_socks"`
 	ShkStats      *ebpf.MapSpec `ebpf:"shk_stats"`
 	ShkSuppressed *ebpf.MapSpec `ebpf:"shk_suppressed"`
@@ -390,6 +398,7 @@ type shkMaps struct {
 	ShkQuotas     *ebpf.Map `ebpf:"shk_quotas"`
 	ShkSessions   *ebpf.Map `ebpf:"shk_sessions"`
 	ShkSettings   *ebpf.Map `ebpf:"shk_settings"`
+	ShkSockcount  *ebpf.Map `ebpf:"shk_sockcount"`
 	ShkSocks      *ebpf.Map `ebpf:"shk_socks"`
 	ShkStats      *ebpf.Map `ebpf:"shk_stats"`
 	ShkSuppressed *ebpf.Map `ebpf:"shk_suppressed"`
@@ -417,6 +426,7 @@ func (m *shkMaps) Close() error {
 		m.ShkQuotas,
 		m.ShkSessions,
 		m.ShkSettings,
+		m.ShkSockcount,
 		m.ShkSocks,
 		m.ShkStats,
 		m.ShkSuppressed,
@@ -441,26 +451,29 @@ type shkVariables struct {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkPrograms struct {
-	ShkConnect4     *ebpf.Program `ebpf:"shk_connect4"`
-	ShkConnect6     *ebpf.Program `ebpf:"shk_connect6"`
-	ShkGetpeername4 *ebpf.Program `ebpf:"shk_getpeername4"`
-	ShkGetpeername6 *ebpf.Program `ebpf:"shk_getpeername6"`
-	ShkHoldTcp      *ebpf.Program `ebpf:"shk_hold_tcp"`
-	ShkHoldUdp      *ebpf.Program `ebpf:"shk_hold_udp"`
-	ShkPostBind4    *ebpf.Program `ebpf:"shk_post_bind4"`
-	ShkPostBind6    *ebpf.Program `ebpf:"shk_post_bind6"`
-	ShkRecvmsg4     *ebpf.Program `ebpf:"shk_recvmsg4"`
-	ShkRecvmsg6     *ebpf.Program `ebpf:"shk_recvmsg6"`
-	ShkSendmsg4     *ebpf.Program `ebpf:"shk_sendmsg4"`
-	ShkSendmsg6     *ebpf.Program `ebpf:"shk_sendmsg6"`
-	ShkSkLookup     *ebpf.Program `ebpf:"shk_sk_lookup"`
-	ShkSkbEgress    *ebpf.Program `ebpf:"shk_skb_egress"`
-	ShkSkbIngress   *ebpf.Program `ebpf:"shk_skb_ingress"`
-	ShkSockCreate   *ebpf.Program `ebpf:"shk_sock_create"`
-	ShkSockRelease  *ebpf.Program `ebpf:"shk_sock_release"`
-	ShkSockops      *ebpf.Program `ebpf:"shk_sockops"`
-	ShkSweepTcp     *ebpf.Program `ebpf:"shk_sweep_tcp"`
-	ShkSweepUdp     *ebpf.Program `ebpf:"shk_sweep_udp"`
+	ShkConnect4          *ebpf.Program `ebpf:"shk_connect4"`
+	ShkConnect6          *ebpf.Program `ebpf:"shk_connect6"`
+	ShkGetpeername4      *ebpf.Program `ebpf:"shk_getpeername4"`
+	ShkGetpeername6      *ebpf.Program `ebpf:"shk_getpeername6"`
+	ShkHoldTcp           *ebpf.Program `ebpf:"shk_hold_tcp"`
+	ShkHoldUdp           *ebpf.Program `ebpf:"shk_hold_udp"`
+	ShkMarkUncounted     *ebpf.Program `ebpf:"shk_mark_uncounted"`
+	ShkPostBind4         *ebpf.Program `ebpf:"shk_post_bind4"`
+	ShkPostBind6         *ebpf.Program `ebpf:"shk_post_bind6"`
+	ShkRecvmsg4          *ebpf.Program `ebpf:"shk_recvmsg4"`
+	ShkRecvmsg6          *ebpf.Program `ebpf:"shk_recvmsg6"`
+	ShkSendmsg4          *ebpf.Program `ebpf:"shk_sendmsg4"`
+	ShkSendmsg6          *ebpf.Program `ebpf:"shk_sendmsg6"`
+	ShkSkLookup          *ebpf.Program `ebpf:"shk_sk_lookup"`
+	ShkSkbEgress         *ebpf.Program `ebpf:"shk_skb_egress"`
+	ShkSkbIngress        *ebpf.Program `ebpf:"shk_skb_ingress"`
+	ShkSockCreate        *ebpf.Program `ebpf:"shk_sock_create"`
+	ShkSockCreateStored  *ebpf.Program `ebpf:"shk_sock_create_stored"`
+	ShkSockRelease       *ebpf.Program `ebpf:"shk_sock_release"`
+	ShkSockReleaseStored *ebpf.Program `ebpf:"shk_sock_release_stored"`
+	ShkSockops           *ebpf.Program `ebpf:"shk_sockops"`
+	ShkSweepTcp          *ebpf.Program `ebpf:"shk_sweep_tcp"`
+	ShkSweepUdp          *ebpf.Program `ebpf:"shk_sweep_udp"`
 }
 
 func (p *shkPrograms) Close() error {
@@ -471,6 +484,7 @@ func (p *shkPrograms) Close() error {
 		p.ShkGetpeername6,
 		p.ShkHoldTcp,
 		p.ShkHoldUdp,
+		p.ShkMarkUncounted,
 		p.ShkPostBind4,
 		p.ShkPostBind6,
 		p.ShkRecvmsg4,
@@ -481,7 +495,9 @@ func (p *shkPrograms) Close() error {
 		p.ShkSkbEgress,
 		p.ShkSkbIngress,
 		p.ShkSockCreate,
+		p.ShkSockCreateStored,
 		p.ShkSockRelease,
+		p.ShkSockReleaseStored,
 		p.ShkSockops,
 		p.ShkSweepTcp,
 		p.ShkSweepUdp,

@@ -20,7 +20,8 @@ import (
 //	closen NAME K                   close K of NAME's sockets
 //	dupclose NAME                   dup each of NAME's sockets and close the dups
 //
-// and denyflood (flood_linux.go), a flood of refused sends.
+// and denyflood (flood_linux.go), a flood of refused sends, and fdsend,
+// fdrecv and naccept (fdpass_linux.go).
 func (p *prober) quotaCmd(f []string) (string, bool) {
 	arg := func(i int) string {
 		if i < len(f) {
@@ -30,6 +31,9 @@ func (p *prober) quotaCmd(f []string) (string, bool) {
 	}
 	if arg(0) == "denyflood" {
 		return denyFlood(f), true
+	}
+	if r, ok := p.fdCmd(f); ok {
+		return r, true
 	}
 	n, _ := strconv.Atoi(arg(2))
 	name := arg(1)
