@@ -89,6 +89,22 @@ func wantSh(t *testing.T, d *Dataplane, what, script string, ok bool) {
 	}
 }
 
+// revokeCounted revokes h and checks that it took one handle write and
+// sweeps view sweeps (Ops); it says whether it did.
+func revokeCounted(t *testing.T, d *Dataplane, h HandleRef, sweeps uint64) bool {
+	t.Helper()
+	before := d.Ops()
+	if err := d.Revoke(h); err != nil {
+		t.Fatal(err)
+	}
+	after := d.Ops()
+	if w, v := after.RevokeWrites-before.RevokeWrites, after.ViewSweeps-before.ViewSweeps; w != 1 || v != sweeps {
+		t.Errorf("revoke: %d handle writes and %d view sweeps, want 1 and %d", w, v, sweeps)
+		return false
+	}
+	return true
+}
+
 func fileGrant(t *testing.T, d *Dataplane, entries ...backend.FileEntry) HandleRef {
 	t.Helper()
 	h, err := d.NewHandle(HandleRef{}, time.Time{})
@@ -144,14 +160,7 @@ func TestFileScope(t *testing.T) {
 	}
 	// Revoke the outer grant: one write, one view sweep; the next open
 	// under it fails, the inner grant stays.
-	before := d.Ops()
-	if err := d.Revoke(h1); err != nil {
-		t.Fatal(err)
-	}
-	after := d.Ops()
-	if w, v := after.RevokeWrites-before.RevokeWrites, after.ViewSweeps-before.ViewSweeps; w != 1 || v != 1 {
-		t.Errorf("revoke: %d writes, %d view sweeps; want 1 and 1", w, v)
-	}
+	revokeCounted(t, d, h1, 1)
 	wantSh(t, d, "write after the revoke", "echo x >> "+r+"/repo/f", false)
 	wantSh(t, d, "the other grant after the revoke", "echo x >> "+r+"/repo/a/b/f", true)
 	if err := d.Release("fs", h1, backend.Delta{Files: []backend.FileEntry{{Path: r + "/repo", Access: backend.FileWrite, Handle: h1}, {Path: r + "/repo", Access: backend.FileDelete, Handle: h1}, {Path: r + "/repo/a", Access: backend.FileDeny, Handle: h1}}}); err != nil {

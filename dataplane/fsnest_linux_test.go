@@ -64,14 +64,7 @@ func TestFileScopeNestedOneGrant(t *testing.T) {
 	}
 	// One revoke: the writes at every layer fail at the next open and the
 	// denies mask nothing any more (the base view reads the host).
-	before := d.Ops()
-	if err := d.Revoke(h); err != nil {
-		t.Fatal(err)
-	}
-	after := d.Ops()
-	if w, v := after.RevokeWrites-before.RevokeWrites, after.ViewSweeps-before.ViewSweeps; w != 1 || v != 1 {
-		t.Errorf("revoke: %d writes, %d view sweeps; want 1 and 1", w, v)
-	}
+	revokeCounted(t, d, h, 1)
 	for _, f := range []string{"/repo/f", "/repo/a/b/f", "/repo/a/b/c/d/f"} {
 		wantSh(t, d, "write after the revoke: "+f, "echo x >> "+r+f, false)
 	}

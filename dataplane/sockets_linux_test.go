@@ -57,13 +57,7 @@ func TestSocketGrant(t *testing.T) {
 	} else {
 		t.Logf("verified: connect under the grant reaches the host listener")
 	}
-	before := d.Ops()
-	if err := d.Revoke(h); err != nil {
-		t.Fatal(err)
-	}
-	if after := d.Ops(); after.RevokeWrites-before.RevokeWrites != 1 || after.ViewSweeps-before.ViewSweeps != 1 {
-		t.Errorf("revoke: %d writes, %d sweeps; want 1 and 1", after.RevokeWrites-before.RevokeWrites, after.ViewSweeps-before.ViewSweeps)
-	}
+	revokeCounted(t, d, h, 1)
 	wantSh(t, d, "connect after the revoke", connect, false)
 
 	// Block tier and bad input: refused whatever the grant, nothing
