@@ -21,9 +21,10 @@ package boundary
 // writable. Landlock cannot take that role: fs grants come and go while a
 // process runs, and a domain cannot be widened or narrowed after exec.
 //
-// Rules name inodes. The launcher opens them in the session's mount
-// namespace, so that the session's own mounts (its /tmp, /dev and
-// /dev/shm, /proc) are ruled by their own roots: Landlock walks up through
+// Rules name inodes. They are opened in the session's mount namespace
+// with the session's uid (by the agent, once per session; each launch
+// enters the ruleset: ruleset_linux.go), so that the session's own mounts
+// (its /tmp, /dev and /dev/shm, /proc) are ruled by their own roots: Landlock walks up through
 // a mount to the directory it is mounted on, skipping that directory
 // itself, so a rule on the host's /tmp would not cover the session's.
 // For the same reason a persistence mount (its files are the agent's, in a
