@@ -5,11 +5,11 @@ package boundary
 // 0.7-0.8 ms in the launcher. A Landlock ruleset can be entered by any
 // number of landlock_restrict_self calls, so the agent builds a session's
 // ruleset once, on a thread in the session's mount namespace with the
-// session's uid, gid and no supplementary group (as the launcher opened
-// the rules: the same paths resolve to the same inodes, the same EACCES
-// fails the launch), keeps its descriptor, and hands each launch a
-// duplicate at an inherited descriptor; the launcher enters it and closes
-// it before it executes the target (child.Launch.Ruleset).
+// session's uid, gid, no supplementary group and no capability (as the
+// launcher opened the rules: the same paths resolve to the same inodes,
+// the same EACCES fails the launch), keeps its descriptor, and hands each
+// launch a duplicate at an inherited descriptor; the launcher enters it
+// and closes it before it executes the target (child.Launch.Ruleset).
 //
 // Invalidation. What the ruleset is made of: the hierarchy's rules (their
 // build counter, bumped when a descended directory changed), the view's
@@ -182,8 +182,8 @@ func (b *Boundary) sessionRuleset(name string, h *holder, fs, scoped uint64, rul
 
 // buildInSession runs on a locked thread that is never unlocked: it joins
 // the session's mount namespace, takes the session's uid and gid for file
-// access with no supplementary group (this thread only: raw system calls),
-// and builds the ruleset as the launcher would.
+// access with no supplementary group and no capability (this thread only:
+// raw system calls), and builds the ruleset as the launcher would.
 func buildInSession(pidfd int, uid uint32, fs, scoped uint64, rules []string) (int, error) {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return -1, fmt.Errorf("unshare(CLONE_FS): %w", err)
@@ -202,6 +202,14 @@ func buildInSession(pidfd int, uid uint32, fs, scoped uint64, rules []string) (i
 	fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
 	if uint32(fsuid) != uid || uint32(fsgid) != uid {
 		return -1, fmt.Errorf("landlock ruleset: file access as uid %d gid %d: got %d %d", uid, uid, fsuid, fsgid)
+	}
+	// No capability left on this thread either (setfsuid took the file
+	// ones; CAP_SYS_PTRACE would still follow another uid's /proc links):
+	// what it opens, the launcher running as the session could open.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return -1, fmt.Errorf("landlock ruleset: drop capabilities: %w", err)
 	}
 	return child.BuildRuleset(fs, scoped, rules)
 }

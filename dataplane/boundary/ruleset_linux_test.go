@@ -3,6 +3,7 @@ package boundary
 import (
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -167,5 +168,38 @@ func TestRulesetNotInherited(t *testing.T) {
 	}
 	if n := b.rulesets.builds.Load(); n != 1 {
 		t.Errorf("4 launches built %d rulesets, want 1", n)
+	}
+}
+
+// TestRulesetOpenedAsSession (issue 20): the agent opens the rules with the
+// session's uid and no capability, as the launcher did: a rule beneath a
+// directory the session's uid cannot search (root's, 0700, holding a
+// credential location, so descended) fails the launch with EACCES, as it
+// did in the launcher; opened with the agent's root it would succeed.
+func TestRulesetOpenedAsSession(t *testing.T) {
+	setup(t)
+	dir, err := os.MkdirTemp(helperDir, "rsu-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	priv := filepath.Join(dir, "priv")
+	if err := os.MkdirAll(filepath.Join(priv, "cred"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(priv, "other"), 0o755)
+	b := newBoundary(t, Config{FileNever: []string{filepath.Join(priv, "cred")}}, nil)
+	if !b.useLandlockFS {
+		t.Skip("no Landlock baseline on this host")
+	}
+	session(t, b, "rsu", 73)
+	cmd := &exec.Cmd{Path: "/bin/true", Args: []string{"true"}, Dir: "/"}
+	err = b.Launch("rsu", cmd, LaunchOptions{}, false)
+	if err == nil {
+		cmd.Wait()
+		t.Fatalf("a launch whose rules lie beneath a directory the session cannot search started (rules opened with the agent's privileges)")
+	}
+	if !strings.Contains(err.Error(), "permission denied") || !strings.Contains(err.Error(), filepath.Join(priv, "other")) {
+		t.Errorf("launch error %v: want EACCES opening %s", err, filepath.Join(priv, "other"))
 	}
 }
