@@ -138,13 +138,6 @@ func (c *rulesetCache) put(name, key string, gen uint64, fd int) int {
 	return dup
 }
 
-// len is the number of rulesets kept.
-func (c *rulesetCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.sets)
-}
-
 // sessionRuleset returns a ruleset for a launch into session name (the
 // caller closes it): the cached one, or one built now in h's mount
 // namespace as uid from fs, scoped and rules (key: what landlockSpec says
