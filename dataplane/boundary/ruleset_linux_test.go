@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,5 +203,76 @@ func TestRulesetOpenedAsSession(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "permission denied") || !strings.Contains(err.Error(), filepath.Join(priv, "other")) {
 		t.Errorf("launch error %v: want EACCES opening %s", err, filepath.Join(priv, "other"))
+	}
+}
+
+// TestRulesetCacheGenerations (issue 20, no root): a build that overlapped
+// a drop is not kept; a ruleset is handed out only for its own key and
+// generation, as a duplicate; a released session keeps nothing; at most
+// maxRulesets are kept, the least recently used going first.
+func TestRulesetCacheGenerations(t *testing.T) {
+	var c rulesetCache
+	devnull := func() int {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, _ := syscall.Dup(int(f.Fd()))
+		f.Close()
+		return fd
+	}
+	if fd, _, known := c.get("s", "k"); fd >= 0 || known {
+		t.Fatalf("an unknown session: fd %d known %v", fd, known)
+	}
+	c.drop("s", false) // Create
+	_, gen, _ := c.get("s", "k")
+	c.drop("s", false) // a view change while the build ran
+	fd := devnull()
+	if got := c.put("s", "k", gen, fd); got != fd {
+		t.Errorf("a build that overlapped a drop was kept")
+	}
+	syscall.Close(fd)
+	_, gen, _ = c.get("s", "k")
+	fd = devnull()
+	dup := c.put("s", "k", gen, fd)
+	if dup == fd {
+		t.Fatalf("a build under the current generation was not kept")
+	}
+	syscall.Close(dup)
+	if got, _, _ := c.get("s", "other key"); got >= 0 {
+		t.Errorf("a ruleset handed out for another key")
+	}
+	got, _, _ := c.get("s", "k")
+	if got < 0 || got == fd {
+		t.Fatalf("the kept ruleset: got %d (kept %d): want a duplicate", got, fd)
+	}
+	syscall.Close(got)
+	c.drop("s", true) // Release
+	if got, _, known := c.get("s", "k"); got >= 0 || known {
+		t.Errorf("a released session's ruleset: fd %d known %v", got, known)
+	}
+	if err := syscall.Close(fd); err == nil {
+		t.Errorf("the released ruleset's descriptor was still open")
+	}
+	for i := 0; i <= maxRulesets; i++ {
+		n := "s" + strconv.Itoa(i)
+		c.drop(n, false)
+		_, g, _ := c.get(n, "k")
+		syscall.Close(c.put(n, "k", g, devnull()))
+		if i == 0 {
+			continue
+		}
+		if got, _, _ := c.get("s0", "k"); got >= 0 { // s0 the most recently used
+			syscall.Close(got)
+		}
+	}
+	if len(c.sets) != maxRulesets {
+		t.Errorf("%d rulesets kept, want at most %d", len(c.sets), maxRulesets)
+	}
+	if c.sets["s0"] == nil || c.sets["s1"] != nil {
+		t.Errorf("eviction: s0 (used) kept %v, s1 (least recently used) dropped %v", c.sets["s0"] != nil, c.sets["s1"] == nil)
+	}
+	for n := range c.sets {
+		c.drop(n, true)
 	}
 }
