@@ -8,9 +8,14 @@
  *
  *   argv[0] "shinken-session-launch"
  *   argv[1] "v3,UID,GID,PRIVILEGED,STATUS,EXEFD,LANDLOCK,DROPENV,NPROC,FS"
- *           (or v2, the same less FS, or v1, less NPROC too)
+ *           (or v4, the same and RULESET; or v2, the same less FS, or v1,
+ *           less NPROC too)
  *   argv[2] the seccomp filter: struct sock_filter array, lower-case hex
- *   argv[3] v3 only: the Landlock rules, paths joined by newlines
+ *   argv[3] v3 and v4: the Landlock rules, paths joined by newlines
+ *           (v4: empty; the rules are in the ruleset at fd RULESET, which
+ *           the agent built for the session and caches: entered with
+ *           landlock_restrict_self, close-on-exec from the start and
+ *           closed once entered, so the target never holds it)
  *   then the target's path (resolved inside the session)
  *   and the target's argv
  *
@@ -250,6 +255,15 @@ static void landlock_scope(u64 scoped)
  * symbolic link, here in the session's mount namespace. ENOENT (gone since
  * the agent listed it), or EINVAL also for the file rights (a symbolic
  * link): no rule, so less access, never more. */
+/* landlock_enter: child.landlockEnter. */
+static void landlock_enter(long fd)
+{
+	long r = sys(NR_landlock_restrict_self, fd, 0, 0);
+	sys(NR_close, fd, 0, 0);
+	if (r != 0)
+		fail("landlock: restrict self (the session's ruleset)", r);
+}
+
 static void landlock_fs(u64 fs, u64 scoped, char *rules)
 {
 	struct {
@@ -292,28 +306,35 @@ __attribute__((noreturn, used)) void start(long *sp)
 {
 	long argc = sp[0];
 	char **argv = (char **)(sp + 1), **envp = argv + argc + 1;
-	long n[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-	static const long lo[9] = {0, 0, 0, 3, -1, 0, 0, 0, 0};
-	static const long hi[9] = {0xffffffffL, 0xffffffffL, 1, 1 << 20, 1 << 20, 0xffffffffL, 1, MAX_NPROC, MAX_FS};
-	if (argc < 5 || !eq(argv[0], "shinken-session-launch") || argv[1][0] != 'v' || argv[1][1] < '1' || argv[1][1] > '3' ||
+	long n[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+	static const long lo[10] = {0, 0, 0, 3, -1, 0, 0, 0, 0, 3};
+	static const long hi[10] = {0xffffffffL, 0xffffffffL, 1, 1 << 20, 1 << 20, 0xffffffffL, 1, MAX_NPROC, MAX_FS, 1 << 20};
+	if (argc < 5 || !eq(argv[0], "shinken-session-launch") || argv[1][0] != 'v' || argv[1][1] < '1' || argv[1][1] > '4' ||
 	    argv[1][2] != ',')
 		usage();
 	int version = argv[1][1] - '0';
-	int nf = version == 3 ? 9 : version == 2 ? 8 : 7; /* v2 has no FS, v1 no NPROC */
-	if (version == 3 && argc < 6)
+	int nf = version == 4 ? 10 : version == 3 ? 9 : version == 2 ? 8 : 7; /* v2 has no FS, v1 no NPROC */
+	if (version >= 3 && argc < 6)
 		usage();
 	const char *p = argv[1] + 3;
 	for (int i = 0; i < nf; i++)
 		if (parse_int(&p, i < nf - 1 ? ',' : '\0', lo[i], hi[i], &n[i]) != 0)
 			usage();
-	/* v3: argv[3] is the Landlock rules, the target's path follows. */
-	char *rules = version == 3 ? argv[3] : 0;
-	char **target = version == 3 ? argv + 4 : argv + 3;
+	/* v3, v4: argv[3] is the Landlock rules, the target's path follows. */
+	char *rules = version >= 3 ? argv[3] : 0;
+	char **target = version >= 3 ? argv + 4 : argv + 3;
 	if (n[8] == 0 && rules != 0 && rules[0] != '\0')
+		usage();
+	long ruleset = version == 4 ? n[9] : -1;
+	if (ruleset >= 0 && (n[8] == 0 || rules[0] != '\0'))
 		usage();
 	if (sys(NR_fcntl, n[3], F_SETFD, FD_CLOEXEC) != 0)
 		fail("no status pipe", 0); /* nothing to report on: exit 127 */
 	status_fd = (int)n[3];
+	/* The session's ruleset: never the target's (rules added to it would
+	 * reach the session's next launches). */
+	if (ruleset >= 0)
+		check("close-on-exec ruleset", sys(NR_fcntl, ruleset, F_SETFD, FD_CLOEXEC));
 	if (n[4] >= 0)
 		check("close-on-exec launcher fd", sys(NR_fcntl, n[4], F_SETFD, FD_CLOEXEC));
 	long insns = decode_filter(argv[2]);
@@ -325,7 +346,9 @@ __attribute__((noreturn, used)) void start(long *sp)
 			check("RLIMIT_NPROC", sys6(NR_prlimit64, 0, RLIMIT_NPROC, (long)lim, 0, 0));
 		}
 		drop_privileges(n[0], n[1]);
-		if (n[8] != 0)
+		if (ruleset >= 0)
+			landlock_enter(ruleset);
+		else if (n[8] != 0)
 			landlock_fs((u64)n[8], (u64)n[5], rules);
 		else if (n[5] != 0)
 			landlock_scope((u64)n[5]);

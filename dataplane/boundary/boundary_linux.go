@@ -59,6 +59,7 @@ type Boundary struct {
 	useLandlockFS                  bool         // the Landlock baseline (landlock_linux.go)
 	persistOverlay                 error        // nil: persistent paths are overlays (overlay_linux.go); else why binds
 	llTree                         landlockTree // its rules, cached
+	rulesets                       rulesetCache // each session's built ruleset (ruleset_linux.go)
 	directInit                     bool         // holders made from a thread of ours (see startHolder)
 	holderHow                      string       // how holders are made, for the report
 	landlockABI                    int
@@ -154,6 +155,7 @@ func (b *Boundary) Close() error {
 		h.gone = true // not reaped: a new agent adopts it
 		h.mu.Unlock()
 		delete(b.holders, n)
+		b.rulesets.drop(n, true)
 	}
 	if b.cexe != nil {
 		b.cexe.Close()
@@ -205,6 +207,7 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	delete(b.views, name) // a new mount namespace: nothing laid out yet
 	delete(b.specs, name)
 	b.holders[name] = h
+	b.rulesets.drop(name, false)
 	return nil
 }
 
@@ -266,6 +269,7 @@ func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.holders[name] = &holder{pid: pid, cgroup: cgroup, uid: uid}
+	b.rulesets.drop(name, false)
 	return nil
 }
 
@@ -278,6 +282,7 @@ func (b *Boundary) Release(name string) {
 	delete(b.views, name)
 	delete(b.specs, name)
 	b.mu.Unlock()
+	b.rulesets.drop(name, true)
 	if ok {
 		b.release(h)
 		b.dropProcess(name, h.uid)
@@ -364,11 +369,23 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if b.useLandlock {
 		spec.Landlock = landlockScopes
 	}
-	spec.FS, spec.FSRules = b.landlockSpec(name)
+	var llKey string
+	spec.FS, spec.FSRules, llKey = b.landlockSpec(name)
 	// A uid or gid of 0 is the default, the session's own; any other
 	// must be that too (the launcher sets no supplementary group).
 	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {
 		return fmt.Errorf("%w: launch in %s as uid %d gid %d (the session's: %d)", ErrIdentity, name, opts.UID, opts.GID, h.uid)
+	}
+	extra := cmd.ExtraFiles
+	if spec.FS != 0 && !opts.Privileged && b.useNS {
+		rs, err := b.sessionRuleset(name, h, spec.FS, spec.Landlock, spec.FSRules, llKey)
+		if err != nil {
+			return fmt.Errorf("boundary: launch in %s: %w", name, err)
+		}
+		defer rs.Close()
+		spec.FSRules, spec.Ruleset = nil, 3+len(extra)
+		cmd.ExtraFiles = append(slices.Clip(extra), rs)
+		defer func() { cmd.ExtraFiles = extra }()
 	}
 	dir := h.cgroup
 	var r *run

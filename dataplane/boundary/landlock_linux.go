@@ -21,9 +21,10 @@ package boundary
 // writable. Landlock cannot take that role: fs grants come and go while a
 // process runs, and a domain cannot be widened or narrowed after exec.
 //
-// Rules name inodes. The launcher opens them in the session's mount
-// namespace, so that the session's own mounts (its /tmp, /dev and
-// /dev/shm, /proc) are ruled by their own roots: Landlock walks up through
+// Rules name inodes. They are opened in the session's mount namespace
+// with the session's uid (by the agent, once per session; each launch
+// enters the ruleset: ruleset_linux.go), so that the session's own mounts
+// (its /tmp, /dev and /dev/shm, /proc) are ruled by their own roots: Landlock walks up through
 // a mount to the directory it is mounted on, skipping that directory
 // itself, so a rule on the host's /tmp would not cover the session's.
 // For the same reason a persistence mount (its files are the agent's, in a
@@ -53,6 +54,7 @@ package boundary
 // processes of that launch (no rule): they are by the next launches.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,6 +101,7 @@ type landlockTree struct {
 	inodes  map[string]uint64
 	built   time.Time // when the walk began
 	skipOwn bool
+	gen     uint64 // counts the builds: a session's cached ruleset names the one it holds
 }
 
 // racyWindow: a directory whose mtime lies this close before the walk
@@ -110,19 +113,20 @@ const racyWindow = 100 * time.Millisecond
 
 // rules returns the hierarchy's rules for never, rebuilt if a descended
 // directory changed since they were built.
-func (t *landlockTree) get(never []string, skipOwn bool) []string {
+func (t *landlockTree) get(never []string, skipOwn bool) ([]string, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stamps != nil && t.skipOwn == skipOwn && t.fresh() {
-		return t.rules
+		return t.rules, t.gen
 	}
+	t.gen++
 	t.skipOwn = skipOwn
 	t.built = time.Now()
 	t.stamps, t.inodes = map[string]unix.Timespec{}, map[string]uint64{}
 	t.rules = landlockRules(never, skipOwn, func(dir string, st *unix.Stat_t) {
 		t.stamps[dir], t.inodes[dir] = st.Mtim, st.Ino
 	})
-	return t.rules
+	return t.rules, t.gen
 }
 
 func (t *landlockTree) fresh() bool {
@@ -193,12 +197,13 @@ func landlockRules(never []string, skipOwn bool, seen func(string, *unix.Stat_t)
 
 // landlockSpec is the Landlock rights and rules of a launch into session
 // name: the hierarchy's rules, and the root of each persistence mount of
-// its view.
-func (b *Boundary) landlockSpec(name string) (uint64, []string) {
+// its view; and what they were made of (the hierarchy's build, the
+// view's rules), for the session's cached ruleset (ruleset_linux.go).
+func (b *Boundary) landlockSpec(name string) (uint64, []string, string) {
 	if !b.useLandlockFS {
-		return 0, nil
+		return 0, nil, ""
 	}
-	rules := b.llTree.get(b.cfg.FileNever, b.useNS)
+	rules, gen := b.llTree.get(b.cfg.FileNever, b.useNS)
 	b.mu.Lock()
 	v := b.views[name]
 	var extra []string
@@ -221,5 +226,6 @@ func (b *Boundary) landlockSpec(name string) (uint64, []string) {
 	if len(extra) > 0 {
 		rules = append(slices.Clip(rules), extra...)
 	}
-	return landlockFSRights(b.landlockABI), rules
+	fs := landlockFSRights(b.landlockABI)
+	return fs, rules, fmt.Sprintf("%d %d\n%s", fs, gen, strings.Join(extra, "\n"))
 }

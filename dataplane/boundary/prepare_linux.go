@@ -30,12 +30,14 @@ import (
 const preparedArg0 = "shinken-prepared-v1"
 
 // prepared is the JSON in Args[1]. Files: [launcher binary, run cgroup,
-// holder pidfd (with namespaces only)].
+// holder pidfd (with namespaces only), the session's Landlock ruleset
+// (with Ruleset only)].
 type prepared struct {
 	NS       bool     `json:"ns"`
 	Dir      string   `json:"dir"`
 	Env      []string `json:"env"`
 	Launcher []string `json:"launcher"` // the launcher's argv (spec, target argv)
+	Ruleset  bool     `json:"ruleset"`  // the last file is the session's Landlock ruleset (child.Launch.Ruleset)
 	UID      uint32   `json:"uid"`      // owner of a terminal's slave end
 }
 
@@ -74,7 +76,17 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 	if b.useLandlock {
 		spec.Landlock = landlockScopes
 	}
-	spec.FS, spec.FSRules = b.landlockSpec(name)
+	var llKey string
+	spec.FS, spec.FSRules, llKey = b.landlockSpec(name)
+	var rs *os.File
+	if spec.FS != 0 && !opts.Privileged && b.useNS {
+		// The starter's child gets [ruleset, status pipe, launcher
+		// binary] at fds 3, 4, 5.
+		if rs, err = b.sessionRuleset(name, h, spec.FS, spec.Landlock, spec.FSRules, llKey); err != nil {
+			return nil, fmt.Errorf("boundary: prepare in %s: %w", name, err)
+		}
+		spec.FSRules, spec.Ruleset, spec.Status, spec.ExeFD = nil, 3, 4, 5
+	}
 	env := append([]string{}, p.Env...)
 	if b.cexe == nil {
 		spec.DropEnv = true
@@ -86,11 +98,17 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 	}
 	r, err := b.newRun(h.cgroup)
 	if err != nil {
+		if rs != nil {
+			rs.Close()
+		}
 		return nil, fmt.Errorf("boundary: prepare in %s: %w", name, err)
 	}
 	fail := func(err error, files ...*os.File) (*backend.PreparedLaunch, error) {
 		for _, f := range files {
 			f.Close()
+		}
+		if rs != nil {
+			rs.Close()
 		}
 		b.removeRun(r)
 		return nil, fmt.Errorf("boundary: prepare in %s: %w", name, err)
@@ -116,9 +134,12 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 		}
 		files = append(files, os.NewFile(uintptr(fd), "holder-pidfd"))
 	}
-	js, err := json.Marshal(prepared{NS: b.useNS, Dir: dir, Env: env, Launcher: spec.Args(p.Argv), UID: h.uid})
+	js, err := json.Marshal(prepared{NS: b.useNS, Dir: dir, Env: env, Launcher: spec.Args(p.Argv), UID: h.uid, Ruleset: rs != nil})
 	if err != nil {
 		return fail(err, files...)
+	}
+	if rs != nil {
+		files = append(files, rs)
 	}
 	pl := &backend.PreparedLaunch{Args: []string{preparedArg0, string(js)}, Files: files, Tree: r.dir}
 	pl.Close = func(abandon bool) {
@@ -179,6 +200,9 @@ func StartPrepared(req backend.StartRequest) (backend.Started, error) {
 	if p.NS {
 		want = 3
 	}
+	if p.Ruleset {
+		want++
+	}
 	if len(req.Files) != want {
 		return backend.Started{}, fmt.Errorf("boundary: prepared launch needs %d descriptors, got %d", want, len(req.Files))
 	}
@@ -188,6 +212,10 @@ func StartPrepared(req backend.StartRequest) (backend.Started, error) {
 	exe, cg := req.Files[0], req.Files[1]
 	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: p.Launcher, Env: p.Env, Dir: p.Dir,
 		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr}
+	if p.Ruleset {
+		// [ruleset, status pipe, launcher binary] at 3, 4, 5 (Prepare).
+		cmd.ExtraFiles, cmd.Path = []*os.File{req.Files[want-1]}, "/proc/self/fd/5"
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	var master *os.File
 	start := func() error {

@@ -495,7 +495,8 @@ func TestGoLaunchMode(t *testing.T) {
 	}
 	tests := []string{"TestCrossSession", "TestCrossSessionLayers", "TestInsideSession", "TestNoPrivilegeGain",
 		"TestRunTreeKilled", "TestRunTimeout", "TestFilterVerdicts", "TestForeignABIKilled", "TestFilter", "TestSessionSyscalls", "TestCgroupView",
-		"TestLauncherFallback", "TestLaunchError", "TestTmpfsSize", "TestNProcBound", "TestLandlockCredentials"}
+		"TestLauncherFallback", "TestLaunchError", "TestTmpfsSize", "TestNProcBound", "TestLandlockCredentials",
+		"TestRulesetRevokeNarrows", "TestRulesetNotInherited"}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), goLaunchEnv+"=1")
 	out, err := cmd.CombinedOutput()

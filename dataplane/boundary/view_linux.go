@@ -101,6 +101,7 @@ func (b *Boundary) SeedWorkspace(name string, w backend.Workspace) {
 	spec.Workspace = &w
 	b.specs[name] = &spec
 	delete(b.views, name) // read back from the mount table at the next change
+	b.rulesets.drop(name, false)
 }
 
 // SetFiles makes session name's view give what files (the file entries of
@@ -180,6 +181,11 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 	if !ok {
 		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
 	}
+	// The session's cached Landlock ruleset names the inodes its paths
+	// showed: dropped before the first mount step and after the last
+	// (ruleset_linux.go), whatever the change did.
+	b.rulesets.drop(name, false)
+	defer b.rulesets.drop(name, false)
 	if sv == nil {
 		// Not made by this agent (an adopted holder), or a failed change:
 		// read back what the view holds.

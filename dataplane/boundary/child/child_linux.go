@@ -63,6 +63,12 @@ func launch(spec Launch, argv []string) error {
 	if spec.ExeFD >= 0 {
 		unix.CloseOnExec(spec.ExeFD)
 	}
+	if spec.Ruleset > 0 {
+		// The session's cached ruleset: rules added to it would reach
+		// every later launch of the session, so the target never holds
+		// it (closed once entered, close-on-exec until then).
+		unix.CloseOnExec(spec.Ruleset)
+	}
 	if !spec.Privileged {
 		// Before setresuid: the kernel then marks the process if the
 		// uid already has NProc tasks, and execve fails with EAGAIN.
@@ -75,7 +81,11 @@ func launch(spec Launch, argv []string) error {
 		if err := dropPrivileges(spec.UID, spec.GID); err != nil {
 			return err
 		}
-		if spec.FS != 0 {
+		if spec.Ruleset > 0 {
+			if err := landlockEnter(spec.Ruleset); err != nil {
+				return err
+			}
+		} else if spec.FS != 0 {
 			if err := landlockFS(spec.FS, spec.Landlock, spec.FSRules); err != nil {
 				return err
 			}

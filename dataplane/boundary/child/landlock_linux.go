@@ -24,18 +24,35 @@ const fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFi
 //
 // The same steps as landlock_fs in cmd/shinken-exec/shinken-exec.c.
 func landlockFS(fs, scoped uint64, rules []string) error {
-	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{HandledAccessFS: fs, Scoped: scoped}, 0)
+	fd, err := BuildRuleset(fs, scoped, rules)
 	if err != nil {
-		return fmt.Errorf("landlock: create ruleset: %w", err)
+		return err
 	}
 	defer unix.Close(fd)
+	if err := ll.LandlockRestrictSelf(fd, 0); err != nil {
+		return fmt.Errorf("landlock: restrict self: %w", err)
+	}
+	return nil
+}
+
+// BuildRuleset makes the ruleset landlockFS enters (close-on-exec, as
+// every Landlock ruleset fd): the rules opened by the calling thread, with
+// its credentials and in its mount namespace. The agent builds a
+// session's baseline with it once, on a thread in the session's mount
+// namespace with the session's uid (package boundary, ruleset_linux.go).
+func BuildRuleset(fs, scoped uint64, rules []string) (int, error) {
+	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{HandledAccessFS: fs, Scoped: scoped}, 0)
+	if err != nil {
+		return -1, fmt.Errorf("landlock: create ruleset: %w", err)
+	}
 	for _, r := range rules {
 		pfd, err := unix.Open(r, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("landlock: open rule %s: %w", r, err)
+			unix.Close(fd)
+			return -1, fmt.Errorf("landlock: open rule %s: %w", r, err)
 		}
 		err = ll.LandlockAddPathBeneathRule(fd, &ll.PathBeneathAttr{AllowedAccess: fs, ParentFd: pfd}, 0)
 		if errors.Is(err, unix.EINVAL) && fs&fileRights != 0 {
@@ -49,11 +66,22 @@ func landlockFS(fs, scoped uint64, rules []string) error {
 		}
 		unix.Close(pfd)
 		if err != nil {
-			return fmt.Errorf("landlock: rule %s: %w", r, err)
+			unix.Close(fd)
+			return -1, fmt.Errorf("landlock: rule %s: %w", r, err)
 		}
 	}
-	if err := ll.LandlockRestrictSelf(fd, 0); err != nil {
-		return fmt.Errorf("landlock: restrict self: %w", err)
+	return fd, nil
+}
+
+// landlockEnter enters the domain of a ruleset the agent built (the
+// session's baseline, Launch.Ruleset) on this thread and closes the
+// ruleset's descriptor: the target must not hold it (rules added to it
+// would reach the session's next launches).
+func landlockEnter(fd int) error {
+	err := ll.LandlockRestrictSelf(fd, 0)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("landlock: restrict self (the session's ruleset): %w", err)
 	}
 	return nil
 }

@@ -46,6 +46,14 @@ type Launch struct {
 	// denied them (landlock_linux.go in package boundary). v3 only.
 	FS      uint64
 	FSRules []string
+	// Ruleset is the fd of a Landlock ruleset the agent built for the
+	// session (FS and the scopes handled, every rule added: the session's
+	// baseline, cached per session): the launcher enters it with
+	// landlock_restrict_self instead of building one from FSRules, and
+	// closes it first (close-on-exec from the start, closed once
+	// entered). 0: none (fds 0-2 are never a ruleset). v4 only; FSRules
+	// are then empty.
+	Ruleset int
 }
 
 // StartEnv is added to the launcher's environment: with GOMAXPROCS set,
@@ -65,8 +73,15 @@ const MaxFS = 1<<17 - 1
 // rules FSRules joined by newlines (a path holding a newline is left out:
 // it gets no rule, so less access, never more). The launchers also read
 // v2 (no FS, no rules argument) and v1 (the same less NPROC).
+//
+// With Ruleset the spec is "v4,...,FS,RULESET" (v3's fields, then the
+// ruleset's fd) and the rules argument is empty.
 func (l Launch) Args(argv []string) []string {
 	f := fmt.Sprintf("v3,%d,%d,%d,%d,%d,%d,%d,%d,%d", l.UID, l.GID, b2i(l.Privileged), l.Status, l.ExeFD, l.Landlock, b2i(l.DropEnv), l.NProc, l.FS)
+	if l.Ruleset > 0 {
+		f = "v4" + f[2:] + fmt.Sprintf(",%d", l.Ruleset)
+		return append([]string{LaunchArg0, f, hex.EncodeToString(l.Filter), "", l.Path}, argv...)
+	}
 	rules := make([]string, 0, len(l.FSRules))
 	for _, r := range l.FSRules {
 		if r != "" && !strings.Contains(r, "\n") {
@@ -76,14 +91,23 @@ func (l Launch) Args(argv []string) []string {
 	return append([]string{LaunchArg0, f, hex.EncodeToString(l.Filter), strings.Join(rules, "\n"), l.Path}, argv...)
 }
 
-// ParseLaunch reads what Args wrote (v3), or a v2 or v1 spec; it returns
-// the target's argv.
+// ParseLaunch reads what Args wrote (v4 or v3), or a v2 or v1 spec; it
+// returns the target's argv.
 func ParseLaunch(args []string) (Launch, []string, error) {
 	var l Launch
 	if len(args) < 4 || args[0] != LaunchArg0 {
 		return l, nil, errors.New("not a launch")
 	}
-	n, err := fields(args[1], "v3", 9)
+	ruleset := int64(0)
+	n, err := fields(args[1], "v4", 10)
+	if err == nil {
+		ruleset, n = n[9], n[:9]
+		if ruleset < 3 || ruleset > 1<<20 || n[8] == 0 || len(args) < 5 || args[3] != "" {
+			return l, nil, errors.New("bad launch spec: a ruleset needs rights, a descriptor past stdio and no rules")
+		}
+	} else {
+		n, err = fields(args[1], "v3", 9)
+	}
 	rest := 4
 	if err == nil {
 		if len(args) < 5 {
@@ -107,7 +131,7 @@ func ParseLaunch(args []string) (Launch, []string, error) {
 	if n[8] == 0 && l.FSRules != nil {
 		return l, nil, errors.New("bad launch spec: Landlock rules without rights")
 	}
-	l = Launch{UID: uint32(n[0]), GID: uint32(n[1]), Privileged: n[2] == 1, Status: int(n[3]), ExeFD: int(n[4]), Landlock: uint64(n[5]), DropEnv: n[6] == 1, Path: args[rest-1], NProc: uint64(n[7]), FS: uint64(n[8]), FSRules: l.FSRules}
+	l = Launch{UID: uint32(n[0]), GID: uint32(n[1]), Privileged: n[2] == 1, Status: int(n[3]), ExeFD: int(n[4]), Landlock: uint64(n[5]), DropEnv: n[6] == 1, Path: args[rest-1], NProc: uint64(n[7]), FS: uint64(n[8]), FSRules: l.FSRules, Ruleset: int(ruleset)}
 	if l.Filter, err = hex.DecodeString(args[2]); err != nil || len(l.Filter)%8 != 0 {
 		return l, nil, errors.New("bad seccomp filter")
 	}

@@ -2,6 +2,7 @@ package child
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -19,6 +20,25 @@ func TestSpecVersions(t *testing.T) {
 	got, argv, err = ParseLaunch(l.Args([]string{"true"}))
 	if err != nil || got.FS != 0x7fff || !slices.Equal(got.FSRules, []string{"/usr", "/etc/passwd", "/var/tmp"}) || got.Path != "/bin/true" || !slices.Equal(argv, []string{"true"}) {
 		t.Fatalf("v3 launch: %+v %v %v", got, argv, err)
+	}
+	// v4: a ruleset's fd instead of rules.
+	l.FSRules, l.Ruleset = nil, 5
+	if a := l.Args([]string{"true"}); a[3] != "" || !strings.HasPrefix(a[1], "v4,") {
+		t.Fatalf("v4 args %q", a)
+	}
+	got, argv, err = ParseLaunch(l.Args([]string{"true"}))
+	if err != nil || got.Ruleset != 5 || got.FS != 0x7fff || got.FSRules != nil || got.Path != "/bin/true" || !slices.Equal(argv, []string{"true"}) {
+		t.Fatalf("v4 launch: %+v %v %v", got, argv, err)
+	}
+	for _, bad := range [][]string{
+		{LaunchArg0, "v4,7,7,0,3,4,3,0,9,7,5", "", "/usr", "/bin/true", "true"}, // rules beside a ruleset
+		{LaunchArg0, "v4,7,7,0,3,4,3,0,9,0,5", "", "", "/bin/true", "true"},     // a ruleset without rights
+		{LaunchArg0, "v4,7,7,0,3,4,3,0,9,7,2", "", "", "/bin/true", "true"},     // stdio as the ruleset
+		{LaunchArg0, "v4,7,7,0,3,4,3,0,9,7", "", "", "/bin/true", "true"},       // no ruleset field
+	} {
+		if _, _, err := ParseLaunch(bad); err == nil {
+			t.Errorf("launch %q accepted", bad)
+		}
 	}
 	got, argv, err = ParseLaunch([]string{LaunchArg0, "v2,7,7,0,3,4,3,0,9", "", "/bin/true", "true"})
 	if err != nil || got.FS != 0 || got.FSRules != nil || got.NProc != 9 || got.Path != "/bin/true" || !slices.Equal(argv, []string{"true"}) {

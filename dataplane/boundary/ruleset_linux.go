@@ -1,0 +1,208 @@
+package boundary
+
+// The session's Landlock baseline, built once (issue 20). Opening and
+// adding a few hundred rule paths (landlock_linux.go) cost every launch
+// 0.7-0.8 ms in the launcher. A Landlock ruleset can be entered by any
+// number of landlock_restrict_self calls, so the agent builds a session's
+// ruleset once, on a thread in the session's mount namespace with the
+// session's uid, gid, no supplementary group and no capability (as the
+// launcher opened the rules: the same paths resolve to the same inodes,
+// the same EACCES fails the launch), keeps its descriptor, and hands each
+// launch a duplicate at an inherited descriptor; the launcher enters it
+// and closes it before it executes the target (child.Launch.Ruleset).
+//
+// Invalidation. What the ruleset is made of: the hierarchy's rules (their
+// build counter, bumped when a descended directory changed), the view's
+// rules (persistence roots, credential locations an override opens), the
+// rights and scopes, and the inodes the paths named in the session's mount
+// namespace when it was built. The first three are its key, compared at
+// every launch; the mounts are not (reading them back would cost what the
+// cache saves), so every change of the session's view drops the ruleset
+// before its first mount step and again after its last (updateView), as
+// do a new holder (Create, Adopt: a new mount namespace), SeedWorkspace and
+// Release. A build that overlapped a drop is not kept (the session's
+// generation moved). So a launch never enters a ruleset built before a
+// change of the view that ended before the launch began.
+//
+// What holds it: the agent, one descriptor per session that launched
+// recently, at most maxRulesets (the least recently used goes): every fork
+// the agent makes copies its descriptor table (see holder), so it keeps no
+// descriptor per session for 10,000 sessions. Each launch gets its own
+// duplicate (close-on-exec in the agent and in the shim); the launcher
+// marks it close-on-exec at once and closes it once entered. A session
+// process never holds it: with it, landlock_add_rule could add a rule
+// (O_PATH opens are not checked by Landlock) to the ruleset every later
+// launch of the session enters (TestRulesetNotInherited).
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"golang.org/x/sys/unix"
+)
+
+// maxRulesets bounds the sessions whose ruleset the agent keeps.
+const maxRulesets = 256
+
+type cachedRuleset struct {
+	fd   int
+	key  string
+	gen  uint64
+	used uint64
+}
+
+// rulesetCache is the sessions' cached rulesets. gens holds a session's
+// generation while its holder is known (Create, Adopt to Release): values
+// are drawn from seq, so a generation is never seen twice.
+type rulesetCache struct {
+	mu     sync.Mutex
+	sets   map[string]*cachedRuleset
+	gens   map[string]uint64
+	seq    uint64
+	tick   uint64
+	builds atomic.Uint64 // rulesets built (tests)
+}
+
+// drop forgets session name's ruleset and moves its generation (a build
+// under way is not kept); with gone, the session is forgotten.
+func (c *rulesetCache) drop(name string, gone bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sets == nil {
+		c.sets, c.gens = map[string]*cachedRuleset{}, map[string]uint64{}
+	}
+	if s := c.sets[name]; s != nil {
+		unix.Close(s.fd)
+		delete(c.sets, name)
+	}
+	if gone {
+		delete(c.gens, name)
+		return
+	}
+	c.seq++
+	c.gens[name] = c.seq
+}
+
+// get returns a duplicate (close-on-exec) of session name's ruleset if it
+// is built for key, and the generation a new build must be kept under.
+func (c *rulesetCache) get(name, key string) (int, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, known := c.gens[name]
+	s := c.sets[name]
+	if !known || s == nil || s.key != key || s.gen != gen {
+		return -1, gen, known
+	}
+	c.tick++
+	s.used = c.tick
+	fd, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return -1, gen, known
+	}
+	return fd, gen, known
+}
+
+// put keeps fd (which the cache then owns) as session name's ruleset for
+// key if the session's generation is still gen; it returns a duplicate
+// for the caller, or fd itself when it is not kept.
+func (c *rulesetCache) put(name, key string, gen uint64, fd int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g, ok := c.gens[name]; !ok || g != gen {
+		return fd
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return fd
+	}
+	if old := c.sets[name]; old != nil {
+		unix.Close(old.fd)
+		delete(c.sets, name)
+	}
+	if len(c.sets) >= maxRulesets {
+		var lru string
+		for n, s := range c.sets {
+			if lru == "" || s.used < c.sets[lru].used {
+				lru = n
+			}
+		}
+		unix.Close(c.sets[lru].fd)
+		delete(c.sets, lru)
+	}
+	c.tick++
+	c.sets[name] = &cachedRuleset{fd: fd, key: key, gen: gen, used: c.tick}
+	return dup
+}
+
+// sessionRuleset returns a ruleset for a launch into session name (the
+// caller closes it): the cached one, or one built now in h's mount
+// namespace as uid from fs, scoped and rules (key: what landlockSpec says
+// they were made of).
+func (b *Boundary) sessionRuleset(name string, h *holder, fs, scoped uint64, rules []string, key string) (*os.File, error) {
+	key = fmt.Sprintf("%d %d %s", h.pid, scoped, key)
+	fd, gen, _ := b.rulesets.get(name, key)
+	if fd >= 0 {
+		return os.NewFile(uintptr(fd), "landlock-ruleset"), nil
+	}
+	pidfd, err := h.open()
+	if err != nil {
+		return nil, fmt.Errorf("session holder: %w", err)
+	}
+	defer unix.Close(pidfd)
+	type built struct {
+		fd  int
+		err error
+	}
+	c := make(chan built, 1)
+	go func() {
+		// Never unlocked: the thread's mount namespace and credentials
+		// are the session's, and Go ends the thread with the goroutine.
+		runtime.LockOSThread()
+		fd, err := buildInSession(pidfd, h.uid, fs, scoped, rules)
+		c <- built{fd, err}
+	}()
+	r := <-c
+	if r.err != nil {
+		return nil, r.err
+	}
+	b.rulesets.builds.Add(1)
+	return os.NewFile(uintptr(b.rulesets.put(name, key, gen, r.fd)), "landlock-ruleset"), nil
+}
+
+// buildInSession runs on a locked thread that is never unlocked: it joins
+// the session's mount namespace, takes the session's uid and gid for file
+// access with no supplementary group and no capability (this thread only:
+// raw system calls), and builds the ruleset as the launcher would.
+func buildInSession(pidfd int, uid uint32, fs, scoped uint64, rules []string) (int, error) {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return -1, fmt.Errorf("unshare(CLONE_FS): %w", err)
+	}
+	if err := unix.Setns(pidfd, unix.CLONE_NEWNS); err != nil {
+		return -1, fmt.Errorf("join session mount namespace (setns pidfd): %w", err)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return -1, fmt.Errorf("setgroups: %w", e)
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(uid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
+	// setfsuid and setfsgid return the old value, never an error: -1
+	// (invalid) reads the current one.
+	fsgid, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	if uint32(fsuid) != uid || uint32(fsgid) != uid {
+		return -1, fmt.Errorf("landlock ruleset: file access as uid %d gid %d: got %d %d", uid, uid, fsuid, fsgid)
+	}
+	// No capability left on this thread either (setfsuid took the file
+	// ones; CAP_SYS_PTRACE would still follow another uid's /proc links):
+	// what it opens, the launcher running as the session could open.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return -1, fmt.Errorf("landlock ruleset: drop capabilities: %w", err)
+	}
+	return child.BuildRuleset(fs, scoped, rules)
+}
