@@ -70,7 +70,6 @@ func run() bool {
 			fmt.Println("vmtest: tools:", err)
 			return false
 		}
-		fmt.Printf("vmtest: tools: %s on /opt/vmtools (%s)\n", dev, os.Getenv("TESTPROGRAMS"))
 	}
 	if err := disk(); err != nil {
 		fmt.Println("vmtest: disk:", err)
@@ -83,6 +82,9 @@ func run() bool {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	fmt.Printf("vmtest: kernel %s\n", unix.ByteSliceToString(uts.Release[:]))
+	if dev := os.Getenv("VMTOOLS"); dev != "" { // after the first line, which the console's reset codes precede
+		fmt.Printf("vmtest: tools: %s on /opt/vmtools (%s)\n", dev, os.Getenv("TESTPROGRAMS"))
+	}
 	if prog := os.Getenv("VMRUN"); prog != "" {
 		return runProgram(prog)
 	}
