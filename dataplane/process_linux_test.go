@@ -123,9 +123,9 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 // python3 is the session's python where the host has one (the VM of
-// .ci/vmtest has none: the cases that need it run on the host).
+// .ci/vmtest has it on its tools' disk; kerneltest.HaveProgram).
 func python3(t *testing.T) (string, bool) {
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+	if !kerneltest.HaveProgram(t, "python3") {
 		t.Log("no /usr/bin/python3 here: the cases that need it are left out")
 		return "", false
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // TestSocketGrant (issue 22, build item 5) through the dataplane and the
@@ -24,7 +25,7 @@ import (
 // nothing.
 func TestSocketGrant(t *testing.T) {
 	d, r := fsSession(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+	if !kerneltest.HaveProgram(t, "python3") {
 		t.Skip("no /usr/bin/python3 to connect with inside the session")
 	}
 	dir := fmt.Sprintf("/run/shinken-sock-test-%d", os.Getpid())

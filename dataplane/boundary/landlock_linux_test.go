@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,7 +72,7 @@ func TestLandlockCredentials(t *testing.T) {
 		{"execute a copy elsewhere", "cp /bin/true " + ws + "/t && " + ws + "/t && echo ran", true, "ran"},
 	} {
 		if strings.Contains(c.script, "git ") {
-			if _, err := exec.LookPath("git"); err != nil {
+			if !kerneltest.HaveProgram(t, "git") {
 				t.Logf("not checked here (no git): %s", c.what)
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // connectPy connects to the UNIX socket argv[1] and prints what the
@@ -64,7 +65,7 @@ func connectIn(t *testing.T, b *Boundary, name, p string) string {
 // of its own there); /sys/fs/bpf is masked. Both holder paths.
 func TestRunView(t *testing.T) {
 	setup(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+	if !kerneltest.HaveProgram(t, "python3") {
 		t.Skip("no /usr/bin/python3 to connect with inside the session")
 	}
 	for _, init := range []bool{false, true} {
@@ -137,7 +138,7 @@ func TestRunView(t *testing.T) {
 // socket tables) is checked last, as the threat model says.
 func TestNoOtherSession(t *testing.T) {
 	setup(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+	if !kerneltest.HaveProgram(t, "python3") {
 		t.Skip("no /usr/bin/python3 here")
 	}
 	b := newBoundary(t, Config{}, nil)

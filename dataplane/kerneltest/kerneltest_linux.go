@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,19 +113,48 @@ func Prebuilt(t testing.TB, name string) string {
 	return p
 }
 
+// ProgramsEnv names, separated by commas, the programs a test machine
+// says it has: .ci/vmtest sets it inside the VM, whose disk of tools gives
+// git, make, gcc and python3.
+const ProgramsEnv = "SHINKEN_TEST_PROGRAMS"
+
 // RequirePrograms skips a test whose commands need programs that are not
-// on PATH, and says which: the VM of .ci/vmtest has a small userland (a
-// shell, coreutils, catatonit) and no git, compiler or python. The host's
-// suite has them.
+// on PATH, and says which. Under CI (CI set, as .ci/run sets it; its
+// install-deps installs them), or where ProgramsEnv names a missing one
+// (the VM of .ci/vmtest), that is a failure, so the test cannot quietly
+// stop running there; elsewhere the test is skipped with the reason (a
+// developer's host without gcc, say).
 func RequirePrograms(t testing.TB, names ...string) {
 	t.Helper()
+	if missing := missingPrograms(t, names); len(missing) > 0 {
+		t.Skipf("needs %s, not on PATH here (install them to run this test)", strings.Join(missing, ", "))
+	}
+}
+
+// HaveProgram says whether program name is on PATH, for a test that
+// leaves out (and logs) the cases that need it where it is missing; as
+// RequirePrograms, it fails the test instead under CI or where
+// ProgramsEnv names it.
+func HaveProgram(t testing.TB, name string) bool {
+	t.Helper()
+	return len(missingPrograms(t, []string{name})) == 0
+}
+
+// missingPrograms returns those of names not on PATH, and fails the test
+// if one of them must be there.
+func missingPrograms(t testing.TB, names []string) []string {
+	t.Helper()
+	promised := strings.FieldsFunc(os.Getenv(ProgramsEnv), func(r rune) bool { return r == ',' || r == ' ' })
 	var missing []string
+	fail := os.Getenv("CI") != ""
 	for _, n := range names {
 		if _, err := exec.LookPath(n); err != nil {
 			missing = append(missing, n)
+			fail = fail || slices.Contains(promised, n)
 		}
 	}
-	if len(missing) > 0 {
-		t.Skipf("needs %s, not on PATH here (the VM of .ci/vmtest has a shell, coreutils and catatonit only; the host's suite runs this test)", strings.Join(missing, ", "))
+	if len(missing) > 0 && fail {
+		t.Fatalf("needs %s, not on PATH here (CI=%q, %s=%q: this machine should have them)", strings.Join(missing, ", "), os.Getenv("CI"), ProgramsEnv, os.Getenv(ProgramsEnv))
 	}
+	return missing
 }

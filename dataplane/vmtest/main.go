@@ -6,7 +6,8 @@
 // loopback, runs each test binary under /tests (the dataplane's and the
 // session boundary's) with the -test.run pattern given as TESTRUN on the
 // kernel command line (TESTRUN_dataplane, TESTRUN_boundary: one binary's
-// own), prints "vmtest: PASS" or "vmtest: FAIL", and
+// own; VMTOOLS names the disk of git, make, gcc and python3 to mount
+// first, TESTPROGRAMS the programs it gives), prints "vmtest: PASS" or "vmtest: FAIL", and
 // powers the VM off.
 package main
 
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +65,12 @@ func run() bool {
 			return false
 		}
 	}
+	if dev := os.Getenv("VMTOOLS"); dev != "" {
+		if err := tools(dev); err != nil {
+			fmt.Println("vmtest: tools:", err)
+			return false
+		}
+	}
 	if err := disk(); err != nil {
 		fmt.Println("vmtest: disk:", err)
 		return false
@@ -74,6 +82,9 @@ func run() bool {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	fmt.Printf("vmtest: kernel %s\n", unix.ByteSliceToString(uts.Release[:]))
+	if dev := os.Getenv("VMTOOLS"); dev != "" { // after the first line, which the console's reset codes precede
+		fmt.Printf("vmtest: tools: %s on /opt/vmtools (%s)\n", dev, os.Getenv("TESTPROGRAMS"))
+	}
 	if prog := os.Getenv("VMRUN"); prog != "" {
 		return runProgram(prog)
 	}
@@ -114,6 +125,12 @@ func runTests(bin, run, skip string) bool {
 	// The launchers built beforehand (kerneltest.BinDirEnv): no
 	// toolchain here.
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SHINKEN_TEST_BINDIR=/opt/shinken/bin"}
+	// The programs the tools' disk gives (TESTPROGRAMS: .ci/vmtest's):
+	// a test that needs one of them fails here if it is missing rather
+	// than skip (kerneltest.RequirePrograms).
+	if p := os.Getenv("TESTPROGRAMS"); p != "" {
+		cmd.Env = append(cmd.Env, "SHINKEN_TEST_PROGRAMS="+p)
+	}
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Printf("vmtest: %s: %v\n", bin, err)
@@ -140,6 +157,25 @@ func runProgram(prog string) bool {
 		return false
 	}
 	return true
+}
+
+// tools mounts the tools' disk (.ci/vmtools: git, make, gcc, python3),
+// device dev, read-only at /opt/vmtools, where the image's links to them
+// point. The virtio modules are loaded by then; the device node may
+// appear a moment later.
+func tools(dev string) error {
+	for i := 0; ; i++ {
+		if _, err := os.Stat(dev); err == nil {
+			break
+		} else if i == 100 {
+			return fmt.Errorf("%s: %w (after 10 s)", dev, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := unix.Mount(dev, "/opt/vmtools", "ext4", unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mount %s on /opt/vmtools: %w", dev, err)
+	}
+	return nil
 }
 
 // disk puts /tmp and /var/tmp on an ext4 file system (made with busybox's
