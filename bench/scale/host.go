@@ -1,0 +1,141 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/shinken-agent/shinken/dataplane"
+)
+
+// cgroupRoot is the cgroup2 mount (set by newEgress).
+var cgroupRoot string
+
+// saved is a sysctl's value before the run raised it.
+type saved struct{ path, value string }
+
+// raiseSysctls raises the host's ceilings that n sessions would pass: each
+// session holds one process (its holder, pid 1 of its PID namespace: one
+// pid and one thread) and a mount, PID, IPC and cgroup namespace (counted
+// against user.max_*_namespaces of the initial user namespace). It raises
+// only what is below the need and returns what it changed, for
+// restoreSysctls; on an error it has restored them already.
+func raiseSysctls(n int) ([]saved, error) {
+	procs := countProcs()
+	need := map[string]int{
+		"kernel/pid_max":             min(procs+n+8192, 1<<22), // PID_MAX_LIMIT
+		"kernel/threads-max":         threadsNow() + n + 8192,
+		"user/max_mnt_namespaces":    n + 4096,
+		"user/max_pid_namespaces":    n + 4096,
+		"user/max_ipc_namespaces":    n + 4096,
+		"user/max_cgroup_namespaces": n + 4096,
+	}
+	var done []saved
+	keys := make([]string, 0, len(need))
+	for k := range need {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		path := "/proc/sys/" + k
+		cur, err := strconv.Atoi(readTrim(path))
+		if err != nil {
+			restoreSysctls(done)
+			return nil, fmt.Errorf("read %s: %v", path, err)
+		}
+		if cur >= need[k] {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(strconv.Itoa(need[k])), 0); err != nil {
+			restoreSysctls(done)
+			return nil, fmt.Errorf("raise %s from %d to %d for %d sessions: %w", path, cur, need[k], n, err)
+		}
+		done = append(done, saved{path, strconv.Itoa(cur)})
+		fmt.Printf("sysctl %s: %d -> %d for the run (restored at its end)\n", strings.ReplaceAll(k, "/", "."), cur, need[k])
+	}
+	return done, nil
+}
+
+func restoreSysctls(s []saved) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if err := os.WriteFile(s[i].path, []byte(s[i].value), 0); err != nil {
+			log.Printf("restore %s to %s: %v", s[i].path, s[i].value, err)
+		}
+	}
+}
+
+func threadsNow() int {
+	f := strings.Fields(readTrim("/proc/loadavg")) // "... running/total pid"
+	if len(f) >= 4 {
+		if _, total, ok := strings.Cut(f[3], "/"); ok {
+			n, _ := strconv.Atoi(total)
+			return n
+		}
+	}
+	return 0
+}
+
+func findCgroupRoot() (string, error) {
+	if cgroupRoot == "" {
+		r, err := dataplane.FindCgroup2Mount()
+		if err != nil {
+			return "", err
+		}
+		cgroupRoot = r
+	}
+	return cgroupRoot, nil
+}
+
+func readTrim(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+func countProcs() int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// kernelMiB is the kernel's own memory that sessions grow: slab (mounts,
+// superblocks, namespaces, tasks, cgroups), kernel stacks and page tables.
+func kernelMiB() float64 {
+	return memInfoMiB("Slab:") + memInfoMiB("KernelStack:") + memInfoMiB("PageTables:")
+}
+
+func memInfoMiB(field string) float64 {
+	for _, l := range strings.Split(readTrim("/proc/meminfo"), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func loadAvg() string {
+	f := strings.Fields(readTrim("/proc/loadavg"))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func numCPU() int {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(data), "\nprocessor") + 1
+}
+
+func kernelRelease() string { return readTrim("/proc/sys/kernel/osrelease") }
+
+func sortFloats(v []float64) { sort.Float64s(v) }
