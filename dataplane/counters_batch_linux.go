@@ -1,9 +1,11 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -19,7 +21,8 @@ const countersBatchMax = 1 << 15
 // Counters does, one result per index, in order) with one
 // BPF_MAP_LOOKUP_BATCH call per run of consecutive indices (at most
 // countersBatchMax slots a call) instead of NumReasons lookups per session:
-// at 100,000 sessions a scrape makes a handful of syscalls, not 1,200,000.
+// at 100,000 sessions a scrape makes about 40 syscalls, not 1,200,000,
+// spread over GOMAXPROCS goroutines.
 // An index past the table is an error, as in Counters.
 func (d *Dataplane) CountersOf(indices []uint32) ([]Denials, error) {
 	out := make([]Denials, len(indices))
@@ -38,30 +41,53 @@ func (d *Dataplane) CountersOf(indices []uint32) ([]Denials, error) {
 		}
 	}
 	slices.SortFunc(order, func(a, b int) int { return int(indices[a]) - int(indices[b]) })
-	perCall := countersBatchMax / NumReasons // sessions a call
-	keys := make([]uint32, perCall*NumReasons)
-	vals := make([]uint64, perCall*NumReasons*ncpu)
+	// Runs of consecutive indices (a repeated index reads once), each at
+	// most perCall sessions: one batch call each.
+	perCall := countersBatchMax / NumReasons
+	type run struct{ i, j int } // order[i:j]
+	var runs []run
 	for i := 0; i < len(order); {
-		// A run of consecutive indices (a repeated index reads once).
 		lo := indices[order[i]]
 		j := i + 1
 		for j < len(order) && indices[order[j]] <= indices[order[j-1]]+1 && indices[order[j]]-lo < uint32(perCall) {
 			j++
 		}
-		hi := indices[order[j-1]]
-		n := (hi - lo + 1) * NumReasons
-		if err := d.lookupCounters(lo*NumReasons, n, keys, vals); err != nil {
-			return nil, err
-		}
-		for _, k := range order[i:j] {
-			base := int(indices[k]-lo) * NumReasons
-			for r := 0; r < NumReasons; r++ {
-				for c := 0; c < ncpu; c++ {
-					out[k][r] += vals[(base+r)*ncpu+c]
+		runs = append(runs, run{i, j})
+		i = j
+	}
+	// The batches are spread over up to GOMAXPROCS goroutines: the kernel
+	// copies slot by slot, so at 100,000 sessions (1,200,000 slots) the
+	// copy, not the syscalls, is the time.
+	workers := min(runtime.GOMAXPROCS(0), len(runs))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := make([]uint32, perCall*NumReasons)
+			vals := make([]uint64, perCall*NumReasons*ncpu)
+			for ri := w; ri < len(runs); ri += workers {
+				r := runs[ri]
+				lo, hi := indices[order[r.i]], indices[order[r.j-1]]
+				if err := d.lookupCounters(lo*NumReasons, (hi-lo+1)*NumReasons, keys, vals); err != nil {
+					errs[w] = err
+					return
+				}
+				for _, k := range order[r.i:r.j] {
+					base := int(indices[k]-lo) * NumReasons
+					for c := 0; c < NumReasons; c++ {
+						for p := 0; p < ncpu; p++ {
+							out[k][c] += vals[(base+c)*ncpu+p]
+						}
+					}
 				}
 			}
-		}
-		i = j
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
