@@ -123,19 +123,4 @@ func memInfoMiB(field string) float64 {
 	return 0
 }
 
-func loadAvg() string {
-	f := strings.Fields(readTrim("/proc/loadavg"))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func numCPU() int {
-	data, _ := os.ReadFile("/proc/cpuinfo")
-	return strings.Count(string(data), "\nprocessor") + 1
-}
-
-func kernelRelease() string { return readTrim("/proc/sys/kernel/osrelease") }
-
 func sortFloats(v []float64) { sort.Float64s(v) }

@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
@@ -146,7 +147,7 @@ func (b *bench) run() error {
 	b.maxSessions = *flagSessions + 64
 
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s, MemAvailable %.0f MiB\n", host, numCPU(), kernelRelease(), loadAvg(), memInfoMiB("MemAvailable:"))
+	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s, MemAvailable %.0f MiB\n", host, benchkit.NumCPU(), benchkit.KernelRelease(), benchkit.LoadAvg(), memInfoMiB("MemAvailable:"))
 	b.mu.Lock()
 	b.sysctls, err = raiseSysctls(*flagSessions)
 	b.mu.Unlock()

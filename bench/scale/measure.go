@@ -35,7 +35,7 @@ type result struct {
 // the growth that reached n.
 func (b *bench) measure(n int, creates []float64, kern0 float64) result {
 	r := result{n: n, creates: creates, from: n - len(creates)}
-	fmt.Printf("at %d sessions (load average %s, MemAvailable %.0f MiB):\n", n, loadAvg(), memInfoMiB("MemAvailable:"))
+	fmt.Printf("at %d sessions (load average %s, MemAvailable %.0f MiB):\n", n, benchkit.LoadAvg(), memInfoMiB("MemAvailable:"))
 	s := append([]float64(nil), creates...)
 	sortFloats(s)
 	fmt.Printf("  session create (namespaces, holder) one at a time over %d-%d live sessions: median %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms over %d\n",
