@@ -32,17 +32,16 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/bench/internal/connrounds"
+	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
@@ -79,18 +78,11 @@ func main() {
 	b := &bench{}
 	// Interrupted (Ctrl-C, timeout), the bench still removes its 10,000
 	// cgroups, its pins and its nftables table; a second signal kills it.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sig
-		signal.Reset()
-		log.Printf("%v: cleaning up", s)
-		b.cleanup()
-		os.Exit(130)
-	}()
-	defer b.cleanup()
+	cleanup := teardown.Add(b.cleanup)
+	teardown.OnSignal("")
+	defer cleanup()
 	if err := b.run(); err != nil {
-		b.cleanup()
+		cleanup()
 		log.Fatal(err)
 	}
 }
@@ -107,16 +99,13 @@ type bench struct {
 	probeDir  string
 	mu        sync.Mutex // guards procs
 	procs     []*connrounds.Worker
-	once      sync.Once
 }
 
-// cleanup runs once, whoever calls it first (the run's end or a signal);
-// a concurrent caller waits for it to finish. It leaves the fields as they
-// are: a run still going on another goroutine then fails on a closed
-// dataplane instead of a nil one.
-func (b *bench) cleanup() { b.once.Do(b.doCleanup) }
-
-func (b *bench) doCleanup() {
+// cleanup removes what the run made; it runs once, whoever calls it first
+// (the run's end or a signal: teardown), and a concurrent caller waits for
+// it to finish. It leaves the fields as they are: a run still going on
+// another goroutine then fails on a closed dataplane instead of a nil one.
+func (b *bench) cleanup() {
 	b.mu.Lock()
 	procs := b.procs
 	b.mu.Unlock()

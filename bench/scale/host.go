@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
@@ -26,7 +27,7 @@ type saved struct{ path, value string }
 // only what is below the need and returns what it changed, for
 // restoreSysctls; on an error it has restored them already.
 func raiseSysctls(n int) ([]saved, error) {
-	procs := countProcs()
+	procs := benchkit.CountProcs()
 	need := map[string]int{
 		"kernel/pid_max":             min(procs+n+8192, 1<<22), // PID_MAX_LIMIT
 		"kernel/threads-max":         threadsNow() + n + 8192,
@@ -43,7 +44,7 @@ func raiseSysctls(n int) ([]saved, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		path := "/proc/sys/" + k
-		cur, err := strconv.Atoi(readTrim(path))
+		cur, err := strconv.Atoi(benchkit.ReadTrim(path))
 		if err != nil {
 			restoreSysctls(done)
 			return nil, fmt.Errorf("read %s: %v", path, err)
@@ -70,7 +71,7 @@ func restoreSysctls(s []saved) {
 }
 
 func threadsNow() int {
-	f := strings.Fields(readTrim("/proc/loadavg")) // "... running/total pid"
+	f := strings.Fields(benchkit.ReadTrim("/proc/loadavg")) // "... running/total pid"
 	if len(f) >= 4 {
 		if _, total, ok := strings.Cut(f[3], "/"); ok {
 			n, _ := strconv.Atoi(total)
@@ -89,38 +90,6 @@ func findCgroupRoot() (string, error) {
 		cgroupRoot = r
 	}
 	return cgroupRoot, nil
-}
-
-func readTrim(path string) string {
-	b, _ := os.ReadFile(path)
-	return strings.TrimSpace(string(b))
-}
-
-func countProcs() int {
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err == nil {
-			n++
-		}
-	}
-	return n
-}
-
-// kernelMiB is the kernel's own memory that sessions grow: slab (mounts,
-// superblocks, namespaces, tasks, cgroups), kernel stacks and page tables.
-func kernelMiB() float64 {
-	return memInfoMiB("Slab:") + memInfoMiB("KernelStack:") + memInfoMiB("PageTables:")
-}
-
-func memInfoMiB(field string) float64 {
-	for _, l := range strings.Split(readTrim("/proc/meminfo"), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 func sortFloats(v []float64) { sort.Float64s(v) }

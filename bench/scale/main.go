@@ -28,21 +28,19 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/daemon"
+	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 )
@@ -73,17 +71,10 @@ func main() {
 		log.Fatalf("-at %d and -sessions %d: want 1 <= at <= sessions", *flagAt, *flagSessions)
 	}
 	b := &bench{}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sig
-		signal.Reset()
-		log.Printf("%v: cleaning up (a second signal kills the bench and leaves its sessions)", s)
-		b.cleanup()
-		os.Exit(130)
-	}()
+	cleanup := teardown.Add(b.cleanup)
+	teardown.OnSignal(" (a second signal kills the bench and leaves its sessions)")
 	err := b.run()
-	b.cleanup()
+	cleanup()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,13 +92,11 @@ type bench struct {
 	eg            *egress // the connect rounds' worker, cgroups and server
 	mu            sync.Mutex
 	sysctls       []saved
-	once          sync.Once
 }
 
-// cleanup runs once, whoever calls it first (the run's end or a signal).
-func (b *bench) cleanup() { b.once.Do(b.doCleanup) }
-
-func (b *bench) doCleanup() {
+// cleanup removes what the run made; it runs once, whoever calls it first
+// (the run's end or a signal: teardown).
+func (b *bench) cleanup() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.eg != nil {
@@ -147,7 +136,7 @@ func (b *bench) run() error {
 	b.maxSessions = *flagSessions + 64
 
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s, MemAvailable %.0f MiB\n", host, benchkit.NumCPU(), benchkit.KernelRelease(), benchkit.LoadAvg(), memInfoMiB("MemAvailable:"))
+	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s, MemAvailable %.0f MiB\n", host, benchkit.NumCPU(), benchkit.KernelRelease(), benchkit.LoadAvg(), benchkit.MemInfoMiB("MemAvailable:"))
 	b.mu.Lock()
 	b.sysctls, err = raiseSysctls(*flagSessions)
 	b.mu.Unlock()
@@ -165,7 +154,7 @@ func (b *bench) run() error {
 	b.eg = eg
 	b.mu.Unlock()
 
-	kern0 := kernelMiB()
+	kern0 := benchkit.KernelMiB()
 	first, n, err := b.grow(0, *flagAt)
 	if err != nil {
 		return err
@@ -250,37 +239,22 @@ func (b *bench) grow(from, to int) ([]float64, int, error) {
 	times := make([]float64, 0, to-from)
 	for i := from; i < to; i++ {
 		if i%1000 == 0 {
-			if avail := memInfoMiB("MemAvailable:"); avail < float64(*flagReserve) {
+			if avail := benchkit.MemInfoMiB("MemAvailable:"); avail < float64(*flagReserve) {
 				growthStop = fmt.Sprintf("MemAvailable %.0f MiB, below -reserve-mib %d", avail, *flagReserve)
 				break
 			}
 			if i > from && i%10000 == 0 {
-				fmt.Printf("  %d sessions, %v, MemAvailable %.0f MiB\n", i, time.Since(t0).Round(time.Second), memInfoMiB("MemAvailable:"))
+				fmt.Printf("  %d sessions, %v, MemAvailable %.0f MiB\n", i, time.Since(t0).Round(time.Second), benchkit.MemInfoMiB("MemAvailable:"))
 			}
 		}
 		t := time.Now()
-		if err := createSession(b.hc, i); err != nil {
+		if err := daemon.CreateSession(b.hc, i); err != nil {
 			return nil, 0, fmt.Errorf("at %d live sessions: %w", i, err)
 		}
 		times = append(times, float64(time.Since(t).Nanoseconds())/1e6)
 	}
 	fmt.Printf("grew from %d to %d sessions through the API, one at a time, in %v\n", from, from+len(times), time.Since(t0).Round(time.Millisecond))
 	return times, from + len(times), nil
-}
-
-// createSession creates session s<i> through the API.
-func createSession(hc *http.Client, i int) error {
-	body := fmt.Sprintf(`{"id":"s%d","image":"bench"}`, i)
-	resp, err := hc.Post("http://shinken/v1/sessions", "application/json", strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		return fmt.Errorf("create s%d: HTTP %d: %s", i, resp.StatusCode, msg)
-	}
-	return nil
 }
 
 // label names a count in the figures' names: 10000 is 10k, 2500 is 2500.

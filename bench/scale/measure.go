@@ -9,12 +9,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/daemon"
 )
 
 // result is what one count's measurement found.
@@ -35,7 +34,7 @@ type result struct {
 // the growth that reached n.
 func (b *bench) measure(n int, creates []float64, kern0 float64) result {
 	r := result{n: n, creates: creates, from: n - len(creates)}
-	fmt.Printf("at %d sessions (load average %s, MemAvailable %.0f MiB):\n", n, benchkit.LoadAvg(), memInfoMiB("MemAvailable:"))
+	fmt.Printf("at %d sessions (load average %s, MemAvailable %.0f MiB):\n", n, benchkit.LoadAvg(), benchkit.MemInfoMiB("MemAvailable:"))
 	s := append([]float64(nil), creates...)
 	sortFloats(s)
 	fmt.Printf("  session create (namespaces, holder) one at a time over %d-%d live sessions: median %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms over %d\n",
@@ -76,17 +75,17 @@ func (b *bench) measure(n int, creates []float64, kern0 float64) result {
 	sortFloats(lists)
 	r.scrape, r.list = benchkit.Q(scrapes, 0.5), benchkit.Q(lists, 0.5)
 	pid := b.agent.Process.Pid
-	r.rss = statusKiB(pid, "VmRSS:") / 1024
+	r.rss = benchkit.StatusKiB(pid, "VmRSS:") / 1024
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	r.fds = len(fds)
-	r.kernMiB = kernelMiB() - kern0
-	r.pssMiB, r.holders = holdersPssMiB(b.parent)
-	r.procs = countProcs()
+	r.kernMiB = benchkit.KernelMiB() - kern0
+	r.pssMiB, r.holders = daemon.HoldersPssMiB(b.parent)
+	r.procs = benchkit.CountProcs()
 	fmt.Printf("  /metrics scrape (%d bytes): median %.1f ms, max %.1f ms over %d; session ls (shinkenctl -o json): median %.1f ms, max %.1f ms\n",
 		r.scrapeBytes, r.scrape, benchkit.Q(scrapes, 1), len(scrapes), r.list, benchkit.Q(lists, 1))
 	fmt.Printf("  agent: RSS %.1f MiB (%.1f KiB per session), %d open files, %s threads; %d holders, Pss %.1f MiB in all (%.1f KiB each); kernel slab+stacks+page tables +%.0f MiB since the start (%.0f KiB per session; the whole host's); processes on the host %d (pid_max %s)\n",
-		r.rss, r.rss*1024/float64(n), r.fds, strconv.Itoa(int(statusKiB(pid, "Threads:"))), r.holders, r.pssMiB, r.pssMiB*1024/float64(max(1, r.holders)),
-		r.kernMiB, r.kernMiB*1024/float64(n), r.procs, readTrim("/proc/sys/kernel/pid_max"))
+		r.rss, r.rss*1024/float64(n), r.fds, strconv.Itoa(int(benchkit.StatusKiB(pid, "Threads:"))), r.holders, r.pssMiB, r.pssMiB*1024/float64(max(1, r.holders)),
+		r.kernMiB, r.kernMiB*1024/float64(n), r.procs, benchkit.ReadTrim("/proc/sys/kernel/pid_max"))
 	return r
 }
 
@@ -100,37 +99,4 @@ func (r result) print() {
 	fmt.Printf("session_ls_ms_at_%s_sessions=%.1f\n", l, r.list)
 	fmt.Printf("agent_rss_mib_at_%s_sessions=%.1f\n", l, r.rss)
 	fmt.Printf("session_create_p99_ms_at_%s=%.2f\n", l, benchkit.Q(s, 0.99))
-}
-
-// statusKiB reads a "Name: N kB" (or count) field of /proc/PID/status.
-func statusKiB(pid int, field string) float64 {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
-	}
-	return 0
-}
-
-// holdersPssMiB sums the proportional set size of the processes in the
-// session cgroups under parent (each idle session's is its holder), and
-// counts them.
-func holdersPssMiB(parent string) (float64, int) {
-	files, _ := filepath.Glob(filepath.Join(cgroupRoot, parent, "*", "cgroup.procs"))
-	var kb float64
-	n := 0
-	for _, f := range files {
-		for _, pid := range strings.Fields(readTrim(f)) {
-			for _, l := range strings.Split(readTrim("/proc/"+pid+"/smaps_rollup"), "\n") {
-				if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == "Pss:" {
-					v, _ := strconv.ParseFloat(fs[1], 64)
-					kb += v
-					n++
-				}
-			}
-		}
-	}
-	return kb / 1024, n
 }
