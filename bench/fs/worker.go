@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,16 +50,6 @@ func atoi(s string) int {
 	return n
 }
 
-func line(name string, ns []int64) {
-	var b strings.Builder
-	b.WriteString(name)
-	for _, v := range ns {
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(v, 10))
-	}
-	fmt.Println(b.String())
-}
-
 // ops times nOpen open+read+close of file, nGit `git status` in repo and
 // nExec fork+exec+wait of /bin/true.
 func ops(file, repo string, nOpen, nGit, nExec int) error {
@@ -78,7 +67,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 		unix.Close(fd)
 		times = append(times, benchkit.MonoNS()-t0)
 	}
-	line("open", times)
+	benchkit.Line("open", times)
 	times = times[:0]
 	for i := 0; i < nGit; i++ {
 		cmd := exec.Command("git", "-c", "safe.directory=*", "-c", "core.untrackedCache=false", "-C", repo, "status", "--porcelain")
@@ -90,7 +79,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 		}
 		times = append(times, took)
 	}
-	line("git", times)
+	benchkit.Line("git", times)
 	times = times[:0]
 	for i := 0; i < nExec; i++ {
 		t0 := benchkit.MonoNS()
@@ -99,7 +88,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 		}
 		times = append(times, benchkit.MonoNS()-t0)
 	}
-	line("exec", times)
+	benchkit.Line("exec", times)
 	return nil
 }
 
@@ -146,6 +135,6 @@ func visible(dir string, k int) error {
 			return err
 		}
 	}
-	line("seen", seen)
+	benchkit.Line("seen", seen)
 	return nil
 }

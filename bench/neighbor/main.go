@@ -492,13 +492,3 @@ func (b *bench) measure(p *phase, tag string) error {
 	p.probe, err = benchkit.ParseLines(out)
 	return err
 }
-
-func line(name string, ns []int64) {
-	var sb strings.Builder
-	sb.WriteString(name)
-	for _, v := range ns {
-		sb.WriteByte(' ')
-		sb.WriteString(strconv.FormatInt(v, 10))
-	}
-	fmt.Println(sb.String())
-}
