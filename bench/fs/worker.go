@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,26 +27,13 @@ func workerMain() {
 	var err error
 	switch {
 	case len(a) == 6 && a[0] == "ops":
-		err = ops(a[1], a[2], atoi(a[3]), atoi(a[4]), atoi(a[5]))
+		err = ops(a[1], a[2], benchkit.WorkerCount(a[3]), benchkit.WorkerCount(a[4]), benchkit.WorkerCount(a[5]))
 	case len(a) == 3 && a[0] == "visible":
-		err = visible(a[1], atoi(a[2]))
+		err = visible(a[1], benchkit.WorkerCount(a[2]))
 	default:
 		err = fmt.Errorf("worker: bad arguments %q", a)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-func atoi(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "worker: bad count %q\n", s)
-		os.Exit(2)
-	}
-	return n
+	benchkit.WorkerExit(err)
 }
 
 // ops times nOpen open+read+close of file, nGit `git status` in repo and

@@ -100,17 +100,13 @@ func workerMain() {
 	var err error
 	switch {
 	case len(a) == 5 && a[0] == "probe":
-		err = probe(seconds(a[1]), atoi(a[2]), atoi(a[3]), a[4])
+		err = probe(seconds(a[1]), benchkit.WorkerCount(a[2]), benchkit.WorkerCount(a[3]), a[4])
 	case len(a) == 3 && a[0] == "flood":
 		err = flood(a[1], seconds(a[2]))
 	default:
 		err = fmt.Errorf("worker: bad arguments %q", a)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	benchkit.WorkerExit(err)
 }
 
 func seconds(s string) time.Duration {
@@ -120,15 +116,6 @@ func seconds(s string) time.Duration {
 		os.Exit(2)
 	}
 	return time.Duration(f * float64(time.Second))
-}
-
-func atoi(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "worker: bad count %q\n", s)
-		os.Exit(2)
-	}
-	return n
 }
 
 const manifest = `image neighbor

@@ -24,17 +24,6 @@ func Q(v []float64, p float64) float64 {
 	return v[max(0, int(math.Ceil(p*float64(len(v))))-1)]
 }
 
-// Line prints a worker's line "NAME V1 V2 ..." (what ParseLines reads).
-func Line(name string, ns []int64) {
-	var b strings.Builder
-	b.WriteString(name)
-	for _, v := range ns {
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(v, 10))
-	}
-	fmt.Println(b.String())
-}
-
 // ParseLines reads a worker's output: lines "NAME V1 V2 ...", the values
 // of one name gathered in order over all its lines.
 func ParseLines(out string) (map[string][]float64, error) {
