@@ -90,17 +90,7 @@ func run() error {
 		}
 	})()
 	hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }, MaxIdleConnsPerHost: 16}}
-	up := false
-	for i := 0; i < 1200 && !up; i++ {
-		if resp, err := hc.Get("http://shinken/v1/status"); err == nil {
-			resp.Body.Close()
-			up = resp.StatusCode == 200
-		}
-		if !up {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if !up {
+	if !daemon.WaitAPI(hc, 1200) {
 		return fmt.Errorf("agent did not start:\n%s", alog.String())
 	}
 

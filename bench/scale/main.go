@@ -211,14 +211,8 @@ func (b *bench) startAgent() error {
 		return err
 	}
 	b.hc = &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", b.sock) }, MaxIdleConnsPerHost: 4}}
-	for i := 0; i < 1200; i++ {
-		if resp, err := b.hc.Get("http://shinken/v1/status"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	if daemon.WaitAPI(b.hc, 1200) {
+		return nil
 	}
 	return fmt.Errorf("agent did not start:\n%s", b.alog.String())
 }

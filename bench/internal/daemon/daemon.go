@@ -2,7 +2,8 @@
 
 // Package daemon holds what the benches that drive the real shinken-agent
 // daemon (make bench-agent, make bench-scale) share: creating a session
-// through its API, and weighing the sessions' holders.
+// through its API, waiting for the API, and weighing the sessions'
+// holders.
 package daemon
 
 import (
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane"
@@ -30,6 +32,21 @@ func CreateSession(hc *http.Client, i int) error {
 		return fmt.Errorf("create s%d: HTTP %d: %s", i, resp.StatusCode, msg)
 	}
 	return nil
+}
+
+// WaitAPI waits until GET /v1/status answers 200 through hc, trying up to
+// tries times, 50 ms apart, and says whether it did.
+func WaitAPI(hc *http.Client, tries int) bool {
+	for i := 0; i < tries; i++ {
+		if resp, err := hc.Get("http://shinken/v1/status"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // HoldersPssMiB sums the proportional set size of the processes in the
