@@ -383,6 +383,11 @@ type Config struct {
 	// FlowMode selects how open flows are cut on revoke ("auto", "sweep",
 	// "packet").
 	FlowMode string
+	// MaxSessions is the most sessions live at once (it sizes the
+	// per-session kernel tables); 0: the backend's default (Linux: 65536,
+	// of which index 0 is never a session). A session past it fails to be
+	// created with a clear error naming the limit.
+	MaxSessions uint32
 	// SessionUIDBase and SessionUIDCount reserve the uids (and gids) of
 	// sessions; zero means the backend's default range.
 	SessionUIDBase, SessionUIDCount uint32

@@ -291,3 +291,50 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// batchFake is a fakeSource with the batched read (the Linux backend's
+// CountersOf): the collector reads every session's counters through it, in
+// one call, and serves the same series as through Counters.
+type batchFake struct {
+	*fakeSource
+	calls    int
+	batchErr error
+}
+
+func (b *batchFake) CountersOf(indices []uint32) ([]dataplane.Denials, error) {
+	b.calls++
+	if b.batchErr != nil {
+		return nil, b.batchErr
+	}
+	out := make([]dataplane.Denials, len(indices))
+	for i, idx := range indices {
+		out[i] = b.counters[idx]
+	}
+	return out, nil
+}
+
+func TestBatchedCounters(t *testing.T) {
+	// Counters of a session's index fails: only the batch may read them.
+	src := &batchFake{fakeSource: &fakeSource{
+		sessions:    []dataplane.Session{{Name: "a", Index: 1}, {Name: "b", Index: 2}},
+		counters:    map[uint32][dataplane.NumReasons]uint64{1: counts(1, 3), 2: counts(uint64(dataplane.ReasonNoInbound), 4)},
+		countersErr: map[uint32]error{1: errors.New("read one by one"), 2: errors.New("read one by one")},
+	}}
+	m := newTest(t, src)
+	out := scrape(t, m)
+	for _, s := range []string{`shinken_denials_total{class="net.egress",reason="no_rule",session="a"} 3`,
+		`shinken_denials_total{class="net.inbound",reason="no_inbound",session="b"} 4`, "shinken_dataplane_read_errors_total 0"} {
+		if !strings.Contains(out, s+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", s, out)
+		}
+	}
+	if src.calls != 1 {
+		t.Errorf("%d batched reads in one scrape, want 1", src.calls)
+	}
+	// A failed batch: counted and reported, no session's series served.
+	src.batchErr = errors.New("EIO")
+	out = scrape(t, m)
+	if !strings.Contains(out, "shinken_dataplane_read_errors_total 2\n") || strings.Contains(out, `session="a"`) {
+		t.Errorf("after a failed batch:\n%s", grep(out, "shinken_d"))
+	}
+}

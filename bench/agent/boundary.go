@@ -16,25 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"golang.org/x/sys/unix"
 )
-
-// createSession creates session s<i> through the API.
-func createSession(hc *http.Client, i int) error {
-	body := fmt.Sprintf(`{"id":"s%d","image":"bench"}`, i)
-	resp, err := hc.Post("http://shinken/v1/sessions", "application/json", strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		return fmt.Errorf("create s%d: HTTP %d: %s", i, resp.StatusCode, msg)
-	}
-	return nil
-}
 
 // timeAPIRun times `run s0 -- /bin/true` through the daemon's API.
 func timeAPIRun(hc *http.Client) ([]float64, error) {
@@ -72,7 +59,7 @@ func timeLaunch(bin string, index uint32, n int) (launch, plain []float64, launc
 	if err := os.MkdirAll(filepath.Join(dir, "s"), 0o755); err != nil {
 		return nil, nil, "", err
 	}
-	defer removeTree(dir)
+	defer teardown.Add(func() { removeTree(dir) })()
 	abs, _ := filepath.Abs(filepath.Join(bin, boundary.LauncherName))
 	b, err := boundary.New(boundary.Config{Launcher: abs}, 1<<20)
 	if err != nil {
@@ -125,82 +112,19 @@ func removeTree(dir string) {
 // preflight: each session holds one process (its holder) and a mount, PID
 // and IPC namespace; refuse a count this host cannot hold.
 func preflight(sessions int) error {
-	pidMax, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pid_max"))
-	procs := countProcs()
+	pidMax, _ := strconv.Atoi(benchkit.ReadTrim("/proc/sys/kernel/pid_max"))
+	procs := benchkit.CountProcs()
 	fmt.Printf("host: pid_max %d, %d processes now, max mount/pid/ipc namespaces %s/%s/%s, MemAvailable %.0f MiB\n", pidMax, procs,
-		readTrim("/proc/sys/user/max_mnt_namespaces"), readTrim("/proc/sys/user/max_pid_namespaces"), readTrim("/proc/sys/user/max_ipc_namespaces"), memAvailableMiB())
+		benchkit.ReadTrim("/proc/sys/user/max_mnt_namespaces"), benchkit.ReadTrim("/proc/sys/user/max_pid_namespaces"), benchkit.ReadTrim("/proc/sys/user/max_ipc_namespaces"), benchkit.MemInfoMiB("MemAvailable:"))
 	if pidMax > 0 && procs+sessions+1000 > pidMax {
 		return fmt.Errorf("%d sessions need %d more processes (one holder each): %d running, pid_max %d", sessions, sessions, procs, pidMax)
 	}
 	for _, f := range []string{"max_mnt_namespaces", "max_pid_namespaces", "max_ipc_namespaces"} {
-		if n, err := strconv.Atoi(readTrim("/proc/sys/user/" + f)); err == nil && n < sessions+100 {
+		if n, err := strconv.Atoi(benchkit.ReadTrim("/proc/sys/user/" + f)); err == nil && n < sessions+100 {
 			return fmt.Errorf("user.%s is %d: too few for %d sessions", f, n, sessions)
 		}
 	}
 	return nil
-}
-
-func readTrim(path string) string {
-	b, _ := os.ReadFile(path)
-	return strings.TrimSpace(string(b))
-}
-
-func countProcs() int {
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err == nil {
-			n++
-		}
-	}
-	return n
-}
-
-func memAvailableMiB() float64 { return memInfoMiB("MemAvailable:") }
-
-// kernelMiB is the kernel's own memory that sessions grow: slab (mounts,
-// superblocks, namespaces, tasks), kernel stacks and page tables.
-func kernelMiB() float64 {
-	return memInfoMiB("Slab:") + memInfoMiB("KernelStack:") + memInfoMiB("PageTables:")
-}
-
-func memInfoMiB(field string) float64 {
-	for _, l := range strings.Split(readTrim("/proc/meminfo"), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// holdersPssMiB sums the proportional set size of the sessions' holders
-// (the processes of the session cgroups under parent that are pid 1 of
-// their namespace), and counts them.
-func holdersPssMiB(parent string) (float64, int) {
-	root, err := dataplane.FindCgroup2Mount()
-	if err != nil {
-		return 0, 0
-	}
-	files, _ := filepath.Glob(filepath.Join(root, parent, "*", "cgroup.procs"))
-	var kb float64
-	n := 0
-	for _, f := range files {
-		for _, pid := range strings.Fields(readTrim(f)) {
-			for _, l := range strings.Split(readTrim("/proc/"+pid+"/smaps_rollup"), "\n") {
-				if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == "Pss:" {
-					v, _ := strconv.ParseFloat(fs[1], 64)
-					kb += v
-					n++
-				}
-			}
-		}
-	}
-	return kb / 1024, n
-}
-
-func loadAvg() string {
-	return strings.Join(strings.Fields(readTrim("/proc/loadavg"))[:3], " ")
 }
 
 // quantile is the nearest-rank q-quantile.

@@ -26,10 +26,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/daemon"
+	"github.com/shinken-agent/shinken/bench/internal/teardown"
 )
 
 var (
@@ -48,6 +50,7 @@ func main() {
 	if os.Geteuid() != 0 {
 		log.Fatal("bench-agent needs root")
 	}
+	teardown.OnSignal("")
 	if err := run(); err != nil {
 		log.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer teardown.Add(func() { os.RemoveAll(dir) })()
 	parent, pin := "shinken-bench-agent-"+tag, "/sys/fs/bpf/shinken-bench-agent-"+tag
 	sock := filepath.Join(dir, "agent.sock")
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -79,34 +82,24 @@ func run() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	defer func() {
+	defer teardown.Add(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
 		if out, err := exec.Command(agentBin, "-cgroup-parent", parent, "-pin-path", pin, "-uninstall").CombinedOutput(); err != nil {
 			log.Printf("uninstall: %v: %s", err, out)
 		}
-	}()
+	})()
 	hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }, MaxIdleConnsPerHost: 16}}
-	up := false
-	for i := 0; i < 1200 && !up; i++ {
-		if resp, err := hc.Get("http://shinken/v1/status"); err == nil {
-			resp.Body.Close()
-			up = resp.StatusCode == 200
-		}
-		if !up {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if !up {
+	if !daemon.WaitAPI(hc, 1200) {
 		return fmt.Errorf("agent did not start:\n%s", alog.String())
 	}
 
 	host, _ := os.Hostname()
-	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), kernelRelease(), loadAvg())
+	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, benchkit.NumCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
 	if err := preflight(*flagSessions); err != nil {
 		return err
 	}
-	kernBefore := kernelMiB()
+	kernBefore := benchkit.KernelMiB()
 	timed := min(*flagTimed, *flagSessions/2)
 	start := time.Now()
 	var (
@@ -120,7 +113,7 @@ func run() error {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				if err := createSession(hc, i); err != nil {
+				if err := daemon.CreateSession(hc, i); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err
@@ -142,7 +135,7 @@ func run() error {
 	var creates []float64
 	for i := *flagSessions - timed; i < *flagSessions; i++ {
 		t0 := time.Now()
-		if err := createSession(hc, i); err != nil {
+		if err := daemon.CreateSession(hc, i); err != nil {
 			return err
 		}
 		creates = append(creates, float64(time.Since(t0).Microseconds())/1e3)
@@ -151,10 +144,10 @@ func run() error {
 		time.Since(start).Round(time.Millisecond), *flagSessions-timed, fill.Round(time.Millisecond), timed)
 	fmt.Printf("session create (namespaces, holder), one at a time at %d-%d live sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
 		*flagSessions-timed, *flagSessions, median(creates), quantile(creates, 0.99), maxOf(creates), len(creates))
-	kern := kernelMiB() - kernBefore
-	pss, holders := holdersPssMiB(parent)
+	kern := benchkit.KernelMiB() - kernBefore
+	pss, holders := daemon.HoldersPssMiB(parent)
 	fmt.Printf("memory: %d holders, Pss %.1f MiB in all; kernel slab+stacks+page tables grew by %.0f MiB (%.0f KiB per session; the whole host's, so noisy beside other work); processes on the host %d (pid_max %s)\n",
-		holders, pss, kern, kern*1024/float64(*flagSessions), countProcs(), readTrim("/proc/sys/kernel/pid_max"))
+		holders, pss, kern, kern*1024/float64(*flagSessions), benchkit.CountProcs(), benchkit.ReadTrim("/proc/sys/kernel/pid_max"))
 
 	var scrapes, lists []float64
 	var scrapeBytes, listed int
@@ -253,17 +246,7 @@ func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
 	return nil
 }
 
-func rssMiB(pid int) float64 {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			f := strings.Fields(l)
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func rssMiB(pid int) float64 { return benchkit.StatusKiB(pid, "VmRSS:") / 1024 }
 
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
@@ -282,14 +265,4 @@ func maxOf(v []float64) float64 {
 		}
 	}
 	return m
-}
-
-func numCPU() int {
-	data, _ := os.ReadFile("/proc/cpuinfo")
-	return strings.Count(string(data), "\nprocessor") + 1
-}
-
-func kernelRelease() string {
-	data, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return strings.TrimSpace(string(data))
 }

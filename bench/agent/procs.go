@@ -26,6 +26,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 )
 
 var (
@@ -323,12 +324,9 @@ func holdProcs(hc *http.Client, agentPid, sessions, n int, stateDir string) (age
 		if err != nil || !strings.HasPrefix(string(cmdline), "shinken-process-shim\x00"+stateDir) {
 			continue
 		}
-		for _, l := range strings.Split(readTrim("/proc/"+e.Name()+"/smaps_rollup"), "\n") {
-			if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == "Pss:" {
-				v, _ := strconv.ParseFloat(fs[1], 64)
-				pss += v
-				shims++
-			}
+		if v, ok := benchkit.PssKiB(e.Name()); ok {
+			pss += v
+			shims++
 		}
 	}
 	// The shims found include the spares the agent keeps ready (at most

@@ -214,7 +214,7 @@ func run() error {
 	fmt.Printf("bench-dns: %d clients (separate process), %d interleaved rounds x %v per scenario, %d names, upstream delay %v\n",
 		*flagConc, *flagRounds, *flagDur, *flagNames, *flagUpstream)
 	fmt.Printf("entry writes: %s\n", sk.desc)
-	fmt.Printf("host: %d CPUs (GOMAXPROCS %d), load average %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), loadavg())
+	fmt.Printf("host: %d CPUs (GOMAXPROCS %d), load average %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), benchkit.LoadAvg())
 	for round := range *flagRounds {
 		for _, s := range scens {
 			prof := *flagProfile != "" && round == 0 && s == scens[0]
@@ -256,19 +256,10 @@ func run() error {
 	cleanup() // resolvers, dnsmasq, nftables set, dataplane
 	upStopped = true
 	fmt.Printf("fake upstream queries, warm-up included: %d (separate process)\n", up.Stop())
-	fmt.Printf("load average after: %s\n", loadavg())
+	fmt.Printf("load average after: %s\n", benchkit.LoadAvg())
 	fmt.Printf("dns_qps_ratio_vs_peer=%.3f\n", byName("shinken/allowed").res.qps()/byName("dnsmasq/allowed").res.qps())
 	fmt.Printf("dns_p99_us=%.1f\n", us(byName("shinken/allowed").res.pct(0.99)))
 	return nil
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // selfCPU is this process's CPU time: the resolver (the clients run in

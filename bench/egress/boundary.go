@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shinken-agent/shinken/bench/internal/connrounds"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"golang.org/x/sys/unix"
@@ -40,26 +41,6 @@ func (b *bench) start(s dataplane.Session, cmd *exec.Cmd) error {
 		return b.dp.Launch(s.Name, cmd, dataplane.ProcOptions{})
 	}
 	return dataplane.StartIn(s, cmd, dataplane.ProcOptions{})
-}
-
-// hostTID maps a thread id that process pid reports from inside its
-// session's PID namespace to the host's (for sched_setaffinity and
-// sched_setscheduler from the bench).
-func hostTID(pid, nsTID int) int {
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, t := range tasks {
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		for _, l := range strings.Split(string(st), "\n") {
-			if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
-				f := strings.Fields(v)
-				if len(f) > 0 && f[len(f)-1] == strconv.Itoa(nsTID) {
-					id, _ := strconv.Atoi(t.Name())
-					return id
-				}
-			}
-		}
-	}
-	return nsTID // same namespace
 }
 
 // spinMain: N getppid calls in a tight loop on one thread; prints the
@@ -112,5 +93,5 @@ func (b *bench) seccompCost(s dataplane.Session, rounds int) (diff, confined, pl
 		}
 		c, p, d = append(c, got[0]), append(p, got[1]), append(d, got[0]-got[1])
 	}
-	return median(d), median(c), median(p), nil
+	return connrounds.Median(d), connrounds.Median(c), connrounds.Median(p), nil
 }

@@ -26,26 +26,25 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/connrounds"
+	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
 	"github.com/shinken-agent/shinken/dataplane/probe"
-	"golang.org/x/sys/unix"
 )
 
 var (
@@ -79,18 +78,11 @@ func main() {
 	b := &bench{}
 	// Interrupted (Ctrl-C, timeout), the bench still removes its 10,000
 	// cgroups, its pins and its nftables table; a second signal kills it.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sig
-		signal.Reset()
-		log.Printf("%v: cleaning up", s)
-		b.cleanup()
-		os.Exit(130)
-	}()
-	defer b.cleanup()
+	cleanup := teardown.Add(b.cleanup)
+	teardown.OnSignal("")
+	defer cleanup()
 	if err := b.run(); err != nil {
-		b.cleanup()
+		cleanup()
 		log.Fatal(err)
 	}
 }
@@ -106,22 +98,19 @@ type bench struct {
 	nftChain  string // script that adds the output chain and its rules
 	probeDir  string
 	mu        sync.Mutex // guards procs
-	procs     []*worker
-	once      sync.Once
+	procs     []*connrounds.Worker
 }
 
-// cleanup runs once, whoever calls it first (the run's end or a signal);
-// a concurrent caller waits for it to finish. It leaves the fields as they
-// are: a run still going on another goroutine then fails on a closed
-// dataplane instead of a nil one.
-func (b *bench) cleanup() { b.once.Do(b.doCleanup) }
-
-func (b *bench) doCleanup() {
+// cleanup removes what the run made; it runs once, whoever calls it first
+// (the run's end or a signal: teardown), and a concurrent caller waits for
+// it to finish. It leaves the fields as they are: a run still going on
+// another goroutine then fails on a closed dataplane instead of a nil one.
+func (b *bench) cleanup() {
 	b.mu.Lock()
 	procs := b.procs
 	b.mu.Unlock()
 	for _, w := range procs {
-		w.stop()
+		w.Stop()
 	}
 	if b.nftTable != "" {
 		exec.Command("nft", "delete", "table", "inet", b.nftTable).Run()
@@ -135,28 +124,15 @@ func (b *bench) doCleanup() {
 		ents, _ := os.ReadDir(b.nftParent)
 		for _, e := range ents {
 			if e.IsDir() {
-				rmCgroup(filepath.Join(b.nftParent, e.Name()))
+				connrounds.RmCgroup(filepath.Join(b.nftParent, e.Name()))
 			}
 		}
-		rmCgroup(b.nftParent)
+		connrounds.RmCgroup(b.nftParent)
 	}
-	for _, cg := range []string{b.baseCg, b.twinCg} {
-		if cg != "" {
-			rmCgroup(cg)
-		}
-	}
+	connrounds.RmCgroup(b.baseCg)
+	connrounds.RmCgroup(b.twinCg)
 	if b.probeDir != "" {
 		os.RemoveAll(b.probeDir)
-	}
-}
-
-func rmCgroup(p string) {
-	os.WriteFile(filepath.Join(p, "cgroup.kill"), []byte("1"), 0)
-	for i := 0; i < 200; i++ {
-		if err := os.Remove(p); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -168,13 +144,13 @@ func (b *bench) run() error {
 	tb := make([]byte, 3)
 	rand.Read(tb)
 	b.tag = hex.EncodeToString(tb)
-	if err := b.copyProbe(); err != nil {
+	if b.probeDir, err = connrounds.CopyProbe("shinken-bench-"); err != nil {
 		return err
 	}
 
 	host, _ := os.Hostname()
 	cpu := cpuModel()
-	fmt.Printf("machine: %s, %s, %d CPUs, kernel %s\n", host, cpu, numCPU(), kernelRelease())
+	fmt.Printf("machine: %s, %s, %d CPUs, kernel %s\n", host, cpu, benchkit.NumCPU(), benchkit.KernelRelease())
 	fmt.Printf("load: %d sessions x %d entries\n", *flagSessions, *flagEntries)
 
 	// Shinken: the dataplane with the load.
@@ -227,13 +203,8 @@ func (b *bench) run() error {
 
 	// The servers, outside every session.
 	// With -pin the worker runs on CPU 0 and the accept server on CPU 1.
-	// Unpinned, the worker was off its CPU for 10-15 % of each round, by an
-	// amount that varied from round to round (bench/README.md).
-	srvCPU := -1
-	if *flagPin && numCPU() > 1 {
-		srvCPU = 1
-	}
-	connSrv, err := acceptAndClose(netip.MustParseAddrPort("127.0.0.2:0"), srvCPU)
+	srvCPU := connrounds.ServerCPU(*flagPin)
+	connSrv, err := connrounds.AcceptAndClose(netip.MustParseAddrPort("127.0.0.2:0"), srvCPU)
 	if err != nil {
 		return err
 	}
@@ -243,7 +214,7 @@ func (b *bench) run() error {
 	}
 	defer connSrv.Close()
 	defer sink.Close()
-	connAddr := connSrv.addr
+	connAddr := connSrv.Addr
 	sinkAddr := netip.MustParseAddrPort(sink.Addr().String())
 
 	bs, err := b.dp.CreateSession("bench", dataplane.Limits{})
@@ -263,18 +234,10 @@ func (b *bench) run() error {
 		}
 	}
 
-	// Baseline: a cgroup with nothing attached. Its twin, a second empty
-	// cgroup that runs the same rounds, measures the bench's own floor (an
-	// A/A comparison): the ratio the method reports when nothing differs.
-	b.baseCg = filepath.Join(b.root, "shinken-bench-base-"+b.tag)
-	if err := os.Mkdir(b.baseCg, 0o755); err != nil {
+	// Baseline: a cgroup with nothing attached, and its twin (the bench's
+	// own floor).
+	if b.baseCg, b.twinCg, err = connrounds.Baseline(b.root, "shinken-bench", b.tag, !*flagNoTwin); err != nil {
 		return err
-	}
-	if !*flagNoTwin {
-		b.twinCg = filepath.Join(b.root, "shinken-bench-twin-"+b.tag)
-		if err := os.Mkdir(b.twinCg, 0o755); err != nil {
-			return err
-		}
 	}
 	var nftSess dataplane.Session
 	if !*flagNoNft {
@@ -287,7 +250,7 @@ func (b *bench) run() error {
 	if err != nil {
 		return err
 	}
-	var wNft *worker
+	var wNft *connrounds.Worker
 	if !*flagNoNft {
 		if wNft, err = b.worker(nftSess); err != nil {
 			return err
@@ -295,14 +258,14 @@ func (b *bench) run() error {
 	}
 
 	// Sanity: the Shinken session is really enforced.
-	if got := wShk.do("tcp 127.0.0.3:" + strconv.Itoa(int(connAddr.Port()))); got != "err EPERM" {
+	if got := wShk.Do("tcp 127.0.0.3:" + strconv.Itoa(int(connAddr.Port()))); got != "err EPERM" {
 		return fmt.Errorf("bench session is not enforced: %s", got)
 	}
 	if wNft != nil {
 		if err := b.nftOn(); err != nil {
 			return err
 		}
-		got := wNft.do("tcp 127.0.0.3:" + strconv.Itoa(int(connAddr.Port())))
+		got := wNft.Do("tcp 127.0.0.3:" + strconv.Itoa(int(connAddr.Port())))
 		if err := b.nftOff(); err != nil {
 			return err
 		}
@@ -322,59 +285,38 @@ func (b *bench) run() error {
 	if err != nil {
 		return err
 	}
-	// The worker's command thread does the work (probe.Main locks it).
-	var wTid int
-	if _, err := fmt.Sscanf(wAll.do("tid"), "ok %d", &wTid); err != nil {
-		return fmt.Errorf("worker thread id: %w", err)
-	}
-	wTid = hostTID(wAll.cmd.Process.Pid, wTid)
-	var allCPUs unix.CPUSet
-	if err := unix.SchedGetaffinity(wTid, &allCPUs); err != nil {
+	wTid, err := wAll.TID()
+	if err != nil {
 		return err
 	}
-	if srvCPU >= 0 {
-		var set unix.CPUSet
-		set.Set(0)
-		if err := unix.SchedSetaffinity(wTid, &set); err != nil {
-			return fmt.Errorf("pin the worker to CPU 0: %w", err)
-		}
-	}
-	moveTo := func(cg string) error {
-		return os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(wAll.cmd.Process.Pid)), 0)
+	unpin, err := connrounds.Pin(wTid, srvCPU)
+	if err != nil {
+		return err
 	}
 	shkCg, nftCg := bs.Path, nftSess.Path
 
-	// Connect rate, interleaved rounds in rotating order. On a shared
-	// machine the load drifts from round to round, so the ratio reported is
-	// the median of per-round ratios (each pair measured within one round of
-	// all contenders), not a ratio of medians, with a distribution-free 95 %
-	// confidence interval. Many short rounds pair the contenders closer in
-	// time than a few long ones. CPU-normalised rates (connects per
+	// Connect rate, interleaved rounds in rotating order, the figure the
+	// median of per-round ratios with a distribution-free 95 % confidence
+	// interval (connrounds.Rounds). CPU-normalised rates (connects per
 	// CPU-second of the worker, kernel time included) are printed beside
 	// them, and the twin's ratio to the baseline is the method's own floor.
-	type contender struct {
-		name      string
-		cg        string
-		nft       bool
-		rate, cpu []float64
-	}
-	cBase := &contender{name: "baseline", cg: b.baseCg}
-	cShk := &contender{name: "shinken", cg: shkCg}
-	cs := []*contender{cBase, cShk}
-	var cTwin, cNft *contender
+	cBase := &connrounds.Contender{Name: "baseline", Cgroup: b.baseCg}
+	cShk := &connrounds.Contender{Name: "shinken", Cgroup: shkCg}
+	cs := []*connrounds.Contender{cBase, cShk}
+	var cTwin, cNft *connrounds.Contender
 	if b.twinCg != "" {
-		cTwin = &contender{name: "twin", cg: b.twinCg}
+		cTwin = &connrounds.Contender{Name: "twin", Cgroup: b.twinCg}
 		cs = append(cs, cTwin)
 	}
 	if wNft != nil {
-		cNft = &contender{name: "nftables", cg: nftCg, nft: true}
+		cNft = &connrounds.Contender{Name: "nftables", Cgroup: nftCg, On: b.nftOn, Off: b.nftOff}
 		cs = append(cs, cNft)
 	}
 	if *flagOrder != "" {
-		var ordered []*contender
+		var ordered []*connrounds.Contender
 		for _, n := range strings.Split(*flagOrder, ",") {
 			for _, c := range cs {
-				if c.name == n {
+				if c.Name == n {
 					ordered = append(ordered, c)
 				}
 			}
@@ -384,61 +326,22 @@ func (b *bench) run() error {
 		}
 		cs = ordered
 	}
-	flood := fmt.Sprintf("tcpflood 0 %s %g", connAddr, *flagSecs)
-	for r := 0; r < *flagRounds; r++ {
-		for i := range cs {
-			c := cs[(i+r)%len(cs)]
-			if err := moveTo(c.cg); err != nil {
-				return fmt.Errorf("move the worker to %s: %w", c.cg, err)
-			}
-			if c.nft {
-				if err := b.nftOn(); err != nil {
-					return err
-				}
-			}
-			time.Sleep(*flagSettle)
-			line := wAll.do(flood)
-			if c.nft {
-				if err := b.nftOff(); err != nil {
-					return err
-				}
-			}
-			c.rate = append(c.rate, rate(line))
-			c.cpu = append(c.cpu, cpuRate(line))
-		}
+	rounds := connrounds.Rounds{Worker: wAll, Server: connSrv, Rounds: *flagRounds, Secs: *flagSecs, Settle: *flagSettle}
+	if err := rounds.Run(cs); err != nil {
+		return err
 	}
-	fmt.Printf("connect+close per second, %d rounds of %gs, median of rounds:", *flagRounds, *flagSecs)
-	for _, c := range cs {
-		fmt.Printf("  %s %.0f", c.name, median(c.rate))
-	}
-	fmt.Printf("\n  per CPU-second of the worker:")
-	for _, c := range cs {
-		fmt.Printf("  %s %.0f", c.name, median(c.cpu))
-	}
-	fmt.Println()
-	pairBase := pairs(cShk.rate, cBase.rate)
-	report := func(what string, v []float64) {
-		lo, hi := medianCI(v)
-		q := append([]float64(nil), v...)
-		sort.Float64s(q)
-		fmt.Printf("  per-round ratio %s: median %.3f, 95%% CI %.3f–%.3f, quartiles %.3f %.3f, min %.3f max %.3f\n",
-			what, median(v), lo, hi, pct(q, 25), pct(q, 75), q[0], q[len(q)-1])
-	}
-	report("shinken/baseline", pairBase)
-	fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cShk.cpu, cBase.cpu)))
+	connrounds.PrintRates("", *flagRounds, *flagSecs, cs)
+	pairBase := connrounds.Compare("", "shinken/baseline", cShk, cBase)
 	var pairNft []float64
 	if cNft != nil {
-		pairNft = pairs(cShk.rate, cNft.rate)
-		report("shinken/nftables", pairNft)
-		fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cShk.cpu, cNft.cpu)))
+		pairNft = connrounds.Compare("", "shinken/nftables", cShk, cNft)
 	}
 	if cTwin != nil {
-		report("twin/baseline (the bench's floor: nothing differs)", pairs(cTwin.rate, cBase.rate))
-		fmt.Printf("    CPU-normalised: median %.3f\n", median(pairs(cTwin.cpu, cBase.cpu)))
+		connrounds.Compare("", "twin/baseline (the bench's floor: nothing differs)", cTwin, cBase)
 	}
 
 	// The other phases place their threads themselves, or not at all.
-	if err := unix.SchedSetaffinity(wTid, &allCPUs); err != nil {
+	if err := unpin(); err != nil {
 		return err
 	}
 
@@ -446,10 +349,10 @@ func (b *bench) run() error {
 	var sBase, sShk, sPair []float64
 	stream := fmt.Sprintf("stream %s %g", sinkAddr, *flagStream)
 	streamIn := func(cg string) (float64, error) {
-		if err := moveTo(cg); err != nil {
-			return 0, fmt.Errorf("move the worker to %s: %w", cg, err)
+		if err := wAll.MoveTo(cg); err != nil {
+			return 0, err
 		}
-		return rate(wAll.do(stream)), nil
+		return connrounds.Rate(wAll.Do(stream)), nil
 	}
 	for r := 0; r < 5; r++ {
 		order := []string{b.baseCg, shkCg}
@@ -470,7 +373,7 @@ func (b *bench) run() error {
 		sPair = append(sPair, sShk[r]/sBase[r])
 	}
 	fmt.Printf("one TCP stream, MB/s, 5 rounds of %gs: median baseline %.0f  shinken %.0f; per-round ratio median %.3f, rounds %v\n",
-		*flagStream, median(sBase)/1e6, median(sShk)/1e6, median(sPair), fmts(sPair))
+		*flagStream, connrounds.Median(sBase)/1e6, connrounds.Median(sShk)/1e6, connrounds.Median(sPair), fmts(sPair))
 
 	// The seccomp filter's cost per syscall.
 	filterLen, err := boundary.FilterLen(false)
@@ -492,20 +395,20 @@ func (b *bench) run() error {
 	sort.Float64s(lat)
 	sort.Float64s(whole)
 	fmt.Printf("revoke -> first denied connect, %d revokes: p50 %.1fus  p90 %.1fus  p99 %.1fus  max %.1fus\n",
-		len(lat), pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1])
+		len(lat), connrounds.Pct(lat, 50), connrounds.Pct(lat, 90), connrounds.Pct(lat, 99), lat[len(lat)-1])
 	st := b.dp.SweepStats()
 	fmt.Printf("Revoke call, whole (map write + cutting open flows, %s mode; %d TCP+UDP sockets on the host): p50 %.1fus  p99 %.1fus; sweeps %d, sockets destroyed %d\n",
-		b.dp.FlowMode(), hostSockets(), pct(whole, 50), pct(whole, 99), st.Sweeps, st.Destroyed)
-	fmt.Printf("session create, mean of 10: at 10 sessions %.1fus, at %d sessions %.1fus\n", mean(at10), *flagSessions, mean(at10k))
+		b.dp.FlowMode(), hostSockets(), connrounds.Pct(whole, 50), connrounds.Pct(whole, 99), st.Sweeps, st.Destroyed)
+	fmt.Printf("session create, mean of 10: at 10 sessions %.1fus, at %d sessions %.1fus\n", benchkit.Mean(at10), *flagSessions, benchkit.Mean(at10k))
 
-	ratioNft := median(pairNft)
-	fmt.Printf("session_create_us_at_10=%.1f\n", mean(at10))
-	fmt.Printf("session_create_us_at_10k=%.1f\n", mean(at10k))
+	ratioNft := connrounds.Median(pairNft)
+	fmt.Printf("session_create_us_at_10=%.1f\n", benchkit.Mean(at10))
+	fmt.Printf("session_create_us_at_10k=%.1f\n", benchkit.Mean(at10k))
 	fmt.Printf("seccomp_filter_instructions=%d\n", filterLen)
 	fmt.Printf("seccomp_ns_per_syscall=%.1f\n", scDiff)
-	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", median(pairBase))
+	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", connrounds.Median(pairBase))
 	fmt.Printf("egress_connect_ratio_vs_nftables=%.3f\n", ratioNft)
-	fmt.Printf("revoke_to_deny_p99_us=%.1f\n", pct(lat, 99))
-	fmt.Printf("egress_stream_ratio_vs_baseline=%.3f\n", median(sPair))
+	fmt.Printf("revoke_to_deny_p99_us=%.1f\n", connrounds.Pct(lat, 99))
+	fmt.Printf("egress_stream_ratio_vs_baseline=%.3f\n", connrounds.Median(sPair))
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane"
 	"github.com/shinken-agent/shinken/dataplane/probe"
 	"golang.org/x/sys/unix"
@@ -36,11 +37,10 @@ func (b *bench) revokeLatency() (lat, whole []float64, err error) {
 		p := schedParam{prio: 10}
 		unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(pid), 1 /* SCHED_FIFO */, uintptr(unsafe.Pointer(&p)))
 	}
-	var tid int
-	fmt.Sscanf(w.do("tid"), "ok %d", &tid)
-	fifo(hostTID(w.cmd.Process.Pid, tid))
-	if n := numCPU(); n > 1 {
-		w.do(fmt.Sprintf("cpu %d", n-1))
+	tid, _ := w.TID() // 0 (this thread) if it did not say
+	fifo(tid)
+	if n := benchkit.NumCPU(); n > 1 {
+		w.Do(fmt.Sprintf("cpu %d", n-1))
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		var set unix.CPUSet
@@ -69,7 +69,7 @@ func (b *bench) revokeLatency() (lat, whole []float64, err error) {
 			b.dp.FreeHandle(prev.Handle)
 		}
 		prev = rule
-		if err := w.send("loopudp " + dst.String()); err != nil {
+		if err := w.Send("loopudp " + dst.String()); err != nil {
 			return nil, nil, err
 		}
 		time.Sleep(2 * time.Millisecond) // let the loop spin
@@ -79,7 +79,7 @@ func (b *bench) revokeLatency() (lat, whole []float64, err error) {
 			return nil, nil, err
 		}
 		whole = append(whole, float64(time.Since(start).Nanoseconds())/1e3)
-		line, err := w.recv()
+		line, err := w.Recv()
 		if err != nil {
 			return nil, nil, err
 		}

@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -29,36 +27,13 @@ func workerMain() {
 	var err error
 	switch {
 	case len(a) == 6 && a[0] == "ops":
-		err = ops(a[1], a[2], atoi(a[3]), atoi(a[4]), atoi(a[5]))
+		err = ops(a[1], a[2], benchkit.WorkerCount(a[3]), benchkit.WorkerCount(a[4]), benchkit.WorkerCount(a[5]))
 	case len(a) == 3 && a[0] == "visible":
-		err = visible(a[1], atoi(a[2]))
+		err = visible(a[1], benchkit.WorkerCount(a[2]))
 	default:
 		err = fmt.Errorf("worker: bad arguments %q", a)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-func atoi(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "worker: bad count %q\n", s)
-		os.Exit(2)
-	}
-	return n
-}
-
-func line(name string, ns []int64) {
-	var b strings.Builder
-	b.WriteString(name)
-	for _, v := range ns {
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(v, 10))
-	}
-	fmt.Println(b.String())
+	benchkit.WorkerExit(err)
 }
 
 // ops times nOpen open+read+close of file, nGit `git status` in repo and
@@ -78,7 +53,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 		unix.Close(fd)
 		times = append(times, benchkit.MonoNS()-t0)
 	}
-	line("open", times)
+	benchkit.Line("open", times)
 	times = times[:0]
 	for i := 0; i < nGit; i++ {
 		cmd := exec.Command("git", "-c", "safe.directory=*", "-c", "core.untrackedCache=false", "-C", repo, "status", "--porcelain")
@@ -90,7 +65,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 		}
 		times = append(times, took)
 	}
-	line("git", times)
+	benchkit.Line("git", times)
 	times = times[:0]
 	for i := 0; i < nExec; i++ {
 		t0 := benchkit.MonoNS()
@@ -99,7 +74,7 @@ func ops(file, repo string, nOpen, nGit, nExec int) error {
 		}
 		times = append(times, benchkit.MonoNS()-t0)
 	}
-	line("exec", times)
+	benchkit.Line("exec", times)
 	return nil
 }
 
@@ -146,6 +121,6 @@ func visible(dir string, k int) error {
 			return err
 		}
 	}
-	line("seen", seen)
+	benchkit.Line("seen", seen)
 	return nil
 }

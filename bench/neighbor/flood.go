@@ -25,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/miekg/dns"
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -416,24 +417,8 @@ func forkBomb(deadline time.Time, m map[string]int64) error {
 	peak := int64(0)
 	for time.Now().Before(deadline) {
 		time.Sleep(250 * time.Millisecond)
-		peak = max(peak, countProcs())
+		peak = max(peak, int64(benchkit.CountProcs()))
 	}
 	m["procs_peak"] = peak // this PID namespace: the holder, this worker and the bomb
 	return nil
-}
-
-func countProcs() int64 {
-	f, err := os.Open("/proc")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	names, _ := f.Readdirnames(-1)
-	var n int64
-	for _, s := range names {
-		if _, err := strconv.Atoi(s); err == nil {
-			n++
-		}
-	}
-	return n
 }

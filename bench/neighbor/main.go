@@ -46,18 +46,17 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
@@ -84,7 +83,11 @@ func main() {
 	if os.Geteuid() != 0 {
 		log.Fatal("bench-neighbor needs root")
 	}
-	cleanupOnSignal()
+	// Cleanups (teardown) run once, the last registered first: at the end
+	// of run, or on a signal (the agent is stopped and uninstalled, which
+	// kills the sessions' processes; a flood's own deadline_s bounds it
+	// besides).
+	teardown.OnSignal("")
 	if err := run(); err != nil {
 		log.Fatal(err)
 	}
@@ -97,17 +100,13 @@ func workerMain() {
 	var err error
 	switch {
 	case len(a) == 5 && a[0] == "probe":
-		err = probe(seconds(a[1]), atoi(a[2]), atoi(a[3]), a[4])
+		err = probe(seconds(a[1]), benchkit.WorkerCount(a[2]), benchkit.WorkerCount(a[3]), a[4])
 	case len(a) == 3 && a[0] == "flood":
 		err = flood(a[1], seconds(a[2]))
 	default:
 		err = fmt.Errorf("worker: bad arguments %q", a)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	benchkit.WorkerExit(err)
 }
 
 func seconds(s string) time.Duration {
@@ -117,15 +116,6 @@ func seconds(s string) time.Duration {
 		os.Exit(2)
 	}
 	return time.Duration(f * float64(time.Second))
-}
-
-func atoi(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "worker: bad count %q\n", s)
-		os.Exit(2)
-	}
-	return n
 }
 
 const manifest = `image neighbor
@@ -153,14 +143,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer atExit(func() { os.RemoveAll(dir) })()
+	defer teardown.Add(func() { os.RemoveAll(dir) })()
 	os.Chmod(dir, 0o755)
 	tag := filepath.Base(dir)[len("shinken-bench-neighbor-"):]
 	priv, err := os.MkdirTemp("", "shinken-bench-neighbor-agent-")
 	if err != nil {
 		return err
 	}
-	defer atExit(func() { os.RemoveAll(priv) })()
+	defer teardown.Add(func() { os.RemoveAll(priv) })()
 	b := &bench{exe: filepath.Join(dir, "worker"), auditLog: filepath.Join(priv, "state", audit.LogFile)}
 	data, err := os.ReadFile("/proc/self/exe")
 	if err != nil {
@@ -173,7 +163,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer atExit(func() { up.Stop() })()
+	defer teardown.Add(func() { up.Stop() })()
 
 	parent, pin := "shinken-bench-neighbor-"+tag, "/sys/fs/bpf/shinken-bench-neighbor-"+tag
 	sock := filepath.Join(priv, "agent.sock")
@@ -199,7 +189,7 @@ func run() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	defer atExit(func() {
+	defer teardown.Add(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
 		if out, err := exec.Command(agentBin, "-cgroup-parent", parent, "-pin-path", pin, "-uninstall").CombinedOutput(); err != nil {
@@ -230,38 +220,6 @@ func run() error {
 	report(phases)
 	fmt.Printf("upstream queries answered: %d; load average at the end %s\n", up.Stop(), benchkit.LoadAvg())
 	return nil
-}
-
-// Cleanups run once, in reverse order: at the end of run, or on SIGINT or
-// SIGTERM (the agent is stopped and uninstalled, which kills the sessions'
-// processes; a flood's own deadline_s bounds it besides).
-var (
-	exitMu   sync.Mutex
-	cleanups []*sync.Once
-	exitFns  []func()
-)
-
-// atExit registers f and returns the function that runs it (once).
-func atExit(f func()) func() {
-	exitMu.Lock()
-	defer exitMu.Unlock()
-	o := new(sync.Once)
-	cleanups, exitFns = append(cleanups, o), append(exitFns, f)
-	return func() { o.Do(f) }
-}
-
-func cleanupOnSignal() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		sig := <-ch
-		log.Printf("%v: cleaning up", sig)
-		exitMu.Lock()
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i].Do(exitFns[i])
-		}
-		os.Exit(130)
-	}()
 }
 
 func (b *bench) waitUp() error {
@@ -520,14 +478,4 @@ func (b *bench) measure(p *phase, tag string) error {
 	}
 	p.probe, err = benchkit.ParseLines(out)
 	return err
-}
-
-func line(name string, ns []int64) {
-	var sb strings.Builder
-	sb.WriteString(name)
-	for _, v := range ns {
-		sb.WriteByte(' ')
-		sb.WriteString(strconv.FormatInt(v, 10))
-	}
-	fmt.Println(sb.String())
 }

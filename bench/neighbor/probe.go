@@ -142,7 +142,7 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 			echo = append(echo, v)
 		}
 	}
-	line("echo", echo)
+	benchkit.Line("echo", echo)
 	fmt.Printf("lost_echo %d\n", elost)
 	var cached, freshL []int64
 	lost, bad := [2]int{}, [2]int{}
@@ -162,8 +162,8 @@ func probe(d time.Duration, rate, freshEvery int, tag string) error {
 			freshL = append(freshL, v)
 		}
 	}
-	line("cached", cached)
-	line("fresh", freshL)
+	benchkit.Line("cached", cached)
+	benchkit.Line("fresh", freshL)
 	fmt.Printf("sent %d\nlost_cached %d\nlost_fresh %d\nerr_cached %d\nerr_fresh %d\nlate %d\n", n, lost[0], lost[1], bad[0], bad[1], late)
 	return nil
 }

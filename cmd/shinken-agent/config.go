@@ -30,6 +30,12 @@ type Config struct {
 	ApprovalTimeout duration `json:"approval_timeout"`
 	BreakerConsec   int      `json:"breaker_consecutive"`
 	BreakerTotal    int      `json:"breaker_total"`
+	// MaxSessions is the most sessions live at once (0: the default,
+	// 65536). It sizes the pinned per-session kernel tables: a new value
+	// takes effect after `shinken-agent -uninstall` (the pinned tables of
+	// the old size are refused, not resized). Each live session also
+	// holds a process and its namespaces: see README, "Limits".
+	MaxSessions uint32 `json:"max_sessions"`
 	// The session boundary: the sessions' uid range (0: the default,
 	// 1879048192 + 2^20), whether sessions may make user namespaces, and
 	// the boundary mechanisms whose absence the operator accepts.
@@ -132,6 +138,7 @@ func load(args []string) (Config, bool, error) {
 	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
 	acceptWiden := fs.Bool("accept-policy-widening", false, "start even if the policy directory widens the last applied policy set (the acceptance and the counterexample are audited)")
 	reqTimeout := fs.Duration("request-timeout", 0, "how long one API call waits on a process, e.g. run (default 60s); processes outlive it")
+	maxSessions := fs.Uint("max-sessions", 0, "most sessions live at once, 2 to 8388608 (default 65536; sizes the pinned kernel tables)")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -177,6 +184,12 @@ func load(args []string) (Config, bool, error) {
 	if *reqTimeout != 0 {
 		cfg.RequestTimeout.Duration = *reqTimeout
 	}
+	if *maxSessions != 0 {
+		if *maxSessions > 1<<23 {
+			return cfg, false, fmt.Errorf("-max-sessions %d out of [2, 2^23]", *maxSessions)
+		}
+		cfg.MaxSessions = uint32(*maxSessions)
+	}
 	if cfg.RequestTimeout.Duration <= 0 {
 		return cfg, false, fmt.Errorf("request_timeout %v: must be positive", cfg.RequestTimeout.Duration)
 	}
@@ -194,7 +207,7 @@ func load(args []string) (Config, bool, error) {
 
 // backendConfig is the part of the configuration the OS backend opens with.
 func (c Config) backendConfig() backend.Config {
-	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode,
+	return backend.Config{CgroupParent: c.CgroupParent, PinPath: c.PinPath, FlowMode: c.FlowMode, MaxSessions: c.MaxSessions,
 		SessionUIDBase: c.SessionUIDBase, SessionUIDCount: c.SessionUIDCount,
 		SessionAllowUserNS: c.SessionAllowUserNS, SessionAllowIOURing: c.SessionAllowIOURing, AcceptWeaker: c.BoundaryAccept,
 		SessionTmpfsBytes: c.SessionTmpfsBytes, SessionMaxProcs: c.SessionMaxProcs, SessionMaxDNSEntries: c.SessionMaxDNSEntries,

@@ -17,7 +17,7 @@ func dataplaneConfig(cfg backend.Config) (dataplane.Config, error) {
 		AllowUserNS: cfg.SessionAllowUserNS, AllowIOURing: cfg.SessionAllowIOURing, Accept: cfg.AcceptWeaker,
 		TmpfsBytes: cfg.SessionTmpfsBytes, MaxProcs: cfg.SessionMaxProcs,
 		FileNever: boundary.DefaultFileNever(cfg.FileNeverExtra...), FileNeverFixed: boundary.FixedFileNever(cfg.FileNeverExtra...), PersistDir: cfg.PersistDir}
-	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries,
+	dc := dataplane.Config{Parent: cfg.CgroupParent, PinPath: cfg.PinPath, FlowMode: mode, MaxSessions: cfg.MaxSessions, Boundary: bc, MaxDNSEntries: cfg.SessionMaxDNSEntries,
 		MaxSocketsPerSession: cfg.SessionMaxSockets, MaxPortsPerSession: cfg.SessionMaxPorts,
 		DenialEventRate: cfg.SessionDenialEventRate, DenialEventBurst: cfg.SessionDenialEventBurst}
 	return dc, dc.Check()

@@ -32,3 +32,10 @@ func MonoNS() int64 {
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
 }
+
+// NumCPU is the number of processors /proc/cpuinfo lists (all of the
+// host's, whatever this process's affinity).
+func NumCPU() int {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(data), "\nprocessor") + 1
+}

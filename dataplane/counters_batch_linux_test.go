@@ -1,0 +1,78 @@
+package dataplane
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestCountersOfMatchesCounters: the batched read (one BPF_MAP_LOOKUP_BATCH
+// per run of consecutive indices) gives, for every index and in the
+// caller's order, exactly what Counters reads slot by slot: per-CPU values
+// summed, runs longer than one batch, gaps, repeats, index 0 (the
+// unattributed slot) and the table's last index included; an index past the
+// table is refused.
+func TestCountersOfMatchesCounters(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxSessions = 8192 // three batches of countersBatchMax slots
+	d := newDataplane(t, cfg)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Distinct values in every slot of a spread of indices, on every CPU.
+	rng := rand.New(rand.NewPCG(1, 2))
+	written := []uint32{0, 1, 2, 3, 100, 2729, 2730, 2731, 4000, 5461, 5462, 8190, 8191}
+	for _, idx := range written {
+		for r := uint32(0); r < NumReasons; r++ {
+			per := make([]uint64, ncpu)
+			for c := range per {
+				per[c] = rng.Uint64N(1 << 40)
+			}
+			if err := d.objs.ShkCounters.Update(idx*NumReasons+r, per, ebpf.UpdateAny); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	all := make([]uint32, cfg.MaxSessions)
+	for i := range all {
+		all[i] = uint32(i)
+	}
+	rev := make([]uint32, len(all))
+	for i := range rev {
+		rev[i] = all[len(all)-1-i]
+	}
+	for name, set := range map[string][]uint32{
+		"all":      all,
+		"reversed": rev,
+		"written":  written,
+		"gaps":     {8191, 5, 4000, 2, 2, 0, 2731, 100},
+		"one":      {2730},
+		"none":     {},
+	} {
+		got, err := d.CountersOf(set)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != len(set) {
+			t.Fatalf("%s: %d results for %d indices", name, len(got), len(set))
+		}
+		for i, idx := range set {
+			want, err := d.Counters(idx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[i] != want {
+				t.Fatalf("%s: index %d: batched %v, one by one %v", name, idx, got[i], want)
+			}
+		}
+	}
+	if c, _ := d.Counters(4000); c == (Denials{}) {
+		t.Fatal("the written counters read as zero: the test compares nothing")
+	}
+	if _, err := d.CountersOf([]uint32{1, cfg.MaxSessions}); !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("index past the table: %v, want ErrSessionNotFound", err)
+	}
+}
