@@ -71,6 +71,17 @@ func ShimMain(start backend.StartFunc) {
 	}
 }
 
+// CloseInheritedFDs marks every descriptor from 3 up close-on-exec. The
+// agent calls it first thing in its daemon mode (after ShimMain and the
+// boundary's re-executed modes, which use the descriptors they are given):
+// whatever its own parent left open without close-on-exec (a pipe, a log
+// file, a socket, a directory) then reaches none of the processes it
+// starts (shims, session holders, helpers); it uses no inherited
+// descriptor itself (no socket activation). The session launchers close
+// such descriptors again at exec (package boundary), for library users
+// that do not call this.
+func CloseInheritedFDs() { closeOnExecFrom(3) }
+
 type shim struct {
 	dir  string
 	meta meta

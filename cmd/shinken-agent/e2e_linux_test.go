@@ -45,8 +45,9 @@ type env struct {
 	metrics   string
 	upstream  string
 	agent     *exec.Cmd
-	config    string   // config file to pass, "" for none
-	extra     []string // more flags for the next start
+	config    string     // config file to pass, "" for none
+	extra     []string   // more flags for the next start
+	inherit   []*os.File // descriptors the next start inherits, from fd 3
 	agentLog  *bytes.Buffer
 	logMu     sync.Mutex
 	cgroupDir string
@@ -152,6 +153,7 @@ func (e *env) startAgent() {
 	cmd := exec.Command(filepath.Join(e.bin, "shinken-agent"), append(args, e.extra...)...)
 	cmd.Stdout = lockedBuf{&e.logMu, e.agentLog}
 	cmd.Stderr = lockedBuf{&e.logMu, e.agentLog}
+	cmd.ExtraFiles = e.inherit
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

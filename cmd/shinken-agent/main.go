@@ -47,6 +47,7 @@ var defaultManifest []byte
 func main() {
 	host.Main()                // the session launcher re-executes this binary
 	procs.ShimMain(host.Start) // and so does each session process's shim
+	procs.CloseInheritedFDs()  // nothing the agent's parent left open reaches what it starts
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	err := run(log)
 	switch {

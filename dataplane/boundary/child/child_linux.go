@@ -69,6 +69,15 @@ func launch(spec Launch, argv []string) error {
 		// it (closed once entered, close-on-exec until then).
 		unix.CloseOnExec(spec.Ruleset)
 	}
+	// The target keeps the descriptors below the launcher's own (ruleset,
+	// status pipe, binary: they come last), 0, 1, 2 and what the agent
+	// passed; every one from there up closes at exec, whatever the agent
+	// inherited without close-on-exec (a directory descriptor would let
+	// openat leave the session's mount view). Close-on-exec, not closed:
+	// the runtime's own descriptors (epoll) stay usable until execve.
+	if err := unix.CloseRange(uint(spec.keepBelow()), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close inherited descriptors (close_range): %w", err)
+	}
 	if !spec.Privileged {
 		// Before setresuid: the kernel then marks the process if the
 		// uid already has NProc tasks, and execve fails with EAGAIN.

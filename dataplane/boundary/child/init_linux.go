@@ -15,6 +15,12 @@ import (
 // filesystem and executes catatonit -P, which holds the namespaces.
 func sessionInit(spec Init) error {
 	unix.CloseOnExec(spec.Status)
+	// catatonit keeps 0, 1, 2 only: the status pipe, the launcher binary
+	// and whatever the agent inherited without close-on-exec close at
+	// exec (the holder lives as long as the session).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close inherited descriptors (close_range): %w", err)
+	}
 	if !spec.NoMounts {
 		if err := SessionMounts(true, spec.TmpfsBytes); err != nil {
 			return err

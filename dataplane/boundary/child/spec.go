@@ -56,6 +56,21 @@ type Launch struct {
 	Ruleset int
 }
 
+// keepBelow is the lowest of the launcher's own descriptors (Status, ExeFD,
+// Ruleset: the agent puts them after everything the target is to get). The
+// target keeps the descriptors below it, 0, 1, 2 and what the agent passed
+// on purpose; every one from it up is closed at exec, in either launcher.
+func (l Launch) keepBelow() int {
+	keep := l.Status
+	if l.ExeFD >= 0 && l.ExeFD < keep {
+		keep = l.ExeFD
+	}
+	if l.Ruleset > 0 && l.Ruleset < keep {
+		keep = l.Ruleset
+	}
+	return keep
+}
+
 // StartEnv is added to the launcher's environment: with GOMAXPROCS set,
 // the Go runtime skips reading the cgroup CPU limits at start-up (a
 // quarter of the launcher's start-up time here).

@@ -70,3 +70,23 @@ func TestSpecVersions(t *testing.T) {
 		t.Fatalf("v1 init: %+v %v", i, err)
 	}
 }
+
+// TestKeepBelow: the target keeps the descriptors below the launcher's own
+// (the lowest of Status, ExeFD and Ruleset), whichever of them come.
+func TestKeepBelow(t *testing.T) {
+	for _, c := range []struct {
+		l    Launch
+		want int
+	}{
+		{Launch{Status: 3, ExeFD: 4}, 3},             // Launch, nothing passed
+		{Launch{Status: 5, ExeFD: 6}, 5},             // two ExtraFiles passed
+		{Launch{Status: 4, ExeFD: 5, Ruleset: 3}, 3}, // the session's ruleset first
+		{Launch{Status: 6, ExeFD: 7, Ruleset: 5}, 5}, // two passed, then the ruleset
+		{Launch{Status: 3, ExeFD: -1}, 3},            // no binary descriptor
+		{Launch{Status: 7, ExeFD: 4, Ruleset: 0}, 4}, // an order the agent does not use: still the lowest
+	} {
+		if got := c.l.keepBelow(); got != c.want {
+			t.Errorf("%+v: keepBelow %d, want %d", c.l, got, c.want)
+		}
+	}
+}
