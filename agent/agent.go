@@ -45,6 +45,26 @@ type Committer interface {
 	Commit(then func() error) error
 }
 
+// BesideCommitter is a Committer that can run the agent's journal write
+// beside its own sync instead of after it (the audit log's CommitBeside):
+// CommitBeside calls then at once with the mark of the last record written
+// so far (the audit log's seq) and returns when both then and the sync
+// are done, with their errors joined; it does not call then when the sink
+// already knows it cannot make records durable. The agent writes a grant's
+// live record inside then with the mark in it (GrantRecord.AuditMark), so
+// a grant waits for one sync rather than two in turn. A power loss while
+// both run may keep the live record and lose the records, so at start the
+// agent asks Durable (the highest mark known kept: for the audit log, the
+// head it found when opened, or the last mark a CommitBeside of it made
+// durable since; ok false when no log is attached) and treats every live
+// grant whose mark is beyond it as never live: reconcile rolls it back
+// (checkAuditMarks).
+type BesideCommitter interface {
+	Committer
+	CommitBeside(then func(mark uint64) error) error
+	Durable() (mark uint64, ok bool)
+}
+
 type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) Emit(e Event) error {
@@ -144,9 +164,10 @@ func (c *Config) validate() error {
 //     the resolver's dirty set (dns, dnsDirty). Under it a grant still runs
 //     the pre-grant gate, Cedar's grant authorization (it reads the
 //     session's entities, which grants change) and one commit of its audit
-//     records (Committer: one fdatasync and one checkpoint) inside which its
-//     live record is written and fsynced, beside the checkpoint's sync
-//     (intent records are written unsynced: persistIntent).
+//     records (Committer: one fdatasync and one checkpoint) beside which its
+//     live record is written and fsynced (BesideCommitter; with a plain
+//     Committer, once the fdatasync has returned, beside the checkpoint's
+//     sync; intent records are written unsynced: persistIntent).
 //     The grant proof runs before it is taken (prove.go); use-time
 //     decisions (Decide, DecideUse) never take it.
 //   - bmu guards the breaker counters, which Decide moves without mu.
@@ -241,6 +262,9 @@ func (a *Agent) start() error {
 	if err := a.setDenyList(a.engine.KernelForbids()); err != nil {
 		return err
 	}
+	if err := a.checkAuditMarks(); err != nil {
+		return err
+	}
 	if _, err := a.Reconcile(); err != nil {
 		return err
 	}
@@ -310,6 +334,16 @@ func (a *Agent) commit(then func() error) error {
 		return then()
 	}
 	return nil
+}
+
+// commitLive makes the deferred events durable and writes a live record
+// with live: beside the sink's sync when it is a BesideCommitter (live
+// gets the mark to record), after it otherwise (mark 0).
+func (a *Agent) commitLive(live func(mark uint64) error) error {
+	if c, ok := a.cfg.Events.(BesideCommitter); ok {
+		return c.CommitBeside(live)
+	}
+	return a.commit(func() error { return live(0) })
 }
 
 func paramsHash(c Capability) string {

@@ -73,6 +73,8 @@ type Log struct {
 	cpNext int        // the slot the next checkpoint goes to
 
 	recovery *Recovery
+	opened   uint64 // the head Open found (after recovery, before its own records)
+	beside   uint64 // the last seq CommitBeside gave then and made durable
 }
 
 // Open opens (or creates) the audit log in cfg.Dir, generating the signing
@@ -114,6 +116,7 @@ func Open(cfg Config) (*Log, error) {
 		}
 		return nil, err
 	}
+	l.opened = l.seq
 	if l.recovery != nil {
 		r := l.recovery
 		cfg.Logger.Warn("audit: torn last record moved aside (crash mid-write?)",
@@ -228,7 +231,11 @@ func (l *Log) recover() ([]byte, error) {
 	}
 	if l.synced != l.seq {
 		// The log got ahead of its checkpoint (a crash between the two):
-		// vouch for what is durable now.
+		// vouch for what is durable now, once it is (a kill -9 leaves the
+		// records in the page cache only).
+		if err := fdatasync(l.f); err != nil {
+			return nil, fmt.Errorf("audit: sync: %w", err)
+		}
 		if err := writeSlot(l.cpFile, l.cpNext, l.priv, l.seq, l.hash, l.cfg.now()); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
@@ -315,6 +322,61 @@ func (l *Log) Commit(then func() error) error {
 	seq := l.seq
 	l.mu.Unlock()
 	return l.syncThen(seq, then)
+}
+
+// CommitBeside is Commit with then run beside the log's fdatasync rather
+// than after it: then(seq) is called at once, on the caller's goroutine,
+// with the seq of the last record written so far (the batch's), while
+// another goroutine makes the records durable and then checkpoints them,
+// so a caller whose own sync (the agent's journal) need not wait for the
+// log's waits for one sync instead of two in turn. The price is the order:
+// a power loss while both run can keep what then wrote and lose the batch,
+// so then must record seq beside what it writes and its reader must treat
+// that as unwritten unless the log reached seq (OpenedHead at the next
+// Open). CommitBeside returns when both are done, with their errors
+// joined; then is not called on a Log that has already failed, and when
+// the log's sync fails after then ran, the error says so (ErrFailed).
+func (l *Log) CommitBeside(then func(seq uint64) error) error {
+	l.mu.Lock()
+	seq, failed := l.seq, l.failed
+	l.mu.Unlock()
+	if failed != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, failed)
+	}
+	if then == nil {
+		return l.syncTo(seq)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.syncTo(seq) }()
+	var thenErr, err error
+	func() {
+		defer func() { err = <-done }() // a panic in then still waits for the sync
+		thenErr = then(seq)
+	}()
+	if err == nil {
+		l.mu.Lock()
+		l.beside = max(l.beside, seq)
+		l.mu.Unlock()
+	}
+	return errors.Join(err, thenErr)
+}
+
+// OpenedHead is the seq of the last record Open found in the log (after
+// moving a torn tail aside, before the records Open itself appends): every
+// record up to it survived whatever stopped the previous writer, and Open
+// made them durable.
+func (l *Log) OpenedHead() uint64 { return l.opened }
+
+// BesideDurable is the highest seq a CommitBeside's then may have been
+// given and be known kept: OpenedHead, or the last seq a CommitBeside of
+// this Log made durable, whichever is higher. A seq from before this Log
+// was opened and beyond OpenedHead was lost with its batch, whatever seq
+// the log has reached since (Open's and others' records do not count);
+// one given by a CommitBeside whose sync failed is beyond it too.
+func (l *Log) BesideDurable() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(l.opened, l.beside)
 }
 
 // write seals and writes one record, not yet durable.

@@ -150,6 +150,30 @@ type eventSink struct {
 	observe      func(agent.Event)                      // latencies for the metrics
 	sessionEnded atomic.Pointer[func(session string)]   // the session runtime forgets its processes
 	commit       func(then func() error) error          // the audit log's Commit, when one is attached
+	commitBeside func(then func(uint64) error) error    // its CommitBeside, when one is attached
+	durable      func() uint64                          // its BesideDurable, when one is attached
+}
+
+// CommitBeside makes the audit records of deferred events durable while
+// then runs, given the seq of the last of them (agent.BesideCommitter).
+func (s *eventSink) CommitBeside(then func(mark uint64) error) error {
+	if s.commitBeside != nil {
+		return s.commitBeside(then)
+	}
+	if then != nil {
+		return then(0)
+	}
+	return nil
+}
+
+// Durable is the highest seq a live record written beside the audit log's
+// commit may name and be known kept; false with no audit log
+// (agent.BesideCommitter).
+func (s *eventSink) Durable() (uint64, bool) {
+	if s.durable == nil {
+		return 0, false
+	}
+	return s.durable(), true
 }
 
 // Commit makes the audit records of deferred events durable, then runs then

@@ -65,3 +65,45 @@ func counterValue(t *testing.T, op string) float64 {
 	t.Helper()
 	return testutil.ToFloat64(auditErrors.WithLabelValues(op))
 }
+
+// TestSinkCommitBeside: the daemon's sink runs the agent's journal write
+// beside the log's sync with the batch's last seq, leaves the log
+// checkpointed, says how far a mark is known kept (Durable), and counts a
+// failure as the log's only when the log failed.
+func TestSinkCommitBeside(t *testing.T) {
+	dir := t.TempDir()
+	l, err := audit.Open(audit.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d := &daemon{hub: api.NewHub(16), audit: &auditState{log: l, den: audit.NewDenials(audit.DenialsConfig{})}}
+	d.sink = &eventSink{hub: d.hub, audit: d.auditAgentEvent, commit: d.commitAudit, commitBeside: d.commitAuditBeside, durable: l.BesideDurable}
+	var _ agent.BesideCommitter = d.sink
+	if _, ok := (&eventSink{}).Durable(); ok {
+		t.Fatal("a sink with no audit log claims a durable mark")
+	}
+	if err := d.sink.Emit(agent.Event{Kind: "grant.issue", Session: "s1", Grant: "g1", Outcome: "live", Defer: true}); err != nil {
+		t.Fatal(err)
+	}
+	head, _ := l.Head()
+	var mark uint64
+	if err := d.sink.CommitBeside(func(m uint64) error { mark = m; return nil }); err != nil || mark != head {
+		t.Fatalf("CommitBeside: %v, mark %d, want the head %d", err, mark, head)
+	}
+	if got, ok := d.sink.Durable(); !ok || got < mark {
+		t.Fatalf("Durable %d %v after a commit to %d", got, ok, mark)
+	}
+	rep, err := audit.Verify(filepath.Join(dir, audit.LogFile), l.PublicKey())
+	if err != nil || rep.Head != head || len(rep.Notes) != 0 {
+		t.Fatalf("after CommitBeside: %v, verified head %d of %d, notes %v", err, rep.Head, head, rep.Notes)
+	}
+	before := counterValue(t, "append")
+	boom := errors.New("journal: no space left on device")
+	if err := d.sink.CommitBeside(func(uint64) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("CommitBeside with then failing: %v", err)
+	}
+	if got := counterValue(t, "append"); got != before {
+		t.Fatalf("the journal's failure counted as the audit log's (%v -> %v)", before, got)
+	}
+}

@@ -1,0 +1,141 @@
+package audit
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// CommitBeside: the caller's work (the agent's journal write of a live
+// grant) runs beside the log's fdatasync, told the batch's last seq; the
+// seq a reopened log starts from (OpenedHead) says whether the batch
+// survived.
+
+// TestCommitBeside: then gets the batch's last seq while the records are
+// in the file; when CommitBeside returns, the checkpoint vouches for that
+// seq and the log verifies with no note; then's error is returned.
+func TestCommitBeside(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, LogFile)
+	l := openLog(t, dir)
+	l.Write(Event{Type: EventRequest, Session: "s1"})
+	r2, err := l.Write(Event{Type: EventGrant, Session: "s1", Outcome: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got uint64
+	if err := l.CommitBeside(func(seq uint64) error {
+		got = seq
+		if n := len(readLines(t, path)); n != int(r2.Seq) {
+			t.Errorf("then: the log holds %d records, want %d", n, r2.Seq)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != r2.Seq {
+		t.Fatalf("then was told seq %d, want the batch's last %d", got, r2.Seq)
+	}
+	seqs := slotSeqs(t, CheckpointPath(path), l.PublicKey())
+	if seqs[0] != int64(r2.Seq) && seqs[1] != int64(r2.Seq) {
+		t.Fatalf("checkpoint slots %v: none vouches for the batch's last seq %d", seqs, r2.Seq)
+	}
+	boom := errors.New("journal: no space left on device")
+	l.Write(Event{Type: EventGrant, Session: "s1"})
+	if err := l.CommitBeside(func(uint64) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("then failing: %v, want its error", err)
+	}
+	head, _ := l.Head()
+	l.Close()
+	if rep := mustVerify(t, dir); !rep.OK() || len(rep.Notes) != 0 || rep.Head != head {
+		t.Fatalf("verify: head %d of %d, problems %v, notes %v", rep.Head, head, rep.Problems, rep.Notes)
+	}
+	l2 := openLog(t, dir)
+	defer l2.Close()
+	if o := l2.OpenedHead(); o != head {
+		t.Fatalf("OpenedHead %d after a clean close at %d", o, head)
+	}
+}
+
+// TestCommitBesideFailedLog: a log that has already failed does not call
+// then (nothing to write beside records it cannot make durable).
+func TestCommitBesideFailedLog(t *testing.T) {
+	l := openLog(t, t.TempDir())
+	defer l.Close()
+	l.Write(Event{Type: EventRequest, Session: "s1"})
+	l.mu.Lock()
+	l.failed = errors.New("input/output error")
+	l.mu.Unlock()
+	called := false
+	if err := l.CommitBeside(func(uint64) error { called = true; return nil }); !errors.Is(err, ErrFailed) || called {
+		t.Fatalf("CommitBeside on a failed log: %v, then called %v; want ErrFailed and no call", err, called)
+	}
+}
+
+// TestCommitBesideLostBatch: what a power loss while both syncs ran can
+// leave: the caller's write kept, the batch lost (the log cut back to
+// before it, the checkpoint as it was, since its slot is written only
+// after the log's fdatasync). The reopened log verifies, and OpenedHead
+// is below the seq then was given, which is how the agent knows.
+func TestCommitBesideLostBatch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, LogFile)
+	cp := CheckpointPath(path)
+	l := openLog(t, dir)
+	before := mustAppend(t, l, Event{Type: EventSessionCreate, Session: "s1"})
+	oldCP, err := os.ReadFile(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Write(Event{Type: EventRequest, Session: "s1"})
+	l.Write(Event{Type: EventGrant, Session: "s1"})
+	var mark uint64
+	if err := l.CommitBeside(func(seq uint64) error { mark = seq; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := os.Truncate(path, st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp, oldCP, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openLog(t, dir)
+	defer l2.Close()
+	if o := l2.OpenedHead(); o != before.Seq || o >= mark {
+		t.Fatalf("OpenedHead %d after the batch up to %d was lost, want %d", o, mark, before.Seq)
+	}
+	if rep := mustVerify(t, dir); !rep.OK() || rep.Head != before.Seq {
+		t.Fatalf("verify: head %d, problems %v", rep.Head, rep.Problems)
+	}
+}
+
+// TestCommitBesideSyncFails: the log's fdatasync fails (its descriptor
+// closed under it: EBADF) while then runs: then's work is done, the error
+// is ErrFailed, no checkpoint vouches for the batch, and the log refuses
+// further records, so the caller must undo what then wrote.
+func TestCommitBesideSyncFails(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, LogFile)
+	l := openLog(t, dir)
+	mustAppend(t, l, Event{Type: EventSessionCreate, Session: "s1"})
+	before := slotSeqs(t, CheckpointPath(path), l.PublicKey())
+	l.Write(Event{Type: EventGrant, Session: "s1"})
+	l.f.Close()
+	called := false
+	err := l.CommitBeside(func(uint64) error { called = true; return nil })
+	if !errors.Is(err, ErrFailed) || !called {
+		t.Fatalf("CommitBeside with a failing sync: %v, then called %v; want ErrFailed after then ran", err, called)
+	}
+	if got := slotSeqs(t, CheckpointPath(path), l.PublicKey()); got != before {
+		t.Fatalf("checkpoint moved to %v (was %v) over a batch that was not made durable", got, before)
+	}
+	if _, err := l.Write(Event{Type: EventGrant}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("write after the failed sync: %v, want ErrFailed", err)
+	}
+}
