@@ -52,7 +52,8 @@ type Committer interface {
 // are done, with their errors joined; it does not call then when the sink
 // already knows it cannot make records durable. The agent writes a grant's
 // live record inside then with the mark in it (GrantRecord.AuditMark), so
-// a grant waits for one sync rather than two in turn. A power loss while
+// the journal's fsync overlaps the log's fdatasync instead of following
+// it (the log's checkpoint still follows the log's). A power loss while
 // both run may keep the live record and lose the records, so at start the
 // agent asks Durable (the highest mark known kept: for the audit log, the
 // head it found when opened, or the last mark a CommitBeside of it made

@@ -55,7 +55,7 @@ const (
 	StepGrantApplying     Step = "grant.applying"      // the Delta recorded, not yet pushed
 	StepGrantDeltaApplied Step = "grant.delta-applied" // the Delta in, not yet live
 	StepGrantRecorded     Step = "grant.recorded"      // its audit records written and being made durable (or durable), the live record not yet written
-	StepGrantLive         Step = "grant.live"          // live record persisted (after the audit records)
+	StepGrantLive         Step = "grant.live"          // live record persisted, its audit records durable
 	StepGrantEmitted      Step = "grant.emitted"       // event emitted and committed (the same point as grant.live)
 	StepRevokeFlipped     Step = "revoke.flipped"      // kernel bit flipped, nothing recorded
 	StepRevokeIntent      Step = "revoke.intent"       // revoking recorded
@@ -339,7 +339,8 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// (Defer), then one commit makes them durable with the request records
 	// before them (one fdatasync, one checkpoint), and the live record is
 	// written and fsynced beside that fdatasync, naming the commit's last
-	// record (BesideCommitter: one sync's wait instead of two), or once
+	// record (BesideCommitter: the journal's fsync overlaps the log's
+	// fdatasync instead of following it), or once
 	// the records are durable (Committer). The answer waits for both. A
 	// crash never leaves a live grant the audit log does not show: a live
 	// record whose records the log lost is not live at the next start
