@@ -48,22 +48,23 @@ type Committer interface {
 // BesideCommitter is a Committer that can run the agent's journal write
 // beside its own sync instead of after it (the audit log's CommitBeside):
 // CommitBeside calls then at once with the mark of the last record written
-// so far (the audit log's seq) and returns when both then and the sync
-// are done, with their errors joined; it does not call then when the sink
-// already knows it cannot make records durable. The agent writes a grant's
-// live record inside then with the mark in it (GrantRecord.AuditMark), so
-// the journal's fsync overlaps the log's fdatasync instead of following
-// it (the log's checkpoint still follows the log's). A power loss while
-// both run may keep the live record and lose the records, so at start the
-// agent asks Durable (the highest mark known kept: for the audit log, the
-// head it found when opened, or the last mark a CommitBeside of it made
-// durable since; ok false when no log is attached) and treats every live
-// grant whose mark is beyond it as never live: reconcile rolls it back
-// (checkAuditMarks).
+// so far (the audit log's seq and the record's hash) and returns when both
+// then and the sync are done, with their errors joined; it does not call
+// then when the sink already knows it cannot make records durable. The
+// agent writes a grant's live record inside then with the mark in it
+// (GrantRecord.AuditMark and AuditHash), so the journal's fsync overlaps
+// the log's fdatasync instead of following it (the log's checkpoint still
+// follows the log's). A power loss while both run may keep the live record
+// and lose the records, so at start the agent asks HasRecord for every
+// live grant's mark (whether the log holds that very record: the seq
+// alone does not say, since the log gives a lost record's seq to the next
+// record it writes; attached false when no log is attached) and treats
+// every live grant whose record the log does not hold as never live:
+// reconcile rolls it back (checkAuditMarks).
 type BesideCommitter interface {
 	Committer
-	CommitBeside(then func(mark uint64) error) error
-	Durable() (mark uint64, ok bool)
+	CommitBeside(then func(seq uint64, hash string) error) error
+	HasRecord(seq uint64, hash string) (held, attached bool, err error)
 }
 
 type slogSink struct{ l *slog.Logger }
@@ -107,6 +108,10 @@ type Config struct {
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;
 	// tests make it kill the process to check recovery.
 	CrashHook func(Step)
+	// StoreFault, when set, is the journal's fault hook from Open on
+	// (store.Store.Fault): tests make a write at start fail as ENOSPC or
+	// EIO would.
+	StoreFault func(op string) error
 
 	// WorkspaceProtected names paths, relative to a session's workspace,
 	// kept read-only in its view besides WorkspaceProtected (.git/hooks,
@@ -239,6 +244,7 @@ func Open(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	db.Fault = cfg.StoreFault
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
 		dnsDirty: map[string]struct{}{}}
 	if err := a.start(); err != nil {
@@ -339,12 +345,12 @@ func (a *Agent) commit(then func() error) error {
 
 // commitLive makes the deferred events durable and writes a live record
 // with live: beside the sink's sync when it is a BesideCommitter (live
-// gets the mark to record), after it otherwise (mark 0).
-func (a *Agent) commitLive(live func(mark uint64) error) error {
+// gets the mark to record), after it otherwise (mark 0, no hash).
+func (a *Agent) commitLive(live func(seq uint64, hash string) error) error {
 	if c, ok := a.cfg.Events.(BesideCommitter); ok {
 		return c.CommitBeside(live)
 	}
-	return a.commit(func() error { return live(0) })
+	return a.commit(func() error { return live(0, "") })
 }
 
 func paramsHash(c Capability) string {

@@ -51,20 +51,20 @@ func newAuditSink(t testing.TB, dir string) *auditSink {
 // CommitBeside is the log's, counted as Commit counts; with failAfter set
 // then runs and the sync fails (as a failed fdatasync beside the
 // journal's write).
-func (s *auditSink) CommitBeside(then func(mark uint64) error) error {
+func (s *auditSink) CommitBeside(then func(seq uint64, hash string) error) error {
 	s.mu.Lock()
 	fail, failAfter, hook := s.failCommit, s.failAfter, s.inThen
 	s.mu.Unlock()
 	if fail != nil {
 		return fail
 	}
-	head, _ := s.log.Head()
+	head, headHash := s.log.Head()
 	s.mu.Lock()
 	if head > s.durable {
 		s.commits++
 	}
 	s.mu.Unlock()
-	wrapped := func(seq uint64) error {
+	wrapped := func(seq uint64, hash string) error {
 		s.mu.Lock()
 		s.marks = append(s.marks, seq)
 		s.mu.Unlock()
@@ -74,10 +74,10 @@ func (s *auditSink) CommitBeside(then func(mark uint64) error) error {
 		if hook != nil {
 			hook()
 		}
-		return then(seq)
+		return then(seq, hash)
 	}
 	if failAfter != nil {
-		return errors.Join(failAfter, wrapped(head))
+		return errors.Join(failAfter, wrapped(head, headHash))
 	}
 	err := s.log.CommitBeside(wrapped)
 	if err == nil {
@@ -88,8 +88,11 @@ func (s *auditSink) CommitBeside(then func(mark uint64) error) error {
 	return err
 }
 
-// Durable is the log's BesideDurable.
-func (s *auditSink) Durable() (uint64, bool) { return s.log.BesideDurable(), true }
+// HasRecord is the log's RecordHash compared with hash, as the daemon's.
+func (s *auditSink) HasRecord(seq uint64, hash string) (bool, bool, error) {
+	h, ok, err := s.log.RecordHash(seq)
+	return ok && h == hash, true, err
+}
 
 // afterSink is an auditSink that is only a Committer (no CommitBeside):
 // the agent writes the live record once the records are durable.

@@ -339,11 +339,12 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// (Defer), then one commit makes them durable with the request records
 	// before them (one fdatasync, one checkpoint), and the live record is
 	// written and fsynced beside that fdatasync, naming the commit's last
-	// record (BesideCommitter: the journal's fsync overlaps the log's
-	// fdatasync instead of following it), or once
+	// record by seq and hash (BesideCommitter: the journal's fsync
+	// overlaps the log's fdatasync instead of following it), or once
 	// the records are durable (Committer). The answer waits for both. A
 	// crash never leaves a live grant the audit log does not show: a live
-	// record whose records the log lost is not live at the next start
+	// record whose named record the log does not hold is not live at the
+	// next start
 	// (checkAuditMarks), one before it leaves the grant applying; reconcile
 	// rolls both back. Failing to record fails the grant.
 	err = a.emit(Event{Kind: "grant.issue", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String(), Provenance: string(rec.Provenance),
@@ -355,9 +356,9 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 		sess.Ingredients = oldIng
 		return nil, a.rollback(rec, fmt.Errorf("emit: %w", err))
 	}
-	if err := a.commitLive(func(mark uint64) error {
+	if err := a.commitLive(func(seq uint64, hash string) error {
 		a.crash(StepGrantRecorded)
-		rec.AuditMark = mark
+		rec.AuditMark, rec.AuditHash = seq, hash
 		return a.persistKeys(key, store.SessionKey(rec.Session))
 	}); err != nil {
 		sess.Ingredients = oldIng

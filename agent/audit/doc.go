@@ -72,15 +72,19 @@
 // Open vouches for again (see below).
 //
 // CommitBeside is Commit with then run beside the log's fdatasync instead
-// of after it, told the seq of the batch's last record: the agent writes
-// a grant's live journal record there, with that seq in it, so the grant
-// waits for the journal's sync beside the log's instead of after it. The
-// two files' order on the disk is then lost (a power loss may keep the
+// of after it, told the seq and hash of the batch's last record: the agent
+// writes a grant's live journal record there, with both in it, so the
+// grant waits for the journal's sync beside the log's instead of after it.
+// The two files' order on the disk is then lost (a power loss may keep the
 // journal's record and drop the batch), and the reader restores it:
-// OpenedHead is where the reopened log ends, BesideDurable that or the
-// last seq a CommitBeside of this Log made durable, and a record naming a
-// seq beyond it was written beside a batch the log lost (the agent rolls
-// such a grant back at start). A record written with Write counts as
+// RecordHash says which record the log holds at a seq, and a journal
+// record whose seq and hash do not name a record the log holds was written
+// beside a batch the log lost (the agent rolls such a grant back at
+// start). The hash is what makes this exact: the log gives a lost record's
+// seq to the next record it writes (the daemon's agent.start record at the
+// next start, say), so however far the log gets afterwards, even across
+// starts that fail before the agent could record the rollback, a lost
+// record is never taken for kept. A record written with Write counts as
 // acknowledged only once a Commit, a CommitBeside or a later Append has
 // returned.
 //

@@ -43,7 +43,7 @@ func (d *daemon) openAudit() error {
 	d.sink.kernelDenial = d.auditKernelDenial
 	d.sink.commit = d.commitAudit
 	d.sink.commitBeside = d.commitAuditBeside
-	d.sink.durable = l.BesideDurable
+	d.sink.recordHash = l.RecordHash
 	d.addSuppressed() // the baseline: what was suppressed before this daemon
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
@@ -161,8 +161,8 @@ func (d *daemon) commitAudit(then func() error) error {
 
 // commitAuditBeside is commitAudit with then (the agent's journal write
 // of a live grant) run beside the log's fdatasync, given the batch's last
-// seq (audit.Log.CommitBeside, agent.BesideCommitter).
-func (d *daemon) commitAuditBeside(then func(uint64) error) error {
+// seq and hash (audit.Log.CommitBeside, agent.BesideCommitter).
+func (d *daemon) commitAuditBeside(then func(uint64, string) error) error {
 	err := d.audit.log.CommitBeside(then)
 	if errors.Is(err, audit.ErrFailed) {
 		// The log's own failure (the journal's errors are not ErrFailed):
