@@ -11,6 +11,7 @@ package agent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 
@@ -85,6 +86,9 @@ func TestGrantAuditBatchLost(t *testing.T) {
 	}
 	*sink = *newAuditSink(t, dir)
 	m.reopen(t)
+	if sink.lookups != 2 {
+		t.Fatalf("the start looked up %d audit records, want 2 (the lost grant's, then the kept one's, which vouches for the rest)", sink.lookups)
+	}
 
 	if p := grantPhase(t, m, g2.ID); p != PhaseRolledBack {
 		t.Fatalf("the grant whose audit records were lost is %s after the restart, want %s", p, PhaseRolledBack)
@@ -197,4 +201,34 @@ func TestMemoryCrashGrantAudit(t *testing.T) {
 			m.wantAllowed(t, "s1", x, y)
 		})
 	}
+}
+
+// TestAuditMarksOneLookup: a start with many live grants whose records the
+// log holds reads one record back (the newest grant's): its hash fixes
+// every record before it, so every lower mark is vouched for.
+func TestAuditMarksOneLookup(t *testing.T) {
+	dir := t.TempDir()
+	sink := newAuditSink(t, dir)
+	m := newMemoryAgent(t, func(c *Config) { c.Events = sink })
+	m.session(t, "s1")
+	var addrs []string
+	for i := 2; i < 12; i++ {
+		a := fmt.Sprintf("127.0.0.%d:8080", i)
+		m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(a)})
+		addrs = append(addrs, a)
+	}
+	if err := m.Agent.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.Agent = nil
+	sink.log.Close()
+	*sink = *newAuditSink(t, dir)
+	m.reopen(t)
+	if sink.lookups != 1 {
+		t.Fatalf("the start looked up %d audit records for 10 live grants, want 1", sink.lookups)
+	}
+	if n := m.checkAgree(t, "s1", 1); n != 10 {
+		t.Fatalf("%d live grants after the restart, want 10", n)
+	}
+	m.wantAllowed(t, "s1", addrs...)
 }

@@ -36,6 +36,7 @@ type auditSink struct {
 	kinds      []string // every event, in order
 	durable    uint64   // the last seq an Append or Commit made durable
 	marks      []uint64 // the seqs CommitBeside gave then
+	lookups    int      // HasRecord calls
 }
 
 func newAuditSink(t testing.TB, dir string) *auditSink {
@@ -90,6 +91,9 @@ func (s *auditSink) CommitBeside(then func(seq uint64, hash string) error) error
 
 // HasRecord is the log's RecordHash compared with hash, as the daemon's.
 func (s *auditSink) HasRecord(seq uint64, hash string) (bool, bool, error) {
+	s.mu.Lock()
+	s.lookups++
+	s.mu.Unlock()
 	h, ok, err := s.log.RecordHash(seq)
 	return ok && h == hash, true, err
 }

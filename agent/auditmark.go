@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/shinken-agent/shinken/agent/store"
 )
@@ -23,6 +24,15 @@ import (
 // and releasing its Delta, recording grant.rollback). A failed write, or
 // a log that cannot be read at the mark, fails the start and changes
 // nothing; the next start checks again.
+//
+// One lookup vouches for every lower mark: a record's hash covers its
+// prev_hash, so the record the log holds at the highest matching mark
+// fixes every record before it. Every live grant's mark lies on one chain:
+// each successful start checked the marks live then against the log it
+// continues, and a grant made since was written on that log. So the
+// lookups go from the highest mark down and stop at the first the log
+// holds; a start reads the log back to the newest live grant's record
+// once, not once per grant.
 func (a *Agent) checkAuditMarks() error {
 	c, ok := a.cfg.Events.(BesideCommitter)
 	if !ok {
@@ -30,11 +40,17 @@ func (a *Agent) checkAuditMarks() error {
 	}
 	a.mu.Lock()
 	defer a.unlock()
-	var demoted []*GrantRecord
+	var marked []*GrantRecord
 	for _, g := range a.st.Grants {
-		if g.Phase != PhaseLive || g.AuditMark == 0 {
-			continue
+		if g.Phase == PhaseLive && g.AuditMark != 0 {
+			marked = append(marked, g)
 		}
+	}
+	// Highest mark first: the first record the log holds vouches for every
+	// lower mark (see the comment above), so the lookups stop there.
+	sort.Slice(marked, func(i, j int) bool { return marked[i].AuditMark > marked[j].AuditMark })
+	var demoted []*GrantRecord
+	for i, g := range marked {
 		held, attached, err := c.HasRecord(g.AuditMark, g.AuditHash)
 		if err != nil {
 			return fmt.Errorf("agent: grant %s: look up its audit record (seq %d): %w", g.ID, g.AuditMark, err)
@@ -42,9 +58,15 @@ func (a *Agent) checkAuditMarks() error {
 		if !attached {
 			return nil
 		}
-		if !held || g.AuditHash == "" {
-			demoted = append(demoted, g)
+		if held && g.AuditHash != "" {
+			for _, lower := range marked[i+1:] {
+				if lower.AuditHash == "" {
+					demoted = append(demoted, lower)
+				}
+			}
+			break
 		}
+		demoted = append(demoted, g)
 	}
 	if len(demoted) == 0 {
 		return nil
