@@ -45,6 +45,28 @@ type Committer interface {
 	Commit(then func() error) error
 }
 
+// BesideCommitter is a Committer that can run the agent's journal write
+// beside its own sync instead of after it (the audit log's CommitBeside):
+// CommitBeside calls then at once with the mark of the last record written
+// so far (the audit log's seq and the record's hash) and returns when both
+// then and the sync are done, with their errors joined; it does not call
+// then when the sink already knows it cannot make records durable. The
+// agent writes a grant's live record inside then with the mark in it
+// (GrantRecord.AuditMark and AuditHash), so the journal's fsync overlaps
+// the log's fdatasync instead of following it (the log's checkpoint still
+// follows the log's). A power loss while both run may keep the live record
+// and lose the records, so at start the agent asks HasRecord for every
+// live grant's mark (whether the log holds that very record: the seq
+// alone does not say, since the log gives a lost record's seq to the next
+// record it writes; attached false when no log is attached) and treats
+// every live grant whose record the log does not hold as never live:
+// reconcile rolls it back (checkAuditMarks).
+type BesideCommitter interface {
+	Committer
+	CommitBeside(then func(seq uint64, hash string) error) error
+	HasRecord(seq uint64, hash string) (held, attached bool, err error)
+}
+
 type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) Emit(e Event) error {
@@ -86,6 +108,10 @@ type Config struct {
 	// CrashHook, when set, is called after every step of GRANT and REVOKE;
 	// tests make it kill the process to check recovery.
 	CrashHook func(Step)
+	// StoreFault, when set, is the journal's fault hook from Open on
+	// (store.Store.Fault): tests make a write at start fail as ENOSPC or
+	// EIO would.
+	StoreFault func(op string) error
 
 	// WorkspaceProtected names paths, relative to a session's workspace,
 	// kept read-only in its view besides WorkspaceProtected (.git/hooks,
@@ -144,9 +170,10 @@ func (c *Config) validate() error {
 //     the resolver's dirty set (dns, dnsDirty). Under it a grant still runs
 //     the pre-grant gate, Cedar's grant authorization (it reads the
 //     session's entities, which grants change) and one commit of its audit
-//     records (Committer: one fdatasync and one checkpoint) inside which its
-//     live record is written and fsynced, beside the checkpoint's sync
-//     (intent records are written unsynced: persistIntent).
+//     records (Committer: one fdatasync and one checkpoint) beside which its
+//     live record is written and fsynced (BesideCommitter; with a plain
+//     Committer, once the fdatasync has returned, beside the checkpoint's
+//     sync; intent records are written unsynced: persistIntent).
 //     The grant proof runs before it is taken (prove.go); use-time
 //     decisions (Decide, DecideUse) never take it.
 //   - bmu guards the breaker counters, which Decide moves without mu.
@@ -217,6 +244,7 @@ func Open(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	db.Fault = cfg.StoreFault
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
 		dnsDirty: map[string]struct{}{}}
 	if err := a.start(); err != nil {
@@ -239,6 +267,9 @@ func (a *Agent) start() error {
 	}
 	// So does the deny table (the forbids in force), before any grant.
 	if err := a.setDenyList(a.engine.KernelForbids()); err != nil {
+		return err
+	}
+	if err := a.checkAuditMarks(); err != nil {
 		return err
 	}
 	if _, err := a.Reconcile(); err != nil {
@@ -310,6 +341,16 @@ func (a *Agent) commit(then func() error) error {
 		return then()
 	}
 	return nil
+}
+
+// commitLive makes the deferred events durable and writes a live record
+// with live: beside the sink's sync when it is a BesideCommitter (live
+// gets the mark to record), after it otherwise (mark 0, no hash).
+func (a *Agent) commitLive(live func(seq uint64, hash string) error) error {
+	if c, ok := a.cfg.Events.(BesideCommitter); ok {
+		return c.CommitBeside(live)
+	}
+	return a.commit(func() error { return live(0, "") })
 }
 
 func paramsHash(c Capability) string {

@@ -10,6 +10,7 @@ package agent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,8 +32,11 @@ type auditSink struct {
 	commits    int      // commits that had records to make durable
 	inThen     func()   // called inside Commit's then, before the agent's work
 	failCommit error    // Commit fails so (as a failed fdatasync: then not called)
+	failAfter  error    // CommitBeside's sync fails so, after then ran
 	kinds      []string // every event, in order
 	durable    uint64   // the last seq an Append or Commit made durable
+	marks      []uint64 // the seqs CommitBeside gave then
+	lookups    int      // HasRecord calls
 }
 
 func newAuditSink(t testing.TB, dir string) *auditSink {
@@ -44,6 +48,62 @@ func newAuditSink(t testing.TB, dir string) *auditSink {
 	t.Cleanup(func() { l.Close() })
 	return &auditSink{log: l}
 }
+
+// CommitBeside is the log's, counted as Commit counts; with failAfter set
+// then runs and the sync fails (as a failed fdatasync beside the
+// journal's write).
+func (s *auditSink) CommitBeside(then func(seq uint64, hash string) error) error {
+	s.mu.Lock()
+	fail, failAfter, hook := s.failCommit, s.failAfter, s.inThen
+	s.mu.Unlock()
+	if fail != nil {
+		return fail
+	}
+	head, headHash := s.log.Head()
+	s.mu.Lock()
+	if head > s.durable {
+		s.commits++
+	}
+	s.mu.Unlock()
+	wrapped := func(seq uint64, hash string) error {
+		s.mu.Lock()
+		s.marks = append(s.marks, seq)
+		s.mu.Unlock()
+		if then == nil {
+			return nil
+		}
+		if hook != nil {
+			hook()
+		}
+		return then(seq, hash)
+	}
+	if failAfter != nil {
+		return errors.Join(failAfter, wrapped(head, headHash))
+	}
+	err := s.log.CommitBeside(wrapped)
+	if err == nil {
+		s.mu.Lock()
+		s.durable = max(s.durable, head)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// HasRecord is the log's RecordHash compared with hash, as the daemon's.
+func (s *auditSink) HasRecord(seq uint64, hash string) (bool, bool, error) {
+	s.mu.Lock()
+	s.lookups++
+	s.mu.Unlock()
+	h, ok, err := s.log.RecordHash(seq)
+	return ok && h == hash, true, err
+}
+
+// afterSink is an auditSink that is only a Committer (no CommitBeside):
+// the agent writes the live record once the records are durable.
+type afterSink struct{ s *auditSink }
+
+func (p afterSink) Emit(e Event) error             { return p.s.Emit(e) }
+func (p afterSink) Commit(then func() error) error { return p.s.Commit(then) }
 
 func (s *auditSink) Emit(e Event) error {
 	s.mu.Lock()
@@ -132,42 +192,66 @@ func liveInJournal(t testing.TB, dir string) int {
 }
 
 // TestGrantCommitsAuditBeforeLive: one grant through Request writes its two
-// records unsynced and makes them durable with one commit, inside which
-// (once they are durable) its live record is written; after the answer the
-// checkpoint vouches for both.
+// records unsynced and makes them durable with one commit; its live record
+// is written inside the commit, beside the log's fdatasync, carrying the
+// seq of the batch's last record (BesideCommitter), or once the records
+// are durable (a plain Committer, mark 0); after the answer the checkpoint
+// vouches for both records.
 func TestGrantCommitsAuditBeforeLive(t *testing.T) {
-	sink := newAuditSink(t, t.TempDir())
-	m := newMemoryAgent(t, func(c *Config) { c.Events = sink })
-	m.session(t, "s1")
-	a0, w0, c0 := sink.counts()
-	thenRan := 0
-	sink.inThen = func() {
-		thenRan++
-		lines := bytes.Split(bytes.TrimSpace(mustRead(t, sink.log.Path())), []byte("\n"))
-		last := string(lines[len(lines)-1])
-		if !strings.Contains(last, `"grant.issue"`) || !strings.Contains(string(lines[len(lines)-2]), `"request"`) {
-			t.Errorf("inside the commit: the log ends %s / %s, want the request and grant.issue records", lines[len(lines)-2], last)
-		}
-		if n := liveInJournal(t, m.dir); n != 0 {
-			t.Errorf("inside the commit, before the agent's work: %d live grant records in the journal, want none yet", n)
-		}
+	for _, beside := range []bool{true, false} {
+		t.Run(map[bool]string{true: "beside", false: "after"}[beside], func(t *testing.T) {
+			sink := newAuditSink(t, t.TempDir())
+			var ev EventSink = sink
+			if !beside {
+				ev = afterSink{sink}
+			}
+			m := newMemoryAgent(t, func(c *Config) { c.Events = ev })
+			m.session(t, "s1")
+			a0, w0, c0 := sink.counts()
+			thenRan := 0
+			var issueSeq uint64
+			sink.inThen = func() {
+				thenRan++
+				lines := bytes.Split(bytes.TrimSpace(mustRead(t, sink.log.Path())), []byte("\n"))
+				last := string(lines[len(lines)-1])
+				if !strings.Contains(last, `"grant.issue"`) || !strings.Contains(string(lines[len(lines)-2]), `"request"`) {
+					t.Errorf("inside the commit: the log ends %s / %s, want the request and grant.issue records", lines[len(lines)-2], last)
+				}
+				issueSeq, _ = sink.log.Head()
+				if n := liveInJournal(t, m.dir); n != 0 {
+					t.Errorf("inside the commit, before the agent's work: %d live grant records in the journal, want none yet", n)
+				}
+			}
+			res, err := m.Request(ctx, []GrantRequest{{Session: "s1", Lifecycle: LifecycleSession, Capability: loopEgress("127.0.0.2:8080")}})
+			if err != nil || len(res) != 1 || res[0].Outcome != "granted" {
+				t.Fatalf("request: %v %+v", err, res)
+			}
+			if thenRan != 1 {
+				t.Fatalf("the journal's write ran inside %d commits, want 1", thenRan)
+			}
+			if n := liveInJournal(t, m.dir); n != 1 {
+				t.Fatalf("%d live grant records in the journal after the answer, want 1", n)
+			}
+			wantMark := uint64(0)
+			if beside {
+				wantMark = issueSeq
+			}
+			if got := m.st.Grants[res[0].Grant.ID].AuditMark; got != wantMark {
+				t.Fatalf("the live record's audit mark %d, want %d (the grant.issue record's seq, 0 after a plain commit)", got, wantMark)
+			}
+			if beside && !bytes.Contains(mustRead(t, filepath.Join(m.dir, "state.journal")), fmt.Appendf(nil, `"audit_mark":%d`, issueSeq)) {
+				t.Fatalf("the journal's live record does not carry audit_mark %d", issueSeq)
+			}
+			a1, w1, c1 := sink.counts()
+			if a1 != a0 || w1-w0 != 2 || c1-c0 != 1 {
+				t.Fatalf("one grant: %d appends, %d deferred writes, %d commits; want 0, 2 (request, grant.issue), 1", a1-a0, w1-w0, c1-c0)
+			}
+			sink.verified(t)
+			m.wantAllowed(t, "s1", "127.0.0.2:8080")
+			m.reopen(t) // the mark is within the log: still live
+			m.wantAllowed(t, "s1", "127.0.0.2:8080")
+		})
 	}
-	res, err := m.Request(ctx, []GrantRequest{{Session: "s1", Lifecycle: LifecycleSession, Capability: loopEgress("127.0.0.2:8080")}})
-	if err != nil || len(res) != 1 || res[0].Outcome != "granted" {
-		t.Fatalf("request: %v %+v", err, res)
-	}
-	if thenRan != 1 {
-		t.Fatalf("the journal's write ran inside %d commits, want 1", thenRan)
-	}
-	if n := liveInJournal(t, m.dir); n != 1 {
-		t.Fatalf("%d live grant records in the journal after the answer, want 1", n)
-	}
-	a1, w1, c1 := sink.counts()
-	if a1 != a0 || w1-w0 != 2 || c1-c0 != 1 {
-		t.Fatalf("one grant: %d appends, %d deferred writes, %d commits; want 0, 2 (request, grant.issue), 1", a1-a0, w1-w0, c1-c0)
-	}
-	sink.verified(t)
-	m.wantAllowed(t, "s1", "127.0.0.2:8080")
 }
 
 // TestNotifyGrantOneCommit: a Notify-tier grant's notice joins the same

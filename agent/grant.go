@@ -54,8 +54,8 @@ const (
 	StepGrantHandleSaved  Step = "grant.handle-saved"  // kernel ref recorded
 	StepGrantApplying     Step = "grant.applying"      // the Delta recorded, not yet pushed
 	StepGrantDeltaApplied Step = "grant.delta-applied" // the Delta in, not yet live
-	StepGrantRecorded     Step = "grant.recorded"      // its audit records durable, the live record not yet written
-	StepGrantLive         Step = "grant.live"          // live record persisted (after the audit records)
+	StepGrantRecorded     Step = "grant.recorded"      // its audit records written and being made durable (or durable), the live record not yet written
+	StepGrantLive         Step = "grant.live"          // live record persisted, its audit records durable
 	StepGrantEmitted      Step = "grant.emitted"       // event emitted and committed (the same point as grant.live)
 	StepRevokeFlipped     Step = "revoke.flipped"      // kernel bit flipped, nothing recorded
 	StepRevokeIntent      Step = "revoke.intent"       // revoking recorded
@@ -337,11 +337,16 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	sess.Ingredients = sess.Ingredients.With(c, rec.Provenance)
 	// 5. Record the grant, then make it live: the events are written
 	// (Defer), then one commit makes them durable with the request records
-	// before them (one fdatasync, one checkpoint), and only once they are
-	// durable is the live record written and fsynced, while the checkpoint
-	// is (Committer). A crash never leaves a live grant the audit log does
-	// not show; one between the two leaves the grant applying, which
-	// reconcile rolls back. Failing to record fails the grant.
+	// before them (one fdatasync, one checkpoint), and the live record is
+	// written and fsynced beside that fdatasync, naming the commit's last
+	// record by seq and hash (BesideCommitter: the journal's fsync
+	// overlaps the log's fdatasync instead of following it), or once
+	// the records are durable (Committer). The answer waits for both. A
+	// crash never leaves a live grant the audit log does not show: a live
+	// record whose named record the log does not hold is not live at the
+	// next start
+	// (checkAuditMarks), one before it leaves the grant applying; reconcile
+	// rolls both back. Failing to record fails the grant.
 	err = a.emit(Event{Kind: "grant.issue", Session: rec.Session, Grant: id, Class: c.Class, Tier: rec.Tier.String(), Provenance: string(rec.Provenance),
 		ParamsSHA256: paramsHash(c), Actor: rec.Approver, Outcome: "live", Defer: true})
 	if err == nil && rec.Tier == TierNotify {
@@ -351,8 +356,9 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 		sess.Ingredients = oldIng
 		return nil, a.rollback(rec, fmt.Errorf("emit: %w", err))
 	}
-	if err := a.commit(func() error {
+	if err := a.commitLive(func(seq uint64, hash string) error {
 		a.crash(StepGrantRecorded)
+		rec.AuditMark, rec.AuditHash = seq, hash
 		return a.persistKeys(key, store.SessionKey(rec.Session))
 	}); err != nil {
 		sess.Ingredients = oldIng

@@ -65,13 +65,28 @@
 // power loss may drop them) and then calls Commit: one fdatasync and one
 // checkpoint for the batch, vouching for its last record. Commit's then
 // argument runs once the records are durable, while the checkpoint slot is
-// written and synced: the agent writes and fsyncs a grant's live journal
-// record there (a grant's request and grant.issue records are one batch),
-// so the journal never holds a live grant whose records the log could
-// still lose, and the two syncs overlap. A crash while they run leaves the
-// log one batch ahead of its checkpoint, which Open vouches for again (see
-// below). A record written with Write counts as acknowledged only once a
-// Commit, or a later Append, has returned.
+// written and synced (work that must follow the records on the disk; a
+// plain agent.Committer's grant writes its live record there), so the two
+// syncs overlap. A crash
+// while they run leaves the log one batch ahead of its checkpoint, which
+// Open vouches for again (see below).
+//
+// CommitBeside is Commit with then run beside the log's fdatasync instead
+// of after it, told the seq and hash of the batch's last record: the agent
+// writes a grant's live journal record there, with both in it, so the
+// grant waits for the journal's sync beside the log's instead of after it.
+// The two files' order on the disk is then lost (a power loss may keep the
+// journal's record and drop the batch), and the reader restores it:
+// RecordHash says which record the log holds at a seq, and a journal
+// record whose seq and hash do not name a record the log holds was written
+// beside a batch the log lost (the agent rolls such a grant back at
+// start). The hash is what makes this exact: the log gives a lost record's
+// seq to the next record it writes (the daemon's agent.start record at the
+// next start, say), so however far the log gets afterwards, even across
+// starts that fail before the agent could record the rollback, a lost
+// record is never taken for kept. A record written with Write counts as
+// acknowledged only once a Commit, a CommitBeside or a later Append has
+// returned.
 //
 // An append therefore costs a share of two fdatasyncs (log, then checkpoint
 // slot). BenchmarkAppend on this project's shared 2-core machine (ext4 on a

@@ -73,6 +73,7 @@ type Log struct {
 	cpNext int        // the slot the next checkpoint goes to
 
 	recovery *Recovery
+	opened   uint64 // the head Open found (after recovery, before its own records)
 }
 
 // Open opens (or creates) the audit log in cfg.Dir, generating the signing
@@ -114,6 +115,7 @@ func Open(cfg Config) (*Log, error) {
 		}
 		return nil, err
 	}
+	l.opened = l.seq
 	if l.recovery != nil {
 		r := l.recovery
 		cfg.Logger.Warn("audit: torn last record moved aside (crash mid-write?)",
@@ -228,7 +230,11 @@ func (l *Log) recover() ([]byte, error) {
 	}
 	if l.synced != l.seq {
 		// The log got ahead of its checkpoint (a crash between the two):
-		// vouch for what is durable now.
+		// vouch for what is durable now, once it is (a kill -9 leaves the
+		// records in the page cache only).
+		if err := fdatasync(l.f); err != nil {
+			return nil, fmt.Errorf("audit: sync: %w", err)
+		}
 		if err := writeSlot(l.cpFile, l.cpNext, l.priv, l.seq, l.hash, l.cfg.now()); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
@@ -315,6 +321,111 @@ func (l *Log) Commit(then func() error) error {
 	seq := l.seq
 	l.mu.Unlock()
 	return l.syncThen(seq, then)
+}
+
+// CommitBeside is Commit with then run beside the log's fdatasync rather
+// than after it: then(seq, hash) is called at once, on the caller's
+// goroutine, with the seq and hash (Record.Hash) of the last record written
+// so far (the batch's), while another goroutine makes the records durable
+// and then checkpoints them, so a caller whose own sync (the agent's
+// journal) need not wait for the log's waits for one sync instead of two in
+// turn. The price is the order: a power loss while both run can keep what
+// then wrote and lose the batch, so then must record seq and hash beside
+// what it writes and its reader must treat that as unwritten unless the
+// log holds that very record (RecordHash at the next Open: a seq alone
+// does not do, since the log reuses a lost record's seq for the next
+// record it writes). CommitBeside returns when both are done, with their
+// errors joined; then is not called on a Log that has already failed, and
+// when the log's sync fails after then ran, the error says so (ErrFailed).
+func (l *Log) CommitBeside(then func(seq uint64, hash string) error) error {
+	l.mu.Lock()
+	seq, hash, failed := l.seq, l.hash, l.failed
+	l.mu.Unlock()
+	if failed != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, failed)
+	}
+	if then == nil {
+		return l.syncTo(seq)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.syncTo(seq) }()
+	var thenErr, err error
+	func() {
+		defer func() { err = <-done }() // a panic in then still waits for the sync
+		thenErr = then(seq, hash)
+	}()
+	return errors.Join(err, thenErr)
+}
+
+// OpenedHead is the seq of the last record Open found in the log (after
+// moving a torn tail aside, before the records Open itself appends): every
+// record up to it survived whatever stopped the previous writer, and Open
+// made them durable.
+func (l *Log) OpenedHead() uint64 { return l.opened }
+
+// RecordHash returns the hash (Record.Hash) of the log's record at seq,
+// read from the end of the file back (the records callers ask about are
+// recent: a mark CommitBeside gave); ok is false when the log holds no
+// record at seq (0, or beyond its head). A line on the way that is not a
+// record signed by the log's key is an error wrapping ErrCorrupt.
+func (l *Log) RecordHash(seq uint64) (hash string, ok bool, err error) {
+	l.mu.Lock()
+	head, headHash, closed, failed := l.seq, l.hash, l.closed, l.failed
+	var size int64
+	if !closed && failed == nil {
+		// Records are written under mu: the file holds whole records up
+		// to head and nothing after them.
+		st, serr := l.f.Stat()
+		if serr != nil {
+			err = fmt.Errorf("audit: %w", serr)
+		} else {
+			size = st.Size()
+		}
+	}
+	l.mu.Unlock()
+	switch {
+	case closed:
+		return "", false, ErrClosed
+	case failed != nil:
+		return "", false, fmt.Errorf("%w: %w", ErrFailed, failed)
+	case err != nil:
+		return "", false, err
+	case seq == 0 || seq > head:
+		return "", false, nil
+	case seq == head:
+		return headHash, true, nil
+	}
+	const chunk = 64 << 10
+	end := size - 1    // the last record's newline
+	var pending []byte // the file's bytes before end not yet looked at
+	off := end
+	for {
+		i := bytes.LastIndexByte(pending, '\n')
+		if i < 0 && off > 0 {
+			n := min(int64(chunk), off)
+			buf := make([]byte, n, n+int64(len(pending)))
+			if _, err := l.f.ReadAt(buf, off-n); err != nil {
+				return "", false, fmt.Errorf("audit: read log: %w", err)
+			}
+			pending, off = append(buf, pending...), off-n
+			continue
+		}
+		line := pending[i+1:]
+		pending = pending[:max(i, 0)]
+		r, canon, h, err := parseLine(line)
+		if err == nil {
+			err = checkSig(l.pub, recordDomain, canon, r.Sig)
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("%w: %s: looking for seq %d: %v; run verify", ErrCorrupt, l.path, seq, err)
+		}
+		switch {
+		case r.Seq == seq:
+			return h, true, nil
+		case r.Seq < seq || i < 0:
+			return "", false, nil
+		}
+	}
 }
 
 // write seals and writes one record, not yet durable.

@@ -31,9 +31,17 @@ type GrantRecord struct {
 	// (net.egress and net.inbound rules); it is moved into Delta on load.
 	LegacyRules []backend.EgressRule  `json:"rules,omitempty"`
 	Phase       capability.GrantPhase `json:"phase"`
-	Created     time.Time             `json:"created"`
-	Ended       time.Time             `json:"ended,omitzero"`
-	EndReason   string                `json:"end_reason,omitempty"`
+	// AuditMark and AuditHash name the last record of the audit commit
+	// the live record was written beside (agent.BesideCommitter): its
+	// seq and its hash; 0 and "" when the live record was written after
+	// its records were durable. A start whose audit log does not hold
+	// that record (none at the seq, or another one) treats the grant as
+	// never live.
+	AuditMark uint64    `json:"audit_mark,omitempty"`
+	AuditHash string    `json:"audit_hash,omitempty"`
+	Created   time.Time `json:"created"`
+	Ended     time.Time `json:"ended,omitzero"`
+	EndReason string    `json:"end_reason,omitempty"`
 }
 
 // SessionPhase is where a session stands.

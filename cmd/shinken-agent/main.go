@@ -147,10 +147,39 @@ type daemon struct {
 type eventSink struct {
 	hub          *api.Hub
 	audit        func(agent.Event) error
-	kernelDenial func(session string, ev backend.Event) // aggregated for the audit log
-	observe      func(agent.Event)                      // latencies for the metrics
-	sessionEnded atomic.Pointer[func(session string)]   // the session runtime forgets its processes
-	commit       func(then func() error) error          // the audit log's Commit, when one is attached
+	kernelDenial func(session string, ev backend.Event)      // aggregated for the audit log
+	observe      func(agent.Event)                           // latencies for the metrics
+	sessionEnded atomic.Pointer[func(session string)]        // the session runtime forgets its processes
+	commit       func(then func() error) error               // the audit log's Commit, when one is attached
+	commitBeside func(then func(uint64, string) error) error // its CommitBeside, when one is attached
+	recordHash   func(seq uint64) (string, bool, error)      // its RecordHash, when one is attached
+}
+
+// CommitBeside makes the audit records of deferred events durable while
+// then runs, given the seq and hash of the last of them
+// (agent.BesideCommitter).
+func (s *eventSink) CommitBeside(then func(seq uint64, hash string) error) error {
+	if s.commitBeside != nil {
+		return s.commitBeside(then)
+	}
+	if then != nil {
+		return then(0, "")
+	}
+	return nil
+}
+
+// HasRecord says whether the audit log holds the record at seq with hash
+// (the mark a live record written beside its commit names); attached
+// false with no audit log (agent.BesideCommitter).
+func (s *eventSink) HasRecord(seq uint64, hash string) (held, attached bool, err error) {
+	if s.recordHash == nil {
+		return false, false, nil
+	}
+	h, ok, err := s.recordHash(seq)
+	if err != nil {
+		return false, true, err
+	}
+	return ok && h == hash, true, nil
 }
 
 // Commit makes the audit records of deferred events durable, then runs then

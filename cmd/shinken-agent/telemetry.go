@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -41,6 +42,8 @@ func (d *daemon) openAudit() error {
 	d.sink.audit = d.auditAgentEvent
 	d.sink.kernelDenial = d.auditKernelDenial
 	d.sink.commit = d.commitAudit
+	d.sink.commitBeside = d.commitAuditBeside
+	d.sink.recordHash = l.RecordHash
 	d.addSuppressed() // the baseline: what was suppressed before this daemon
 	_, err = l.Append(audit.Event{Type: audit.EventAgentStart, Outcome: map[string]string{"true": "adopted", "false": "fresh"}[d.dp.Probe().Facts["adopted"]]})
 	return err
@@ -151,6 +154,19 @@ func (d *daemon) commitAudit(then func() error) error {
 	if err != nil && err != thenErr {
 		// The log's own failure, not then's (the journal's): records
 		// that could not be made durable count as a failed append.
+		auditErrors.WithLabelValues("append").Inc()
+	}
+	return err
+}
+
+// commitAuditBeside is commitAudit with then (the agent's journal write
+// of a live grant) run beside the log's fdatasync, given the batch's last
+// seq and hash (audit.Log.CommitBeside, agent.BesideCommitter).
+func (d *daemon) commitAuditBeside(then func(uint64, string) error) error {
+	err := d.audit.log.CommitBeside(then)
+	if errors.Is(err, audit.ErrFailed) {
+		// The log's own failure (the journal's errors are not ErrFailed):
+		// records that could not be made durable count as a failed append.
 		auditErrors.WithLabelValues("append").Inc()
 	}
 	return err
