@@ -33,6 +33,15 @@ package boundary
 // process never holds it: with it, landlock_add_rule could add a rule
 // (O_PATH opens are not checked by Landlock) to the ruleset every later
 // launch of the session enters (TestRulesetNotInherited).
+//
+// A program that embeds the boundary must not call an all-threads
+// credential system call (Go's syscall.Setuid, Setgid, Setgroups and
+// kin: the runtime's AllThreadsSyscall) while a ruleset is being built:
+// the build thread has no capability, its setgroups fails, and the
+// runtime aborts the process ("results differ between threads"). Shown
+// with a loop of syscall.Setgroups beside launches; the agent never makes
+// such a call. The tests that set this process's groups wait until no
+// thread has other credentials (setgroupsAllThreads).
 
 import (
 	"fmt"

@@ -75,10 +75,8 @@ func TestNoPrivilegeGain(t *testing.T) {
 	b := newBoundary(t, Config{}, nil)
 	// The agent's supplementary groups (root's, here) must not reach the
 	// session: give this process some for the test.
-	if err := syscall.Setgroups([]int{0, 4}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Setgroups(nil) })
+	setgroupsAllThreads(t, []int{0, 4})
+	t.Cleanup(func() { setgroupsAllThreads(t, nil) })
 	session(t, b, "priv", 31)
 	uid, _ := b.UID(31)
 	dir, err := os.MkdirTemp(helperDir, "priv-")
