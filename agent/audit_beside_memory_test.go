@@ -51,36 +51,7 @@ func TestGrantAuditBatchLost(t *testing.T) {
 	m := newMemoryAgent(t, func(c *Config) { c.Events = sink })
 	m.session(t, "s1")
 	const kept, lost = "127.0.0.2:8080", "127.0.0.3:8080"
-	g1 := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(kept)})
-	logPath := sink.log.Path()
-	cpPath := audit.CheckpointPath(logPath)
-	st, err := os.Stat(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldCP := mustRead(t, cpPath)
-	g2 := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(lost)})
-	if mark := m.st.Grants[g2.ID].AuditMark; mark <= m.st.Grants[g1.ID].AuditMark {
-		t.Fatalf("audit marks %d then %d: want the second beyond the first", m.st.Grants[g1.ID].AuditMark, mark)
-	}
-	m.wantAllowed(t, "s1", kept, lost)
-
-	// The power loss: the agent and the log stop; the log's last batch and
-	// its checkpoint slot never reached the disk; the journal's did.
-	if err := m.Agent.Close(); err != nil {
-		t.Fatal(err)
-	}
-	m.Agent = nil
-	sink.log.Close()
-	if err := os.Truncate(logPath, st.Size()); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cpPath, oldCP, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if auditHas(t, logPath, g2.ID, "grant.issue") || !auditHas(t, logPath, g1.ID, "grant.issue") {
-		t.Fatal("the simulated loss did not cut exactly the second grant's batch")
-	}
+	g1, g2, logPath, _ := grantThenLoseBatch(t, m, sink, kept, lost)
 	if n := liveInJournal(t, m.dir); n != 2 {
 		t.Fatalf("%d live records in the journal before the restart, want both grants'", n)
 	}
@@ -231,4 +202,43 @@ func TestAuditMarksOneLookup(t *testing.T) {
 		t.Fatalf("%d live grants after the restart, want 10", n)
 	}
 	m.wantAllowed(t, "s1", addrs...)
+}
+
+// grantThenLoseBatch grants kept then lost in session s1 (both allowed),
+// then simulates a power loss that the journal's fsync and the log's
+// fdatasync running together can leave: the agent and the log stop, the
+// log is cut back to after the first grant and its checkpoint restored as
+// it was then (a checkpoint slot is written only after the log's
+// fdatasync), while the journal keeps both live records. It returns the
+// two grants, the log's path and the second grant's audit mark.
+func grantThenLoseBatch(t *testing.T, m *memoryAgent, sink *auditSink, kept, lost string) (g1, g2 *Grant, logPath string, mark uint64) {
+	t.Helper()
+	g1 = m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(kept)})
+	logPath = sink.log.Path()
+	cpPath := audit.CheckpointPath(logPath)
+	st, err := os.Stat(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCP := mustRead(t, cpPath)
+	g2 = m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(lost)})
+	if mark = m.st.Grants[g2.ID].AuditMark; mark <= m.st.Grants[g1.ID].AuditMark {
+		t.Fatalf("audit marks %d then %d: want the second beyond the first", m.st.Grants[g1.ID].AuditMark, mark)
+	}
+	m.wantAllowed(t, "s1", kept, lost)
+	if err := m.Agent.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.Agent = nil
+	sink.log.Close()
+	if err := os.Truncate(logPath, st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cpPath, oldCP, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if auditHas(t, logPath, g2.ID, "grant.issue") || !auditHas(t, logPath, g1.ID, "grant.issue") {
+		t.Fatal("the simulated loss did not cut exactly the second grant's batch")
+	}
+	return g1, g2, logPath, mark
 }

@@ -7,7 +7,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,34 +41,7 @@ func TestGrantAuditLostAcrossFailedStarts(t *testing.T) {
 	})
 	m.session(t, "s1")
 	const kept, lost = "127.0.0.2:8080", "127.0.0.3:8080"
-	g1 := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(kept)})
-	logPath := sink.log.Path()
-	cpPath := audit.CheckpointPath(logPath)
-	st, err := os.Stat(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldCP := mustRead(t, cpPath)
-	g2 := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(lost)})
-	mark := m.st.Grants[g2.ID].AuditMark
-	m.wantAllowed(t, "s1", kept, lost)
-
-	// The power loss: the journal kept the live record, the log lost the
-	// batch and its checkpoint slot.
-	if err := m.Agent.Close(); err != nil {
-		t.Fatal(err)
-	}
-	m.Agent = nil
-	sink.log.Close()
-	if err := os.Truncate(logPath, st.Size()); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cpPath, oldCP, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if auditHas(t, logPath, g2.ID, "grant.issue") {
-		t.Fatal("the simulated loss did not cut the second grant's batch")
-	}
+	g1, g2, logPath, mark := grantThenLoseBatch(t, m, sink, kept, lost)
 
 	// Starts whose demotion cannot be written: each fails, and each leaves
 	// the daemon's agent.start record durable in the log.
