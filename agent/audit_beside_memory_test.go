@@ -61,21 +61,7 @@ func TestGrantAuditBatchLost(t *testing.T) {
 		t.Fatalf("the start looked up %d audit records, want 2 (the lost grant's, then the kept one's, which vouches for the rest)", sink.lookups)
 	}
 
-	if p := grantPhase(t, m, g2.ID); p != PhaseRolledBack {
-		t.Fatalf("the grant whose audit records were lost is %s after the restart, want %s", p, PhaseRolledBack)
-	}
-	if p := grantPhase(t, m, g1.ID); p != PhaseLive {
-		t.Fatalf("the grant whose records the log kept is %s after the restart, want live", p)
-	}
-	if n := m.checkAgree(t, "s1", 1); n != 1 {
-		t.Fatalf("%d live grants after the restart, want 1", n)
-	}
-	m.wantAllowed(t, "s1", kept)
-	m.wantDenied(t, "s1", lost)
-	if !auditHas(t, logPath, g2.ID, "grant.rollback") {
-		t.Fatal("no grant.rollback record for the grant rolled back at start")
-	}
-	sink.verified(t)
+	wantLostRolledBack(t, m, sink, g1, g2, logPath, kept, lost, "after the restart")
 	m.converged(t, memCrashAt{step: "restart"})
 	m.reopen(t) // and it stays so
 	if p := grantPhase(t, m, g2.ID); p != PhaseRolledBack {
@@ -241,4 +227,27 @@ func grantThenLoseBatch(t *testing.T, m *memoryAgent, sink *auditSink, kept, los
 		t.Fatal("the simulated loss did not cut exactly the second grant's batch")
 	}
 	return g1, g2, logPath, mark
+}
+
+// wantLostRolledBack: after the restart that followed grantThenLoseBatch,
+// the grant whose audit records were lost (g2) is rolled back with a
+// grant.rollback record, the one whose records the log kept (g1) is live
+// and alone, the backend agrees, and the log verifies.
+func wantLostRolledBack(t *testing.T, m *memoryAgent, sink *auditSink, g1, g2 *Grant, logPath, kept, lost, when string) {
+	t.Helper()
+	if p := grantPhase(t, m, g2.ID); p != PhaseRolledBack {
+		t.Fatalf("the grant whose audit records were lost is %s %s, want %s", p, when, PhaseRolledBack)
+	}
+	if p := grantPhase(t, m, g1.ID); p != PhaseLive {
+		t.Fatalf("the grant whose records the log kept is %s %s, want live", p, when)
+	}
+	if n := m.checkAgree(t, "s1", 1); n != 1 {
+		t.Fatalf("%d live grants %s, want 1", n, when)
+	}
+	m.wantAllowed(t, "s1", kept)
+	m.wantDenied(t, "s1", lost)
+	if !auditHas(t, logPath, g2.ID, "grant.rollback") {
+		t.Fatal("no grant.rollback record for the grant rolled back at start")
+	}
+	sink.verified(t)
 }

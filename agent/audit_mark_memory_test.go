@@ -76,21 +76,7 @@ func TestGrantAuditLostAcrossFailedStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.reopen(t)
-	if p := grantPhase(t, m, g2.ID); p != PhaseRolledBack {
-		t.Fatalf("the grant whose grant.issue record was lost is %s after %d failed starts moved the log past its mark, want %s", p, failed, PhaseRolledBack)
-	}
-	if p := grantPhase(t, m, g1.ID); p != PhaseLive {
-		t.Fatalf("the grant whose records the log kept is %s, want live", p)
-	}
-	if n := m.checkAgree(t, "s1", 1); n != 1 {
-		t.Fatalf("%d live grants after the restart, want 1", n)
-	}
-	m.wantAllowed(t, "s1", kept)
-	m.wantDenied(t, "s1", lost)
-	if !auditHas(t, logPath, g2.ID, "grant.rollback") {
-		t.Fatal("no grant.rollback record for the grant rolled back at start")
-	}
-	sink.verified(t)
+	wantLostRolledBack(t, m, sink, g1, g2, logPath, kept, lost, fmt.Sprintf("after %d failed starts moved the log past its mark", failed))
 	m.reopen(t)
 	if p := grantPhase(t, m, g2.ID); p != PhaseRolledBack {
 		t.Fatalf("after another restart the lost grant is %s", p)
