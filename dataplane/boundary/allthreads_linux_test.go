@@ -14,10 +14,14 @@ import (
 // (the runtime's AllThreadsSyscall) and aborts the whole process ("results
 // differ between threads; runtime corrupted") when one thread's call fails.
 // The session's ruleset is built on a thread that drops every capability
-// (ruleset_linux.go) and ends with its goroutine; under emulation that
-// thread can outlive the launch that needed it. So first wait until every
-// thread of the process has the same credentials: then none is a build
-// thread. (The agent itself never calls an all-threads credential syscall.)
+// (ruleset_linux.go) and ends with its work (package throwaway), a moment
+// after the launch that needed it. So first wait until every thread of
+// the process has the same credentials as the main thread: then none is a
+// build thread. (The agent itself never calls an all-threads credential
+// syscall.) The CI VM's run once waited here for 20 s in vain: the build
+// had run on the main thread, which Go parks rather than ends, so the
+// main thread itself kept the session's credentials; throwaway.Run now
+// never runs on it.
 func setgroupsAllThreads(t *testing.T, groups []int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

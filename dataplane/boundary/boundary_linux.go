@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
 
@@ -446,23 +446,17 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 			return fmt.Errorf("boundary: launch in %s: session holder: %w", name, err)
 		}
 		defer unix.Close(pidfd)
-		errc := make(chan error, 1)
-		go func() {
-			// This thread joins the session's namespaces and is never
-			// unlocked: Go ends it when the goroutine returns, and never
-			// creates threads from a locked one.
-			runtime.LockOSThread()
+		// This thread joins the session's namespaces (Go never creates
+		// threads from a locked one).
+		err = throwaway.Run(func() error {
 			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				errc <- fmt.Errorf("unshare(CLONE_FS): %w", err)
-				return
+				return fmt.Errorf("unshare(CLONE_FS): %w", err)
 			}
 			if err := unix.Setns(pidfd, nsFlags); err != nil {
-				errc <- fmt.Errorf("join session namespaces (setns pidfd): %w", err)
-				return
+				return fmt.Errorf("join session namespaces (setns pidfd): %w", err)
 			}
-			errc <- startReporting(cmd, exe)
-		}()
-		err = <-errc
+			return startReporting(cmd, exe)
+		})
 	}
 	cmd.Path, cmd.Args = path, args
 	cmd.Env = origEnv

@@ -6,7 +6,9 @@
 // namespaces, created once when the session is made (the cgroup namespace
 // is rooted at the session cgroup, and the session's cgroup2 mounts are
 // made from it, read-only: it lists its own subtree, not the other
-// sessions). A locked thread of the agent
+// sessions). A thread of the agent that ends with the work (package
+// throwaway: never the main thread, which Go would keep, tainted, for the
+// agent's life)
 // unshares a new mount namespace, makes the host's root read-only
 // (recursively), a private /tmp and /dev/shm (tmpfs of Config.TmpfsBytes
 // each) and a minimal /dev there,

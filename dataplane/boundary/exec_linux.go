@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 )
 
 // The exec gate (the process class's exec allowlist) on a host without BPF
@@ -400,23 +400,18 @@ func (b *Boundary) memfdNoExec(h *holder) error {
 		return fmt.Errorf("session holder: %w", err)
 	}
 	defer unix.Close(pidfd)
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's PID namespace for children is the
-		// session's.
-		runtime.LockOSThread()
+	// The thread's PID namespace for children is the session's.
+	return throwaway.Run(func() error {
 		if err := unix.Setns(pidfd, unix.CLONE_NEWPID); err != nil {
-			errc <- fmt.Errorf("join session PID namespace: %w", err)
-			return
+			return fmt.Errorf("join session PID namespace: %w", err)
 		}
 		cmd := &exec.Cmd{Path: "/proc/self/fd/3", Args: []string{child.MemfdArg0}, ExtraFiles: []*os.File{b.exe}, Env: []string{}}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			err = fmt.Errorf("vm.memfd_noexec=2 in the session's PID namespace: %w: %s", err, strings.TrimSpace(string(out)))
 		}
-		errc <- err
-	}()
-	return <-errc
+		return err
+	})
 }
 
 // loop answers the group's permission events until the group is closed.

@@ -34,12 +34,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 )
@@ -66,27 +66,21 @@ func (b *Boundary) asSession(name string, fn func() error) error {
 		}
 		defer unix.Close(pidfd)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread is the session's from here on.
-		runtime.LockOSThread()
+	// The thread is the session's from here on.
+	return throwaway.Run(func() error {
 		if pidfd >= 0 {
 			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				errc <- fmt.Errorf("boundary: unshare(CLONE_FS): %w", err)
-				return
+				return fmt.Errorf("boundary: unshare(CLONE_FS): %w", err)
 			}
 			if err := unix.Setns(pidfd, unix.CLONE_NEWNS); err != nil {
-				errc <- fmt.Errorf("boundary: join session mount namespace: %w", err)
-				return
+				return fmt.Errorf("boundary: join session mount namespace: %w", err)
 			}
 		}
 		if err := dropToThread(h.uid, h.uid); err != nil {
-			errc <- fmt.Errorf("boundary: files in %s: %w", name, err)
-			return
+			return fmt.Errorf("boundary: files in %s: %w", name, err)
 		}
-		errc <- fn()
-	}()
-	return <-errc
+		return fn()
+	})
 }
 
 // dropToThread gives the calling thread alone uid and gid, no

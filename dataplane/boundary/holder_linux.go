@@ -5,12 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,14 +48,8 @@ func (b *Boundary) startHolder(h *holder) error {
 // startHolderDirect makes the holder from a thread of our own (see above);
 // cg is the cgroup fd, or -1 for none (the probe).
 func (b *Boundary) startHolderDirect(h *holder, cg int) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's mount namespace is the session's,
-		// and Go ends the thread when this goroutine returns.
-		runtime.LockOSThread()
-		errc <- b.holderFromThread(h, cg)
-	}()
-	return <-errc
+	// The thread's mount namespace is the session's.
+	return throwaway.Run(func() error { return b.holderFromThread(h, cg) })
 }
 
 func (b *Boundary) holderFromThread(h *holder, cg int) error {

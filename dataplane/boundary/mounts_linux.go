@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
 
@@ -263,21 +263,16 @@ func (b *Boundary) inMountNS(h *holder, fn func() error) error {
 		return fmt.Errorf("session holder: %w", err)
 	}
 	defer unix.Close(pidfd)
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's mount namespace is the session's.
-		runtime.LockOSThread()
+	// The thread's mount namespace is the session's.
+	return throwaway.Run(func() error {
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			errc <- fmt.Errorf("unshare(CLONE_FS): %w", err)
-			return
+			return fmt.Errorf("unshare(CLONE_FS): %w", err)
 		}
 		if err := unix.Setns(pidfd, unix.CLONE_NEWNS); err != nil {
-			errc <- fmt.Errorf("join session mount namespace (setns pidfd): %w", err)
-			return
+			return fmt.Errorf("join session mount namespace (setns pidfd): %w", err)
 		}
-		errc <- fn()
-	}()
-	return <-errc
+		return fn()
+	})
 }
 
 // HasMountAt says whether session name's view has a mount at dir that

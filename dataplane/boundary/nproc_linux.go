@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 )
 
 // A session's process bound (the process class's max_processes, the host's
@@ -43,17 +43,13 @@ func setPidsMax(dir string, bound uint32) error {
 // CAP_SYS_RESOURCE (which the agent may lack), and no one raise a hard
 // limit without it, so a larger bound reaches the next launches only.
 func setNProc(dir string, uid, bound uint32) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's uid is the session's.
-		runtime.LockOSThread()
+	// The thread's uid is the session's.
+	return throwaway.Run(func() error {
 		if err := child.SetThreadIDs(uid, uid); err != nil {
-			errc <- err
-			return
+			return err
 		}
-		errc <- setNProcAs(dir, uid, bound)
-	}()
-	return <-errc
+		return setNProcAs(dir, uid, bound)
+	})
 }
 
 func setNProcAs(dir string, uid, bound uint32) error {

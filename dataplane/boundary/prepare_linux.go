@@ -16,13 +16,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/creack/pty"
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
 
@@ -248,21 +248,15 @@ func StartPrepared(req backend.StartRequest) (backend.Started, error) {
 	if !p.NS {
 		err = start()
 	} else {
-		errc := make(chan error, 1)
-		go func() {
-			// Never unlocked: Go ends the tainted thread with the goroutine.
-			runtime.LockOSThread()
+		err = throwaway.Run(func() error {
 			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				errc <- fmt.Errorf("unshare(CLONE_FS): %w", err)
-				return
+				return fmt.Errorf("unshare(CLONE_FS): %w", err)
 			}
 			if err := unix.Setns(int(req.Files[2].Fd()), nsFlags); err != nil {
-				errc <- fmt.Errorf("join session namespaces (setns pidfd): %w", err)
-				return
+				return fmt.Errorf("join session namespaces (setns pidfd): %w", err)
 			}
-			errc <- start()
-		}()
-		err = <-errc
+			return start()
+		})
 	}
 	if err != nil {
 		return backend.Started{}, fmt.Errorf("boundary: start prepared launch: %w", err)

@@ -46,11 +46,11 @@ package boundary
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
 
@@ -162,27 +162,18 @@ func (b *Boundary) sessionRuleset(name string, h *holder, fs, scoped uint64, rul
 		return nil, fmt.Errorf("session holder: %w", err)
 	}
 	defer unix.Close(pidfd)
-	type built struct {
-		fd  int
-		err error
-	}
-	c := make(chan built, 1)
-	go func() {
-		// Never unlocked: the thread's mount namespace and credentials
-		// are the session's, and Go ends the thread with the goroutine.
-		runtime.LockOSThread()
-		fd, err := buildInSession(pidfd, h.uid, fs, scoped, rules)
-		c <- built{fd, err}
-	}()
-	r := <-c
-	if r.err != nil {
-		return nil, r.err
+	// The thread's mount namespace and credentials are the session's.
+	if err := throwaway.Run(func() (err error) {
+		fd, err = buildInSession(pidfd, h.uid, fs, scoped, rules)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	b.rulesets.builds.Add(1)
-	return os.NewFile(uintptr(b.rulesets.put(name, key, gen, r.fd)), "landlock-ruleset"), nil
+	return os.NewFile(uintptr(b.rulesets.put(name, key, gen, fd)), "landlock-ruleset"), nil
 }
 
-// buildInSession runs on a locked thread that is never unlocked: it joins
+// buildInSession runs on a thread of its own (throwaway.Run): it joins
 // the session's mount namespace, takes the session's uid and gid for file
 // access with no supplementary group and no capability (this thread only:
 // raw system calls), and builds the ruleset as the launcher would.

@@ -1,0 +1,5 @@
+//go:build !linux
+
+// Package throwaway runs work on an OS thread that ends with it (Linux
+// only).
+package throwaway
