@@ -200,7 +200,6 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 		}
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if old, ok := b.holders[name]; ok {
 		b.release(old)
 	}
@@ -208,6 +207,8 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	delete(b.specs, name)
 	b.holders[name] = h
 	b.rulesets.drop(name, false)
+	b.mu.Unlock()
+	b.prebuild(name) // off the create's path: its first launch finds it built
 	return nil
 }
 

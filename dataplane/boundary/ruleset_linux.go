@@ -24,6 +24,23 @@ package boundary
 // generation moved). So a launch never enters a ruleset built before a
 // change of the view that ended before the launch began.
 //
+// Built at session create (prebuild): Create queues the new session and
+// one goroutine builds the queued sessions' rulesets in the background,
+// newest first, through the same path and generation check as a launch
+// (sessionRuleset), so a session's first launch finds its ruleset cached
+// instead of building it beside the audit record's syncs. A change of the
+// view after Create drops it as before (the next launch builds it); a
+// build that fails is not kept and the launch builds again and says why.
+// A prebuilt ruleset counts as least recently used until a launch enters
+// it (a launch's build replaces it first), and a prebuild never replaces
+// one that no launch has used yet: in a burst of creates the first
+// maxRulesets sessions get theirs, the later ones none (their first
+// launch builds), so a burst costs at most maxRulesets builds and does
+// not churn the cache. At most maxPrebuildQueue sessions wait; the oldest
+// queued are forgotten. Adopt of a live holder
+// queues nothing: an agent that restarts with thousands of sessions would
+// build rulesets the cache cannot keep.
+//
 // What holds it: the agent, one descriptor per session that launched
 // recently, at most maxRulesets (the least recently used goes): every fork
 // the agent makes copies its descriptor table (see holder), so it keeps no
@@ -46,6 +63,7 @@ package boundary
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -56,6 +74,9 @@ import (
 
 // maxRulesets bounds the sessions whose ruleset the agent keeps.
 const maxRulesets = 256
+
+// maxPrebuildQueue bounds the sessions waiting for a prebuild.
+const maxPrebuildQueue = 64
 
 type cachedRuleset struct {
 	fd   int
@@ -73,7 +94,11 @@ type rulesetCache struct {
 	gens   map[string]uint64
 	seq    uint64
 	tick   uint64
-	builds atomic.Uint64 // rulesets built (tests)
+	builds atomic.Uint64 // rulesets built by launches (tests)
+
+	queue     []string      // sessions waiting for a prebuild, newest last
+	building  bool          // the prebuild goroutine runs
+	prebuilds atomic.Uint64 // rulesets built at create (tests)
 }
 
 // drop forgets session name's ruleset and moves its generation (a build
@@ -116,12 +141,16 @@ func (c *rulesetCache) get(name, key string) (int, uint64, bool) {
 }
 
 // put keeps fd (which the cache then owns) as session name's ruleset for
-// key if the session's generation is still gen; it returns a duplicate
-// for the caller, or fd itself when it is not kept.
-func (c *rulesetCache) put(name, key string, gen uint64, fd int) int {
+// key if the session's generation is still gen and, for a prebuild (pre),
+// there is room (roomFor); it returns a duplicate for the caller, or fd
+// itself when it is not kept.
+func (c *rulesetCache) put(name, key string, gen uint64, fd int, pre bool) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if g, ok := c.gens[name]; !ok || g != gen {
+		return fd
+	}
+	if pre && !c.roomLocked(name) {
 		return fd
 	}
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
@@ -133,18 +162,106 @@ func (c *rulesetCache) put(name, key string, gen uint64, fd int) int {
 		delete(c.sets, name)
 	}
 	if len(c.sets) >= maxRulesets {
-		var lru string
-		for n, s := range c.sets {
-			if lru == "" || s.used < c.sets[lru].used {
-				lru = n
-			}
-		}
-		unix.Close(c.sets[lru].fd)
-		delete(c.sets, lru)
+		v := c.victimLocked(pre)
+		unix.Close(c.sets[v].fd)
+		delete(c.sets, v)
 	}
-	c.tick++
-	c.sets[name] = &cachedRuleset{fd: fd, key: key, gen: gen, used: c.tick}
+	used := uint64(0) // a prebuild: not handed out yet
+	if !pre {
+		c.tick++
+		used = c.tick
+	}
+	c.sets[name] = &cachedRuleset{fd: fd, key: key, gen: gen, used: used}
 	return dup
+}
+
+// victimLocked is the ruleset a new one replaces in a full cache: the
+// least recently used, one prebuilt and never handed out counting as
+// least; for a prebuild (pre), only one handed out at least once ("" if
+// none). c.mu held.
+func (c *rulesetCache) victimLocked(pre bool) string {
+	var v string
+	for n, s := range c.sets {
+		if pre && s.used == 0 {
+			continue
+		}
+		if v == "" || s.used < c.sets[v].used {
+			v = n
+		}
+	}
+	return v
+}
+
+// roomFor says whether a prebuild of session name's ruleset would be
+// kept: a prebuild never replaces another that no launch has used yet, so
+// a burst of creates builds at most maxRulesets ahead and then nothing.
+func (c *rulesetCache) roomFor(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.roomLocked(name)
+}
+
+func (c *rulesetCache) roomLocked(name string) bool {
+	return len(c.sets) < maxRulesets || c.sets[name] != nil || c.victimLocked(true) != ""
+}
+
+// prebuild queues session name for a ruleset built in the background
+// (Create), and starts the goroutine that builds them if none runs.
+func (b *Boundary) prebuild(name string) {
+	if !b.useLandlockFS || !b.useNS {
+		return
+	}
+	c := &b.rulesets
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = slices.DeleteFunc(c.queue, func(n string) bool { return n == name })
+	if len(c.queue) >= maxPrebuildQueue {
+		c.queue = slices.Delete(c.queue, 0, 1)
+	}
+	c.queue = append(c.queue, name)
+	if !c.building {
+		c.building = true
+		go b.prebuildLoop()
+	}
+}
+
+// prebuildLoop builds the queued sessions' rulesets, newest first, until
+// the queue is empty.
+func (b *Boundary) prebuildLoop() {
+	c := &b.rulesets
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.building = false
+			c.mu.Unlock()
+			return
+		}
+		name := c.queue[len(c.queue)-1]
+		c.queue = c.queue[:len(c.queue)-1]
+		c.mu.Unlock()
+		b.mu.Lock()
+		h, ok := b.holders[name]
+		b.mu.Unlock()
+		if !ok {
+			continue // released meanwhile
+		}
+		if !c.roomFor(name) {
+			continue // the cache is full of rulesets not used yet
+		}
+		fs, rules, key := b.landlockSpec(name)
+		if fs == 0 {
+			continue
+		}
+		var scoped uint64
+		if b.useLandlock {
+			scoped = landlockScopes
+		}
+		// An error is not kept: the session's next launch builds again
+		// and fails with it.
+		if f, err := b.buildRuleset(name, h, fs, scoped, rules, key, true); err == nil {
+			f.Close()
+		}
+	}
 }
 
 // sessionRuleset returns a ruleset for a launch into session name (the
@@ -152,6 +269,11 @@ func (c *rulesetCache) put(name, key string, gen uint64, fd int) int {
 // namespace as uid from fs, scoped and rules (key: what landlockSpec says
 // they were made of).
 func (b *Boundary) sessionRuleset(name string, h *holder, fs, scoped uint64, rules []string, key string) (*os.File, error) {
+	return b.buildRuleset(name, h, fs, scoped, rules, key, false)
+}
+
+// buildRuleset is sessionRuleset; pre says a prebuild asks (counted apart).
+func (b *Boundary) buildRuleset(name string, h *holder, fs, scoped uint64, rules []string, key string, pre bool) (*os.File, error) {
 	key = fmt.Sprintf("%d %d %s", h.pid, scoped, key)
 	fd, gen, _ := b.rulesets.get(name, key)
 	if fd >= 0 {
@@ -169,8 +291,12 @@ func (b *Boundary) sessionRuleset(name string, h *holder, fs, scoped uint64, rul
 	}); err != nil {
 		return nil, err
 	}
-	b.rulesets.builds.Add(1)
-	return os.NewFile(uintptr(b.rulesets.put(name, key, gen, fd)), "landlock-ruleset"), nil
+	if pre {
+		b.rulesets.prebuilds.Add(1)
+	} else {
+		b.rulesets.builds.Add(1)
+	}
+	return os.NewFile(uintptr(b.rulesets.put(name, key, gen, fd, pre)), "landlock-ruleset"), nil
 }
 
 // buildInSession runs on a thread of its own (throwaway.Run): it joins

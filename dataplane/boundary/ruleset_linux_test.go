@@ -19,6 +19,17 @@ import (
 // no mask), and open beside it (a rule of the hierarchy).
 func rulesetFixture(t *testing.T) (b *Boundary, cred, open string) {
 	t.Helper()
+	b, cred, open = rulesetFiles(t)
+	session(t, b, "rs", 71)
+	// Past the hierarchy's racy window: rules built from a directory
+	// changed this recently are built again at each launch.
+	time.Sleep(2 * racyWindow)
+	return b, cred, open
+}
+
+// rulesetFiles is rulesetFixture's boundary and directories, no session.
+func rulesetFiles(t *testing.T) (b *Boundary, cred, open string) {
+	t.Helper()
 	setup(t)
 	dir, err := os.MkdirTemp(helperDir, "rs-")
 	if err != nil {
@@ -37,11 +48,76 @@ func rulesetFixture(t *testing.T) (b *Boundary, cred, open string) {
 	if !b.useLandlockFS {
 		t.Skip("no Landlock baseline on this host")
 	}
-	session(t, b, "rs", 71)
-	// Past the hierarchy's racy window: rules built from a directory
-	// changed this recently are built again at each launch.
-	time.Sleep(2 * racyWindow)
 	return b, cred, open
+}
+
+// waitPrebuilt waits (5 s at most) until b has prebuilt n rulesets and its
+// prebuild goroutine has stopped.
+func waitPrebuilt(t *testing.T, b *Boundary, n uint64) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b.rulesets.mu.Lock()
+		idle := !b.rulesets.building
+		b.rulesets.mu.Unlock()
+		if idle && b.rulesets.prebuilds.Load() >= n {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d rulesets prebuilt after 5 s (building %v), want %d", b.rulesets.prebuilds.Load(), !idle, n)
+		}
+	}
+}
+
+// TestRulesetPrebuilt (issue 20): a new session's ruleset is built at
+// create, in the background, so that its first launch enters it and
+// builds nothing; the first launch still gets the baseline (the sibling
+// read, the credential denied).
+func TestRulesetPrebuilt(t *testing.T) {
+	b, cred, open := rulesetFiles(t)
+	time.Sleep(2 * racyWindow) // the hierarchy settled before the create
+	session(t, b, "rs", 71)
+	waitPrebuilt(t, b, 1)
+	if out, ok := inSession(t, b, "rs", "/", "cat "+open+"/ok; cat "+cred+"/secret"); !strings.Contains(out, "OPEN-OK") || ok || strings.Contains(out, "CRED-SECRET") {
+		t.Fatalf("first launch: ok %v, output %q (want the sibling read, the credential denied)", ok, out)
+	}
+	if n := b.rulesets.builds.Load(); n != 0 {
+		t.Errorf("the first launch built %d rulesets, want 0 (prebuilt at create)", n)
+	}
+	// A view change drops the prebuilt ruleset: the next launch builds.
+	if err := b.SetFiles("rs", []backend.FileEntry{{Path: open, Access: backend.FileDeny, Handle: backend.HandleRef{Slot: 1, Generation: 1}}}, []string{cred}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := inSession(t, b, "rs", "/", "cat "+open+"/ok"); strings.Contains(out, "OPEN-OK") {
+		t.Errorf("after the view denied %s: read it: %q", open, out)
+	}
+	if n := b.rulesets.builds.Load(); n != 1 {
+		t.Errorf("a launch after a view change: %d rulesets built, want 1", n)
+	}
+}
+
+// TestRulesetPrebuildReleased (issue 20): a session released while its
+// prebuild is queued or under way keeps nothing: no ruleset cached, no
+// descriptor left, and a session of the same name made afterwards gets
+// its own.
+func TestRulesetPrebuildReleased(t *testing.T) {
+	b, _, _ := rulesetFiles(t)
+	before := countFDs(t)
+	for i := 0; i < 5; i++ {
+		dir := session(t, b, "rel", 72)
+		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		b.Release("rel")
+		removeCgroupTree(dir)
+	}
+	waitPrebuilt(t, b, 0)
+	b.rulesets.mu.Lock()
+	n, queued := len(b.rulesets.sets), len(b.rulesets.queue)
+	b.rulesets.mu.Unlock()
+	if n != 0 || queued != 0 {
+		t.Errorf("after Release: %d rulesets kept, %d sessions queued, want none", n, queued)
+	}
+	if after := countFDs(t); after > before {
+		t.Errorf("descriptors: %d before, %d after the released sessions' prebuilds", before, after)
+	}
 }
 
 // TestRulesetBuiltOnce (issue 20): a session's Landlock baseline is built
@@ -228,13 +304,13 @@ func TestRulesetCacheGenerations(t *testing.T) {
 	_, gen, _ := c.get("s", "k")
 	c.drop("s", false) // a view change while the build ran
 	fd := devnull()
-	if got := c.put("s", "k", gen, fd); got != fd {
+	if got := c.put("s", "k", gen, fd, false); got != fd {
 		t.Errorf("a build that overlapped a drop was kept")
 	}
 	syscall.Close(fd)
 	_, gen, _ = c.get("s", "k")
 	fd = devnull()
-	dup := c.put("s", "k", gen, fd)
+	dup := c.put("s", "k", gen, fd, false)
 	if dup == fd {
 		t.Fatalf("a build under the current generation was not kept")
 	}
@@ -258,7 +334,7 @@ func TestRulesetCacheGenerations(t *testing.T) {
 		n := "s" + strconv.Itoa(i)
 		c.drop(n, false)
 		_, g, _ := c.get(n, "k")
-		syscall.Close(c.put(n, "k", g, devnull()))
+		syscall.Close(c.put(n, "k", g, devnull(), false))
 		if i == 0 {
 			continue
 		}
@@ -274,5 +350,71 @@ func TestRulesetCacheGenerations(t *testing.T) {
 	}
 	for n := range c.sets {
 		c.drop(n, true)
+	}
+}
+
+// TestRulesetPrebuildNoChurn (issue 20, no root): a prebuilt ruleset is
+// the first to go when a launch's build needs room; a prebuild never
+// replaces one that no launch has used yet (a burst of creates builds at
+// most maxRulesets ahead), but does replace the least recently used of
+// those launches used.
+func TestRulesetPrebuildNoChurn(t *testing.T) {
+	var c rulesetCache
+	devnull := func() int {
+		fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	add := func(n string, pre bool) bool {
+		c.drop(n, false)
+		_, g, _ := c.get(n, "k")
+		fd := devnull()
+		got := c.put(n, "k", g, fd, pre)
+		syscall.Close(got)
+		return got != fd
+	}
+	t.Cleanup(func() {
+		for n := range c.sets {
+			c.drop(n, true)
+		}
+	})
+	if !add("used", false) {
+		t.Fatal("a launch's build was not kept")
+	}
+	for i := 1; i < maxRulesets; i++ {
+		if !add("p"+strconv.Itoa(i), true) {
+			t.Fatalf("prebuild %d not kept with room left", i)
+		}
+	}
+	// Full: one used ruleset, the rest prebuilt and never used.
+	if !c.roomFor("late") || !add("late", true) {
+		t.Fatal("a prebuild in a full cache did not replace the ruleset a launch used")
+	}
+	if c.sets["used"] != nil {
+		t.Error("the used ruleset was kept, the prebuild replaced another")
+	}
+	if c.roomFor("later") || add("later", true) {
+		t.Error("a prebuild replaced one no launch has used yet")
+	}
+	if len(c.sets) != maxRulesets {
+		t.Errorf("%d rulesets kept, want %d", len(c.sets), maxRulesets)
+	}
+	// A launch's build makes room by dropping a prebuilt one, not p1 once
+	// a launch has entered it.
+	if fd, _, _ := c.get("p1", "k"); fd < 0 {
+		t.Fatal("the prebuilt ruleset p1 was not handed out")
+	} else {
+		syscall.Close(fd)
+	}
+	if !add("launched", false) {
+		t.Fatal("a launch's build in a full cache was not kept")
+	}
+	if c.sets["p1"] == nil {
+		t.Error("the launch's build replaced p1, which a launch used, before a prebuilt one never used")
+	}
+	if len(c.sets) != maxRulesets {
+		t.Errorf("%d rulesets kept, want %d", len(c.sets), maxRulesets)
 	}
 }
