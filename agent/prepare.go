@@ -13,7 +13,14 @@ import (
 // the prepared launch is returned, so before anything runs); if the record
 // cannot be written the preparation is undone and nothing is returned. A backend that cannot prepare
 // launches refuses (ErrLaunch wrapping backend.ErrNotSupported).
-func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, actor string) (*backend.PreparedLaunch, error) {
+//
+// beside (nil: none) runs on the prepared launch while the record is made
+// durable, for the caller's own bookkeeping (the session runtime writes
+// the process's directory and meta.json there): it must start nothing.
+// If it fails, the preparation is undone and its error returned as it is;
+// if the record or the backend fails after beside ran, the caller undoes
+// what beside did.
+func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, actor string, beside func(*backend.PreparedLaunch) error) (*backend.PreparedLaunch, error) {
 	if _, ok := a.Session(session); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownSession, session)
 	}
@@ -29,21 +36,31 @@ func (a *Agent) PrepareLaunch(session string, spec backend.LaunchSpec, opts back
 	// launch is handed out only once the record is written, and undone
 	// if it cannot be.
 	type prepared struct {
-		pl  *backend.PreparedLaunch
-		err error
+		pl        *backend.PreparedLaunch
+		err, berr error
 	}
 	ready := make(chan prepared, 1)
 	go func() {
 		pl, err := p.PrepareLaunch(session, spec, opts)
-		ready <- prepared{pl, err}
+		var berr error
+		if err == nil && beside != nil {
+			if berr = beside(pl); berr != nil {
+				pl.Close(true)
+				pl = nil
+			}
+		}
+		ready <- prepared{pl, err, berr}
 	}()
 	eerr := a.emit(Event{Kind: EventRun, Session: session, Actor: actor, Tool: spec.Argv[0], Args: slices.Clone(spec.Argv), Outcome: "started"})
 	r := <-ready
 	if eerr != nil {
-		if r.err == nil {
+		if r.pl != nil {
 			r.pl.Close(true)
 		}
 		return nil, eerr
+	}
+	if r.berr != nil {
+		return nil, r.berr
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrLaunch, r.err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/backend/memory"
@@ -69,7 +70,7 @@ func TestPrepareLaunchRecordFirst(t *testing.T) {
 	mustSession(t, a, SessionSpec{ID: "s1"})
 	spec := backend.LaunchSpec{Argv: []string{"/bin/echo", "x"}}
 
-	pl, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op")
+	pl, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op", nil)
 	if err != nil || pl == nil || pl.Args[0] != "prepared" {
 		t.Fatalf("PrepareLaunch = %v, %v", pl, err)
 	}
@@ -79,7 +80,7 @@ func TestPrepareLaunchRecordFirst(t *testing.T) {
 	pl.Close(false)
 
 	sink.failRun = true
-	pl, err = a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op")
+	pl, err = a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op", nil)
 	if !errors.Is(err, errRecord) || pl != nil {
 		t.Fatalf("with the record failing: PrepareLaunch = %v, %v; want nil, %v", pl, err, errRecord)
 	}
@@ -93,10 +94,90 @@ func TestPrepareLaunchRecordFirst(t *testing.T) {
 	sink.failRun = false
 	k.fail = errors.New("no cgroup")
 	before := len(sink.kinds())
-	if _, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op"); !errors.Is(err, ErrLaunch) {
+	if _, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op", nil); !errors.Is(err, ErrLaunch) {
 		t.Fatalf("with the backend failing: err = %v, want ErrLaunch", err)
 	}
 	if kinds := sink.kinds(); len(kinds) != before+1 || kinds[len(kinds)-1] != EventRun {
 		t.Fatalf("with the backend failing: events %v after %d, want one %s record", kinds, before, EventRun)
+	}
+}
+
+// besideSink holds the process.run record until the caller's beside has
+// run (5 s at most) and says whether it had; with fail, the record then
+// fails.
+type besideSink struct {
+	eventLog
+	ran        chan struct{}
+	overlapped bool
+	fail       bool
+}
+
+func (s *besideSink) Emit(e Event) error {
+	if e.Kind == EventRun {
+		select {
+		case <-s.ran:
+			s.overlapped = true
+		case <-time.After(5 * time.Second):
+		}
+		if s.fail {
+			return errRecord
+		}
+	}
+	return s.eventLog.Emit(e)
+}
+
+// TestPrepareLaunchBeside: the caller's beside runs on the prepared launch
+// while the process.run record is made durable (the record's write waits
+// for it here), and the launch is handed out only after both; a beside
+// that fails undoes the preparation and its error comes back as it is; a
+// record that fails after beside ran undoes it too.
+func TestPrepareLaunchBeside(t *testing.T) {
+	k := &preparerKernel{Backend: memKernel(t)}
+	sink := &besideSink{ran: make(chan struct{})}
+	a := openAgent(t, k, t.TempDir(), func(c *Config) { c.Events = sink })
+	mustSession(t, a, SessionSpec{ID: "s1"})
+	spec := backend.LaunchSpec{Argv: []string{"/bin/echo", "x"}}
+	var seen *backend.PreparedLaunch
+	pl, err := a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op", func(pl *backend.PreparedLaunch) error {
+		if sink.has(EventRun) {
+			t.Error("beside ran after the record was written")
+		}
+		seen = pl
+		close(sink.ran)
+		return nil
+	})
+	if err != nil || pl == nil || pl != seen {
+		t.Fatalf("PrepareLaunch = %v, %v (beside saw %v)", pl, err, seen)
+	}
+	if !sink.overlapped || !sink.has(EventRun) {
+		t.Fatalf("the record waited for beside: %v; record written: %v", sink.overlapped, sink.has(EventRun))
+	}
+	pl.Close(false)
+
+	errBeside := errors.New("meta.json: disk full")
+	sink.ran = make(chan struct{})
+	pl, err = a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op", func(*backend.PreparedLaunch) error {
+		close(sink.ran)
+		return errBeside
+	})
+	if err != errBeside || pl != nil {
+		t.Fatalf("with beside failing: PrepareLaunch = %v, %v; want nil, %v", pl, err, errBeside)
+	}
+
+	sink.ran, sink.fail = make(chan struct{}), true
+	ran := false
+	pl, err = a.PrepareLaunch("s1", spec, backend.LaunchOptions{}, "op", func(*backend.PreparedLaunch) error {
+		ran = true
+		close(sink.ran)
+		return nil
+	})
+	if !errors.Is(err, errRecord) || pl != nil || !ran {
+		t.Fatalf("with the record failing: PrepareLaunch = %v, %v (beside ran %v); want nil, %v", pl, err, ran, errRecord)
+	}
+	k.mu.Lock()
+	prepared, abandoned, released := k.prepared, k.abandoned, k.released
+	k.mu.Unlock()
+	if prepared != 3 || abandoned != 2 || released != 1 {
+		t.Fatalf("prepared %d, abandoned %d, released %d; want 3, 2 (beside failed, the record failed), 1", prepared, abandoned, released)
 	}
 }

@@ -22,9 +22,11 @@ import (
 )
 
 // Door is the agent's launch door (agent.Agent.PrepareLaunch): every
-// process enters a session through it, recorded first.
+// process enters a session through it, recorded first. beside runs on the
+// prepared launch while the record is made durable and must start
+// nothing; the door returns the launch only once the record is durable.
 type Door interface {
-	PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, actor string) (*backend.PreparedLaunch, error)
+	PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, actor string, beside func(*backend.PreparedLaunch) error) (*backend.PreparedLaunch, error)
 }
 
 // Config configures a Manager.
@@ -200,15 +202,10 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 	if env == nil {
 		env = DefaultEnv(session)
 	}
-	pl, err := m.cfg.Door.PrepareLaunch(session, backend.LaunchSpec{Argv: req.Argv, Env: env, Dir: req.Cwd},
-		backend.LaunchOptions{UID: req.UID, GID: req.GID}, actor)
-	if err != nil {
-		return nil, err
-	}
 	id := newID()
 	dir := filepath.Join(m.cfg.Dir, id)
 	md := meta{ID: id, Session: session, Argv: req.Argv, TTY: req.TTY, Interactive: req.Interactive,
-		RingBytes: m.cfg.RingBytes, Tree: pl.Tree, Created: time.Now().UTC(), Prepared: pl.Args, Files: len(pl.Files)}
+		RingBytes: m.cfg.RingBytes, Created: time.Now().UTC()}
 	if req.Stdin != nil {
 		md.Stdin = []byte(*req.Stdin)
 	}
@@ -216,26 +213,41 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 		d := md.Created.Add(time.Duration(req.DeadlineS * float64(time.Second)))
 		md.Deadline = &d
 	}
+	// The process's directory (a spare's, renamed: it holds its rings and
+	// socket already) and meta.json are written beside the door's record
+	// (they start nothing: the job goes to the shim only once the door has
+	// returned, the record durable). A directory left with meta.json and
+	// no started.json (the agent killed meanwhile) is removed by the next
+	// Open.
+	var sp *spare
+	made := false
+	layout := func(pl *backend.PreparedLaunch) error {
+		md.Tree, md.Prepared, md.Files = pl.Tree, pl.Args, len(pl.Files)
+		if sp = m.takeSpare(); sp != nil && sp.take(dir) != nil {
+			sp = nil
+		}
+		if sp == nil {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return fmt.Errorf("procs: %w", err)
+			}
+		}
+		made = true
+		return writeJSON(filepath.Join(dir, metaFile), md)
+	}
+	pl, err := m.cfg.Door.PrepareLaunch(session, backend.LaunchSpec{Argv: req.Argv, Env: env, Dir: req.Cwd},
+		backend.LaunchOptions{UID: req.UID, GID: req.GID}, actor, layout)
+	if err != nil {
+		if sp != nil {
+			sp.abandon() // its directory is dir now: removed
+		} else if made {
+			os.RemoveAll(dir)
+		}
+		return nil, err
+	}
 	fail := func(err error) (*Proc, error) {
 		pl.Close(true)
 		os.RemoveAll(dir)
 		return nil, err
-	}
-	// A spare's directory, renamed, holds its rings and socket already.
-	sp := m.takeSpare()
-	if sp != nil && sp.take(dir) != nil {
-		sp = nil
-	}
-	if sp == nil {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			return fail(fmt.Errorf("procs: %w", err))
-		}
-	}
-	if err := writeJSON(filepath.Join(dir, metaFile), md); err != nil {
-		if sp != nil {
-			sp.abandon()
-		}
-		return fail(err)
 	}
 	started, err := m.startShim(dir, pl, sp)
 	if err != nil {

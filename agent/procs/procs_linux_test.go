@@ -31,8 +31,15 @@ func TestMain(m *testing.M) {
 // backendDoor is the agent's door less its record: the backend prepares.
 type backendDoor struct{ b backend.Backend }
 
-func (d backendDoor) PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, _ string) (*backend.PreparedLaunch, error) {
-	return d.b.(backend.Preparer).PrepareLaunch(session, spec, opts)
+func (d backendDoor) PrepareLaunch(session string, spec backend.LaunchSpec, opts backend.LaunchOptions, _ string, beside func(*backend.PreparedLaunch) error) (*backend.PreparedLaunch, error) {
+	pl, err := d.b.(backend.Preparer).PrepareLaunch(session, spec, opts)
+	if err == nil && beside != nil {
+		if err = beside(pl); err != nil {
+			pl.Close(true)
+			pl = nil
+		}
+	}
+	return pl, err
 }
 
 type rig struct {
