@@ -53,7 +53,8 @@ package boundary
 //
 // A program that embeds the boundary must not call an all-threads
 // credential system call (Go's syscall.Setuid, Setgid, Setgroups and
-// kin: the runtime's AllThreadsSyscall) while a ruleset is being built:
+// kin: the runtime's AllThreadsSyscall) while a ruleset is being built
+// (at a launch, or in the background after each Create):
 // the build thread has no capability, its setgroups fails, and the
 // runtime aborts the process ("results differ between threads"). Shown
 // with a loop of syscall.Setgroups beside launches; the agent never makes
