@@ -16,14 +16,20 @@ import (
 // The session's ruleset is built on a thread that drops every capability
 // (ruleset_linux.go) and ends with its work (package throwaway), a moment
 // after the launch that needed it. So first wait until every thread of
-// the process has the same credentials as the main thread: then none is a
-// build thread. (The agent itself never calls an all-threads credential
+// the process has the same credentials as the main thread, holding
+// buildGate so that no build starts meanwhile: then none is a build
+// thread. (The agent itself never calls an all-threads credential
 // syscall.) The CI VM's run once waited here for 20 s in vain: the build
 // had run on the main thread, which Go parks rather than ends, so the
 // main thread itself kept the session's credentials; throwaway.Run now
 // never runs on it.
 func setgroupsAllThreads(t *testing.T, groups []int) {
 	t.Helper()
+	// No build starts from here until Setgroups is done (a background
+	// prebuild of a session made earlier could, between the wait and the
+	// call).
+	buildGate.Lock()
+	defer buildGate.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		odd, err := threadsWithOtherCreds()

@@ -58,8 +58,9 @@ package boundary
 // the build thread has no capability, its setgroups fails, and the
 // runtime aborts the process ("results differ between threads"). Shown
 // with a loop of syscall.Setgroups beside launches; the agent never makes
-// such a call. The tests that set this process's groups wait until no
-// thread has other credentials (setgroupsAllThreads).
+// such a call. Every build holds buildGate for reading; the tests that
+// set this process's groups hold it for writing (no build starts), then
+// wait until no thread has other credentials (setgroupsAllThreads).
 
 import (
 	"fmt"
@@ -78,6 +79,11 @@ const maxRulesets = 256
 
 // maxPrebuildQueue bounds the sessions waiting for a prebuild.
 const maxPrebuildQueue = 64
+
+// buildGate is held for reading by every ruleset build (launch or
+// prebuild) while its thread, which drops every capability, runs; held
+// for writing, no build starts (see the all-threads warning above).
+var buildGate sync.RWMutex
 
 type cachedRuleset struct {
 	fd   int
@@ -286,10 +292,13 @@ func (b *Boundary) buildRuleset(name string, h *holder, fs, scoped uint64, rules
 	}
 	defer unix.Close(pidfd)
 	// The thread's mount namespace and credentials are the session's.
-	if err := throwaway.Run(func() (err error) {
+	buildGate.RLock()
+	err = throwaway.Run(func() (err error) {
 		fd, err = buildInSession(pidfd, h.uid, fs, scoped, rules)
 		return err
-	}); err != nil {
+	})
+	buildGate.RUnlock()
+	if err != nil {
 		return nil, err
 	}
 	if pre {
