@@ -43,6 +43,9 @@ type Config struct {
 	// RequestTimeout bounds how long a call waits on a process (run); it
 	// is not the process's deadline (DefaultRequestTimeout when zero).
 	RequestTimeout time.Duration
+	// Pprof serves the runtime's profiles under /debug/pprof/ to root
+	// callers (debug.go); off unless the operator turns it on.
+	Pprof bool
 }
 
 // Server serves the /v1 operator API. It is a transport: it decodes a call,
@@ -88,6 +91,9 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("POST /v1/policies", s.policies)
 	s.processRoutes(m)
 	s.fileRoutes(m)
+	if cfg.Pprof {
+		s.debugRoutes(m)
+	}
 	return s, nil
 }
 
