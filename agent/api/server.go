@@ -6,9 +6,11 @@ package api
 // sessions.go, grants.go, approvals.go and events.go.
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -134,6 +136,36 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// writeJSONArray writes the array of n elements elem(0..n-1) in writeJSON's
+// bytes, one element encoded at a time through a buffered writer: a list
+// of 100,000 sessions never sits in memory whole, nor twice (encoded,
+// then indented), as a writeJSON of the slice would have it.
+func writeJSONArray(w http.ResponseWriter, code int, n int, elem func(i int) any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	if n == 0 {
+		io.WriteString(w, "[]\n")
+		return
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString("[\n  ")
+	for i := range n {
+		if i > 0 {
+			bw.WriteString(",\n  ")
+		}
+		b, err := json.MarshalIndent(elem(i), "  ", "  ")
+		if err != nil {
+			// As writeJSON: an element that cannot be encoded ends the
+			// body (the status is sent); the client sees invalid JSON.
+			bw.Flush()
+			return
+		}
+		bw.Write(b)
+	}
+	bw.WriteString("\n]\n")
+	bw.Flush()
 }
 
 // writeCompact is writeJSON without the indentation, for the answer a
