@@ -6,6 +6,7 @@ package agent
 
 import (
 	"net/netip"
+	"sort"
 	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -27,13 +28,40 @@ func (a *Agent) DNSPolicy(session string) (p dnsresolver.Policy, ok bool) {
 
 // dnsPolicyLocked is DNSPolicy; a.mu held.
 func (a *Agent) dnsPolicyLocked(session string) (p dnsresolver.Policy, ok bool) {
+	return a.dnsPolicyOf(session, a.dnsGrants(map[string]struct{}{session: {}})[session])
+}
+
+// dnsGrants returns the live net.egress grants of each of sessions, oldest
+// first (sortedGrants' order), from one pass over the grants: the cost
+// of the grants, not of the grants times the sessions, and no sort of
+// every grant (unlock pushes every session's policy at AttachDNS).
+func (a *Agent) dnsGrants(sessions map[string]struct{}) map[string][]*GrantRecord {
+	out := map[string][]*GrantRecord{}
+	for _, g := range a.st.Grants {
+		if g.Phase != PhaseLive || g.Capability.Class != ClassNetEgress || g.Capability.Egress == nil {
+			continue
+		}
+		if _, ok := sessions[g.Session]; ok {
+			out[g.Session] = append(out[g.Session], g)
+		}
+	}
+	for _, gs := range out {
+		sort.Slice(gs, func(i, j int) bool {
+			if !gs[i].Created.Equal(gs[j].Created) {
+				return gs[i].Created.Before(gs[j].Created)
+			}
+			return gs[i].ID < gs[j].ID
+		})
+	}
+	return out
+}
+
+// dnsPolicyOf is session's policy from its live net.egress grants (dnsGrants).
+func (a *Agent) dnsPolicyOf(session string, grants []*GrantRecord) (p dnsresolver.Policy, ok bool) {
 	if s, found := a.st.Sessions[session]; !found || s.Phase != SessionActive {
 		return p, false
 	}
-	for _, g := range a.sortedGrants() {
-		if g.Session != session || g.Phase != PhaseLive || g.Capability.Class != ClassNetEgress || g.Capability.Egress == nil {
-			continue
-		}
+	for _, g := range grants {
 		e := g.Capability.Egress
 		var nonPublic []netip.Prefix
 		for _, c := range e.CIDRs {
@@ -114,9 +142,13 @@ func (a *Agent) markDNS(e Event) {
 // unlock pushes the resolver policies marked since the lock was taken, then
 // releases a.mu: the work follows what changed, not the number of sessions.
 func (a *Agent) unlock() {
+	var grants map[string][]*GrantRecord
+	if len(a.dnsDirty) > 0 {
+		grants = a.dnsGrants(a.dnsDirty)
+	}
 	for s := range a.dnsDirty {
 		delete(a.dnsDirty, s)
-		p, ok := a.dnsPolicyLocked(s)
+		p, ok := a.dnsPolicyOf(s, grants[s])
 		if !ok {
 			a.dns.RemovePolicy(s) // ended: nothing to resolve
 			continue

@@ -66,13 +66,14 @@ const (
 	StepRevokeEmitted     Step = "revoke.emitted"      // event emitted
 	StepSessionIntent     Step = "session.intent"      // creating record made (in memory only)
 	StepSessionKernel     Step = "session.kernel"      // kernel cgroup exists, not yet active
+	StepSessionRecorded   Step = "session.recorded"    // its audit record durable (or being checkpointed), the active record not yet written
 )
 
 // GrantSteps and RevokeSteps list the steps in order.
 var (
 	GrantSteps   = []Step{StepGrantAuthorized, StepGrantProved, StepGrantIntent, StepGrantHandleIssued, StepGrantHandleSaved, StepGrantApplying, StepGrantDeltaApplied, StepGrantRecorded, StepGrantLive, StepGrantEmitted}
 	RevokeSteps  = []Step{StepRevokeFlipped, StepRevokeIntent, StepRevokePolicy, StepRevokeReleased, StepRevokeFreed, StepRevokeDone, StepRevokeEmitted}
-	SessionSteps = []Step{StepSessionIntent, StepSessionKernel}
+	SessionSteps = []Step{StepSessionIntent, StepSessionKernel, StepSessionRecorded}
 )
 
 // Grant runs the pre-grant gate and, for Auto and Notify tiers, the GRANT

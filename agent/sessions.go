@@ -64,16 +64,40 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 		return errors.Join(fmt.Errorf("%w: create session %s: %w", ErrKernel, spec.ID, err), a.store.Write([]string{key}, true))
 	}
 	a.crash(StepSessionKernel)
+	// Record the create, then make the session active: its audit record is
+	// written (Defer), one commit makes it durable (one fdatasync), and the
+	// active record is written and fsynced once it is, beside the log's
+	// checkpoint (Committer): two syncs in turn, not three (the journal's,
+	// then the log's fdatasync and checkpoint). A crash never leaves an
+	// active session the audit log does not show; one between the two
+	// leaves the kernel's session without a record, which Reconcile
+	// destroys as an orphan. Failing to record fails the create.
 	rec.Phase = SessionActive
-	if err := a.store.Write([]string{key}, true); err != nil {
+	undo := func(cause error) error {
 		delete(a.st.Sessions, spec.ID)
-		return errors.Join(err, a.kernel.DestroySession(spec.ID))
+		return errors.Join(cause, a.kernel.DestroySession(spec.ID))
+	}
+	if err := a.emit(Event{Kind: "session.create", Session: spec.ID, Outcome: "ok", Defer: true}); err != nil {
+		return undo(fmt.Errorf("emit: %w", err))
+	}
+	recorded := false
+	if err := a.commit(func() error {
+		recorded = true
+		a.crash(StepSessionRecorded)
+		return a.store.Write([]string{key}, true)
+	}); err != nil {
+		err = undo(err)
+		if recorded {
+			// The create's record is durable: the log says it ended.
+			err = errors.Join(err, a.emit(Event{Kind: "session.end", Session: spec.ID, Outcome: "rollback: " + err.Error()}))
+		}
+		return err
 	}
 	a.bmu.Lock()
 	a.breaker[spec.ID] = &BreakerState{}
 	a.bmu.Unlock()
 	a.engine.PutSession(a.sessionAttrs(spec))
-	return a.emit(Event{Kind: "session.create", Session: spec.ID, Outcome: "ok"})
+	return nil
 }
 
 // EndSession revokes every grant of the session, destroys its cgroup and

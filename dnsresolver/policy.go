@@ -133,7 +133,16 @@ type compiledPolicy struct {
 	denySub map[string]bool
 }
 
+// emptyPolicy is every session's compiled policy while it has no grants and
+// no deny patterns: one shared value (nil maps read as empty) instead of
+// four empty maps a session (~400 bytes each at 100,000 sessions). A
+// compiled policy is never changed once compiled, so sharing it is safe.
+var emptyPolicy = &compiledPolicy{}
+
 func compilePolicy(p Policy) (*compiledPolicy, error) {
+	if len(p.Grants) == 0 && len(p.Deny) == 0 {
+		return emptyPolicy, nil
+	}
 	c := &compiledPolicy{
 		exact: map[string][]*compiledGrant{}, sub: map[string][]*compiledGrant{},
 		denyEx: map[string]bool{}, denySub: map[string]bool{},

@@ -6,9 +6,11 @@ package api
 // sessions.go, grants.go, approvals.go and events.go.
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -43,6 +45,9 @@ type Config struct {
 	// RequestTimeout bounds how long a call waits on a process (run); it
 	// is not the process's deadline (DefaultRequestTimeout when zero).
 	RequestTimeout time.Duration
+	// Pprof serves the runtime's profiles under /debug/pprof/ to root
+	// callers (debug.go); off unless the operator turns it on.
+	Pprof bool
 }
 
 // Server serves the /v1 operator API. It is a transport: it decodes a call,
@@ -88,6 +93,9 @@ func NewServer(cfg Config) (*Server, error) {
 	m.HandleFunc("POST /v1/policies", s.policies)
 	s.processRoutes(m)
 	s.fileRoutes(m)
+	if cfg.Pprof {
+		s.debugRoutes(m)
+	}
 	return s, nil
 }
 
@@ -128,6 +136,36 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// writeJSONArray writes the array of n elements elem(0..n-1) in writeJSON's
+// bytes, one element encoded at a time through a buffered writer: a list
+// of 100,000 sessions never sits in memory whole, nor twice (encoded,
+// then indented), as a writeJSON of the slice would have it.
+func writeJSONArray(w http.ResponseWriter, code int, n int, elem func(i int) any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	if n == 0 {
+		io.WriteString(w, "[]\n")
+		return
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString("[\n  ")
+	for i := range n {
+		if i > 0 {
+			bw.WriteString(",\n  ")
+		}
+		b, err := json.MarshalIndent(elem(i), "  ", "  ")
+		if err != nil {
+			// As writeJSON: an element that cannot be encoded ends the
+			// body (the status is sent); the client sees invalid JSON.
+			bw.Flush()
+			return
+		}
+		bw.Write(b)
+	}
+	bw.WriteString("\n]\n")
+	bw.Flush()
 }
 
 // writeCompact is writeJSON without the indentation, for the answer a

@@ -78,11 +78,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	specs := s.cfg.Agent.Sessions()
-	out := make([]SessionView, 0, len(specs))
-	for _, sp := range specs {
-		out = append(out, s.view(sp, false))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSONArray(w, http.StatusOK, len(specs), func(i int) any { return s.view(specs[i], false) })
 }
 
 func (s *Server) find(id string) (agent.SessionSpec, error) {

@@ -284,9 +284,9 @@ func (e *Engine) PutSession(s capability.SessionAttrs) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.sessions[s.ID]
-	ns := &sessionSet{entities: types.EntityMap{}}
+	ns := &sessionSet{}
 	if old != nil {
-		ns.entities = old.entities.Clone()
+		ns.entities = old.entities // never modified once published: shared
 		ns.lens = old.lens
 		ns.byClass = old.byClass
 		ns.once = old.once
@@ -294,7 +294,6 @@ func (e *Engine) PutSession(s capability.SessionAttrs) {
 	ns.uid = sessionUID(s.ID)
 	ns.uidValue = ns.uid
 	ns.entity = sessionEntityWith(s, e.intern)
-	ns.entities[ns.uid] = ns.entity
 	e.sessions[s.ID] = ns
 }
 
@@ -316,7 +315,8 @@ func (e *Engine) PutGrant(g GrantData) error {
 	if g.ID == boundGrantID {
 		return fmt.Errorf("%w: grant id %q is reserved", capability.ErrInvalidCapability, g.ID)
 	}
-	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone(), once: old.once}
+	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: make(types.EntityMap, len(old.entities)+1), once: old.once}
+	maps.Copy(ns.entities, old.entities)
 	ns.entities[grantUID(g.ID)] = grantEntityWith(g, e.intern, old.uidValue)
 	if !g.Once.IsZero() {
 		ns.once = maps.Clone(old.once)
@@ -341,6 +341,9 @@ func (e *Engine) RemoveGrant(session, id string) {
 	}
 	ns := &sessionSet{uid: old.uid, uidValue: old.uidValue, entity: old.entity, entities: old.entities.Clone(), once: old.once}
 	delete(ns.entities, grantUID(id))
+	if len(ns.entities) == 0 {
+		ns.entities = nil
+	}
 	if _, ok := old.once["grant:"+id]; ok {
 		ns.once = maps.Clone(old.once)
 		delete(ns.once, "grant:"+id)
@@ -427,7 +430,7 @@ func (e *Engine) AuthorizeGrant(session string, c capability.Capability, tier ca
 	if err != nil {
 		return Decision{}, err
 	}
-	d, diag := cedar.Authorize(e.base.Load().policies, s.entities, cedar.Request{
+	d, diag := cedar.Authorize(e.base.Load().policies, s, cedar.Request{
 		Principal: sessionUID(session),
 		Action:    actionGrant,
 		Resource:  capabilityUID(c.Class),
@@ -450,7 +453,7 @@ func (e *Engine) AdminPermit(session string, r capability.UseRequest, now time.T
 	if err != nil {
 		return "", false
 	}
-	d, diag := cedar.Authorize(e.base.Load().policies, s.entities, cedar.Request{
+	d, diag := cedar.Authorize(e.base.Load().policies, s, cedar.Request{
 		Principal: sessionUID(session), Action: actionUse, Resource: capabilityUID(r.Class), Context: useContext(r, now),
 	})
 	if d != cedar.Allow {
@@ -480,6 +483,7 @@ func (e *Engine) Flatten() (cedar.PolicyMap, types.EntityMap) {
 				pm[g.policy] = linkedGrantPolicy(g.id, string(s.uid.ID), capability.Classes[i])
 			}
 		}
+		em[s.uid] = s.entity
 		for k, v := range s.entities {
 			em[k] = v
 		}

@@ -38,18 +38,62 @@ func sessionEntity(s capability.SessionAttrs) types.Entity { return sessionEntit
 // sessionEntityWith builds the Session entity, sharing equal attribute values with
 // other entities through in (nil: none shared).
 func sessionEntityWith(s capability.SessionAttrs, in *interner) types.Entity {
-	return types.Entity{
-		UID: sessionUID(s.ID),
-		Attributes: types.NewRecord(types.RecordMap{
-			"image":          in.str(s.Image),
-			"trust_tier":     in.str(s.TrustTier),
-			"risk":           in.str(s.Risk),
-			"headless":       types.Boolean(s.Headless),
-			"tls_inspection": types.Boolean(s.TLSInspection),
-			"protected":      in.set(s.Protected),
-			"policy_store":   in.set(s.PolicyStore),
-		}),
+	return types.Entity{UID: sessionUID(s.ID), Attributes: in.sessionRecord(s)}
+}
+
+// sessionRecord is the Session entity's attributes, shared through in with
+// every session of the same attributes (a fleet's sessions mostly share
+// their image, tier, risk and paths): the record's map is the larger part
+// of a session's entity.
+func (in *interner) sessionRecord(s capability.SessionAttrs) types.Record {
+	if in == nil {
+		return in.newSessionRecord(s)
 	}
+	// Every field length-prefixed, lists counted: no value can forge
+	// another's key.
+	var buf [256]byte
+	key := appendField(buf[:0], s.Image)
+	key = appendField(key, s.TrustTier)
+	key = appendField(key, s.Risk)
+	key = strconv.AppendBool(key, s.Headless)
+	key = strconv.AppendBool(key, s.TLSInspection)
+	for _, l := range [][]string{s.Protected, s.PolicyStore} {
+		key = strconv.AppendInt(key, int64(len(l)), 10)
+		key = append(key, '|')
+		for _, v := range l {
+			key = appendField(key, v)
+		}
+	}
+	if len(key) > internMaxRecordKey {
+		return in.newSessionRecord(s)
+	}
+	if r, ok := in.recs[string(key)]; ok {
+		return r
+	}
+	r := in.newSessionRecord(s)
+	if len(in.recs) < internMax {
+		in.recs[string(key)] = r
+	}
+	return r
+}
+
+func (in *interner) newSessionRecord(s capability.SessionAttrs) types.Record {
+	return types.NewRecord(types.RecordMap{
+		"image":          in.str(s.Image),
+		"trust_tier":     in.str(s.TrustTier),
+		"risk":           in.str(s.Risk),
+		"headless":       types.Boolean(s.Headless),
+		"tls_inspection": types.Boolean(s.TLSInspection),
+		"protected":      in.set(s.Protected),
+		"policy_store":   in.set(s.PolicyStore),
+	})
+}
+
+// appendField appends v length-prefixed.
+func appendField(key []byte, v string) []byte {
+	key = strconv.AppendInt(key, int64(len(v)), 10)
+	key = append(key, ':')
+	return append(key, v...)
 }
 
 // interner shares equal attribute values between the entities of an Engine:
@@ -64,16 +108,20 @@ func sessionEntityWith(s capability.SessionAttrs, in *interner) types.Entity {
 type interner struct {
 	strs map[string]types.Value
 	sets map[string]types.Value
+	recs map[string]types.Record // Session entities' attributes
 }
 
 const (
 	internMax    = 4096
 	internMaxSet = 8   // elements
 	internMaxLen = 256 // bytes, all elements together
+	// internMaxRecordKey bounds a Session record's key (its attributes,
+	// length-prefixed).
+	internMaxRecordKey = 4096
 )
 
 func newInterner() *interner {
-	return &interner{strs: map[string]types.Value{}, sets: map[string]types.Value{}}
+	return &interner{strs: map[string]types.Value{}, sets: map[string]types.Value{}, recs: map[string]types.Record{}}
 }
 
 func (in *interner) str(s string) types.Value {

@@ -132,10 +132,19 @@ type sessionSet struct {
 	uid      types.EntityUID
 	uidValue types.Value     // uid, boxed once for its grants' "session"
 	entity   types.Entity    // the Session entity
-	entities types.EntityMap // the Session entity and the grants' entities
+	entities types.EntityMap // the grants' entities; nil when it has none (a map with one entry costs ~1 KiB a session)
 	lens     keyLens         // address and port key lengths its grants name
 	byClass  [nClasses][]boundGrant
 	once     map[string]backend.HandleRef // "grant:<id>" of its approve-once grants → kernel handle
+}
+
+// Get is the session's entity store (types.EntityGetter): its Session
+// entity and its grants' entities.
+func (s *sessionSet) Get(uid types.EntityUID) (types.Entity, bool) {
+	if uid == s.uid {
+		return s.entity, true
+	}
+	return s.entities.Get(uid)
 }
 
 // index rebuilds byClass from the grant entities (in grant id order).

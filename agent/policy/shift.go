@@ -186,11 +186,7 @@ func (e *Engine) shiftPrincipals(lit *literals) []capability.SessionAttrs {
 	var out []capability.SessionAttrs
 	e.mu.RLock()
 	for _, s := range e.sessions {
-		for uid, ent := range s.entities {
-			if uid.Type == typeSession {
-				out = append(out, attrsFromEntity(ent))
-			}
-		}
+		out = append(out, attrsFromEntity(s.entity))
 		if len(out) >= 32 {
 			break
 		}

@@ -54,6 +54,8 @@ var (
 	flagSettle   = flag.Duration("settle", 50*time.Millisecond, "idle pause before every connect round")
 	flagPin      = flag.Bool("pin", true, "connect rounds: worker on CPU 0, accept server on CPU 1 (machines with 2+ CPUs)")
 	flagScrapes  = flag.Int("scrapes", 5, "timed /metrics scrapes and session listings at each count")
+	flagPprof    = flag.String("pprof", "", "directory: start the daemon with -debug-pprof and save, at each count, its heap profile (after a GC) and a CPU profile of -pprof-secs of back-to-back /metrics scrapes taken after the timed ones (off: \"\")")
+	flagPprofS   = flag.Int("pprof-secs", 5, "seconds of the CPU profile of scrapes (-pprof)")
 	flagReserve  = flag.Int("reserve-mib", 1024, "stop growing when the host's MemAvailable falls below this (the run then measures where it stopped)")
 )
 
@@ -200,6 +202,9 @@ func (b *bench) startAgent() error {
 		"-metrics-addr", b.metrics, "-policy-dir", filepath.Join(b.dir, "policy"), "-manifest-dir", filepath.Join(b.dir, "manifests"),
 		"-cgroup-parent", b.parent, "-pin-path", b.pin, "-max-sessions", strconv.Itoa(b.maxSessions),
 		"-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9")
+	if *flagPprof != "" {
+		cmd.Args = append(cmd.Args, "-debug-pprof")
+	}
 	cmd.Stdout, cmd.Stderr = &b.alog, &b.alog
 	b.mu.Lock()
 	err = cmd.Start()

@@ -71,6 +71,12 @@ func (b *bench) measure(n int, creates []float64, kern0 float64) result {
 			return r
 		}
 	}
+	if *flagPprof != "" {
+		if err := b.profile(n); err != nil {
+			r.err = err
+			return r
+		}
+	}
 	sortFloats(scrapes)
 	sortFloats(lists)
 	r.scrape, r.list = benchkit.Q(scrapes, 0.5), benchkit.Q(lists, 0.5)

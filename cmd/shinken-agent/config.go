@@ -77,6 +77,10 @@ type Config struct {
 	// WorkspaceProtected: paths relative to a session's workspace kept
 	// read-only in its view besides .git/hooks and .git/config.
 	WorkspaceProtected []string `json:"workspace_protected"`
+	// DebugPprof serves the Go runtime's profiles on the API socket under
+	// /debug/pprof/ (heap, goroutine, allocs, profile?seconds=N ...), to
+	// root callers only; off by default.
+	DebugPprof bool `json:"debug_pprof"`
 	// AcceptPolicyWidening (flag only, never in the file): start even if
 	// the policy directory is wider than the last applied set (audited).
 	AcceptPolicyWidening bool `json:"-"`
@@ -137,6 +141,7 @@ func load(args []string) (Config, bool, error) {
 	fs.StringVar(&over.FlowMode, "flow-mode", "", "how open flows are cut when their grant dies: auto, sweep (socket iterators, Linux 6.5+) or packet (per-packet cgroup_skb check) (default "+cfg.FlowMode+")")
 	fs.StringVar(&over.DNSListen, "dns-listen", "", "resolver address, 0.0.0.0:PORT (default "+cfg.DNSListen+")")
 	acceptWiden := fs.Bool("accept-policy-widening", false, "start even if the policy directory widens the last applied policy set (the acceptance and the counterexample are audited)")
+	pprofOn := fs.Bool("debug-pprof", false, "serve the Go runtime's profiles on the API socket under /debug/pprof/, to root only (default off)")
 	reqTimeout := fs.Duration("request-timeout", 0, "how long one API call waits on a process, e.g. run (default 60s); processes outlive it")
 	maxSessions := fs.Uint("max-sessions", 0, "most sessions live at once, 2 to 8388608 (default 65536; sizes the pinned kernel tables)")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
@@ -181,6 +186,9 @@ func load(args []string) (Config, bool, error) {
 	set(&cfg.DNSListen, over.DNSListen)
 	set(&cfg.FlowMode, over.FlowMode)
 	cfg.AcceptPolicyWidening = *acceptWiden
+	if *pprofOn {
+		cfg.DebugPprof = true
+	}
 	if *reqTimeout != 0 {
 		cfg.RequestTimeout.Duration = *reqTimeout
 	}

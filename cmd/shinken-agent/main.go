@@ -374,7 +374,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		Agent: d.ag, Backend: d.dp, Hub: d.hub, Logger: d.log,
 		Auth:      api.Authorizer{OperatorGID: opGID, SessionsCgroup: "/" + d.cfg.CgroupParent},
 		Verify:    d.verifyAudit,
-		Processes: d.procs, RequestTimeout: d.cfg.RequestTimeout.Duration,
+		Processes: d.procs, RequestTimeout: d.cfg.RequestTimeout.Duration, Pprof: d.cfg.DebugPprof,
 		Status: func() map[string]any {
 			facts := d.dp.Probe().Facts
 			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
