@@ -70,6 +70,16 @@ struct {
 	__uint(max_entries, 256);
 } shk_never6 SEC(".maps");
 
+/* struct shk_never_hint: which never-list lookups can match. Not pinned:
+ * each load starts from all zero (skip nothing) until user space writes it
+ * (dataplane/never_linux.go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct shk_never_hint);
+	__uint(max_entries, 1);
+} shk_never_hints SEC(".maps");
+
 /* Admin-named exceptions to the never-list: (session, family, port, address)
  * -> the handle of the grant that names it. Port 0: every port. Sized like
  * the never-list per session; user space writes one with each NeverOK rule. */
@@ -105,26 +115,51 @@ static __always_inline __u32 never_exception(__u32 session, __u16 family, const 
 	return shk_handle_check(v->handle, v->generation, SHK_USE_CONSUME);
 }
 
+/* Bit idx of a hint bitmap of n bytes (a power of two). The index is masked
+ * in the program (clang would drop the mask when it knows the range):
+ * older verifiers (6.1) do not follow a value's bounds through a byte swap. */
+#define hint_bit(bits, n, i)                              \
+	({                                                \
+		__u32 __i = (i);                          \
+		asm volatile("" : "+r"(__i));             \
+		((bits)[(__i >> 3) & ((n) - 1)] >> (__i & 7)) & 1; \
+	})
+
 /* Whether (addr, port) is never-listed: an entry for that port or for every
- * port (port 0) covers it. IPv4 in addr[0]. */
+ * port (port 0) covers it. IPv4 in addr[0]. Each of the two lookups is made
+ * only where shk_never_hints says it can match: most destinations (a port no
+ * entry names, a first byte no every-port entry covers) need neither. */
 static __always_inline int never_listed(__u16 family, const __u32 *addr, __u16 dport)
 {
+	__u32 zero = 0;
+	struct shk_never_hint *h = bpf_map_lookup_elem(&shk_never_hints, &zero);
+	int by_port = 1, any_port = 1;
+
+	if (h) {
+		by_port = !hint_bit(h->port_clear, 8192, dport);
+		/* The address's first byte: the low byte of the network-order
+		 * word. */
+		if (family == AF_INET)
+			any_port = !hint_bit(h->v4_clear, 32, addr[0] & 0xff);
+		else
+			any_port = !hint_bit(h->v6_clear, 32, addr[0] & 0xff);
+	}
 	if (family == AF_INET) {
 		struct shk_never4_key k = { .prefixlen = 16 + 32, .port = bpf_htons(dport) };
 
 		__builtin_memcpy(k.addr, addr, 4);
-		if (bpf_map_lookup_elem(&shk_never4, &k))
+		if (by_port && bpf_map_lookup_elem(&shk_never4, &k))
 			return 1;
 		k.port = 0;
-		return bpf_map_lookup_elem(&shk_never4, &k) != 0;
+		return any_port && bpf_map_lookup_elem(&shk_never4, &k) != 0;
 	} else {
 		struct shk_never6_key k = { .prefixlen = 16 + 128, .port = bpf_htons(dport) };
 
 		__builtin_memcpy(k.addr, addr, 16);
-		if (bpf_map_lookup_elem(&shk_never6, &k))
+		if (by_port && bpf_map_lookup_elem(&shk_never6, &k))
 			return 1;
 		k.port = 0;
-		return bpf_map_lookup_elem(&shk_never6, &k) != 0;
+		return any_port && bpf_map_lookup_elem(&shk_never6, &k) != 0;
 	}
 }
 

@@ -139,6 +139,20 @@ struct shk_never6_key {
 	__u8 addr[16];
 };
 
+/* Which never-list lookups a destination can need (shk_never_hints, one
+ * entry, written by user space from what shk_never4|6 hold). A set bit says
+ * no entry can match, so that lookup is skipped; a clear bit (and an entry
+ * never written: all zero) skips nothing. port_clear: bit p (of
+ * port_clear[p / 8]) when no entry of either family names port p (the
+ * port-specific lookup); v4_clear, v6_clear: bit b when no every-port entry
+ * of the family covers an address whose first byte is b (the port-0
+ * lookup). */
+struct shk_never_hint {
+	__u8 port_clear[8192];
+	__u8 v4_clear[32];
+	__u8 v6_clear[32];
+};
+
 /* The deny table (shk_deny4|6): destinations no grant reaches, compiled by
  * user space from the admin and hard-deny forbids whose condition is a
  * destination. Keyed by address prefix (prefixlen: the address bits); the

@@ -188,7 +188,10 @@ func (d *Dataplane) open() error {
 		if n, ok := sizes[name]; ok {
 			m.MaxEntries = n
 		}
-		if strings.HasPrefix(name, "shk_") {
+		// shk_never_hints is not pinned: each load starts from all zero
+		// (every never-list lookup made) until it writes its own
+		// (never_hint_linux.go), whatever an earlier agent left.
+		if strings.HasPrefix(name, "shk_") && name != "shk_never_hints" {
 			m.Pinning = ebpf.PinByName
 		}
 	}

@@ -32,6 +32,15 @@ func (d *Dataplane) setNeverList(entries []NeverEntry) error {
 			want6[shkShkNever6Key{Prefixlen: uint32(16 + p.Bits()), Port: port, Addr: p.Addr().As16()}] = true
 		}
 	}
+	cur4, cur6, err := d.neverKeys()
+	if err != nil {
+		return err
+	}
+	// The hint first covers what is listed and what comes, so that no
+	// lookup is skipped that an entry could answer (never_hint_linux.go).
+	if err := d.writeNeverHint(union(cur4, want4), union(cur6, want6)); err != nil {
+		return err
+	}
 	one := uint32(1)
 	for k := range want4 {
 		if err := d.objs.ShkNever4.Update(k, one, ebpf.UpdateAny); err != nil {
@@ -44,45 +53,51 @@ func (d *Dataplane) setNeverList(entries []NeverEntry) error {
 		}
 	}
 	// then drop what is no longer listed (adding first: never a gap)
-	var k4 shkShkNever4Key
-	var stale4 []shkShkNever4Key
-	it := d.objs.ShkNever4.Iterate()
-	for it.Next(&k4, new(uint32)) {
-		if !want4[k4] {
-			stale4 = append(stale4, k4)
+	for k := range cur4 {
+		if !want4[k] {
+			d.objs.ShkNever4.Delete(k)
 		}
 	}
-	var k6 shkShkNever6Key
-	var stale6 []shkShkNever6Key
-	it6 := d.objs.ShkNever6.Iterate()
-	for it6.Next(&k6, new(uint32)) {
-		if !want6[k6] {
-			stale6 = append(stale6, k6)
+	for k := range cur6 {
+		if !want6[k] {
+			d.objs.ShkNever6.Delete(k)
 		}
 	}
-	for _, k := range stale4 {
-		d.objs.ShkNever4.Delete(k)
-	}
-	for _, k := range stale6 {
-		d.objs.ShkNever6.Delete(k)
-	}
-	return nil
+	// and the hint narrows to what is listed now.
+	return d.writeNeverHint(want4, want6)
 }
 
 // ensureNeverDefaults adds backend.DefaultNeverList to what the maps hold
 // (an adopted list keeps the daemon's listeners).
 func (d *Dataplane) ensureNeverDefaults() error {
-	one := uint32(1)
+	cur4, cur6, err := d.neverKeys()
+	if err != nil {
+		return err
+	}
+	add4 := map[shkShkNever4Key]bool{}
+	add6 := map[shkShkNever6Key]bool{}
 	for _, n := range backend.DefaultNeverList {
 		p := n.Prefix.Masked()
 		port := n.Port<<8 | n.Port>>8
-		var err error
 		if p.Addr().Is4() {
-			err = d.objs.ShkNever4.Update(shkShkNever4Key{Prefixlen: uint32(16 + p.Bits()), Port: port, Addr: p.Addr().As4()}, one, ebpf.UpdateAny)
+			add4[shkShkNever4Key{Prefixlen: uint32(16 + p.Bits()), Port: port, Addr: p.Addr().As4()}] = true
 		} else {
-			err = d.objs.ShkNever6.Update(shkShkNever6Key{Prefixlen: uint32(16 + p.Bits()), Port: port, Addr: p.Addr().As16()}, one, ebpf.UpdateAny)
+			add6[shkShkNever6Key{Prefixlen: uint32(16 + p.Bits()), Port: port, Addr: p.Addr().As16()}] = true
 		}
-		if err != nil {
+	}
+	// The hint (this load's map starts all zero: every lookup made)
+	// covers the adopted entries and the defaults before they go in.
+	if err := d.writeNeverHint(union(cur4, add4), union(cur6, add6)); err != nil {
+		return err
+	}
+	one := uint32(1)
+	for k := range add4 {
+		if err := d.objs.ShkNever4.Update(k, one, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("never-list: %w", err)
+		}
+	}
+	for k := range add6 {
+		if err := d.objs.ShkNever6.Update(k, one, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("never-list: %w", err)
 		}
 	}

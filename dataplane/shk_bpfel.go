@@ -126,6 +126,13 @@ type shkShkNever6Key struct {
 	_         [2]byte
 }
 
+type shkShkNeverHint struct {
+	_         structs.HostLayout
+	PortClear [8192]uint8
+	V4Clear   [32]uint8
+	V6Clear   [32]uint8
+}
+
 type shkShkNeverOk struct {
 	_          structs.HostLayout
 	Handle     uint32
@@ -204,6 +211,7 @@ const (
 	shkMapShkLastconns          = "shk_lastconns"
 	shkMapShkNever4             = "shk_never4"
 	shkMapShkNever6             = "shk_never6"
+	shkMapShkNeverHints         = "shk_never_hints"
 	shkMapShkNeverOks           = "shk_never_oks"
 	shkMapShkPortUsed           = "shk_port_used"
 	shkMapShkPorts              = "shk_ports"
@@ -332,6 +340,7 @@ type shkMapSpecs struct {
 	ShkLastconns  *ebpf.MapSpec `ebpf:"shk_lastconns"`
 	ShkNever4     *ebpf.MapSpec `ebpf:"shk_never4"`
 	ShkNever6     *ebpf.MapSpec `ebpf:"shk_never6"`
+	ShkNeverHints *ebpf.MapSpec `ebpf:"shk_never_hints"`
 	ShkNeverOks   *ebpf.MapSpec `ebpf:"shk_never_oks"`
 	ShkPortUsed   *ebpf.MapSpec `ebpf:"shk_port_used"`
 	ShkPorts      *ebpf.MapSpec `ebpf:"shk_ports"`
@@ -392,6 +401,7 @@ type shkMaps struct {
 	ShkLastconns  *ebpf.Map `ebpf:"shk_lastconns"`
 	ShkNever4     *ebpf.Map `ebpf:"shk_never4"`
 	ShkNever6     *ebpf.Map `ebpf:"shk_never6"`
+	ShkNeverHints *ebpf.Map `ebpf:"shk_never_hints"`
 	ShkNeverOks   *ebpf.Map `ebpf:"shk_never_oks"`
 	ShkPortUsed   *ebpf.Map `ebpf:"shk_port_used"`
 	ShkPorts      *ebpf.Map `ebpf:"shk_ports"`
@@ -420,6 +430,7 @@ func (m *shkMaps) Close() error {
 		m.ShkLastconns,
 		m.ShkNever4,
 		m.ShkNever6,
+		m.ShkNeverHints,
 		m.ShkNeverOks,
 		m.ShkPortUsed,
 		m.ShkPorts,

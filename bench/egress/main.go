@@ -388,7 +388,7 @@ func (b *bench) run() error {
 		max(6, *flagRounds/6), filterLen, scIn, scOut, scDiff)
 
 	// Revoke latency.
-	lat, whole, err := b.revokeLatency()
+	lat, whole, parts, err := b.revokeLatency()
 	if err != nil {
 		return err
 	}
@@ -396,6 +396,7 @@ func (b *bench) run() error {
 	sort.Float64s(whole)
 	fmt.Printf("revoke -> first denied connect, %d revokes: p50 %.1fus  p90 %.1fus  p99 %.1fus  max %.1fus\n",
 		len(lat), connrounds.Pct(lat, 50), connrounds.Pct(lat, 90), connrounds.Pct(lat, 99), lat[len(lat)-1])
+	printRevokeTail(parts)
 	st := b.dp.SweepStats()
 	fmt.Printf("Revoke call, whole (map write + cutting open flows, %s mode; %d TCP+UDP sockets on the host): p50 %.1fus  p99 %.1fus; sweeps %d, sockets destroyed %d\n",
 		b.dp.FlowMode(), hostSockets(), connrounds.Pct(whole, 50), connrounds.Pct(whole, 99), st.Sweeps, st.Destroyed)
