@@ -176,7 +176,14 @@ func (s *auditSink) verified(t testing.TB) *audit.Report {
 	return rep
 }
 
+// liveInJournal counts the journal's live grant records.
 func liveInJournal(t testing.TB, dir string) int {
+	return journalRecords(t, dir, `{"k":"g"`, "live")
+}
+
+// journalRecords counts the journal's records that begin with prefix and
+// are in phase.
+func journalRecords(t testing.TB, dir, prefix, phase string) int {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "state.journal"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -184,7 +191,7 @@ func liveInJournal(t testing.TB, dir string) int {
 	}
 	n := 0
 	for _, ln := range bytes.Split(data, []byte("\n")) {
-		if bytes.HasPrefix(ln, []byte(`{"k":"g"`)) && bytes.Contains(ln, []byte(`"phase":"live"`)) {
+		if bytes.HasPrefix(ln, []byte(prefix)) && bytes.Contains(ln, []byte(`"phase":"`+phase+`"`)) {
 			n++
 		}
 	}

@@ -10,8 +10,6 @@ package agent
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,18 +18,7 @@ import (
 
 // activeInJournal counts the journal's active records of session id.
 func activeInJournal(t testing.TB, dir, id string) int {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "state.journal"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, ln := range bytes.Split(data, []byte("\n")) {
-		if bytes.HasPrefix(ln, []byte(`{"k":"s","id":"`+id+`"`)) && bytes.Contains(ln, []byte(`"phase":"active"`)) {
-			n++
-		}
-	}
-	return n
+	return journalRecords(t, dir, `{"k":"s","id":"`+id+`"`, "active")
 }
 
 // TestSessionCreateAuditedBeforeActive: every journal write of the new

@@ -4,8 +4,6 @@ import (
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
 // never4 and never6 are the keys of one never-list entry, as setNeverList
@@ -63,18 +61,7 @@ func TestNeverHintBits(t *testing.T) {
 // hint would skip if it were wrong: a first byte covered only by a prefix
 // shorter than a byte, a port named on every address, and an adopted entry.
 func TestNeverHint(t *testing.T) {
-	kerneltest.RequireRoot(t)
-	cfg := modeConfig(t, flowModes(t)[0])
-	d, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := d
-	t.Cleanup(func() {
-		if err := cur.Uninstall(); err != nil {
-			t.Errorf("uninstall: %v", err)
-		}
-	})
+	d, reopen := openAdoptable(t)
 	s, err := d.CreateSession("nh", Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -109,17 +96,7 @@ func TestNeverHint(t *testing.T) {
 	want("back to the defaults", "169.254.169.254:80", "err EPERM")
 
 	set(NeverEntry{Prefix: pfx("127.0.0.9/32")})
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur = d
-	if !d.Adopted() {
-		t.Fatal("the second Open did not adopt")
-	}
+	d = reopen(d)
 	var hint shkShkNeverHint
 	if err := d.objs.ShkNeverHints.Lookup(uint32(0), &hint); err != nil {
 		t.Fatal(err)

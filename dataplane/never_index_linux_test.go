@@ -170,18 +170,7 @@ func TestNeverRepointOnlyAffected(t *testing.T) {
 // handle index from the egress entries, so its revokes re-point only the
 // affected exceptions too, descendants included.
 func TestNeverIndexAdopted(t *testing.T) {
-	kerneltest.RequireRoot(t)
-	cfg := modeConfig(t, flowModes(t)[0])
-	d, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := d
-	t.Cleanup(func() {
-		if err := cur.Uninstall(); err != nil {
-			t.Errorf("uninstall: %v", err)
-		}
-	})
+	d, reopen := openAdoptable(t)
 	s, err := d.CreateSession("nva", Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -200,17 +189,7 @@ func TestNeverIndexAdopted(t *testing.T) {
 		mustAllow(t, d, "nva", exception(addr, 443, b))
 		rs, others = append(rs, exception(addr, 443, a)), append(others, b)
 	}
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur = d
-	if !d.Adopted() {
-		t.Fatal("the second Open did not adopt")
-	}
+	d = reopen(d)
 	p := neverProbe{t: t, d: d, sess: "nva", idx: s.Index}
 	p.wantPoints(rs[0], child, "adopted")
 	if got := p.revoke(parent); got != 1 {
@@ -218,4 +197,38 @@ func TestNeverIndexAdopted(t *testing.T) {
 	}
 	p.wantPoints(rs[0], others[0], "adopted, the first grant's parent revoked")
 	p.wantPoints(rs[1], rs[1].Handle, "adopted, another exception")
+}
+
+// openAdoptable opens a dataplane (the first flow mode's config) for a test
+// that reopens it: reopen closes the one given and opens again, which must
+// adopt; the test's cleanup uninstalls the last one opened.
+func openAdoptable(t *testing.T) (*Dataplane, func(*Dataplane) *Dataplane) {
+	kerneltest.RequireRoot(t)
+	cfg := modeConfig(t, flowModes(t)[0])
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := d
+	t.Cleanup(func() {
+		if err := cur.Uninstall(); err != nil {
+			t.Errorf("uninstall: %v", err)
+		}
+	})
+	reopen := func(old *Dataplane) *Dataplane {
+		t.Helper()
+		if err := old.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur = d
+		if !d.Adopted() {
+			t.Fatal("the second Open did not adopt")
+		}
+		return d
+	}
+	return d, reopen
 }
