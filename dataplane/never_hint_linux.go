@@ -21,25 +21,29 @@ import (
 
 // neverKeys is what shk_never4|6 hold.
 func (d *Dataplane) neverKeys() (map[shkShkNever4Key]bool, map[shkShkNever6Key]bool, error) {
-	k4 := map[shkShkNever4Key]bool{}
-	k6 := map[shkShkNever6Key]bool{}
-	var a shkShkNever4Key
-	it := d.objs.ShkNever4.Iterate()
-	for it.Next(&a, new(uint32)) {
-		k4[a] = true
+	k4, err := mapKeys[shkShkNever4Key](d.objs.ShkNever4)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := it.Err(); err != nil {
-		return nil, nil, fmt.Errorf("never-list: read: %w", err)
-	}
-	var b shkShkNever6Key
-	it6 := d.objs.ShkNever6.Iterate()
-	for it6.Next(&b, new(uint32)) {
-		k6[b] = true
-	}
-	if err := it6.Err(); err != nil {
-		return nil, nil, fmt.Errorf("never-list: read: %w", err)
+	k6, err := mapKeys[shkShkNever6Key](d.objs.ShkNever6)
+	if err != nil {
+		return nil, nil, err
 	}
 	return k4, k6, nil
+}
+
+// mapKeys is the set of keys of a never-list map (values uint32).
+func mapKeys[K comparable](m *ebpf.Map) (map[K]bool, error) {
+	keys := map[K]bool{}
+	var k K
+	it := m.Iterate()
+	for it.Next(&k, new(uint32)) {
+		keys[k] = true
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("never-list: read: %w", err)
+	}
+	return keys, nil
 }
 
 func union[K comparable](a, b map[K]bool) map[K]bool {
