@@ -9,11 +9,13 @@ import (
 )
 
 // TestCountersOfMatchesCounters: the batched read (one BPF_MAP_LOOKUP_BATCH
-// per run of consecutive indices) gives, for every index and in the
+// per run of near marked indices) gives, for every index and in the
 // caller's order, exactly what Counters reads slot by slot: per-CPU values
 // summed, runs longer than one batch, gaps, repeats, index 0 (the
-// unattributed slot) and the table's last index included; an index past the
-// table is refused.
+// unattributed slot) and the table's last index included, with only the
+// written indices marked (sparse runs, gaps read through) and with every
+// index marked (runs longer than one batch); an index past the table is
+// refused, and an unmarked index is not read.
 func TestCountersOfMatchesCounters(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxSessions = 8192 // three batches of countersBatchMax slots
@@ -35,6 +37,24 @@ func TestCountersOfMatchesCounters(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		d.markDenied(idx) // as every writer of the counters does
+	}
+	// A slot written without its mark: CountersOf does not read it (a
+	// counter is zero until its session's mark is set).
+	const unmarked = 3000
+	if err := d.objs.ShkCounters.Update(uint32(unmarked*NumReasons), make([]uint64, ncpu), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	one := make([]uint64, ncpu)
+	one[0] = 1
+	if err := d.objs.ShkCounters.Update(uint32(unmarked*NumReasons+1), one, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.CountersOf([]uint32{unmarked}); err != nil || got[0] != (Denials{}) {
+		t.Fatalf("an unmarked index: %v, %v; want zero counts, no read", got, err)
+	}
+	if err := d.objs.ShkCounters.Update(uint32(unmarked*NumReasons+1), make([]uint64, ncpu), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
 	}
 	all := make([]uint32, cfg.MaxSessions)
 	for i := range all {
@@ -44,28 +64,35 @@ func TestCountersOfMatchesCounters(t *testing.T) {
 	for i := range rev {
 		rev[i] = all[len(all)-1-i]
 	}
-	for name, set := range map[string][]uint32{
-		"all":      all,
-		"reversed": rev,
-		"written":  written,
-		"gaps":     {8191, 5, 4000, 2, 2, 0, 2731, 100},
-		"one":      {2730},
-		"none":     {},
-	} {
-		got, err := d.CountersOf(set)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if len(got) != len(set) {
-			t.Fatalf("%s: %d results for %d indices", name, len(got), len(set))
-		}
-		for i, idx := range set {
-			want, err := d.Counters(idx)
-			if err != nil {
-				t.Fatal(err)
+	for _, marks := range []string{"written marked", "all marked"} {
+		if marks == "all marked" {
+			for _, idx := range all {
+				d.markDenied(idx)
 			}
-			if got[i] != want {
-				t.Fatalf("%s: index %d: batched %v, one by one %v", name, idx, got[i], want)
+		}
+		for name, set := range map[string][]uint32{
+			"all":      all,
+			"reversed": rev,
+			"written":  written,
+			"gaps":     {8191, 5, 4000, 2, 2, 0, 2731, 100},
+			"one":      {2730},
+			"none":     {},
+		} {
+			got, err := d.CountersOf(set)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", marks, name, err)
+			}
+			if len(got) != len(set) {
+				t.Fatalf("%s, %s: %d results for %d indices", marks, name, len(got), len(set))
+			}
+			for i, idx := range set {
+				want, err := d.Counters(idx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got[i] != want {
+					t.Fatalf("%s, %s: index %d: batched %v, one by one %v", marks, name, idx, got[i], want)
+				}
 			}
 		}
 	}
