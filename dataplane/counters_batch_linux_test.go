@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -101,5 +102,53 @@ func TestCountersOfMatchesCounters(t *testing.T) {
 	}
 	if _, err := d.CountersOf([]uint32{1, cfg.MaxSessions}); !errors.Is(err, ErrSessionNotFound) {
 		t.Errorf("index past the table: %v, want ErrSessionNotFound", err)
+	}
+}
+
+// BenchmarkCountersOf: one scrape's counter read (CountersOf over every
+// index) at 100,000 sessions, of which a fraction has denied (its counter
+// slots written and marked, spread evenly over the table, the worst case
+// for runs).
+func BenchmarkCountersOf(b *testing.B) {
+	const n = 100000
+	cfg := testConfig(b)
+	cfg.MaxSessions = n + 1
+	d := newDataplane(b, cfg)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	all := make([]uint32, n)
+	for i := range all {
+		all[i] = uint32(i + 1)
+	}
+	one := make([]uint64, ncpu)
+	one[0] = 1
+	written := 0
+	for _, pct := range []int{0, 1, 10, 100} {
+		// Cumulative: each fraction's indices include the smaller one's.
+		want := n * pct / 100
+		if want > 0 {
+			step := n / want
+			for i := 0; i < n; i += step {
+				idx := uint32(i + 1)
+				if err := d.objs.ShkCounters.Update(idx*NumReasons+uint32(ReasonNoRule), one, ebpf.UpdateAny); err != nil {
+					b.Fatal(err)
+				}
+				d.markDenied(idx)
+			}
+			written = want
+		}
+		b.Run(fmt.Sprintf("denied=%d%%", pct), func(b *testing.B) {
+			for b.Loop() {
+				got, err := d.CountersOf(all)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got[0][ReasonNoRule] != uint64(min(written, 1)) {
+					b.Fatalf("index 1's no_rule %d", got[0][ReasonNoRule])
+				}
+			}
+		})
 	}
 }
