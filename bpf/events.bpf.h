@@ -29,6 +29,16 @@
  * but its per-CPU counters). A lost race (another CPU of the same session
  * sent meanwhile) retries a few times, then suppresses: at worst an event
  * within budget is counted as suppressed, never one past it sent.
+ *
+ * The denied marker: count() first sets the session's bit in shk_denied
+ * (bit session % 64 of word session / 64), once, on the session's first
+ * denial (a set bit is only read after that, so a flood writes nothing
+ * shared). A session's counters are all zero until its bit is set, so the
+ * metrics scrape (dataplane CountersOf) reads the counters of marked
+ * sessions only. User space clears the bit when it zeroes the index's
+ * counters for a new session, sets it when it counts a denial itself
+ * (exec_denied), and sets every bit when it adopts counters made before
+ * the marker existed.
  */
 #pragma once
 
@@ -76,6 +86,18 @@ struct {
 	__uint(max_entries, 65536);
 } shk_suppressed SEC(".maps");
 
+/* The denied marker (see above): bit session % 64 of word session / 64 is
+ * set from the session's first denial on. Sized by user space to max
+ * sessions / 64, rounded up; mmapped by user space, which clears and sets
+ * bits with atomic operations, never a plain write of a word. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 65536 / 64);
+} shk_denied SEC(".maps");
+
 /* The budget, set by user space before load: 1 s / rate, and (burst - 1) *
  * that. Interval 0: no budget (every event is sent). */
 const volatile __u64 shk_event_interval_ns = 0;
@@ -85,11 +107,24 @@ const volatile __u64 shk_event_tolerance_ns = 0;
 const struct shk_event *unused_event __attribute__((unused));
 
 
+/* Sets session's bit in shk_denied unless it is set already. */
+static __always_inline void mark_denied(__u32 session)
+{
+	__u32 key = session / 64;
+	__u64 bit = 1ULL << (session % 64);
+	__u64 *w = bpf_map_lookup_elem(&shk_denied, &key);
+
+	if (w && !(*(volatile __u64 *)w & bit))
+		__sync_fetch_and_or(w, bit);
+}
+
 static __always_inline void count(__u32 session, __u32 reason)
 {
 	__u32 key = session * SHK_NR_REASONS + reason;
-	__u64 *c = bpf_map_lookup_elem(&shk_counters, &key);
+	__u64 *c;
 
+	mark_denied(session); /* before the counter: a nonzero counter's bit is set */
+	c = bpf_map_lookup_elem(&shk_counters, &key);
 	if (c)
 		*c += 1;
 }

@@ -54,7 +54,8 @@
  *                      port-hold limits
  *   dns.bpf.h          shk_settings, redirecting DNS to the resolver
  *   events.bpf.h       shk_counters, shk_stats, shk_events, shk_budgets,
- *                      shk_suppressed: count(), report(), the event budget
+ *                      shk_suppressed, shk_denied: count(), report(), the
+ *                      event budget, the denied marker
  *   core.bpf.h         the kernel structures read with CO-RE
  *
  * A new hook (cgroup/dev, BPF LSM) is a new family file that includes

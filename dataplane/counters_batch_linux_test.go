@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -9,11 +10,13 @@ import (
 )
 
 // TestCountersOfMatchesCounters: the batched read (one BPF_MAP_LOOKUP_BATCH
-// per run of consecutive indices) gives, for every index and in the
+// per run of near marked indices) gives, for every index and in the
 // caller's order, exactly what Counters reads slot by slot: per-CPU values
 // summed, runs longer than one batch, gaps, repeats, index 0 (the
-// unattributed slot) and the table's last index included; an index past the
-// table is refused.
+// unattributed slot) and the table's last index included, with only the
+// written indices marked (sparse runs, gaps read through) and with every
+// index marked (runs longer than one batch); an index past the table is
+// refused, and an unmarked index is not read.
 func TestCountersOfMatchesCounters(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxSessions = 8192 // three batches of countersBatchMax slots
@@ -35,6 +38,24 @@ func TestCountersOfMatchesCounters(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		d.markDenied(idx) // as every writer of the counters does
+	}
+	// A slot written without its mark: CountersOf does not read it (a
+	// counter is zero until its session's mark is set).
+	const unmarked = 3000
+	if err := d.objs.ShkCounters.Update(uint32(unmarked*NumReasons), make([]uint64, ncpu), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	one := make([]uint64, ncpu)
+	one[0] = 1
+	if err := d.objs.ShkCounters.Update(uint32(unmarked*NumReasons+1), one, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.CountersOf([]uint32{unmarked}); err != nil || got[0] != (Denials{}) {
+		t.Fatalf("an unmarked index: %v, %v; want zero counts, no read", got, err)
+	}
+	if err := d.objs.ShkCounters.Update(uint32(unmarked*NumReasons+1), make([]uint64, ncpu), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
 	}
 	all := make([]uint32, cfg.MaxSessions)
 	for i := range all {
@@ -44,28 +65,35 @@ func TestCountersOfMatchesCounters(t *testing.T) {
 	for i := range rev {
 		rev[i] = all[len(all)-1-i]
 	}
-	for name, set := range map[string][]uint32{
-		"all":      all,
-		"reversed": rev,
-		"written":  written,
-		"gaps":     {8191, 5, 4000, 2, 2, 0, 2731, 100},
-		"one":      {2730},
-		"none":     {},
-	} {
-		got, err := d.CountersOf(set)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if len(got) != len(set) {
-			t.Fatalf("%s: %d results for %d indices", name, len(got), len(set))
-		}
-		for i, idx := range set {
-			want, err := d.Counters(idx)
-			if err != nil {
-				t.Fatal(err)
+	for _, marks := range []string{"written marked", "all marked"} {
+		if marks == "all marked" {
+			for _, idx := range all {
+				d.markDenied(idx)
 			}
-			if got[i] != want {
-				t.Fatalf("%s: index %d: batched %v, one by one %v", name, idx, got[i], want)
+		}
+		for name, set := range map[string][]uint32{
+			"all":      all,
+			"reversed": rev,
+			"written":  written,
+			"gaps":     {8191, 5, 4000, 2, 2, 0, 2731, 100},
+			"one":      {2730},
+			"none":     {},
+		} {
+			got, err := d.CountersOf(set)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", marks, name, err)
+			}
+			if len(got) != len(set) {
+				t.Fatalf("%s, %s: %d results for %d indices", marks, name, len(got), len(set))
+			}
+			for i, idx := range set {
+				want, err := d.Counters(idx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got[i] != want {
+					t.Fatalf("%s, %s: index %d: batched %v, one by one %v", marks, name, idx, got[i], want)
+				}
 			}
 		}
 	}
@@ -74,5 +102,53 @@ func TestCountersOfMatchesCounters(t *testing.T) {
 	}
 	if _, err := d.CountersOf([]uint32{1, cfg.MaxSessions}); !errors.Is(err, ErrSessionNotFound) {
 		t.Errorf("index past the table: %v, want ErrSessionNotFound", err)
+	}
+}
+
+// BenchmarkCountersOf: one scrape's counter read (CountersOf over every
+// index) at 100,000 sessions, of which a fraction has denied (its counter
+// slots written and marked, spread evenly over the table, the worst case
+// for runs).
+func BenchmarkCountersOf(b *testing.B) {
+	const n = 100000
+	cfg := testConfig(b)
+	cfg.MaxSessions = n + 1
+	d := newDataplane(b, cfg)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	all := make([]uint32, n)
+	for i := range all {
+		all[i] = uint32(i + 1)
+	}
+	one := make([]uint64, ncpu)
+	one[0] = 1
+	written := 0
+	for _, pct := range []int{0, 1, 10, 100} {
+		// Cumulative: each fraction's indices include the smaller one's.
+		want := n * pct / 100
+		if want > 0 {
+			step := n / want
+			for i := 0; i < n; i += step {
+				idx := uint32(i + 1)
+				if err := d.objs.ShkCounters.Update(idx*NumReasons+uint32(ReasonNoRule), one, ebpf.UpdateAny); err != nil {
+					b.Fatal(err)
+				}
+				d.markDenied(idx)
+			}
+			written = want
+		}
+		b.Run(fmt.Sprintf("denied=%d%%", pct), func(b *testing.B) {
+			for b.Loop() {
+				got, err := d.CountersOf(all)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got[0][ReasonNoRule] != uint64(min(written, 1)) {
+					b.Fatalf("index 1's no_rule %d", got[0][ReasonNoRule])
+				}
+			}
+		})
 	}
 }

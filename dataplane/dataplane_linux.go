@@ -33,6 +33,7 @@ type Dataplane struct {
 	parent  string // absolute cgroup2 path of the sessions' parent
 	level   int    // cgroup level of session cgroups
 	objs    shkObjects
+	denied  deniedBits // shk_denied, mapped (denied_linux.go)
 	links   []link.Link
 	adopted bool
 	sweep   *sweeper // sweep mode's socket iterators; nil in packet mode
@@ -180,6 +181,7 @@ func (d *Dataplane) open() error {
 		"shk_quotas":     d.cfg.MaxSessions,
 		"shk_budgets":    d.cfg.MaxSessions * 2,
 		"shk_suppressed": d.cfg.MaxSessions,
+		"shk_denied":     deniedWords(d.cfg.MaxSessions),
 		"shk_events":     d.cfg.EventRingBytes,
 		"shk_flows":      d.cfg.MaxFlows,
 		"shk_ports":      uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
@@ -223,12 +225,18 @@ func (d *Dataplane) open() error {
 	d.adopted = statErr == nil
 	_, markErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_sockcount"))
 	d.markOld = d.adopted && markErr != nil
+	_, deniedErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_denied"))
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return fmt.Errorf("pinned maps under %s do not match this agent's sizes or layout (remove them with a full uninstall to start fresh): %w", d.cfg.PinPath, err)
 		}
 		return fmt.Errorf("load BPF objects: %w", err)
+	}
+	// Counters adopted from an agent that kept no marker: every index is
+	// marked, so none of them is left out of a scrape.
+	if err := d.mapDenied(d.adopted && deniedErr != nil); err != nil {
+		return err
 	}
 	if !d.cfg.noAttach {
 		if err := d.attach(); err != nil {
@@ -296,6 +304,7 @@ func (d *Dataplane) Close() error {
 	errs = append(errs, d.closeFileTable())
 	errs = append(errs, d.procTable.Close())
 	d.procTable = nil
+	errs = append(errs, d.unmapDenied())
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
 }

@@ -82,6 +82,7 @@ func (d *Dataplane) countExec(index uint32) {
 	if err := d.objs.ShkCounters.Lookup(key, &per); err != nil || len(per) == 0 {
 		return
 	}
+	d.markDenied(index) // before the count, as the programs' count() does
 	per[0]++
 	_ = d.objs.ShkCounters.Update(key, per, ebpf.UpdateExist)
 }

@@ -14,9 +14,9 @@ import (
 // What the BPF LSM objects (fs.scope's shkfs, the exec gate's shkexec)
 // share in how they are loaded: each is an object of its own, so that a
 // host where LSM programs cannot load still loads the main one; each uses
-// the main object's session, handle, counter, statistics, event and
-// event-budget maps; each keeps its own maps and links pinned, so that a
-// restarted agent finds them.
+// the main object's session, handle, counter, statistics, event,
+// event-budget and denied-marker maps; each keeps its own maps and links
+// pinned, so that a restarted agent finds them.
 
 // loadLSMObject loads spec into objs: own names the object's own maps,
 // pinned by name, with their sizes (0: as compiled); the session level
@@ -42,7 +42,7 @@ func (d *Dataplane) loadLSMObject(spec *ebpf.CollectionSpec, own map[string]uint
 	shared := map[string]*ebpf.Map{
 		"shk_sessions": d.objs.ShkSessions, "shk_handles": d.objs.ShkHandles,
 		"shk_counters": d.objs.ShkCounters, "shk_stats": d.objs.ShkStats, "shk_events": d.objs.ShkEvents,
-		"shk_budgets": d.objs.ShkBudgets, "shk_suppressed": d.objs.ShkSuppressed,
+		"shk_budgets": d.objs.ShkBudgets, "shk_suppressed": d.objs.ShkSuppressed, "shk_denied": d.objs.ShkDenied,
 	}
 	for n, m := range shared {
 		if spec.Maps[n] != nil {

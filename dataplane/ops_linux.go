@@ -73,6 +73,9 @@ func (d *Dataplane) zeroCounters(idx uint32) error {
 			return fmt.Errorf("reset counters: %w", err)
 		}
 	}
+	if err := d.clearDenied(idx); err != nil {
+		return fmt.Errorf("reset counters: %w", err)
+	}
 	return d.zeroBudget(idx)
 }
 

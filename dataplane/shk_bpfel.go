@@ -199,6 +199,7 @@ type shkShkSock struct {
 const (
 	shkMapShkBudgets            = "shk_budgets"
 	shkMapShkCounters           = "shk_counters"
+	shkMapShkDenied             = "shk_denied"
 	shkMapShkDeny4              = "shk_deny4"
 	shkMapShkDeny6              = "shk_deny6"
 	shkMapShkEgress4            = "shk_egress4"
@@ -328,6 +329,7 @@ type shkProgramSpecs struct {
 type shkMapSpecs struct {
 	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkDenied     *ebpf.MapSpec `ebpf:"shk_denied"`
 	ShkDeny4      *ebpf.MapSpec `ebpf:"shk_deny4"`
 	ShkDeny6      *ebpf.MapSpec `ebpf:"shk_deny6"`
 	ShkEgress4    *ebpf.MapSpec `ebpf:"shk_egress4"`
@@ -389,6 +391,7 @@ func (o *shkObjects) Close() error {
 type shkMaps struct {
 	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
+	ShkDenied     *ebpf.Map `ebpf:"shk_denied"`
 	ShkDeny4      *ebpf.Map `ebpf:"shk_deny4"`
 	ShkDeny6      *ebpf.Map `ebpf:"shk_deny6"`
 	ShkEgress4    *ebpf.Map `ebpf:"shk_egress4"`
@@ -418,6 +421,7 @@ func (m *shkMaps) Close() error {
 	return _ShkClose(
 		m.ShkBudgets,
 		m.ShkCounters,
+		m.ShkDenied,
 		m.ShkDeny4,
 		m.ShkDeny6,
 		m.ShkEgress4,

@@ -59,6 +59,7 @@ type shkexecShkSession struct {
 const (
 	shkexecMapShkBudgets          = "shk_budgets"
 	shkexecMapShkCounters         = "shk_counters"
+	shkexecMapShkDenied           = "shk_denied"
 	shkexecMapShkEvents           = "shk_events"
 	shkexecMapShkExecFiles        = "shk_exec_files"
 	shkexecMapShkExecGated        = "shk_exec_gated"
@@ -127,6 +128,7 @@ type shkexecProgramSpecs struct {
 type shkexecMapSpecs struct {
 	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkDenied     *ebpf.MapSpec `ebpf:"shk_denied"`
 	ShkEvents     *ebpf.MapSpec `ebpf:"shk_events"`
 	ShkExecFiles  *ebpf.MapSpec `ebpf:"shk_exec_files"`
 	ShkExecGated  *ebpf.MapSpec `ebpf:"shk_exec_gated"`
@@ -171,6 +173,7 @@ func (o *shkexecObjects) Close() error {
 type shkexecMaps struct {
 	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
+	ShkDenied     *ebpf.Map `ebpf:"shk_denied"`
 	ShkEvents     *ebpf.Map `ebpf:"shk_events"`
 	ShkExecFiles  *ebpf.Map `ebpf:"shk_exec_files"`
 	ShkExecGated  *ebpf.Map `ebpf:"shk_exec_gated"`
@@ -185,6 +188,7 @@ func (m *shkexecMaps) Close() error {
 	return _ShkexecClose(
 		m.ShkBudgets,
 		m.ShkCounters,
+		m.ShkDenied,
 		m.ShkEvents,
 		m.ShkExecFiles,
 		m.ShkExecGated,

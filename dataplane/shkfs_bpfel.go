@@ -67,6 +67,7 @@ type shkfsShkSession struct {
 const (
 	shkfsMapShkBudgets          = "shk_budgets"
 	shkfsMapShkCounters         = "shk_counters"
+	shkfsMapShkDenied           = "shk_denied"
 	shkfsMapShkEvents           = "shk_events"
 	shkfsMapShkFsInodes         = "shk_fs_inodes"
 	shkfsMapShkFsOn             = "shk_fs_on"
@@ -154,6 +155,7 @@ type shkfsProgramSpecs struct {
 type shkfsMapSpecs struct {
 	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkDenied     *ebpf.MapSpec `ebpf:"shk_denied"`
 	ShkEvents     *ebpf.MapSpec `ebpf:"shk_events"`
 	ShkFsInodes   *ebpf.MapSpec `ebpf:"shk_fs_inodes"`
 	ShkFsOn       *ebpf.MapSpec `ebpf:"shk_fs_on"`
@@ -199,6 +201,7 @@ func (o *shkfsObjects) Close() error {
 type shkfsMaps struct {
 	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
 	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
+	ShkDenied     *ebpf.Map `ebpf:"shk_denied"`
 	ShkEvents     *ebpf.Map `ebpf:"shk_events"`
 	ShkFsInodes   *ebpf.Map `ebpf:"shk_fs_inodes"`
 	ShkFsOn       *ebpf.Map `ebpf:"shk_fs_on"`
@@ -213,6 +216,7 @@ func (m *shkfsMaps) Close() error {
 	return _ShkfsClose(
 		m.ShkBudgets,
 		m.ShkCounters,
+		m.ShkDenied,
 		m.ShkEvents,
 		m.ShkFsInodes,
 		m.ShkFsOn,

@@ -171,7 +171,8 @@ type countersResult struct {
 }
 
 // batchSource is a Source that reads many sessions' counters in one call
-// (the Linux backend: BPF_MAP_LOOKUP_BATCH over runs of indices), with the
+// (the Linux backend: BPF_MAP_LOOKUP_BATCH over runs of the indices the
+// kernel marked as having denied; the rest are zero unread), with the
 // same results as Counters on each index.
 type batchSource interface {
 	CountersOf(indices []uint32) ([]backend.Denials, error)

@@ -79,8 +79,8 @@ func denialKey(session, reason string) string {
 
 // TestRealDenialsScraped: denials a session process really causes show up
 // in the scrape under its session, class and reason, exactly counted even
-// though the event ring buffer overflowed; destroying the session removes
-// its series.
+// though the event ring buffer overflowed; a session that denies only after
+// a scrape is in the next one; destroying the session removes its series.
 func TestRealDenialsScraped(t *testing.T) {
 	cfg := testConfig()
 	cfg.EventRingBytes = 4096 // the smallest ring: a flood overflows it
@@ -89,7 +89,8 @@ func TestRealDenialsScraped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.CreateSession("m-quiet", dataplane.Limits{}); err != nil {
+	quietS, err := d.CreateSession("m-quiet", dataplane.Limits{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := New(Config{Source: d, Logger: quiet(), NoProcessMetrics: true})
@@ -157,6 +158,17 @@ func TestRealDenialsScraped(t *testing.T) {
 		t.Errorf("ring buffer drops 0 after %d denials into a 4 KiB ring: the overflow case was not exercised", noRule)
 	}
 	t.Logf("%d no_rule denials counted exactly while the ring buffer dropped %v events", noRule, drops)
+
+	// The quiet session denies after that scrape: the next one has it
+	// (the scrape reads only sessions the kernel marked as having denied).
+	pq := startProbe(t, quietS, dataplane.ProcOptions{})
+	if got := pq.Do("tcp 127.0.0.9:4242"); got != "err EPERM" {
+		t.Fatalf("connect without a grant: %q, want err EPERM", got)
+	}
+	if got := series(t, m); got[denialKey("m-quiet", "no_rule")] != 1 {
+		t.Errorf("%s = %v after its first denial, want 1", denialKey("m-quiet", "no_rule"), got[denialKey("m-quiet", "no_rule")])
+	}
+	pq.Stop()
 
 	// The same through HTTP, as Prometheus sees it.
 	rec := httptest.NewRecorder()
