@@ -14,8 +14,7 @@
 //  2. It writes meta.json in STATE_DIR/procs/ID and hands the process to a
 //     spare shim (spare.go: one started ahead, waiting on a socket pair;
 //     the job is the directory and, as descriptors, the status pipe, the
-//     shim's log and the prepared launch's; a spare waits at a lower CPU
-//     priority, given back before its job), or, with none ready, waits
+//     shim's log and the prepared launch's), or, with none ready, waits
 //     for one still starting, or, with none, starts a shim (the agent's
 //     binary re-executed, or cmd/shinken-shim: ShimMain) passing the
 //     descriptors. Either way the shim runs in a

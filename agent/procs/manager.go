@@ -82,8 +82,8 @@ type Manager struct {
 	mu    sync.Mutex
 	procs map[string]*Proc
 	// spares: shims started ahead of need (spare.go); starting: the
-	// pids of those still starting, and spareWaiters the starts waiting
-	// for one of them (each wakes on spareCond, on mu).
+	// pids of those still starting (tests stop one), and spareWaiters the
+	// starts waiting for one of them (each wakes on spareCond, on mu).
 	spares        []*spare
 	spareStarting int
 	starting      map[int]bool

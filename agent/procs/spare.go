@@ -17,18 +17,10 @@ package procs
 // agent gone, even by kill -9) removes its directory and exits: none
 // outlives its agent.
 //
-// A spare starts at a lower CPU priority than the agent (spareNice more,
-// its whole process group: it is the leader of its own session), so that
-// its start (the Go runtime's and the packages' initialisation, its files)
-// takes no CPU from a start or an attach in flight beside it: it is
-// started just after a start took the one before it. The agent gives it
-// back the agent's own priority before it hands it a job (the process
-// starts at the priority a shim of its own would give it), and at once
-// when a start waits for it. A start that finds none ready waits for one
-// still starting, where one is not already waited for by another start
-// (it has done part of its start, and the wait runs beside the door's
-// record being made durable); with none starting, or that spare failed,
-// it starts a shim of its own.
+// A start that finds none ready waits for one still starting, where one
+// is not already waited for by another start (it has done part of its
+// start, and the wait runs beside the door's record being made durable);
+// with none starting, or that spare failed, it starts a shim of its own.
 
 import (
 	"encoding/json"
@@ -90,9 +82,6 @@ func (m *Manager) startSpare() (*spare, error) {
 	pid := sp.cmd.Process.Pid
 	m.mu.Lock()
 	m.starting[pid] = true
-	if m.spareWaiters == 0 {
-		lowerSpare(pid) // a start waiting for it would raise it at once
-	}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -147,7 +136,7 @@ func (m *Manager) refill() {
 
 // takeSpare returns a spare (nil: none), waiting for one still starting
 // when none is ready and a starting one is not waited for by another
-// start (it raises their priority: they are needed now). The caller starts
+// start. The caller starts
 // its replacement (refill) once its own start is done: a shim starting
 // beside it would take CPU from it.
 func (m *Manager) takeSpare() *spare {
@@ -161,9 +150,6 @@ func (m *Manager) takeSpare() *spare {
 		}
 		if m.closed || m.spareStarting <= m.spareWaiters {
 			return nil
-		}
-		for pid := range m.starting {
-			raiseSpare(pid)
 		}
 		m.spareWaiters++
 		m.spareCond.Wait() // bounded: a spare is ready or abandoned within StartTimeout
@@ -198,11 +184,6 @@ func (sp *spare) take(dir string) error {
 // its copies once this returns nil.
 func (sp *spare) handJob(dir string, status *os.File, files []*os.File) error {
 	defer sp.conn.Close() // one job per spare
-	// Its own priority back before it starts anything (it waits for its
-	// job, idle: no thread of its starts meanwhile, all are reached).
-	if err := raiseSpare(sp.cmd.Process.Pid); err != nil {
-		return fmt.Errorf("procs: spare shim's priority: %w", err)
-	}
 	fds := []int{int(status.Fd())}
 	for _, f := range files {
 		fds = append(fds, int(f.Fd()))

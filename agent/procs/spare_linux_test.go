@@ -1,11 +1,7 @@
 package procs
 
 import (
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,58 +29,9 @@ func readySpares(t *testing.T, r *rig) []int {
 	return nil
 }
 
-// threadNices is the niceness of every thread of pid (field 19 of
-// /proc/PID/task/TID/stat).
-func threadNices(t *testing.T, pid int) []int {
-	t.Helper()
-	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range tasks {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "task", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		n, _ := strconv.Atoi(f[16]) // field 19: after pid, comm come state (3) ... nice (19)
-		out = append(out, n)
-	}
-	return out
-}
-
-func allNice(t *testing.T, what string, pid, want int) {
-	t.Helper()
-	for _, n := range threadNices(t, pid) {
-		if n != want {
-			t.Errorf("%s %d: a thread's niceness %d, want %d (all: %v)", what, pid, n, want, threadNices(t, pid))
-			return
-		}
-	}
-}
-
-// TestSparePriority: a spare waits for its job at a lower priority than
-// the agent's (every thread of it), and a process started through it, and
-// its shim, run at the agent's own priority.
-func TestSparePriority(t *testing.T) {
-	r := newRig(t, 0)
-	pids := readySpares(t, r)
-	for _, pid := range pids {
-		allNice(t, "ready spare", pid, min(agentNice+spareNice, 19))
-	}
-	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sleep", "30"}})
-	shim := shimPID(t, p)
-	if b, _ := os.ReadFile("/proc/" + strconv.Itoa(shim) + "/cmdline"); !strings.Contains(string(b), spareArg) {
-		t.Fatalf("the process was not started by a spare (its shim's argv %q)", b)
-	}
-	allNice(t, "process", p.started.HostPID, agentNice)
-	allNice(t, "its shim", shim, agentNice)
-}
-
 // TestStartWaitsForStartingSpare: a start that finds no spare ready while
-// one is starting takes that one when it is ready (raising its priority
-// while it waits), instead of starting a shim of its own.
+// one is starting takes that one when it is ready, instead of starting a
+// shim of its own.
 func TestStartWaitsForStartingSpare(t *testing.T) {
 	r := newRig(t, 0)
 	readySpares(t, r)
@@ -123,7 +70,6 @@ func TestStartWaitsForStartingSpare(t *testing.T) {
 	if !waited {
 		t.Fatal("the start neither waited nor returned")
 	}
-	allNice(t, "waited-for spare", spare, agentNice)
 	syscall.Kill(spare, syscall.SIGCONT)
 	got := <-done
 	if got.err != nil {
@@ -132,7 +78,6 @@ func TestStartWaitsForStartingSpare(t *testing.T) {
 	if shim := shimPID(t, got.p); shim != spare {
 		t.Errorf("the process's shim is %d, not the spare %d it waited for", shim, spare)
 	}
-	allNice(t, "process", got.p.started.HostPID, agentNice)
 }
 
 // stoppedStartingSpare leaves r's manager with no spare ready and one

@@ -17,10 +17,6 @@ func closeOnExecFrom(fd int) {
 	}
 }
 
-// Spare shims keep the agent's priority here (spare.go, sys_linux.go).
-func lowerSpare(int)       {}
-func raiseSpare(int) error { return nil }
-
 // growPipe: BSD pipes size themselves.
 func growPipe(*os.File, int) {}
 

@@ -21,33 +21,6 @@ func closeOnExecFrom(fd int) {
 	}
 }
 
-// spareNice is how much lower a spare shim's CPU priority is than the
-// agent's until it is needed (spare.go).
-const spareNice = 10
-
-// agentNice is the agent's niceness, as its threads have it (the one
-// that reads it here; a spare inherits that of the one that starts it).
-var agentNice = func() int {
-	p, err := unix.Getpriority(unix.PRIO_PROCESS, 0) // the system call's 20 - nice
-	if err != nil {
-		return 0
-	}
-	return 20 - p
-}()
-
-// lowerSpare lowers the priority of every thread of the spare shim pid
-// (its process group: it leads its own) by spareNice, where the agent can
-// raise it again (root); else it leaves it.
-func lowerSpare(pid int) {
-	if unix.Geteuid() == 0 {
-		unix.Setpriority(unix.PRIO_PGRP, pid, min(agentNice+spareNice, 19))
-	}
-}
-
-// raiseSpare gives every thread of the spare shim pid the agent's
-// priority again.
-func raiseSpare(pid int) error { return unix.Setpriority(unix.PRIO_PGRP, pid, agentNice) }
-
 // growPipe sets the pipe f's capacity to n bytes (best effort: the default
 // 64 KiB works, only slower).
 func growPipe(f *os.File, n int) {
