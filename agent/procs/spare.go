@@ -136,9 +136,8 @@ func (m *Manager) refill() {
 
 // takeSpare returns a spare (nil: none), waiting for one still starting
 // when none is ready and a starting one is not waited for by another
-// start. The caller starts
-// its replacement (refill) once its own start is done: a shim starting
-// beside it would take CPU from it.
+// start. The caller starts its replacement (refill) once its own start is
+// done: a shim starting beside it would take CPU from it.
 func (m *Manager) takeSpare() *spare {
 	m.mu.Lock()
 	defer m.mu.Unlock()
