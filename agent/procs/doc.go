@@ -14,9 +14,10 @@
 //  2. It writes meta.json in STATE_DIR/procs/ID and hands the process to a
 //     spare shim (spare.go: one started ahead, waiting on a socket pair;
 //     the job is the directory and, as descriptors, the status pipe, the
-//     shim's log and the prepared launch's), or, with none ready, starts a
-//     shim (the agent's binary re-executed, or cmd/shinken-shim:
-//     ShimMain) passing the descriptors. Either way the shim runs in a
+//     shim's log and the prepared launch's), or, with none ready, waits
+//     for one still starting, or, with none, starts a shim (the agent's
+//     binary re-executed, or cmd/shinken-shim: ShimMain) passing the
+//     descriptors. Either way the shim runs in a
 //     session of its own; the agent is not the shim's reaper after a
 //     restart, and nothing the agent's process group receives reaches it.
 //  3. The shim marks what it inherited close-on-exec, makes the stdio

@@ -81,9 +81,14 @@ type Manager struct {
 	cfg   Config
 	mu    sync.Mutex
 	procs map[string]*Proc
-	// spares: shims started ahead of need (spare.go).
+	// spares: shims started ahead of need (spare.go); starting: the
+	// pids of those still starting (tests stop one), and spareWaiters the
+	// starts waiting for one of them (each wakes on spareCond, on mu).
 	spares        []*spare
 	spareStarting int
+	starting      map[int]bool
+	spareWaiters  int
+	spareCond     *sync.Cond
 	closed        bool
 	unadopted     []error // what Open found and left (Unadopted)
 }
@@ -98,7 +103,8 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("procs: %w", err)
 	}
-	m := &Manager{cfg: cfg, procs: map[string]*Proc{}}
+	m := &Manager{cfg: cfg, procs: map[string]*Proc{}, starting: map[int]bool{}}
+	m.spareCond = sync.NewCond(&m.mu)
 	ents, err := os.ReadDir(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("procs: %w", err)

@@ -15,8 +15,12 @@ package procs
 // pipe and the prepared launch's; a replacement starts once the start is
 // done. A spare whose socket closes with no job (the manager closed, the
 // agent gone, even by kill -9) removes its directory and exits: none
-// outlives its agent. A start that finds none ready starts a shim of its
-// own.
+// outlives its agent.
+//
+// A start that finds none ready waits for one still starting, where one
+// is not already waited for by another start (it has done part of its
+// start, and the wait runs beside the door's record being made durable);
+// with none starting, or that spare failed, it starts a shim of its own.
 
 import (
 	"encoding/json"
@@ -75,6 +79,15 @@ func (m *Manager) startSpare() (*spare, error) {
 		return nil, fmt.Errorf("procs: start spare shim: %w", err)
 	}
 	go sp.cmd.Wait() // reap it when it ends
+	pid := sp.cmd.Process.Pid
+	m.mu.Lock()
+	m.starting[pid] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.starting, pid)
+		m.mu.Unlock()
+	}()
 	var b [1]byte
 	sp.conn.SetReadDeadline(time.Now().Add(m.cfg.StartTimeout))
 	if n, err := sp.conn.Read(b[:]); err != nil || n != 1 || b[0] != 'r' {
@@ -110,6 +123,7 @@ func (m *Manager) refill() {
 			m.spares = append(m.spares, sp)
 			sp = nil
 		}
+		m.spareCond.Broadcast() // a waiting start takes it, or starts its own
 		m.mu.Unlock()
 		if sp != nil {
 			sp.abandon() // the manager closed meanwhile
@@ -120,17 +134,26 @@ func (m *Manager) refill() {
 	}
 }
 
-// takeSpare returns a spare (nil: none). The caller starts its
-// replacement (refill) once its own start is done: a shim starting beside
-// it would take CPU from it.
+// takeSpare returns a spare (nil: none), waiting for one still starting
+// when none is ready and a starting one is not waited for by another
+// start. The caller starts its replacement (refill) once its own start is
+// done: a shim starting beside it would take CPU from it.
 func (m *Manager) takeSpare() *spare {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var sp *spare
-	if n := len(m.spares); n > 0 {
-		sp, m.spares = m.spares[n-1], m.spares[:n-1]
+	for {
+		if n := len(m.spares); n > 0 {
+			sp := m.spares[n-1]
+			m.spares = m.spares[:n-1]
+			return sp
+		}
+		if m.closed || m.spareStarting <= m.spareWaiters {
+			return nil
+		}
+		m.spareWaiters++
+		m.spareCond.Wait() // bounded: a spare is ready or abandoned within StartTimeout
+		m.spareWaiters--
 	}
-	return sp
 }
 
 // closeSpares ends the spares (their sockets close: they exit).
@@ -142,6 +165,7 @@ func (m *Manager) closeSpares() {
 	for _, sp := range sps {
 		sp.conn.Close() // it removes its directory and exits
 	}
+	m.spareCond.Broadcast()
 }
 
 // take renames the spare's directory to dir, the process's.

@@ -1,0 +1,130 @@
+package procs
+
+import (
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent/api/wire"
+)
+
+// readySpares waits until the rig's manager has spareCount spares ready
+// and returns their pids.
+func readySpares(t *testing.T, r *rig) []int {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		r.m.mu.Lock()
+		var pids []int
+		for _, sp := range r.m.spares {
+			pids = append(pids, sp.cmd.Process.Pid)
+		}
+		r.m.mu.Unlock()
+		if len(pids) == spareCount {
+			return pids
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%d spares not ready", spareCount)
+	return nil
+}
+
+// TestStartWaitsForStartingSpare: a start that finds no spare ready while
+// one is starting takes that one when it is ready, instead of starting a
+// shim of its own.
+func TestStartWaitsForStartingSpare(t *testing.T) {
+	r := newRig(t, 0)
+	readySpares(t, r)
+	var spare int
+	for try := 0; spare == 0; try++ {
+		if try == 5 {
+			t.Fatal("a spare was ready each time before it could be stopped")
+		}
+		spare = stoppedStartingSpare(t, r)
+	}
+	defer syscall.Kill(spare, syscall.SIGCONT)
+	type res struct {
+		p   *Proc
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		p, err := r.m.Start(r.session, wire.ProcessStart{Argv: []string{"/bin/sleep", "30"}}, "test")
+		done <- res{p, err}
+	}()
+	waited := false
+	for i := 0; i < 1000 && !waited; i++ {
+		select {
+		case got := <-done:
+			if got.err == nil {
+				t.Fatalf("the start did not wait for the starting spare %d (its shim: %d)", spare, shimPID(t, got.p))
+			}
+			t.Fatalf("start: %v", got.err)
+		default:
+		}
+		r.m.mu.Lock()
+		waited = r.m.spareWaiters == 1
+		r.m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !waited {
+		t.Fatal("the start neither waited nor returned")
+	}
+	syscall.Kill(spare, syscall.SIGCONT)
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if shim := shimPID(t, got.p); shim != spare {
+		t.Errorf("the process's shim is %d, not the spare %d it waited for", shim, spare)
+	}
+}
+
+// stoppedStartingSpare leaves r's manager with no spare ready and one
+// starting, stopped (SIGSTOP), and returns its pid; 0 if it was ready
+// before it could be stopped (its runtime's start takes milliseconds, the
+// loop that finds it spins: rare).
+func stoppedStartingSpare(t *testing.T, r *rig) int {
+	t.Helper()
+	readySpares(t, r)
+	// As refill starts one (nothing else starts refill here).
+	r.m.mu.Lock()
+	sps := r.m.spares
+	r.m.spares = nil
+	r.m.spareStarting++
+	r.m.mu.Unlock()
+	for _, sp := range sps {
+		sp.abandon()
+	}
+	go func() {
+		sp, err := r.m.startSpare()
+		r.m.mu.Lock()
+		r.m.spareStarting--
+		if err == nil {
+			r.m.spares = append(r.m.spares, sp)
+		}
+		r.m.spareCond.Broadcast()
+		r.m.mu.Unlock()
+	}()
+	var spare int
+	for t0 := time.Now(); spare == 0 && time.Since(t0) < 10*time.Second; runtime.Gosched() {
+		r.m.mu.Lock()
+		for pid := range r.m.starting {
+			spare = pid
+		}
+		r.m.mu.Unlock()
+	}
+	if spare == 0 {
+		t.Fatal("no spare started")
+	}
+	syscall.Kill(spare, syscall.SIGSTOP)
+	r.m.mu.Lock()
+	still := r.m.starting[spare]
+	r.m.mu.Unlock()
+	if !still {
+		syscall.Kill(spare, syscall.SIGCONT)
+		go r.m.refill() // back to spareCount ready
+		return 0
+	}
+	return spare
+}
