@@ -32,10 +32,10 @@ type EventSink interface {
 // storage: Emit of an Event with Defer set may return once the record is
 // written, and Commit makes every record emitted before it durable, several
 // with one sync (the audit log's group commit), then calls then (when not
-// nil), which may run while the sink finishes its own commit (the audit
-// log's checkpoint); Commit returns when both are done, with their errors
-// joined, and does not call then when the records could not be made
-// durable. The agent commits a grant's records (request, issue) and writes
+// nil); Commit returns when both are done, with their errors joined,
+// and does not call then when the records could not be made durable. What
+// the sink does once the records are durable (the audit log's checkpoint,
+// which trails its syncs) is not waited for. The agent commits a grant's records (request, issue) and writes
 // its live record to the journal inside then, so a crash never leaves a
 // live grant the audit log does not show; it commits before answering any
 // call whose events it deferred. A sink that is not a Committer is taken to
@@ -53,8 +53,8 @@ type Committer interface {
 // then when the sink already knows it cannot make records durable. The
 // agent writes a grant's live record inside then with the mark in it
 // (GrantRecord.AuditMark and AuditHash), so the journal's fsync overlaps
-// the log's fdatasync instead of following it (the log's checkpoint still
-// follows the log's). A power loss while both run may keep the live record
+// the log's fdatasync instead of following it (the log's checkpoint
+// trails the log's, and nothing waits for it). A power loss while both run may keep the live record
 // and lose the records, so at start the agent asks HasRecord for every
 // live grant's mark (whether the log holds that very record: the seq
 // alone does not say, since the log gives a lost record's seq to the next
@@ -170,10 +170,11 @@ func (c *Config) validate() error {
 //     the resolver's dirty set (dns, dnsDirty). Under it a grant still runs
 //     the pre-grant gate, Cedar's grant authorization (it reads the
 //     session's entities, which grants change) and one commit of its audit
-//     records (Committer: one fdatasync and one checkpoint) beside which its
-//     live record is written and fsynced (BesideCommitter; with a plain
-//     Committer, once the fdatasync has returned, beside the checkpoint's
-//     sync; intent records are written unsynced: persistIntent).
+//     records (Committer: one fdatasync; the log's checkpoint trails it,
+//     off the grant's path) beside which its live record is written and
+//     fsynced (BesideCommitter; with a plain Committer, once the
+//     fdatasync has returned; intent records are written unsynced:
+//     persistIntent).
 //     The grant proof runs before it is taken (prove.go); use-time
 //     decisions (Decide, DecideUse) never take it.
 //   - bmu guards the breaker counters, which Decide moves without mu.

@@ -206,6 +206,9 @@ func grantThenLoseBatch(t *testing.T, m *memoryAgent, sink *auditSink, kept, los
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := sink.log.Checkpointed(); err != nil { // the checkpoint as it was then
+		t.Fatal(err)
+	}
 	oldCP := mustRead(t, cpPath)
 	g2 = m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(lost)})
 	if mark = m.st.Grants[g2.ID].AuditMark; mark <= m.st.Grants[g1.ID].AuditMark {

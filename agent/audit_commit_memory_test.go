@@ -162,10 +162,14 @@ func (s *auditSink) counts() (appends, writes, commits int) {
 	return s.appends, s.writes, s.commits
 }
 
-// verified checks the log verifies and its checkpoint vouches for its head
-// (no note: nothing acknowledged is outside the checkpoint).
+// verified checks the log verifies and, once its checkpoint writer has
+// caught up, the checkpoint vouches for its head (no note: nothing
+// acknowledged is outside the checkpoint then).
 func (s *auditSink) verified(t testing.TB) *audit.Report {
 	t.Helper()
+	if err := s.log.Checkpointed(); err != nil {
+		t.Fatalf("audit checkpoint: %v", err)
+	}
 	rep, err := audit.Verify(s.log.Path(), s.log.PublicKey())
 	if err != nil {
 		t.Fatalf("audit verify: %v", err)

@@ -32,8 +32,8 @@ func BenchmarkGrantMemory(b *testing.B) {
 
 // BenchmarkGrantAuditSync: a grant's wait for its syncs, the live record
 // written beside the audit log's fdatasync (CommitBeside) against after
-// it (a plain Committer: the log's fdatasync, then the journal's fsync
-// beside the checkpoint's), on the memory backend with a real audit log
+// it (a plain Committer: the log's fdatasync, then the journal's fsync;
+// the log's checkpoint trails both), on the memory backend with a real audit log
 // and state journal in temporary directories (on this machine's disk when
 // TMPDIR is). The two agents alternate grant by grant, so load falls on
 // both alike; it reports each one's p50, p90 and p99 in ms.

@@ -15,8 +15,9 @@ import (
 // survived.
 
 // TestCommitBeside: then gets the batch's last seq while the records are
-// in the file; when CommitBeside returns, the checkpoint vouches for that
-// seq and the log verifies with no note; then's error is returned.
+// in the file; once CommitBeside has returned, the checkpoint (written
+// after it) vouches for that seq and the log verifies with no note; then's
+// error is returned.
 func TestCommitBeside(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, LogFile)
@@ -40,6 +41,7 @@ func TestCommitBeside(t *testing.T) {
 	if h2, _ := r2.Hash(); got != r2.Seq || gotHash != h2 {
 		t.Fatalf("then was told seq %d hash %s, want the batch's last %d %s", got, gotHash, r2.Seq, h2)
 	}
+	mustCheckpoint(t, l)
 	seqs := slotSeqs(t, CheckpointPath(path), l.PublicKey())
 	if seqs[0] != int64(r2.Seq) && seqs[1] != int64(r2.Seq) {
 		t.Fatalf("checkpoint slots %v: none vouches for the batch's last seq %d", seqs, r2.Seq)
@@ -87,6 +89,7 @@ func TestCommitBesideLostBatch(t *testing.T) {
 	cp := CheckpointPath(path)
 	l := openLog(t, dir)
 	before := mustAppend(t, l, Event{Type: EventSessionCreate, Session: "s1"})
+	mustCheckpoint(t, l)
 	oldCP, err := os.ReadFile(cp)
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +195,7 @@ func TestCommitBesideSyncFails(t *testing.T) {
 	path := filepath.Join(dir, LogFile)
 	l := openLog(t, dir)
 	mustAppend(t, l, Event{Type: EventSessionCreate, Session: "s1"})
+	mustCheckpoint(t, l)
 	before := slotSeqs(t, CheckpointPath(path), l.PublicKey())
 	l.Write(Event{Type: EventGrant, Session: "s1"})
 	l.f.Close()

@@ -37,9 +37,9 @@ func (c checkpoint) canonical() ([]byte, error) {
 // A slot whose CRC does not match is torn (a crash while writing it) or
 // was never written (all zeros); one whose CRC matches but whose JSON or
 // signature does not verify was edited. The reader takes the valid slot
-// with the highest seq. Only the slot being written can tear, and it covers
-// records that were not yet acknowledged, so the other slot still vouches
-// for everything acknowledged.
+// with the highest seq. Only the slot being written can tear; the other
+// slot still vouches for every record up to its seq (the records after it
+// are the trailing checkpoint's window: see the package doc).
 const (
 	slotSize = 4096
 	cpSize   = 2 * slotSize
@@ -203,4 +203,84 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// checkpoint hands the writer a new durable head (seq and its hash); it
+// starts the writer when none runs. The writer coalesces: whatever became
+// durable while it wrote one checkpoint is covered by its next one.
+func (l *Log) checkpoint(seq uint64, hash string) {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	if seq <= l.cpWant || l.cpClosed {
+		return
+	}
+	l.cpWant, l.cpHash = seq, hash
+	if !l.cpBusy && l.cpErr == nil {
+		l.cpBusy = true
+		go l.cpLoop()
+	}
+}
+
+// cpLoop writes checkpoints until the newest one covers the newest durable
+// head, each into the slot that does not hold the newest checkpoint, so a
+// slot is only ever written once the log is durable past the other slot's
+// seq. A failed write fails the Log (a torn slot may be on the disk: no
+// more are written) and stops the writer.
+func (l *Log) cpLoop() {
+	l.cpMu.Lock()
+	for l.cpErr == nil && l.cpWant > l.cpDone {
+		seq, hash, slot := l.cpWant, l.cpHash, l.cpNext
+		l.cpMu.Unlock()
+		if l.cfg.cpHook != nil {
+			l.cfg.cpHook(seq)
+		}
+		err := writeSlot(l.cpFile, slot, l.priv, seq, hash, l.cfg.now())
+		if err != nil {
+			l.fail(err)
+			l.cfg.Logger.Error("audit: checkpoint failed: the log refuses further records until it is reopened",
+				"checkpoint", l.cpPath, "seq", seq, "err", err)
+		}
+		l.cpMu.Lock()
+		if err != nil {
+			l.cpErr = err
+		} else {
+			l.cpDone, l.cpNext = seq, 1-slot
+		}
+		l.cpCond.Broadcast()
+	}
+	l.cpBusy = false
+	l.cpCond.Broadcast()
+	l.cpMu.Unlock()
+}
+
+// Checkpointed waits until the checkpoint vouches for every record that
+// was durable when it was called (every record whose Append, AppendBatch,
+// Commit or CommitBeside had returned). It returns nil, or ErrFailed with
+// the error of a checkpoint write that failed (the Log has failed then).
+func (l *Log) Checkpointed() error {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	want := l.cpWant
+	for l.cpErr == nil && l.cpDone < want {
+		l.cpCond.Wait()
+	}
+	if l.cpErr != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, l.cpErr)
+	}
+	return nil
+}
+
+// stopCheckpoints waits for the writer to finish (it covers every durable
+// record then, unless a write failed) and starts no other: Close.
+func (l *Log) stopCheckpoints() error {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	for l.cpBusy {
+		l.cpCond.Wait()
+	}
+	l.cpClosed = true
+	if l.cpErr != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, l.cpErr)
+	}
+	return nil
 }

@@ -9,12 +9,13 @@ import (
 )
 
 // The batched commit: records written with Write and made durable by one
-// Commit (one fdatasync, one checkpoint covering the last of them), with the
-// caller's work (the agent's journal fsync) run between the two.
+// Commit (one fdatasync, then, trailing it, one checkpoint covering the last
+// of them), with the caller's work (the agent's journal fsync) run once the
+// records are durable.
 
 // TestCommitBatch: two written records, one commit: then runs once both are
-// in the file, the checkpoint vouches for the second, and the log verifies
-// with no note.
+// in the file, the checkpoint (once written) vouches for the second, and
+// the log verifies with no note.
 func TestCommitBatch(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, LogFile)
@@ -48,6 +49,7 @@ func TestCommitBatch(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("then called %d times", calls)
 	}
+	mustCheckpoint(t, l)
 	seqs := slotSeqs(t, CheckpointPath(path), l.PublicKey())
 	if seqs[0] != int64(r2.Seq) && seqs[1] != int64(r2.Seq) {
 		t.Fatalf("checkpoint slots %v: none vouches for the batch's last seq %d", seqs, r2.Seq)
@@ -60,6 +62,7 @@ func TestCommitBatch(t *testing.T) {
 	if err := l.Commit(func() error { calls++; return nil }); err != nil || calls != 1 {
 		t.Fatalf("empty commit: %v, then called %d times", err, calls)
 	}
+	mustCheckpoint(t, l)
 	if got := slotSeqs(t, CheckpointPath(path), l.PublicKey()); got != seqs {
 		t.Fatalf("empty commit moved the checkpoint: %v, was %v", got, seqs)
 	}
@@ -120,6 +123,7 @@ func TestCommitCrashBeforeCheckpoint(t *testing.T) {
 	cp := CheckpointPath(filepath.Join(dir, LogFile))
 	l := openLog(t, dir)
 	mustAppend(t, l, Event{Type: EventSessionCreate, Session: "s1"})
+	mustCheckpoint(t, l)
 	old, err := os.ReadFile(cp)
 	if err != nil {
 		t.Fatal(err)

@@ -31,9 +31,10 @@
 // bytes, so any edit, even of white space, is found.
 //
 // A separate checkpoint file holds the seq and hash of the head, signed
-// (with its own domain prefix) and rewritten after every durable append, so
-// dropping the last records of the log is detected too: the log then ends
-// before the head the checkpoint vouches for.
+// (with its own domain prefix) and rewritten after the log's syncs,
+// trailing them (see "Durability and crashes"), so dropping the last
+// records of the log is detected too: the log then ends before the head
+// the checkpoint vouches for.
 //
 // The checkpoint file has two fixed slots, each in its own file-system
 // block, and is kept open: each checkpoint overwrites the slot that does not
@@ -43,8 +44,9 @@
 // (or never written: all zeros) is recognised as such; a slot whose CRC
 // matches but whose checkpoint is not canonical or not signed was edited. A
 // reader takes the valid slot with the highest seq. Only the slot being
-// written can tear, and it would have covered records not yet acknowledged;
-// the other slot still vouches for every acknowledged record. The file is
+// written can tear; the other slot still vouches for every record up to
+// its seq, and the records after it are those of the window the trailing
+// checkpoint leaves (see "Durability and crashes"). The file is
 // made whole (atomically, by rename) only for a new log and to migrate the
 // single-record checkpoint of earlier versions, which Open and Verify still
 // read: the first Open of such a state directory rewrites it as two slots.
@@ -53,23 +55,46 @@
 //
 // Append returns only when its record is on stable storage (the log file
 // was fdatasynced: on Linux that also syncs the grown size the record needs
-// to be read back; elsewhere fsync) and the checkpoint covers it. Concurrent appends share one
-// fsync (group commit): a record is written under a lock, and whichever
-// appender reaches the sync first makes every record written so far durable
-// and checkpoints them. The bound is therefore exact: no record is ever
-// acknowledged and then lost. After a failed write or fsync the Log refuses
-// further appends (fail closed); reopen it.
+// to be read back; elsewhere fsync). Concurrent appends share one fsync
+// (group commit): a record is written under a lock, and whichever appender
+// reaches the sync first makes every record written so far durable. The
+// bound is therefore exact: no record is ever acknowledged and then lost.
+// After a failed write or fsync the Log refuses further appends (fail
+// closed); reopen it.
+//
+// The checkpoint trails the log: after each sync the new durable head is
+// handed to one checkpoint writer (a goroutine started when there is work),
+// which writes a slot for the newest head it was handed, then, if more
+// records became durable meanwhile, one more for the newest head then, and
+// so on (coalescing: one slot write and fdatasync covers every batch made
+// durable during the previous one). Nothing that acknowledges a record
+// waits for it, so a grant waits for one sync of the log, not two in turn.
+// Checkpointed waits until the checkpoint covers every record acknowledged
+// before it was called, and Close waits for the writer, so a log closed
+// cleanly is always checkpointed at its head. The window this opens is the
+// records acknowledged after the newest checkpoint on the disk: those the
+// slot being written covers, and those made durable while it is written
+// (the next slot covers them); one at a time (a grant, then the next), that
+// is the last batch, and under concurrent appends the batches of about one
+// slot write's time. A crash in that window leaves the log ahead of its
+// checkpoint, which Open vouches for again (below); someone who cuts those
+// records from the tail before the next Open is not told apart from that
+// crash (see "What the signature protects against"). A checkpoint write
+// that fails fails the Log as a failed log sync does: it is logged, and
+// the next Append, AppendBatch, Commit, CommitBeside, Checkpointed and
+// Close return ErrFailed with its cause (the records it would have covered
+// are durable and were acknowledged; a torn slot may be on the disk, so no
+// other is written).
 //
 // A caller that makes several records durable together writes them with
 // Write (in the file, so a kill -9 keeps them, but not yet durable: a
-// power loss may drop them) and then calls Commit: one fdatasync and one
-// checkpoint for the batch, vouching for its last record. Commit's then
-// argument runs once the records are durable, while the checkpoint slot is
-// written and synced (work that must follow the records on the disk; a
-// plain agent.Committer's grant writes its live record there), so the two
-// syncs overlap. A crash
-// while they run leaves the log one batch ahead of its checkpoint, which
-// Open vouches for again (see below).
+// power loss may drop them) and then calls Commit: one fdatasync for the
+// batch, and a checkpoint vouching for its last record (or a later one)
+// after it. Commit's then argument runs once the records are durable (work
+// that must follow the records on the disk; a plain agent.Committer's
+// grant writes its live record there), beside the checkpoint's write. A
+// crash before the checkpoint reached the disk leaves the log ahead of it,
+// which Open vouches for again (see below).
 //
 // CommitBeside is Commit with then run beside the log's fdatasync instead
 // of after it, told the seq and hash of the batch's last record: the agent
@@ -88,13 +113,15 @@
 // acknowledged only once a Commit, a CommitBeside or a later Append has
 // returned.
 //
-// An append therefore costs a share of two fdatasyncs (log, then checkpoint
-// slot). BenchmarkAppend on this project's shared 2-core machine (ext4 on a
-// virtio disk), interleaved with the earlier design (checkpoint replaced by
-// temp file, fsync, rename and directory fsync), six runs each, medians: a
-// lone appender 0.32 ms per record against 0.58 ms, 32 concurrent appenders
-// 0.10 ms against 0.11 ms; while other jobs loaded the disk, 0.36-0.87 ms
-// against 2.2-4.7 ms for a lone appender. fsync instead of fdatasync for the
+// An append therefore waits for a share of one fdatasync (the log's); the
+// checkpoint slot's costs the disk one more per slot written, off the
+// caller's path. BenchmarkAppend on this project's shared 2-core machine
+// (ext4 on a virtio disk), when the slot's sync was still on the path,
+// interleaved with the design before it (checkpoint replaced by temp
+// file, fsync, rename and directory fsync), six runs each, medians: a
+// lone appender 0.32 ms per record against 0.58 ms, 32 concurrent
+// appenders 0.10 ms against 0.11 ms; while other jobs loaded the disk,
+// 0.36-0.87 ms against 2.2-4.7 ms for a lone appender. fsync instead of fdatasync for the
 // log measured the same (its size grows with every record, so both commit
 // the journal). Kernel denials
 // can arrive far faster than that: the daemon should aggregate them
@@ -127,16 +154,21 @@
 // The checkpoint is not an anchor against rollback: an old checkpoint is
 // still validly signed, so someone who can replace files can cut the tail
 // back to a point where they kept an old checkpoint. Verify then reports the
-// checkpoint as behind the log (a Note, since a crash between the log's
-// fsync and the checkpoint's write leaves the same picture, one batch
-// deep); only a checkpoint copied off the host closes that gap. The
-// two-slot file always holds the previous checkpoint, so such a person needs
-// no copy to go back one batch: spoiling the newer slot's CRC looks like a
-// crash while writing it (a Note naming the torn slot), and the records of
-// the last batch after its first can then be cut unnoticed; cutting the whole
-// batch is still found (see above). A lone Append's batch is one record; a
-// grant's is two (its request, then its grant.issue), so its grant.issue
-// record can be cut so, leaving the request.
+// checkpoint as behind the log (a Note, since a crash before the trailing
+// checkpoint reached the disk leaves the same picture); only a checkpoint
+// copied off the host closes that gap. A crash (a power loss, a kill -9)
+// leaves the records acknowledged after the newest checkpoint on the disk
+// (see "Durability and crashes") unvouched for until the next Open: cutting
+// them all but the first before then is not found. The two-slot file
+// always holds the previous checkpoint, so such a person needs no copy to
+// go back one checkpoint: spoiling the newer slot's CRC looks like a crash
+// while writing it (a Note naming the torn slot), and the records after the
+// older slot's seq but the first can then be cut unnoticed; cutting all of
+// them is still found (see above). One grant at a time, consecutive
+// checkpoints are one batch apart: a lone Append's batch is one record, a
+// grant's two (its request, then its grant.issue), so its grant.issue
+// record can be cut so, leaving the request; under concurrent appends the
+// slots can be several batches apart (those one slot write coalesced).
 //
 // # Field names
 //

@@ -24,7 +24,8 @@ type Config struct {
 	// Logger receives warnings (a repaired torn tail); nil: slog.Default().
 	Logger *slog.Logger
 
-	now func() time.Time // tests
+	now    func() time.Time // tests
+	cpHook func(seq uint64) // tests: run before each checkpoint slot's write
 }
 
 func (c *Config) validate() error {
@@ -67,10 +68,22 @@ type Log struct {
 	closed bool
 	failed error
 
-	syncMu sync.Mutex // one fsync + checkpoint at a time; guards what follows
-	synced uint64     // last record known durable and checkpointed
-	cpFile *os.File   // the checkpoint file, written in place
-	cpNext int        // the slot the next checkpoint goes to
+	syncMu sync.Mutex // one fsync of the log at a time; guards what follows
+	synced uint64     // last record known durable
+
+	// The checkpoint trails the log: one writer at a time (checkpoint.go's
+	// cpLoop) writes the newest durable head into the slot that does not
+	// hold the newest checkpoint. cpMu guards what follows.
+	cpMu     sync.Mutex
+	cpCond   sync.Cond // on cpMu: cpDone, cpBusy or cpErr changed
+	cpWant   uint64    // the newest durable head handed to the writer
+	cpHash   string    // its hash
+	cpDone   uint64    // the head the newest durable checkpoint vouches for
+	cpBusy   bool      // a writer is running
+	cpErr    error     // a checkpoint write failed: the Log has failed
+	cpClosed bool      // Close: no more checkpoints
+	cpFile   *os.File  // the checkpoint file, written in place
+	cpNext   int       // the slot the next checkpoint goes to (the writer's)
 
 	recovery *Recovery
 	opened   uint64 // the head Open found (after recovery, before its own records)
@@ -107,6 +120,7 @@ func Open(cfg Config) (*Log, error) {
 		pub:    priv.Public().(ed25519.PublicKey),
 		f:      f,
 	}
+	l.cpCond.L = &l.cpMu
 	torn, err := l.recover()
 	if err != nil {
 		f.Close()
@@ -240,6 +254,7 @@ func (l *Log) recover() ([]byte, error) {
 		}
 		l.synced, l.cpNext = l.seq, 1-l.cpNext
 	}
+	l.cpWant, l.cpHash, l.cpDone = l.synced, l.hash, l.synced
 	return torn, nil
 }
 
@@ -264,8 +279,9 @@ func lastNewline(f *os.File, end int64) (int64, error) {
 }
 
 // Append records ev and returns the record as written. It returns once the
-// record is durable (see the package doc). Raw Params are hashed, never
-// stored; every string field is redacted.
+// record is durable; the checkpoint covering it follows (see the package
+// doc). Raw Params are hashed, never stored; every string field is
+// redacted.
 func (l *Log) Append(ev Event) (Record, error) {
 	r, err := l.write(ev)
 	if err != nil {
@@ -278,8 +294,8 @@ func (l *Log) Append(ev Event) (Record, error) {
 }
 
 // AppendBatch records evs in order and returns once all of them are durable:
-// one fsync and one checkpoint for the batch (the aggregated denials of a
-// second). On error, the records written before it stay in the log.
+// one fsync for the batch (the aggregated denials of a second), and one
+// checkpoint after it. On error, the records written before it stay in the log.
 func (l *Log) AppendBatch(evs []Event) error {
 	var last uint64
 	for _, ev := range evs {
@@ -305,15 +321,14 @@ func (l *Log) AppendBatch(evs []Event) error {
 // A failed write fails the Log as Append's does.
 func (l *Log) Write(ev Event) (Record, error) { return l.write(ev) }
 
-// Commit makes every record written so far durable and checkpointed (what
-// Append guarantees for its own record), with one fdatasync and one
-// checkpoint for all of them (group commit: a grant's request and its
-// issue record, written with Write, cost one of each). then, when not nil,
-// is called once the records are durable, while their checkpoint is being
-// written: work ordered after the records but not after their checkpoint
-// (the agent's journal fsync) overlaps the checkpoint's fdatasync. A crash
-// between the two leaves the log ahead of its checkpoint, which Open
-// repairs (see the package doc). Commit returns when both are done, with
+// Commit makes every record written so far durable (what Append guarantees
+// for its own record), with one fdatasync for all of them (group commit: a
+// grant's request and its issue record, written with Write, cost one).
+// then, when not nil, is called once the records are durable: work ordered
+// after the records (a plain agent.Committer's journal fsync). Their
+// checkpoint is written after that by the Log's checkpoint writer, beside
+// whatever comes next (see the package doc; Checkpointed waits for it).
+// Commit returns when the records are durable and then has returned, with
 // their errors joined; then is not called when the records could not be
 // made durable.
 func (l *Log) Commit(then func() error) error {
@@ -334,9 +349,10 @@ func (l *Log) Commit(then func() error) error {
 // what it writes and its reader must treat that as unwritten unless the
 // log holds that very record (RecordHash at the next Open: a seq alone
 // does not do, since the log reuses a lost record's seq for the next
-// record it writes). CommitBeside returns when both are done, with their
-// errors joined; then is not called on a Log that has already failed, and
-// when the log's sync fails after then ran, the error says so (ErrFailed).
+// record it writes). CommitBeside returns when both are done (the records
+// durable, not yet checkpointed: see Commit), with their errors joined;
+// then is not called on a Log that has already failed, and when the log's
+// sync fails after then ran, the error says so (ErrFailed).
 func (l *Log) CommitBeside(then func(seq uint64, hash string) error) error {
 	l.mu.Lock()
 	seq, hash, failed := l.seq, l.hash, l.failed
@@ -467,19 +483,28 @@ func (l *Log) write(ev Event) (Record, error) {
 	return r, nil
 }
 
-// syncTo makes every record up to at least seq durable and checkpointed;
-// one call does it for every record written before it (group commit).
+// syncTo makes every record up to at least seq durable and hands the new
+// durable head to the checkpoint writer; one call does it for every record
+// written before it (group commit).
 func (l *Log) syncTo(seq uint64) error { return l.syncThen(seq, nil) }
 
 // syncThen is syncTo that calls then (when not nil) once the records are
-// durable, concurrently with the checkpoint's write (Commit).
+// durable (Commit).
 func (l *Log) syncThen(seq uint64, then func() error) error {
+	if err := l.sync(seq); err != nil {
+		return err
+	}
+	if then != nil {
+		return then()
+	}
+	return nil
+}
+
+// sync is syncTo.
+func (l *Log) sync(seq uint64) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if l.synced >= seq {
-		if then != nil {
-			return then()
-		}
 		return nil
 	}
 	l.mu.Lock()
@@ -488,34 +513,24 @@ func (l *Log) syncThen(seq uint64, then func() error) error {
 	if failed != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, failed)
 	}
-	err := fdatasync(l.f)
-	var thenErr error
-	switch {
-	case err == nil && then == nil:
-		err = writeSlot(l.cpFile, l.cpNext, l.priv, head, hash, l.cfg.now())
-	case err == nil:
-		// The checkpoint on its own goroutine, then on the caller's (a
-		// panic in then still waits for the checkpoint's write to end).
-		cp := make(chan error, 1)
-		slot, now := l.cpNext, l.cfg.now()
-		go func() { cp <- writeSlot(l.cpFile, slot, l.priv, head, hash, now) }()
-		func() {
-			defer func() { err = <-cp }()
-			thenErr = then()
-		}()
-	}
-	if err != nil {
+	if err := fdatasync(l.f); err != nil {
 		// After a failed fsync the page cache may hold what the disk
 		// does not: nothing more is written until the log is reopened.
-		l.mu.Lock()
-		if l.failed == nil {
-			l.failed = err
-		}
-		l.mu.Unlock()
-		return errors.Join(fmt.Errorf("%w: sync: %w", ErrFailed, err), thenErr)
+		l.fail(err)
+		return fmt.Errorf("%w: sync: %w", ErrFailed, err)
 	}
-	l.synced, l.cpNext = head, 1-l.cpNext
-	return thenErr
+	l.synced = head
+	l.checkpoint(head, hash)
+	return nil
+}
+
+// fail fails the Log with err unless it has failed already.
+func (l *Log) fail(err error) {
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = err
+	}
+	l.mu.Unlock()
 }
 
 // Head returns the seq and hash of the last record (0 and the genesis hash
@@ -535,7 +550,8 @@ func (l *Log) PublicKey() ed25519.PublicKey { return l.pub }
 // Recovered says whether Open found and moved aside a torn tail (nil: no).
 func (l *Log) Recovered() *Recovery { return l.recovery }
 
-// Close makes everything appended durable and closes the file.
+// Close makes everything appended durable and checkpointed and closes the
+// files. It returns a failed checkpoint write's error (Checkpointed).
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -549,5 +565,9 @@ func (l *Log) Close() error {
 	if failed == nil {
 		err = l.syncTo(seq)
 	}
-	return errors.Join(err, l.f.Close(), l.cpFile.Close())
+	cpErr := l.stopCheckpoints()
+	if cpErr != nil && err != nil {
+		cpErr = nil // the Log failed with it: err says so
+	}
+	return errors.Join(err, cpErr, l.f.Close(), l.cpFile.Close())
 }

@@ -65,6 +65,15 @@ func mustAppend(t *testing.T, l *Log, ev Event) Record {
 	return r
 }
 
+// mustCheckpoint waits for l's checkpoint to cover every acknowledged
+// record (the checkpoint trails the log).
+func mustCheckpoint(t *testing.T, l *Log) {
+	t.Helper()
+	if err := l.Checkpointed(); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+}
+
 func mustVerify(t *testing.T, dir string) *Report {
 	t.Helper()
 	pub, err := LoadPublicKey(filepath.Join(dir, PubFile))
@@ -308,8 +317,10 @@ func TestAppendBatch(t *testing.T) {
 	if seq, _ := l.Head(); seq != 51 {
 		t.Fatalf("head %d after a batch of 50, want 51", seq)
 	}
-	// durable and checkpointed before Close: verify the files as they are
-	if rep := mustVerify(t, dir); rep.Head != 51 {
+	// durable before Close, checkpointed once the writer is done: verify
+	// the files as they are
+	mustCheckpoint(t, l)
+	if rep := mustVerify(t, dir); rep.Head != 51 || len(rep.Notes) != 0 {
 		t.Fatalf("verify before close: head %d, want 51 (%+v)", rep.Head, rep)
 	}
 	if _, err := l.Append(Event{Type: EventAgentStop}); err != nil {
@@ -440,6 +451,7 @@ func TestCheckpointBehind(t *testing.T) {
 	for _, ev := range evs[:3] {
 		mustAppend(t, l, ev)
 	}
+	mustCheckpoint(t, l)
 	old, _ := os.ReadFile(cp)
 	for _, ev := range evs[3:] {
 		mustAppend(t, l, ev)

@@ -51,7 +51,8 @@ type Report struct {
 	Mark     Mark
 	Problems []Problem
 	// Notes are facts that are not tampering: an audit_recovered record
-	// (a repaired crash), a checkpoint one batch behind the log.
+	// (a repaired crash), a checkpoint behind the log (it trails the
+	// log's syncs: an open log, or a crash before it caught up).
 	Notes []string
 }
 
@@ -259,7 +260,7 @@ func verify(path string, pub ed25519.PublicKey, m Mark) (*Report, error) {
 		if cpSt.torn {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the newer checkpoint slot is torn (a crash while writing it, or an edit); the older one vouches for seq %d", cp.Seq))
 		}
-		rep.Notes = append(rep.Notes, fmt.Sprintf("checkpoint at seq %d is behind the log head %d (a crash between append and checkpoint; the next open updates it)", cp.Seq, rep.Head))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("checkpoint at seq %d is behind the log head %d (the checkpoint trails the log: a crash before it caught up, or a log still open; the next open updates it)", cp.Seq, rep.Head))
 	}
 
 	if cpErr == nil && cpSt.slot < 0 {

@@ -25,6 +25,7 @@ func TestVerifyFrom(t *testing.T) {
 		if err := l.AppendBatch(evs); err != nil {
 			t.Fatal(err)
 		}
+		mustCheckpoint(t, l)
 		rep := mustVerify(t, dir)
 		if rep.Mark.Records != rep.Records || rep.Mark.Seq != rep.Head || rep.Mark.Hash != rep.HeadHash {
 			t.Fatalf("mark %+v of report %+v", rep.Mark, rep)
@@ -32,6 +33,7 @@ func TestVerifyFrom(t *testing.T) {
 		for i := range 10 {
 			mustAppend(t, l, Event{Type: EventDecision, Session: "s1", Outcome: "allow", RuleID: fmt.Sprint(i)})
 		}
+		mustCheckpoint(t, l)
 		return dir, filepath.Join(dir, LogFile), l, rep.Mark
 	}
 	pubOf := func(t *testing.T, dir string) []byte {

@@ -49,6 +49,9 @@ func TestSinkDefersAndCommits(t *testing.T) {
 	if err := d.sink.Commit(func() error { ran++; return nil }); err != nil || ran != 1 {
 		t.Fatalf("commit: %v, then ran %d times", err, ran)
 	}
+	if err := l.Checkpointed(); err != nil { // the checkpoint trails the commit
+		t.Fatal(err)
+	}
 	if rep := verify(); rep.Head != head || len(rep.Notes) != 0 {
 		t.Fatalf("after the commit: verified head %d of %d, notes %v", rep.Head, head, rep.Notes)
 	}
@@ -69,7 +72,7 @@ func counterValue(t *testing.T, op string) float64 {
 
 // TestSinkCommitBeside: the daemon's sink runs the agent's journal write
 // beside the log's sync with the batch's last seq, leaves the log
-// checkpointed, says how far a mark is known kept (Durable), and counts a
+// checkpointed once the checkpoint has caught up, says how far a mark is known kept (Durable), and counts a
 // failure as the log's only when the log failed.
 func TestSinkCommitBeside(t *testing.T) {
 	dir := t.TempDir()
@@ -101,6 +104,9 @@ func TestSinkCommitBeside(t *testing.T) {
 	}
 	if held, _, err := d.sink.HasRecord(mark+1, markHash); held || err != nil {
 		t.Fatalf("HasRecord past the head: held %v %v", held, err)
+	}
+	if err := l.Checkpointed(); err != nil { // the checkpoint trails the commit
+		t.Fatal(err)
 	}
 	rep, err := audit.Verify(filepath.Join(dir, audit.LogFile), l.PublicKey())
 	if err != nil || rep.Head != head || len(rep.Notes) != 0 {

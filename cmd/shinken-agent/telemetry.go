@@ -71,6 +71,12 @@ func (d *daemon) verifyAudit(full bool) (any, error) {
 	if full {
 		from = audit.Mark{}
 	}
+	// The checkpoint trails the log's syncs: let it cover every record
+	// acknowledged so far, so the report has no note about a checkpoint
+	// merely still being written. An error here is the log's failure.
+	if err := d.audit.log.Checkpointed(); err != nil {
+		return nil, auditErr("verify", err)
+	}
 	rep, err := audit.VerifyFrom(d.audit.log.Path(), d.audit.log.PublicKey(), from)
 	if err != nil && rep == nil {
 		return nil, auditErr("verify", err)
@@ -141,9 +147,9 @@ func (d *daemon) auditAgentEvent(e agent.Event) error {
 	return d.auditAppend(ev, e.Defer)
 }
 
-// commitAudit makes the records of deferred events durable and
-// checkpointed, then runs then (the agent's journal write), beside the
-// checkpoint's sync (audit.Log.Commit, agent.Committer).
+// commitAudit makes the records of deferred events durable, then runs then
+// (the agent's journal write); their checkpoint follows (audit.Log.Commit,
+// agent.Committer).
 func (d *daemon) commitAudit(then func() error) error {
 	var thenErr error
 	wrapped := then
