@@ -31,6 +31,11 @@ func appendN(t *testing.T, n int) (dir, logPath, cpPath string, pub ed25519.Publ
 	l := openLog(t, dir)
 	for i := 0; i < n; i++ {
 		mustAppend(t, l, Event{Type: EventRequest})
+		// The checkpoint trails the append: wait for it, so each append
+		// has its own (the writer would otherwise coalesce them).
+		if err := l.Checkpointed(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l.Close()
 	logPath = filepath.Join(dir, LogFile)
