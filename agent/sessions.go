@@ -66,9 +66,9 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	a.crash(StepSessionKernel)
 	// Record the create, then make the session active: its audit record is
 	// written (Defer), one commit makes it durable (one fdatasync), and the
-	// active record is written and fsynced once it is, beside the log's
-	// checkpoint (Committer): two syncs in turn, not three (the journal's,
-	// then the log's fdatasync and checkpoint). A crash never leaves an
+	// active record is written and fsynced once it is (Committer; the
+	// log's checkpoint trails on its own writer): two syncs in turn, the
+	// log's fdatasync and then the journal's. A crash never leaves an
 	// active session the audit log does not show; one between the two
 	// leaves the kernel's session without a record, which Reconcile
 	// destroys as an orphan. Failing to record fails the create.
