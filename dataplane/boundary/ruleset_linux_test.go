@@ -74,6 +74,28 @@ func waitPrebuilt(t *testing.T, b *Boundary, n uint64) {
 	}
 }
 
+// hierarchyGen is the count of the hierarchy's rule builds so far.
+func hierarchyGen(b *Boundary) uint64 {
+	b.llTree.mu.Lock()
+	defer b.llTree.mu.Unlock()
+	return b.llTree.gen
+}
+
+// checkBuilds: the launches since gen0 (hierarchyGen) built want rulesets,
+// plus at most one for each rebuild of the hierarchy since gen0: another
+// process on the host (a parallel test package) that writes in an ancestor
+// of a credential location (/var/tmp) changes the rules, and the next
+// launch builds again, as it must. On a quiet host the count is exact.
+func checkBuilds(t *testing.T, b *Boundary, gen0, want uint64, what string) {
+	t.Helper()
+	n, extra := b.rulesets.builds.Load(), hierarchyGen(b)-gen0
+	if n < want || n > want+extra {
+		t.Errorf("%s: %d rulesets built, want %d (the hierarchy was rebuilt %d times meanwhile)", what, n, want, extra)
+	} else if extra > 0 {
+		t.Logf("%s: %d rulesets built, %d wanted; the hierarchy was rebuilt %d times meanwhile (a change in an ancestor directory)", what, n, want, extra)
+	}
+}
+
 // TestRulesetPrebuilt (issue 20): a new session's ruleset is built at
 // create, in the background, so that its first launch enters it and
 // builds nothing; the first launch still gets the baseline (the sibling
@@ -83,12 +105,11 @@ func TestRulesetPrebuilt(t *testing.T) {
 	time.Sleep(2 * racyWindow) // the hierarchy settled before the create
 	session(t, b, "rs", 71)
 	waitPrebuilt(t, b, 1)
+	gen0 := hierarchyGen(b) // the prebuild's
 	if out, ok := inSession(t, b, "rs", "/", "cat "+open+"/ok; cat "+cred+"/secret"); !strings.Contains(out, "OPEN-OK") || ok || strings.Contains(out, "CRED-SECRET") {
 		t.Fatalf("first launch: ok %v, output %q (want the sibling read, the credential denied)", ok, out)
 	}
-	if n := b.rulesets.builds.Load(); n != 0 {
-		t.Errorf("the first launch built %d rulesets, want 0 (prebuilt at create)", n)
-	}
+	checkBuilds(t, b, gen0, 0, "the first launch (prebuilt at create)")
 	// A view change drops the prebuilt ruleset: the next launch builds.
 	if err := b.SetFiles("rs", []backend.FileEntry{{Path: open, Access: backend.FileDeny, Handle: backend.HandleRef{Slot: 1, Generation: 1}}}, []string{cred}); err != nil {
 		t.Fatal(err)
@@ -96,9 +117,7 @@ func TestRulesetPrebuilt(t *testing.T) {
 	if out, _ := inSession(t, b, "rs", "/", "cat "+open+"/ok"); strings.Contains(out, "OPEN-OK") {
 		t.Errorf("after the view denied %s: read it: %q", open, out)
 	}
-	if n := b.rulesets.builds.Load(); n != 1 {
-		t.Errorf("a launch after a view change: %d rulesets built, want 1", n)
-	}
+	checkBuilds(t, b, gen0, 1, "a launch after a view change")
 }
 
 // TestRulesetPrebuildReleased (issue 20): a session released while its
@@ -131,21 +150,18 @@ func TestRulesetPrebuildReleased(t *testing.T) {
 // rebuilt after a change of the session's view.
 func TestRulesetBuiltOnce(t *testing.T) {
 	b, cred, open := rulesetFixture(t)
+	gen0 := hierarchyGen(b)
 	for i := 0; i < 3; i++ {
 		if out, ok := inSession(t, b, "rs", "/", "cat "+open+"/ok; cat "+cred+"/secret"); !strings.Contains(out, "OPEN-OK") || ok || strings.Contains(out, "CRED-SECRET") {
 			t.Fatalf("launch %d: ok %v, output %q (want the sibling read, the credential denied)", i, ok, out)
 		}
 	}
-	if n := b.rulesets.builds.Load(); n != 1 {
-		t.Errorf("3 launches built %d rulesets, want 1", n)
-	}
+	checkBuilds(t, b, gen0, 1, "3 launches")
 	if err := b.SetFiles("rs", []backend.FileEntry{{Path: open, Access: backend.FileDeny, Handle: backend.HandleRef{Slot: 1, Generation: 1}}}, []string{cred}); err != nil {
 		t.Fatal(err)
 	}
 	inSession(t, b, "rs", "/", "true")
-	if n := b.rulesets.builds.Load(); n != 2 {
-		t.Errorf("a launch after a view change: %d rulesets built in all, want 2", n)
-	}
+	checkBuilds(t, b, gen0, 2, "3 launches and one after a view change")
 }
 
 // TestRulesetRevokeNarrows (issue 20): after an admin override that opened
@@ -205,6 +221,7 @@ func TestRulesetViewChange(t *testing.T) {
 // it, and every later launch of the session enters it).
 func TestRulesetNotInherited(t *testing.T) {
 	b, _, _ := rulesetFixture(t)
+	gen0 := hierarchyGen(b)
 	const list = `for f in /proc/self/fd/*; do echo "$f $(readlink $f)"; done`
 	check := func(how, out string) {
 		t.Helper()
@@ -250,9 +267,7 @@ func TestRulesetNotInherited(t *testing.T) {
 		}
 		check("Prepare+StartPrepared", string(out))
 	}
-	if n := b.rulesets.builds.Load(); n != 1 {
-		t.Errorf("4 launches built %d rulesets, want 1", n)
-	}
+	checkBuilds(t, b, gen0, 1, "4 launches")
 }
 
 // TestRulesetOpenedAsSession (issue 20): the agent opens the rules with the
