@@ -140,14 +140,7 @@ func TestCommitCrashBeforeCheckpoint(t *testing.T) {
 	if rep := mustVerify(t, dir); !rep.OK() || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "behind") {
 		t.Fatalf("verify: problems %v, notes %v: want the lagging checkpoint noted", rep.Problems, rep.Notes)
 	}
-	l2 := openLog(t, dir)
-	if seq, _ := l2.Head(); seq != last.Seq {
-		t.Fatalf("head after reopen %d, want %d", seq, last.Seq)
-	}
-	l2.Close()
-	if rep := mustVerify(t, dir); !rep.OK() || len(rep.Notes) != 0 || rep.Head != last.Seq {
-		t.Fatalf("after open: head %d, problems %v, notes %v", rep.Head, rep.Problems, rep.Notes)
-	}
+	reopenedClean(t, dir, last.Seq)
 }
 
 // TestCrashBetweenBatchedWrites: a process killed after Write and before

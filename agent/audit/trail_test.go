@@ -119,12 +119,19 @@ func TestCheckpointWriteFails(t *testing.T) {
 	if err := l.Close(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("close after a failed checkpoint write: %v, want ErrFailed", err)
 	}
-	l2 := openLog(t, dir)
-	if seq, _ := l2.Head(); seq != r.Seq {
-		t.Fatalf("head after reopen %d, want %d", seq, r.Seq)
+	reopenedClean(t, dir, r.Seq)
+}
+
+// reopenedClean: the log in dir reopens with its head at seq, and once
+// reopened verifies with no problem and no note, its head at seq.
+func reopenedClean(t *testing.T, dir string, seq uint64) {
+	t.Helper()
+	l := openLog(t, dir)
+	if head, _ := l.Head(); head != seq {
+		t.Fatalf("head after reopen %d, want %d", head, seq)
 	}
-	l2.Close()
-	if rep := mustVerify(t, dir); !rep.OK() || len(rep.Notes) != 0 || rep.Head != r.Seq {
-		t.Fatalf("verify: head %d, problems %v, notes %v", rep.Head, rep.Problems, rep.Notes)
+	l.Close()
+	if rep := mustVerify(t, dir); !rep.OK() || len(rep.Notes) != 0 || rep.Head != seq {
+		t.Fatalf("after reopen: head %d, problems %v, notes %v", rep.Head, rep.Problems, rep.Notes)
 	}
 }
