@@ -18,8 +18,9 @@ import (
 
 // openBoundary opens the boundary and finds the holder of every session
 // Open adopted (their uids follow from their indices, read back from the
-// pinned maps). A session whose holder cannot be found or made keeps no
-// boundary: Launch refuses it.
+// pinned maps); a session with none (never launched into, or its holder
+// died) is recorded without one, and starts one at its next launch. A
+// session whose boundary cannot be adopted keeps none: Launch refuses it.
 func (d *Dataplane) openBoundary() error {
 	if d.cfg.Boundary == nil {
 		return nil
@@ -79,10 +80,10 @@ func (d *Dataplane) boundaryReport(r *backend.Report) bool {
 
 // CreateSession makes the session cgroup, registers it with the kernel (one
 // mkdir and one map insert, whatever the number of sessions) and, with the
-// boundary on, gives it its namespaces. The holder starts without the
-// dataplane's lock held (it takes milliseconds; a revoke must not wait for
-// it); until it runs, Launch refuses the session. If it cannot start, the
-// session is destroyed again. Quotas in l are checked before anything is
+// boundary on, records its boundary: no holder process and no namespace
+// until the session's first operation that needs them (a launch, a file
+// get or put, a process grant: package boundary's lazy start). If the
+// boundary refuses it, the session is destroyed again. Quotas in l are checked before anything is
 // made and set before the call returns; a failure destroys the session.
 func (d *Dataplane) CreateSession(name string, l Limits) (Session, error) {
 	if err := d.CheckLimits(l); err != nil {

@@ -78,10 +78,12 @@ type Boundary struct {
 
 	mu      sync.Mutex
 	holders map[string]*holder
-	views   map[string]*sessionView // the view of each session this agent laid out (view_linux.go)
-	specs   map[string]*ViewSpec    // what each session's view is made of, also after a failed change
-	runs    map[*os.Process]*run    // runs started with their own cgroup, until they are removed
-	runSeq  atomic.Uint64
+	// holderStarts counts the holders started (lazy_linux.go).
+	holderStarts atomic.Uint64
+	views        map[string]*sessionView // the view of each session this agent laid out (view_linux.go)
+	specs        map[string]*ViewSpec    // what each session's view is made of, also after a failed change
+	runs         map[*os.Process]*run    // runs started with their own cgroup, until they are removed
+	runSeq       atomic.Uint64
 }
 
 // holder is a session's pid 1 (catatonit), which holds its namespaces.
@@ -98,24 +100,33 @@ type Boundary struct {
 // level below ours, in the session's cgroup (openHolder). No descriptor is
 // kept for it either, so an agent that adopted 10,000 sessions forks as
 // cheaply as one that made them.
+//
+// A holder starts lazily (lazy_linux.go): Create records the session with
+// no process (pid 0, started false), and the first operation that needs
+// the session's namespaces starts it (ensureHolder), exactly once.
 type holder struct {
-	pid    int
+	pid    int    // 0 until started; set once, under mu, before started
 	cgroup string // the session cgroup directory
 	uid    uint32
 	child  bool // our child: reaped by release
+
+	startMu sync.Mutex  // serializes starting it (ensureHolder)
+	started atomic.Bool // pid names a running holder (set under the boundary's viewMu)
 
 	mu   sync.Mutex
 	gone bool // released: a child's pid may be reaped and reused
 }
 
 // open returns a new pidfd of the holder (close-on-exec), which the caller
-// closes; after release it fails.
+// closes; after release, or before it was started, it fails.
 func (h *holder) open() (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.gone:
 		return -1, fmt.Errorf("holder %d: %w", h.pid, unix.ESRCH)
+	case h.pid <= 0:
+		return -1, fmt.Errorf("holder not started: %w", unix.ESRCH)
 	case h.child:
 		return unix.PidfdOpen(h.pid, 0)
 	}
@@ -183,8 +194,12 @@ func (b *Boundary) UID(index uint32) (uint32, error) {
 	return b.cfg.UID(index)
 }
 
-// Create makes the namespaces of a new session: its holder starts directly
-// in the session cgroup. The session's processes run as UID(index).
+// Create records a new session's boundary: no process and no namespace
+// yet. Its holder starts at the first operation that needs the session's
+// namespaces (ensureHolder: a launch, a file get or put, a process
+// grant), directly in the session cgroup, and its view is laid out then
+// from what the session's spec says at that moment. The session's
+// processes run as UID(index).
 func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	if b.ready != nil {
 		return b.ready
@@ -194,11 +209,6 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 		return err
 	}
 	h := &holder{cgroup: cgroup, uid: uid}
-	if b.useNS {
-		if err := b.startHolder(h); err != nil {
-			return fmt.Errorf("boundary: session %s: %w", name, err)
-		}
-	}
 	b.mu.Lock()
 	if old, ok := b.holders[name]; ok {
 		b.release(old)
@@ -208,7 +218,6 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	b.holders[name] = h
 	b.rulesets.drop(name, false)
 	b.mu.Unlock()
-	b.prebuild(name) // off the create's path: its first launch finds it built
 	return nil
 }
 
@@ -241,8 +250,10 @@ func startReporting(cmd *exec.Cmd, exe *os.File) error {
 
 // Adopt finds the holder of a session that an earlier agent made (the
 // process in the session cgroup that is pid 1 of a PID namespace one level
-// below ours), or makes a new one if there is none (its namespaces died
-// with their holder, and so did every process in them).
+// below ours), or records the session with no holder if there is none (it
+// never started one, or its namespaces died with their holder, and so did
+// every process in them): its next operation that needs them starts one,
+// as after Create.
 func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
 	// Runs of an earlier agent: empty run cgroups go now; the processes of
 	// a run still going keep their cgroup (they end with the session: no
@@ -267,9 +278,11 @@ func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
 	if err != nil {
 		return err
 	}
+	h := &holder{pid: pid, cgroup: cgroup, uid: uid}
+	h.started.Store(true)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.holders[name] = &holder{pid: pid, cgroup: cgroup, uid: uid}
+	b.holders[name] = h
 	b.rulesets.drop(name, false)
 	return nil
 }
@@ -303,6 +316,7 @@ func (b *Boundary) release(h *holder) {
 	}
 	h.gone = true
 	switch {
+	case h.pid <= 0: // never started: nothing to kill
 	case h.child:
 		_ = unix.Kill(h.pid, unix.SIGKILL) // not reaped yet: still ours
 		reap(h)
@@ -353,11 +367,9 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if b.ready != nil {
 		return b.ready
 	}
-	b.mu.Lock()
-	h, ok := b.holders[name]
-	b.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
+	h, err := b.startedHolder(name)
+	if err != nil {
+		return err
 	}
 	nproc, err := b.launchNProc(name)
 	if err != nil {

@@ -26,7 +26,8 @@ const (
 )
 
 // TestCost asserts what a session and a launch cost the agent and the host
-// (the issue 22 review found it only logged). Per session: one process, the
+// (the issue 22 review found it only logged). Per session: no process
+// after create (lazy start, issue 21); once launched into, one process, the
 // holder, in one cgroup, a catatonit of one thread and at most
 // costHolderRSSKiB resident; the agent's thread count does not grow with
 // the sessions (the thread that builds a holder's mounts ends with it; its
@@ -61,6 +62,22 @@ func TestCost(t *testing.T) {
 		create = append(create, time.Since(t0))
 		plainC = append(plainC, spawn())
 		dirs = append(dirs, dir)
+	}
+	// Lazy start (issue 21): a session costs no process until it needs
+	// one; a first launch into each starts its holder.
+	for i, dir := range dirs {
+		if procs, cgs := cgroupTree(t, dir); procs != 0 || cgs != 1 {
+			t.Errorf("session %d after create: %d processes in %d cgroups, want none in the session cgroup", i, procs, cgs)
+		}
+		startHolderIn(t, b, fmt.Sprintf("cost%d", i))
+	}
+	for _, dir := range dirs {
+		// The launch's run cgroup goes once its process has exited (endRun).
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, cgs := cgroupTree(t, dir); cgs == 1 {
+				break
+			}
+		}
 	}
 	if grew := statusNumber(t, os.Getpid(), "Threads") - threads0; grew >= n/2 {
 		t.Errorf("%d sessions: the agent has %d more threads", n, grew)

@@ -178,14 +178,10 @@ func (b *Boundary) CheckPrograms(name string, programs []string) error {
 	return err
 }
 
+// holderOf is session name's holder, started (lazy_linux.go): resolving
+// programs in its view needs its mount namespace.
 func (b *Boundary) holderOf(name string) (*holder, error) {
-	b.mu.Lock()
-	h, ok := b.holders[name]
-	b.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
-	}
-	return h, nil
+	return b.holderFor(name, true, true)
 }
 
 // ExecGateReady says why this boundary cannot gate execs (nil: it can).

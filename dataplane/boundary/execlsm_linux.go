@@ -88,7 +88,7 @@ func programFile(root int, p string) (uint32, uint64, error) {
 // of its uid, on its running processes and each launch, and pids.max of its
 // cgroup where pids is on cgroup v2. The exec allowlist is the caller's.
 func (b *Boundary) BoundProcess(name string, bound uint32) error {
-	h, err := b.holderOf(name)
+	h, err := b.holderFor(name, false, false) // the cgroup and uid alone
 	if err != nil {
 		return err
 	}

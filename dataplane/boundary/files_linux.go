@@ -52,11 +52,9 @@ func (b *Boundary) asSession(name string, fn func() error) error {
 	if b.ready != nil {
 		return b.ready
 	}
-	b.mu.Lock()
-	h, ok := b.holders[name]
-	b.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
+	h, err := b.holderFor(name, true, true)
+	if err != nil {
+		return err
 	}
 	pidfd := -1
 	if b.useNS {

@@ -28,6 +28,7 @@ func TestHolderNoDescriptors(t *testing.T) {
 			const n = 20
 			for i := 0; i < n; i++ {
 				session(t, b, fmt.Sprintf("fd%d", i), uint32(40+i))
+				startHolderIn(t, b, fmt.Sprintf("fd%d", i)) // lazy start (issue 21)
 			}
 			// Less the sessions' prebuilt Landlock rulesets (at most
 			// maxRulesets: TestRulesetPrebuildNoChurn).
@@ -74,6 +75,7 @@ func TestAdoptNoDescriptors(t *testing.T) {
 	dirs := make([]string, n)
 	for i := range dirs {
 		dirs[i] = session(t, b, fmt.Sprintf("ad%d", i), uint32(70+i))
+		startHolderIn(t, b, fmt.Sprintf("ad%d", i)) // lazy start (issue 21)
 	}
 	b2 := newBoundary(t, Config{}, nil) // the restarted agent
 	before := countFDs(t)

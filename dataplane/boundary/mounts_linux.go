@@ -279,11 +279,12 @@ func (b *Boundary) inMountNS(h *holder, fn func() error) error {
 // this package made with an idmapping (how reconcile finds a workspace
 // that is already in place, in a holder that outlived an agent).
 func (b *Boundary) HasMountAt(name, dir string) (bool, error) {
-	b.mu.Lock()
-	h, ok := b.holders[name]
-	b.mu.Unlock()
-	if !ok {
-		return false, fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
+	h, err := b.holderFor(name, false, false)
+	if err != nil {
+		return false, err
+	}
+	if !h.started.Load() {
+		return false, nil // no holder yet: no mount (its start lays out the view)
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", h.pid))
 	if err != nil {

@@ -51,11 +51,9 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 	if len(p.Argv) == 0 || p.Argv[0] == "" {
 		return nil, errors.New("boundary: prepare: empty argv")
 	}
-	b.mu.Lock()
-	h, ok := b.holders[name]
-	b.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
+	h, err := b.startedHolder(name)
+	if err != nil {
+		return nil, err
 	}
 	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {
 		return nil, fmt.Errorf("%w: launch in %s as uid %d gid %d (the session's: %d)", ErrIdentity, name, opts.UID, opts.GID, h.uid)

@@ -24,12 +24,15 @@ package boundary
 // generation moved). So a launch never enters a ruleset built before a
 // change of the view that ended before the launch began.
 //
-// Built at session create (prebuild): Create queues the new session and
+// Built ahead (prebuild) when a session's holder starts for an operation
+// that is not a launch (a file get or put, a process grant: lazy_linux.go;
+// Create starts no holder, and a launch that starts one builds its ruleset
+// itself): that operation queues the session and
 // one goroutine builds the queued sessions' rulesets in the background,
 // newest first, through the same path and generation check as a launch
 // (sessionRuleset), so a session's first launch finds its ruleset cached
 // instead of building it beside the audit record's syncs. A change of the
-// view after Create drops it as before (the next launch builds it); a
+// view after the start drops it as before (the next launch builds it); a
 // build that fails is not kept and the launch builds again and says why.
 // A prebuilt ruleset counts as least recently used until a launch enters
 // it (a launch's build replaces it first), and a prebuild never replaces
@@ -105,7 +108,7 @@ type rulesetCache struct {
 
 	queue     []string      // sessions waiting for a prebuild, newest last
 	building  bool          // the prebuild goroutine runs
-	prebuilds atomic.Uint64 // rulesets built at create (tests)
+	prebuilds atomic.Uint64 // rulesets built ahead (tests)
 }
 
 // drop forgets session name's ruleset and moves its generation (a build
@@ -249,8 +252,8 @@ func (b *Boundary) prebuildLoop() {
 		b.mu.Lock()
 		h, ok := b.holders[name]
 		b.mu.Unlock()
-		if !ok {
-			continue // released meanwhile
+		if !ok || !h.started.Load() {
+			continue // released meanwhile, or not started (no namespace to build in)
 		}
 		if !c.roomFor(name) {
 			continue // the cache is full of rulesets not used yet

@@ -24,10 +24,10 @@ func rulesetFixture(t *testing.T) (b *Boundary, cred, open string) {
 	// Past the hierarchy's racy window: rules built from a directory
 	// changed this recently are built again at each launch.
 	time.Sleep(2 * racyWindow)
-	// The create's prebuild ran inside that window or after it (the
-	// machine's load decides), so its ruleset may or may not serve the
-	// first launch: wait for it and drop what it kept, and the tests count
-	// their launches' builds from one known start.
+	// A create queues no prebuild (no holder: issue 21); should one run
+	// (a holder started by another operation), wait for it and drop what
+	// it kept, and the tests count their launches' builds from one known
+	// start.
 	waitPrebuilt(t, b, 0)
 	b.rulesets.drop("rs", false)
 	return b, cred, open
@@ -96,14 +96,25 @@ func checkBuilds(t *testing.T, b *Boundary, gen0, want uint64, what string) {
 	}
 }
 
-// TestRulesetPrebuilt (issue 20): a new session's ruleset is built at
-// create, in the background, so that its first launch enters it and
-// builds nothing; the first launch still gets the baseline (the sibling
-// read, the credential denied).
+// TestRulesetPrebuilt (issue 20): a session's ruleset is built ahead, in
+// the background, when its holder starts for an operation that is not a
+// launch (here a file get; Create starts no holder, issue 21, and so
+// builds nothing), so that its first launch enters it and builds nothing;
+// the first launch still gets the baseline (the sibling read, the
+// credential denied).
 func TestRulesetPrebuilt(t *testing.T) {
 	b, cred, open := rulesetFiles(t)
 	time.Sleep(2 * racyWindow) // the hierarchy settled before the create
 	session(t, b, "rs", 71)
+	waitPrebuilt(t, b, 0)
+	if n := b.rulesets.prebuilds.Load(); n != 0 {
+		t.Errorf("after create: %d rulesets prebuilt, want none (no holder to build in)", n)
+	}
+	f, err := b.OpenFile("rs", open, "ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	waitPrebuilt(t, b, 1)
 	gen0 := hierarchyGen(b) // the prebuild's
 	if out, ok := inSession(t, b, "rs", "/", "cat "+open+"/ok; cat "+cred+"/secret"); !strings.Contains(out, "OPEN-OK") || ok || strings.Contains(out, "CRED-SECRET") {
@@ -129,6 +140,10 @@ func TestRulesetPrebuildReleased(t *testing.T) {
 	before := countFDs(t)
 	for i := 0; i < 5; i++ {
 		dir := session(t, b, "rel", 72)
+		// A file get starts the holder and queues its prebuild (issue 21).
+		if f, err := b.OpenFile("rel", "/etc", "hostname"); err == nil {
+			f.Close()
+		}
 		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 		b.Release("rel")
 		removeCgroupTree(dir)

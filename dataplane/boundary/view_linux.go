@@ -177,6 +177,10 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 	b.mu.Lock()
 	h, ok := b.holders[name]
 	sv := b.views[name]
+	var old *ViewSpec
+	if ok && !h.started.Load() {
+		old = b.specs[name]
+	}
 	b.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s (no session boundary)", backend.ErrSessionNotFound, name)
@@ -186,6 +190,21 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 	// (ruleset_linux.go), whatever the change did.
 	b.rulesets.drop(name, false)
 	defer b.rulesets.drop(name, false)
+	if !h.started.Load() {
+		// No holder yet (lazy_linux.go; started is set under viewMu, which
+		// we hold): the spec alone changes, and the holder's start lays
+		// the view out from it.
+		spec := ViewSpec{}
+		if old != nil {
+			spec = *old
+		}
+		edit(&spec)
+		b.mu.Lock()
+		b.specs[name] = &spec
+		delete(b.views, name)
+		b.mu.Unlock()
+		return nil
+	}
 	if sv == nil {
 		// Not made by this agent (an adopted holder), or a failed change:
 		// read back what the view holds.
@@ -194,12 +213,19 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 			return fmt.Errorf("boundary: session %s: read its view: %w", name, err)
 		}
 		sv = &sessionView{layout: cur}
+		b.mu.Lock()
 		if old := b.specs[name]; old != nil {
 			sv.spec = *old
 		}
+		b.mu.Unlock()
 	}
 	spec := sv.spec
 	edit(&spec)
+	return b.layView(name, h, sv, spec)
+}
+
+// layView changes h's mounts from sv's layout to spec's (b.viewMu held).
+func (b *Boundary) layView(name string, h *holder, sv *sessionView, spec ViewSpec) error {
 	layout := spec.Layout()
 	remove, attach := ViewChange(sv.layout, layout)
 	if len(remove)+len(attach) == 0 {
