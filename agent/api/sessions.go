@@ -32,6 +32,11 @@ func (s *Server) view(spec agent.SessionSpec, detail bool) SessionView {
 				v.UID = &uid
 			}
 		}
+		if b, ok := s.cfg.Backend.(backend.SessionHolders); ok {
+			if run, err := b.HolderRunning(spec.ID); err == nil {
+				v.Holder = &run
+			}
+		}
 		if detail {
 			if c, err := s.cfg.Backend.Counters(ks.Index); err == nil {
 				v.Denials = map[string]uint64{}

@@ -364,6 +364,14 @@ type SessionIdentity interface {
 	SessionUID(session string) (uint32, error)
 }
 
+// SessionHolders is an optional role: a backend that keeps a process per
+// session while (and only while) the session needs its namespaces (the
+// Linux boundary's holder, started at the session's first launch) says
+// whether it runs. The operator API shows it with each session.
+type SessionHolders interface {
+	HolderRunning(session string) (bool, error)
+}
+
 // WorkspaceViews is an optional role: a backend that makes a session's
 // workspace (Limits.Workspace) part of its view puts it back where it is
 // missing (a session whose view was remade while the agent was down);

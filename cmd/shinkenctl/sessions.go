@@ -71,9 +71,13 @@ func (c *client) session(args []string) error {
 			if v.UID != nil {
 				uid = strconv.FormatUint(uint64(*v.UID), 10)
 			}
-			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), uid, v.Path})
+			holder := "-" // the backend keeps no holder process
+			if v.Holder != nil {
+				holder = map[bool]string{true: "running", false: "none"}[*v.Holder]
+			}
+			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), uid, holder, v.Path})
 		}
-		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tUID\tCGROUP", rows)
+		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tUID\tHOLDER\tCGROUP", rows)
 		return nil
 	case "show":
 		if len(args) != 2 {

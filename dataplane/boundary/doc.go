@@ -3,7 +3,11 @@
 //
 // Each session gets its own uid and gid (Config.UID: a pure function of the
 // dataplane's session index), and its own PID, mount, IPC and cgroup
-// namespaces, created once when the session is made (the cgroup namespace
+// namespaces, created once, at the session's first operation that needs
+// them (lazy start, lazy_linux.go: Create makes none, so an idle session
+// costs no process and no namespace; a launch, a file get or put, or a
+// process grant starts the holder, exactly once; what the view is made of
+// is laid out then) (the cgroup namespace
 // is rooted at the session cgroup, and the session's cgroup2 mounts are
 // made from it, read-only: it lists its own subtree, not the other
 // sessions). A thread of the agent that ends with the work (package
@@ -26,7 +30,30 @@
 // sessions). The agent keeps no descriptor of a holder it started (a
 // pidfd is opened at each use: see holder); after a restart it finds each
 // holder again in the session cgroup (the process whose NSpid ends in 1)
-// and keeps a pidfd of those.
+// and keeps a pidfd of those; a session with none found is adopted
+// without one, as after Create.
+//
+// Which operations need the session's namespaces (and so its holder):
+//
+//   - Launch and Prepare (every process that enters the session: the
+//     agent's run and exec, and the shims of agent/procs, which receive the
+//     holder's pidfd from Prepare) join its PID, mount and IPC namespaces;
+//   - OpenFile and WriteFile (the files API) join its mount namespace as
+//     its uid;
+//   - CheckPrograms, SetProcess and ProgramFiles resolve programs in its
+//     view; the exec gate marks the view's mounts and sets
+//     vm.memfd_noexec in its PID namespace;
+//   - a view change (SetWorkspace, SetFiles: workspace, fs.scope grants and
+//     revokes, persistence overlays, masks, /run sockets) changes the
+//     holder's mounts when there is a holder, and only the recorded spec
+//     when there is none;
+//   - the session's Landlock ruleset is built in its mount namespace (at a
+//     launch, or ahead after a start by another operation).
+//
+// What does not: Create, Adopt of a holderless session, Release, BoundProcess
+// (the cgroup and the uid's RLIMIT_NPROC), HasMountAt (no holder, no mount),
+// pause and resume (the session cgroup's cgroup.freeze), the kernel
+// entries (egress, devices, handles: keyed on the session cgroup).
 //
 // Launch is the one path by which a process enters a session: on a locked
 // OS thread the agent unshares CLONE_FS, joins the holder's namespaces with

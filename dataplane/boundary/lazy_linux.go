@@ -25,9 +25,12 @@ package boundary
 //
 // Exactly once: ensureHolder holds the holder's startMu while it starts
 // it, so concurrent first operations start one holder and all use it.
-// Under viewMu too, which orders it with view changes: a change that ran
-// before the start is in the spec the start lays out, one after it sees
-// the started holder and changes its mounts. A start whose view cannot be
+// The view is laid out under viewMu, which orders it with view changes
+// (started is set under it): a change that ran before is in the spec the
+// start lays out, one after it sees the started holder and changes its
+// mounts. The process itself starts before viewMu is taken (a start into
+// a paused session waits for its thaw, and must not hold up the other
+// sessions' view changes). A start whose view cannot be
 // laid out kills the holder and fails the operation (fail closed: no
 // process runs in a view without its masks); the next operation tries
 // again.
@@ -76,14 +79,18 @@ func (b *Boundary) ensureHolder(name string, h *holder) (made bool, err error) {
 	if h.started.Load() {
 		return false, nil
 	}
-	b.viewMu.Lock()
-	defer b.viewMu.Unlock()
 	// A holder of our own first: Release may run meanwhile, and must
-	// either see no pid (nothing to kill) or the started one.
+	// either see no pid (nothing to kill) or the started one. Not under
+	// viewMu: a start into a frozen (paused) session cgroup waits until
+	// it is thawed, and must not hold up every other session's view
+	// changes meanwhile; a change that runs now sees no holder and
+	// changes the spec, which is read below, under viewMu.
 	t := &holder{cgroup: h.cgroup, uid: h.uid}
 	if err := b.startHolder(t); err != nil {
 		return false, err
 	}
+	b.viewMu.Lock()
+	defer b.viewMu.Unlock()
 	h.mu.Lock()
 	gone := h.gone
 	if !gone {

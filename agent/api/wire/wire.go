@@ -73,14 +73,18 @@ type CreateSessionBody = capability.SessionSpec
 // SessionView is a session as the API shows it.
 type SessionView struct {
 	capability.SessionSpec
-	Index    uint32                         `json:"index"`
-	CgroupID uint64                         `json:"cgroup_id"`
-	Path     string                         `json:"cgroup"`
-	UID      *uint32                        `json:"uid,omitempty"` // its processes' default uid
-	Denials  map[string]uint64              `json:"denials,omitempty"`
-	Grants   []capability.GrantInfo         `json:"grants,omitempty"`
-	Breaker  *capability.BreakerState       `json:"breaker,omitempty"`
-	Domains  map[string][]backend.HandleRef `json:"domains,omitempty"`
+	Index    uint32  `json:"index"`
+	CgroupID uint64  `json:"cgroup_id"`
+	Path     string  `json:"cgroup"`
+	UID      *uint32 `json:"uid,omitempty"` // its processes' default uid
+	// Holder: the process that holds the session's namespaces runs
+	// (started at its first launch, file get or put, or process grant);
+	// absent where the backend keeps none.
+	Holder  *bool                          `json:"holder,omitempty"`
+	Denials map[string]uint64              `json:"denials,omitempty"`
+	Grants  []capability.GrantInfo         `json:"grants,omitempty"`
+	Breaker *capability.BreakerState       `json:"breaker,omitempty"`
+	Domains map[string][]backend.HandleRef `json:"domains,omitempty"`
 	// Paused: the session is frozen (POST .../pause), since PausedSince
 	// when this agent paused it.
 	Paused      bool       `json:"paused,omitempty"`
