@@ -2,7 +2,7 @@
 
 // Command agent is the daemon scale benchmark (make bench-agent): it starts
 // the real shinken-agent binary on private directories, creates N live
-// sessions through the API (each with its namespaces and holder), times the
+// sessions through the API (each holder starts at its first launch), times the
 // last creations one at a time (session_create_p99_ms), times /metrics
 // scrapes and session listings (`shinkenctl -o json session ls`), reads the
 // daemon's resident memory, times net.egress grants through the API one at
@@ -142,7 +142,7 @@ func run() error {
 	}
 	fmt.Printf("created %d sessions through the API in %v (%d with 4 clients in %v, then %d one at a time)\n", *flagSessions,
 		time.Since(start).Round(time.Millisecond), *flagSessions-timed, fill.Round(time.Millisecond), timed)
-	fmt.Printf("session create (namespaces, holder), one at a time at %d-%d live sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
+	fmt.Printf("session create (cgroup, kernel entries, records; no holder until its first launch), one at a time at %d-%d live sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
 		*flagSessions-timed, *flagSessions, median(creates), quantile(creates, 0.99), maxOf(creates), len(creates))
 	kern := benchkit.KernelMiB() - kernBefore
 	pss, holders := daemon.HoldersPssMiB(parent)

@@ -37,7 +37,7 @@ func (b *bench) measure(n int, creates []float64, kern0 float64) result {
 	fmt.Printf("at %d sessions (load average %s, MemAvailable %.0f MiB):\n", n, benchkit.LoadAvg(), benchkit.MemInfoMiB("MemAvailable:"))
 	s := append([]float64(nil), creates...)
 	sortFloats(s)
-	fmt.Printf("  session create (namespaces, holder) one at a time over %d-%d live sessions: median %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms over %d\n",
+	fmt.Printf("  session create (no holder until its first launch) one at a time over %d-%d live sessions: median %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms over %d\n",
 		r.from, n, benchkit.Q(s, 0.5), benchkit.Q(s, 0.99), benchkit.Q(s, 0.999), benchkit.Q(s, 1), len(s))
 	if r.ratio, r.twin, r.err = b.eg.rounds(); r.err != nil {
 		return r

@@ -69,7 +69,7 @@ func (b *Boundary) probe() {
 		mntErr = b.probeInit()
 	}
 	okPID := add(MechPIDNS, pidErr, "own PID namespace per session (own /proc), IPC namespace; each run gets its own cgroup below the session's")
-	okMnt := add(MechMountNS, mntErr, "own mount namespace per session: host root read-only, private /tmp, /dev/shm, /run of its own (empty: a host UNIX socket only through an fs.scope connect grant), minimal /dev, /sys/fs/bpf, debugfs, tracefs, securityfs masked, cgroup2 showing the session's own subtree (cgroup namespace rooted at the session cgroup); "+b.holderHow)
+	okMnt := add(MechMountNS, mntErr, "own mount namespace per session (with its PID, IPC and cgroup namespaces, held by its holder, started at the session's first launch, file get or put, or process grant: none while it was never used, and its view laid out then): host root read-only, private /tmp, /dev/shm, /run of its own (empty: a host UNIX socket only through an fs.scope connect grant), minimal /dev, /sys/fs/bpf, debugfs, tracefs, securityfs masked, cgroup2 showing the session's own subtree (cgroup namespace rooted at the session cgroup); "+b.holderHow)
 	b.useNS = okCat && okPID && okMnt
 	tmpErr := b.tmpfsErr
 	if !okMnt {
