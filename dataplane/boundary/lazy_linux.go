@@ -34,6 +34,14 @@ package boundary
 // laid out kills the holder and fails the operation (fail closed: no
 // process runs in a view without its masks); the next operation tries
 // again.
+//
+// A started holder is not released when its session goes idle: the
+// session's private /tmp and /dev/shm are tmpfs mounts of its mount
+// namespace, and its SysV IPC objects live in its IPC namespace, with no
+// process holding them; ending the holder would drop them. A release
+// would have to prove all of them empty (and keep the exec gate's marks
+// and vm.memfd_noexec, which are set on the namespaces, in step), which
+// is not built.
 
 import (
 	"fmt"
