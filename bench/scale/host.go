@@ -17,24 +17,32 @@ import (
 // cgroupRoot is the cgroup2 mount (set by newEgress).
 var cgroupRoot string
 
+// holderHeadroom: the holders (and the namespaces of each) the run may make
+// beside the host's own: the worker's session, and slack.
+const holderHeadroom = 4096
+
 // saved is a sysctl's value before the run raised it.
 type saved struct{ path, value string }
 
-// raiseSysctls raises the host's ceilings that n sessions would pass: each
-// session holds one process (its holder, pid 1 of its PID namespace: one
-// pid and one thread) and a mount, PID, IPC and cgroup namespace (counted
-// against user.max_*_namespaces of the initial user namespace). It raises
-// only what is below the need and returns what it changed, for
-// restoreSysctls; on an error it has restored them already.
-func raiseSysctls(n int) ([]saved, error) {
+// raiseSysctls raises the host's ceilings that the run would pass (whatever its session count). A session
+// holds a process and namespaces only from its first launch (its holder,
+// pid 1 of its PID namespace, with a mount, PID, IPC and cgroup namespace
+// counted against user.max_*_namespaces of the initial user namespace), and
+// the run launches into none of the daemon's n sessions: the worker's own
+// session is the one holder it makes (egress.go). So n sessions need no
+// more processes or namespaces than holderHeadroom covers; the run fails at
+// that launch, with the kernel's error, if a session were launched into
+// past it. It raises only what is below the need and returns what it
+// changed, for restoreSysctls; on an error it has restored them already.
+func raiseSysctls() ([]saved, error) {
 	procs := benchkit.CountProcs()
 	need := map[string]int{
-		"kernel/pid_max":             min(procs+n+8192, 1<<22), // PID_MAX_LIMIT
-		"kernel/threads-max":         threadsNow() + n + 8192,
-		"user/max_mnt_namespaces":    n + 4096,
-		"user/max_pid_namespaces":    n + 4096,
-		"user/max_ipc_namespaces":    n + 4096,
-		"user/max_cgroup_namespaces": n + 4096,
+		"kernel/pid_max":             min(procs+holderHeadroom+8192, 1<<22), // PID_MAX_LIMIT
+		"kernel/threads-max":         threadsNow() + holderHeadroom + 8192,
+		"user/max_mnt_namespaces":    holderHeadroom,
+		"user/max_pid_namespaces":    holderHeadroom,
+		"user/max_ipc_namespaces":    holderHeadroom,
+		"user/max_cgroup_namespaces": holderHeadroom,
 	}
 	var done []saved
 	keys := make([]string, 0, len(need))
@@ -54,7 +62,7 @@ func raiseSysctls(n int) ([]saved, error) {
 		}
 		if err := os.WriteFile(path, []byte(strconv.Itoa(need[k])), 0); err != nil {
 			restoreSysctls(done)
-			return nil, fmt.Errorf("raise %s from %d to %d for %d sessions: %w", path, cur, need[k], n, err)
+			return nil, fmt.Errorf("raise %s from %d to %d: %w", path, cur, need[k], err)
 		}
 		done = append(done, saved{path, strconv.Itoa(cur)})
 		fmt.Printf("sysctl %s: %d -> %d for the run (restored at its end)\n", strings.ReplaceAll(k, "/", "."), cur, need[k])

@@ -3,8 +3,9 @@
 // Command scale is the session-count benchmark (make bench-scale): it runs
 // the real shinken-agent daemon on private directories and grows it, one
 // session at a time through the API, to -at (10,000) and then to -sessions
-// (100,000) live sessions, each with its cgroup, holder process and
-// namespaces. At both counts it measures, in the same run and by the same
+// (100,000) live sessions, each with its cgroup and kernel entry (a
+// session's holder process and namespaces start at its first launch: the
+// run launches into none of them, so they cost none). At both counts it measures, in the same run and by the same
 // method:
 //
 //   - connect()+close() from inside one of the daemon's sessions against
@@ -17,7 +18,7 @@
 //
 // Every creation is timed (session_create_p99_ms over each growth). The
 // host's process and namespace ceilings are raised for the run when they
-// are below what the count needs, and restored; every cgroup, pin, process
+// are below what its one launched session needs, and restored; every cgroup, pin, process
 // and directory the run makes is removed at its end, also when it is
 // interrupted (SIGINT, SIGTERM, SIGHUP; a second signal kills it).
 package main
@@ -140,7 +141,7 @@ func (b *bench) run() error {
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s, MemAvailable %.0f MiB\n", host, benchkit.NumCPU(), benchkit.KernelRelease(), benchkit.LoadAvg(), benchkit.MemInfoMiB("MemAvailable:"))
 	b.mu.Lock()
-	b.sysctls, err = raiseSysctls(*flagSessions)
+	b.sysctls, err = raiseSysctls()
 	b.mu.Unlock()
 	if err != nil {
 		return err
