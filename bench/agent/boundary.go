@@ -109,15 +109,18 @@ func removeTree(dir string) {
 	}
 }
 
-// preflight: each session holds one process (its holder) and a mount, PID
-// and IPC namespace; refuse a count this host cannot hold.
+// preflight: a session the bench launches into holds one process (its
+// holder, started at the first launch) and a mount, PID and IPC namespace;
+// the exec and held-process phases launch into sessions spread over the
+// count, so it is held to one holder per session, an upper bound; refuse a
+// count this host could not hold.
 func preflight(sessions int) error {
 	pidMax, _ := strconv.Atoi(benchkit.ReadTrim("/proc/sys/kernel/pid_max"))
 	procs := benchkit.CountProcs()
 	fmt.Printf("host: pid_max %d, %d processes now, max mount/pid/ipc namespaces %s/%s/%s, MemAvailable %.0f MiB\n", pidMax, procs,
 		benchkit.ReadTrim("/proc/sys/user/max_mnt_namespaces"), benchkit.ReadTrim("/proc/sys/user/max_pid_namespaces"), benchkit.ReadTrim("/proc/sys/user/max_ipc_namespaces"), benchkit.MemInfoMiB("MemAvailable:"))
 	if pidMax > 0 && procs+sessions+1000 > pidMax {
-		return fmt.Errorf("%d sessions need %d more processes (one holder each): %d running, pid_max %d", sessions, sessions, procs, pidMax)
+		return fmt.Errorf("%d sessions may need %d more processes (at most one holder each): %d running, pid_max %d", sessions, sessions, procs, pidMax)
 	}
 	for _, f := range []string{"max_mnt_namespaces", "max_pid_namespaces", "max_ipc_namespaces"} {
 		if n, err := strconv.Atoi(benchkit.ReadTrim("/proc/sys/user/" + f)); err == nil && n < sessions+100 {
