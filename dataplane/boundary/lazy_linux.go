@@ -20,7 +20,9 @@ package boundary
 //
 // What does not: a view change (SetWorkspace, SetFiles, SeedWorkspace: the
 // spec alone changes while there is no holder, and the holder's start lays
-// out the whole view from it), BoundProcess (the session cgroup and its
+// out the whole view from it; the mounts a change adds are made detached
+// and closed first, checkMounts, so a change the start could not lay out
+// is refused when it is made, as on a running holder), BoundProcess (the session cgroup and its
 // uid), HasMountAt (no holder: no mount), Release, ForgetPersisted.
 //
 // Exactly once: ensureHolder holds the holder's startMu while it starts

@@ -207,3 +207,59 @@ func TestLazyHolderAdopt(t *testing.T) {
 		t.Errorf("the restarted agent started %d holders, want 1 (the holderless session's)", n)
 	}
 }
+
+// TestLazyHolderViewRefused: a view change that the holder's start could
+// not lay out (here a write root reached through a symbolic link, which
+// the view never mounts) is refused when it is made on a session with no
+// holder, as on one with a running holder, and changes nothing: the
+// session's first launch sees the view as it was.
+func TestLazyHolderViewRefused(t *testing.T) {
+	setup(t)
+	dir, err := os.MkdirTemp(helperDir, "lazyrefused-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	good, real := filepath.Join(dir, "good"), filepath.Join(dir, "real")
+	for _, d := range []string{good, real} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	b := newBoundary(t, Config{}, nil)
+	if !b.useNS {
+		t.Skip("no session namespaces on this host")
+	}
+	session(t, b, "lr", 84)
+	entry := func(p string, slot uint32) backend.FileEntry {
+		return backend.FileEntry{Path: p, Access: backend.FileWrite, Handle: backend.HandleRef{Slot: slot, Generation: 1}}
+	}
+	if err := b.SetFiles("lr", []backend.FileEntry{entry(good, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := []backend.FileEntry{entry(good, 1), entry(filepath.Join(link, "."), 2)}
+	if err := b.SetFiles("lr", bad, nil); err == nil {
+		t.Errorf("a write root through a symbolic link, no holder yet: accepted")
+	} else {
+		t.Logf("refused with no holder: %v", err)
+	}
+	if run, _ := b.HolderRunning("lr"); run || b.HolderStarts() != 0 {
+		t.Fatalf("the refused change started a holder")
+	}
+	out := runIn(t, b, "lr", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c",
+		fmt.Sprintf("echo a > %s/f && echo GOOD-W; echo b > %s/f && echo REAL-W", good, real)}, Dir: "/"}, true)
+	if !strings.Contains(out, "GOOD-W") {
+		t.Errorf("first launch after the refused change: cannot write the granted %s: %q", good, out)
+	}
+	if strings.Contains(out, "REAL-W") {
+		t.Errorf("first launch after the refused change: wrote %s: %q", real, out)
+	}
+	// The same change on the running holder: refused the same way.
+	if err := b.SetFiles("lr", bad, nil); err == nil {
+		t.Errorf("a write root through a symbolic link, running holder: accepted")
+	}
+}

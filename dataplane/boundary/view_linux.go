@@ -199,6 +199,13 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 			spec = *old
 		}
 		edit(&spec)
+		// The mounts the change adds are made here and closed, so that a
+		// change the holder's start could not lay out (a path whose
+		// mount or idmapping fails) is refused now, as on a running
+		// holder, and not at the session's first launch.
+		if err := b.checkMounts(h.uid, spec, old); err != nil {
+			return fmt.Errorf("boundary: session %s: view: %w", name, err)
+		}
 		b.mu.Lock()
 		b.specs[name] = &spec
 		delete(b.views, name)
@@ -222,6 +229,25 @@ func (b *Boundary) updateView(name string, edit func(*ViewSpec)) error {
 	spec := sv.spec
 	edit(&spec)
 	return b.layView(name, h, sv, spec)
+}
+
+// checkMounts makes (detached, in the host's mount namespace) and closes
+// the mounts that spec adds to old's layout for a session of uid: what
+// the view change would attach.
+func (b *Boundary) checkMounts(uid uint32, spec ViewSpec, old *ViewSpec) error {
+	var was []ViewMount
+	if old != nil {
+		was = old.Layout()
+	}
+	layout := spec.Layout()
+	_, attach := ViewChange(was, layout)
+	fds, err := b.prepareMounts(uid, attach, layout)
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	return err
 }
 
 // layView changes h's mounts from sv's layout to spec's (b.viewMu held).
