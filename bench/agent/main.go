@@ -216,13 +216,23 @@ func run() error {
 // runtimeFigures prints the session runtime's figures (procs.go).
 func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
 	if *flagExec > 0 {
+		// First into sessions no process entered yet (but s0, by the API
+		// run above): each start also starts the session's holder and lays
+		// out its view (lazy holder start); then the same sessions again,
+		// holders running.
 		fb, starts, err := timeExecFirstByte(hc, *flagSessions, *flagExec)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("exec of echo (POST .../processes, attach, first stdout byte) one at a time over %d sessions: median %.2f ms, p99 %.2f ms, max %.2f ms over %d (the POST's answer alone: median %.2f ms, p99 %.2f ms)\n",
-			*flagSessions, median(fb), quantile(fb, 0.99), maxOf(fb), len(fb), median(starts), quantile(starts, 0.99))
-		fmt.Printf("exec_first_byte_p99_ms=%.2f\n", quantile(fb, 0.99))
+		wfb, wstarts, err := timeExecFirstByte(hc, *flagSessions, *flagExec)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("exec of echo (POST .../processes, attach, first stdout byte) one at a time over %d sessions, each session's first (its holder started by it): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (the POST's answer alone: median %.2f ms, p99 %.2f ms)\n",
+			min(*flagSessions, *flagExec), median(fb), quantile(fb, 0.99), maxOf(fb), len(fb), median(starts), quantile(starts, 0.99))
+		fmt.Printf("the same in the same sessions again (holders running): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (the POST's answer alone: median %.2f ms, p99 %.2f ms)\n",
+			median(wfb), quantile(wfb, 0.99), maxOf(wfb), len(wfb), median(wstarts), quantile(wstarts, 0.99))
+		fmt.Printf("exec_first_byte_p99_ms=%.2f\nexec_first_byte_held_p99_ms=%.2f\n", quantile(fb, 0.99), quantile(wfb, 0.99))
 	}
 	if *flagAttachMiB > 0 {
 		r, err := attachStream(hc, "s0", *flagAttachMiB)
