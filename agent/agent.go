@@ -205,6 +205,11 @@ type Agent struct {
 
 	dns      DNSTarget           // under mu; nil: no resolver attached
 	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
+	// bySession indexes st.Grants by session (tombstones included), under
+	// mu (grantindex.go): what a session's grants cost to find is its own
+	// grants, not every grant the state keeps.
+	bySession  grantIndex
+	dnsVisited uint64 // grant records dnsGrants examined, under mu (tests)
 
 	proofs proofs // grant proofs already made (prove.go); its own lock
 
@@ -247,7 +252,7 @@ func Open(cfg Config) (*Agent, error) {
 	}
 	db.Fault = cfg.StoreFault
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
-		dnsDirty: map[string]struct{}{}}
+		dnsDirty: map[string]struct{}{}, bySession: newGrantIndex(db.State().Grants)}
 	if err := a.start(); err != nil {
 		db.Close() // the journal is not left open by an agent that never started
 		return nil, err
@@ -360,9 +365,15 @@ func paramsHash(c Capability) string {
 	return hex.EncodeToString(h[:])
 }
 
-func (a *Agent) sortedGrants() []*GrantRecord {
-	out := make([]*GrantRecord, 0, len(a.st.Grants))
-	for _, g := range a.st.Grants {
+func (a *Agent) sortedGrants() []*GrantRecord { return sortGrants(a.st.Grants) }
+
+// sortedOf is sortedGrants of one session's grants (bySession).
+func (a *Agent) sortedOf(session string) []*GrantRecord { return sortGrants(a.bySession[session]) }
+
+// sortGrants returns grants oldest first (by creation, then id).
+func sortGrants(grants map[string]*GrantRecord) []*GrantRecord {
+	out := make([]*GrantRecord, 0, len(grants))
+	for _, g := range grants {
 		out = append(out, g)
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -32,17 +32,19 @@ func (a *Agent) dnsPolicyLocked(session string) (p dnsresolver.Policy, ok bool) 
 }
 
 // dnsGrants returns the live net.egress grants of each of sessions, oldest
-// first (sortedGrants' order), from one pass over the grants: the cost
-// of the grants, not of the grants times the sessions, and no sort of
-// every grant (unlock pushes every session's policy at AttachDNS).
+// first (sortedGrants' order), from the sessions' own grants (bySession):
+// after a grant, the cost of that session's grants, not of every grant the
+// state keeps (tombstones included), and no sort of every grant (unlock
+// pushes every session's policy at AttachDNS).
 func (a *Agent) dnsGrants(sessions map[string]struct{}) map[string][]*GrantRecord {
 	out := map[string][]*GrantRecord{}
-	for _, g := range a.st.Grants {
-		if g.Phase != PhaseLive || g.Capability.Class != ClassNetEgress || g.Capability.Egress == nil {
-			continue
-		}
-		if _, ok := sessions[g.Session]; ok {
-			out[g.Session] = append(out[g.Session], g)
+	for s := range sessions {
+		for _, g := range a.bySession[s] {
+			a.dnsVisited++
+			if g.Phase != PhaseLive || g.Capability.Class != ClassNetEgress || g.Capability.Egress == nil {
+				continue
+			}
+			out[s] = append(out[s], g)
 		}
 	}
 	for _, gs := range out {
@@ -84,8 +86,8 @@ func (a *Agent) EgressDomains(session string) map[string][]backend.HandleRef {
 	a.mu.Lock()
 	defer a.unlock()
 	out := map[string][]backend.HandleRef{}
-	for _, g := range a.st.Grants {
-		if g.Session == session && g.Phase == PhaseLive && g.Capability.Class == ClassNetEgress {
+	for _, g := range a.bySession[session] {
+		if g.Phase == PhaseLive && g.Capability.Class == ClassNetEgress {
 			for _, d := range g.Capability.Egress.Domains {
 				out[d] = append(out[d], g.Kernel)
 			}

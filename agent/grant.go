@@ -282,9 +282,11 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// 3. Issue the handle: intent first, then the kernel, then the record.
 	rec.Phase = PhasePending
 	a.st.Grants[id] = rec
+	a.bySession.add(rec)
 	key := store.GrantKey(id)
 	if err := a.persistIntent(key); err != nil {
 		delete(a.st.Grants, id)
+		a.bySession.remove(rec)
 		return nil, err
 	}
 	a.crash(StepGrantIntent)

@@ -92,6 +92,7 @@ func (a *Agent) Sweep(ctx context.Context) error {
 	for id, g := range a.st.Grants {
 		if g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention {
 			delete(a.st.Grants, id)
+			a.bySession.remove(g)
 			changed = true
 		}
 	}

@@ -96,21 +96,30 @@ func revokeAll(hc *http.Client, handles []string) error {
 
 // timeGrants times n grants one at a time, spread over the sessions
 // (every sessions/n-th one), after grantWarmup untimed ones; it checks one
-// with a use-time decision, then revokes them all. Times in ms.
-func timeGrants(hc *http.Client, sessions, n int) ([]float64, error) {
+// with a use-time decision, then revokes them all. With fl, each timed
+// grant is followed by the same request to the floor (floor.go), timed
+// too. Times in ms.
+func timeGrants(hc *http.Client, sessions, n int, fl *floor) (times, floors []float64, _ error) {
 	total := n + grantWarmup
 	step := max(1, sessions/total)
 	var handles []string
 	defer func() { revokeAll(hc, handles) }() // on an error: what was granted is revoked
-	var times []float64
 	for i := 0; i < total; i++ {
 		h, took, err := grantOne(hc, (i*step)%sessions, grantAddr(i))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		handles = append(handles, h)
-		if i >= grantWarmup {
-			times = append(times, float64(took.Nanoseconds())/1e6)
+		if i < grantWarmup {
+			continue
+		}
+		times = append(times, float64(took.Nanoseconds())/1e6)
+		if fl != nil {
+			took, err := fl.ask((i*step)%sessions, i)
+			if err != nil {
+				return nil, nil, fmt.Errorf("grant floor: %w", err)
+			}
+			floors = append(floors, float64(took.Nanoseconds())/1e6)
 		}
 	}
 	// The last grant is live: the use-time decision for its address says so.
@@ -121,12 +130,12 @@ func timeGrants(hc *http.Client, sessions, n int) ([]float64, error) {
 	}
 	use := agent.UseRequest{Class: agent.ClassNetEgress, Op: "connect", IP: grantAddr(last), Port: 443}
 	if _, _, err := post(hc, "/v1/decide", api.DecideBody{Session: fmt.Sprintf("s%d", (last*step)%sessions), Request: use}, &d); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !d.Allowed {
-		return nil, fmt.Errorf("after its grant, %s:443 is not allowed (decided by %q)", use.IP, d.DecidedBy)
+		return nil, nil, fmt.Errorf("after its grant, %s:443 is not allowed (decided by %q)", use.IP, d.DecidedBy)
 	}
 	err := revokeAll(hc, handles)
 	handles = nil
-	return times, err
+	return times, floors, err
 }

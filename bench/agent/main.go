@@ -47,6 +47,9 @@ var (
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if *flagFloorServe != "" {
+		log.Fatal(serveFloor(*flagFloorServe)) // the floor's child (floor.go)
+	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench-agent needs root")
 	}
@@ -178,9 +181,21 @@ func run() error {
 		return fmt.Errorf("session ls listed %d sessions, want %d", listed, *flagSessions)
 	}
 	rss := rssMiB(cmd.Process.Pid)
-	var grants []float64
+	var grants, floors []float64
 	if *flagGrants > 0 {
-		if grants, err = timeGrants(hc, *flagSessions, *flagGrants); err != nil {
+		var fl *floor
+		if *flagFloor {
+			if fl, err = startFloor(filepath.Join(dir, "floor"), filepath.Join(dir, "state")); err != nil {
+				return err
+			}
+		}
+		stopFloor := func() {}
+		if fl != nil {
+			stopFloor = teardown.Add(fl.stop)
+		}
+		grants, floors, err = timeGrants(hc, *flagSessions, *flagGrants, fl)
+		stopFloor()
+		if err != nil {
 			return err
 		}
 	}
@@ -208,6 +223,11 @@ func run() error {
 	fmt.Printf("session_create_p99_ms=%.2f\n", quantile(creates, 0.99))
 	if len(grants) > 0 {
 		fmt.Printf("grant_p99_ms=%.2f\n", quantile(grants, 0.99))
+	}
+	if len(floors) > 0 {
+		fmt.Printf("grant floor (the same request to a bare net/http server in another process that writes and syncs a grant's records as the agent does, no agent code; one after each grant): median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
+			median(floors), quantile(floors, 0.99), maxOf(floors), len(floors))
+		fmt.Printf("grant_floor_p99_ms=%.2f\n", quantile(floors, 0.99))
 	}
 	fmt.Printf("run_spawn_overhead_ratio=%.2f\n", median(launch)/median(plain))
 	return runtimeFigures(hc, cmd.Process.Pid, filepath.Join(dir, "state"))
