@@ -151,7 +151,20 @@ func (v ViewSpec) stateAt(p string) ViewState {
 // mount that would open them; protected paths of a writable workspace and
 // the directories between them and the workspace are mounts whatever
 // their state.
+//
+// Only the credential locations that can matter enter the walk (whose
+// cost grows with the square of its paths): one at or above an opened
+// path, or at or below one, or below a location above one
+// (relevantNever). Any other lies under no mount, and nothing under it
+// opens, so it would be skipped anyway (TestLayoutRelevantNever holds
+// the two walks equal).
 func (v ViewSpec) Layout() []ViewMount {
+	return v.layoutOf(true)
+}
+
+// layoutOf is Layout, walking every credential location where relevant
+// is false.
+func (v ViewSpec) layoutOf(relevant bool) []ViewMount {
 	var paths []string
 	pins := map[string]bool{}
 	for _, e := range v.Files {
@@ -172,7 +185,11 @@ func (v ViewSpec) Layout() []ViewMount {
 	}
 	opened := slices.Clone(paths) // the paths a grant or the workspace opens
 	never := map[string]bool{}
-	for _, n := range v.Never {
+	nevers := v.Never
+	if relevant {
+		nevers = relevantNever(v.Never, opened)
+	}
+	for _, n := range nevers {
 		paths = append(paths, n)
 		never[n] = true
 	}
@@ -213,6 +230,27 @@ func (v ViewSpec) Layout() []ViewMount {
 		}
 	}
 	return pinBetween(out)
+}
+
+// relevantNever is the credential locations of never that a layout of
+// the opened paths must consider: those at or above an opened path, those
+// at or below one, and those below a location above one. Any other has no
+// mount above it (a mount's path is an opened path or such a location)
+// and no opened path below it.
+func relevantNever(never, opened []string) []string {
+	var above, out []string
+	for _, n := range never {
+		if slices.ContainsFunc(opened, func(o string) bool { return backend.PathUnder(o, n) }) {
+			above = append(above, n)
+		}
+	}
+	for _, n := range never {
+		if slices.ContainsFunc(opened, func(o string) bool { return backend.PathUnder(n, o) }) ||
+			slices.ContainsFunc(above, func(a string) bool { return backend.PathUnder(n, a) }) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // pinBetween adds a pin for every directory between a writable mount and a

@@ -2,6 +2,7 @@ package boundary
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -102,5 +103,53 @@ func TestViewChange(t *testing.T) {
 	}
 	if rm, at := ViewChange(rev, rev); len(rm)+len(at) != 0 {
 		t.Errorf("no change changed %v %v", rm, at)
+	}
+}
+
+// TestLayoutRelevantNever: the layout that walks only the credential
+// locations relevantNever keeps is the one that walks them all, over
+// random specs (nested grants of every access, overrides, a workspace with
+// protected paths, persistent paths, locations above, below and beside
+// them).
+func TestLayoutRelevantNever(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 21))
+	path := func() string {
+		p := ""
+		for range 1 + rng.IntN(4) {
+			p += "/" + []string{"a", "b", "c"}[rng.IntN(3)]
+		}
+		return p
+	}
+	access := []backend.FileAccess{backend.FileRead, backend.FileWrite, backend.FileDelete, backend.FileDeny, backend.FilePersist, backend.FilePersistSession, backend.FileConnect}
+	for i := range 20000 {
+		v := ViewSpec{PersistKeep: "/keep", PersistSession: "/sess", PersistMerged: rng.IntN(2) == 0}
+		for range rng.IntN(5) {
+			e := fe(path(), access[rng.IntN(len(access))], uint32(1+rng.IntN(3)))
+			e.Override = rng.IntN(3) == 0
+			v.Files = append(v.Files, e)
+		}
+		for range rng.IntN(8) {
+			n := path()
+			if !slices.Contains(v.Never, n) {
+				v.Never = append(v.Never, n)
+				if rng.IntN(4) == 0 {
+					v.Fixed = append(v.Fixed, n)
+				}
+			}
+		}
+		if rng.IntN(3) == 0 {
+			w := &backend.Workspace{Dir: path(), Mode: backend.ModeReadOnly}
+			if rng.IntN(2) == 0 {
+				w.Mode = backend.ModeWorkspaceWrite
+			}
+			for range rng.IntN(3) {
+				w.Protected = append(w.Protected, w.Dir+path())
+			}
+			v.Workspace = w
+		}
+		all, some := v.layoutOf(false), v.Layout()
+		if !slices.Equal(all, some) {
+			t.Fatalf("spec %d %+v: walking every location %v, the relevant ones %v", i, v, layoutString(all), layoutString(some))
+		}
 	}
 }
