@@ -234,6 +234,7 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 			s.pump(i, r)
 		}()
 	}
+	awaitExit(st.Process.Pid)
 	ps, _ := st.Process.Wait()
 	// What the first process leaves behind ends with it (as a run's does),
 	// so nothing holds the pipes or the terminal open.

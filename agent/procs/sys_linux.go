@@ -90,3 +90,31 @@ func spliceToFile(r *os.File, f *os.File, off int64, n int, intend func(uint64) 
 	}
 	return moved, nil
 }
+
+// awaitExit returns once the process pid (a child of the caller, not yet
+// reaped) has ended, waiting on the runtime's poller (a pidfd is readable
+// once its process has ended), so that Wait then reaps it without
+// blocking. A shim runs with one P (shimEnv): a Wait that blocks in
+// waitid holds it, and the pumps, woken by the poller when the process
+// writes, wait for the runtime's monitor to take it back, up to 10 ms
+// later (bench/README.md, issue 20). Best effort: where no pidfd can be
+// had, it returns at once and Wait blocks as before.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: on the poller
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		// WNOWAIT: it only looks (Wait reaps). Still running: EAGAIN (a
+		// non-blocking pidfd), or no error and no signal in info.
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != unix.EAGAIN && (err != nil || info.Signo != 0)
+	})
+}

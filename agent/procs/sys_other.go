@@ -52,3 +52,6 @@ func (sp *spare) take(string) error                          { return errors.Err
 func (sp *spare) handJob(string, *os.File, []*os.File) error { return errors.ErrUnsupported }
 
 func runSpare(backend.StartFunc) int { return 1 }
+
+// awaitExit: Wait blocks (no pidfd here).
+func awaitExit(int) {}
