@@ -39,10 +39,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// spareCount spares are kept ready: one start at a time always finds one
-// that has finished starting; a burst takes them all and the rest start
-// shims of their own.
-const spareCount = 2
+// spareCount spares are kept ready: starts one after another find one
+// that has finished starting; a burst takes them all and the rest wait for
+// one still starting or start shims of their own. They are made one at a
+// time, each once a start is done: on a loaded host a spare's start (a Go
+// binary's exec and runtime start, 30 ms median and 55-65 ms p90 at load
+// 8 on 2 vCPUs) took about as long as a start and the next request, and
+// with two kept most starts waited for one (median 7-10 ms, p90 43-50 ms;
+// with four: 0 and 9; bench/README.md, issue 20). Each idle spare holds
+// about 1.6 MiB (Pss).
+const spareCount = 4
 
 // maxJobFiles bounds the descriptors of one job (status and the prepared
 // launch's).
@@ -309,4 +315,10 @@ func warmShim() {
 	_ = json.Unmarshal([]byte(`{"id":"p-0","session":"s","argv":["x"],"tty":{"rows":1,"cols":1},"deadline":"2026-01-01T00:00:00Z","created":"2026-01-01T00:00:00Z","prepared":["a"],"files":1}`), &md)
 	_, _ = json.Marshal(startedRecord{})
 	_, _ = json.Marshal(exitRecord{})
+	// The os package checks once per process that pidfds work, with a
+	// clone of its own (a child that exits at once): here, not at the
+	// job's launch.
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Release()
+	}
 }

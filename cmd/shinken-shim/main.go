@@ -1,5 +1,5 @@
 // Command shinken-shim holds one session process for the agent (package
-// agent/procs): the agent starts it, one per process (and two spares ahead
+// agent/procs): the agent starts it, one per process (and four spares ahead
 // of need), next to its own binary; without it the agent re-executes
 // itself as each shim, a larger binary that starts slower. It links the
 // session runtime and the session boundary's StartPrepared only (on Linux;
