@@ -78,13 +78,24 @@ func readJSON(path string, v any) error {
 // process lost), which Open already handles. An fsync here cost 0.5–2 ms
 // of every start on this machine's disk.
 func writeJSON(path string, v any) error {
-	b, err := json.Marshal(v)
+	f, err := os.OpenFile(path+tmpSuffix, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	return writeJSONInto(f, path, v)
+}
+
+// tmpSuffix names the temporary file writeJSON renames to its path.
+const tmpSuffix = ".tmp"
+
+// writeJSONInto is writeJSON into f, the temporary file path+tmpSuffix
+// opened (empty) ahead; it closes f.
+func writeJSONInto(f *os.File, path string, v any) error {
+	tmp := path + tmpSuffix
+	b, err := json.Marshal(v)
 	if err != nil {
+		f.Close()
+		os.Remove(tmp)
 		return err
 	}
 	_, err = f.Write(b)

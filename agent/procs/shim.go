@@ -112,11 +112,14 @@ type shim struct {
 }
 
 // staged is what a spare shim made ahead in its directory: the two ring
-// files and the control socket's listener.
+// files, the ring index, the control socket's listener and the started
+// record's temporary file (the start then writes and renames it: it
+// creates no file between the launch and the report).
 type staged struct {
-	rings [2]*os.File
-	idx   *ringIndex
-	ln    net.Listener
+	rings   [2]*os.File
+	idx     *ringIndex
+	ln      net.Listener
+	started *os.File
 }
 
 // runShim holds the process of directory dir: status is where it reports
@@ -203,7 +206,7 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 		pumps = []io.Reader{st.PTY}
 	}
 	started := startedRecord{HostPID: st.Process.Pid, PID: nsPID(st.Process.Pid), Started: time.Now().UTC()}
-	if err := writeJSON(filepath.Join(dir, startedFile), started); err != nil {
+	if err := writeJSONInto(pre.started, filepath.Join(dir, startedFile), started); err != nil {
 		s.killTree()
 		st.Process.Wait()
 		return report(err)
@@ -394,6 +397,9 @@ func stage(dir string) (*staged, error) {
 	// with it, and nothing is to be removed under the old name.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	pre.ln = ln
+	if pre.started, err = os.OpenFile(filepath.Join(dir, startedFile+tmpSuffix), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+		return nil, err
+	}
 	return &pre, nil
 }
 

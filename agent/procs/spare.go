@@ -4,7 +4,8 @@ package procs
 
 // Spare shims: a shim's own start (exec of a Go binary, its runtime and
 // package initialisation) and the files it makes (a directory, two ring
-// files, its log and its control socket: file creations cost 0.03–1 ms
+// files, the ring index, its log, its control socket and the started
+// record's temporary file: file creations cost 0.03–1 ms
 // each on this machine's ext4, depending on the disk's other work) are
 // paid before a start is asked for. The manager keeps spareCount shims
 // ready, each in a directory of its own (STATE_DIR/procs/.spare-RANDOM)
