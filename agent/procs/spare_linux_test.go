@@ -112,7 +112,12 @@ func stoppedStartingSpare(t *testing.T, r *rig) int {
 		for pid := range r.m.starting {
 			spare = pid
 		}
+		ready := len(r.m.spares) > 0
 		r.m.mu.Unlock()
+		if spare == 0 && ready { // ready before this loop saw it start
+			go r.m.refill() // back to spareCount ready
+			return 0
+		}
 	}
 	if spare == 0 {
 		t.Fatal("no spare started")
