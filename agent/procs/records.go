@@ -3,6 +3,7 @@ package procs
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -131,4 +132,45 @@ func signalName(sig syscall.Signal) string {
 		}
 	}
 	return strconv.Itoa(int(sig))
+}
+
+// staged is what a spare shim made ahead in its directory: the two ring
+// files, the ring index, the control socket's listener and the started
+// record's temporary file (the start then writes and renames it: it
+// creates no file between the launch and the report).
+type staged struct {
+	rings   [2]*os.File
+	idx     *ringIndex
+	ln      net.Listener
+	started *os.File
+}
+
+// stage makes in dir the rings, the ring index, the control socket and
+// the started record's temporary file (a spare does, before its job).
+func stage(dir string) (*staged, error) {
+	var pre staged
+	for i, name := range []string{outFile, errFile} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		pre.rings[i] = f
+	}
+	idx, err := createIndex(dir)
+	if err != nil {
+		return nil, err
+	}
+	pre.idx = idx
+	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
+	if err != nil {
+		return nil, err
+	}
+	// A spare's directory is renamed to the process's: the socket moves
+	// with it, and nothing is to be removed under the old name.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	pre.ln = ln
+	if pre.started, err = os.OpenFile(filepath.Join(dir, startedFile+tmpSuffix), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+		return nil, err
+	}
+	return &pre, nil
 }

@@ -111,17 +111,6 @@ type shim struct {
 	ended bool       // the process ended long ago: holds no longer count
 }
 
-// staged is what a spare shim made ahead in its directory: the two ring
-// files, the ring index, the control socket's listener and the started
-// record's temporary file (the start then writes and renames it: it
-// creates no file between the launch and the report).
-type staged struct {
-	rings   [2]*os.File
-	idx     *ringIndex
-	ln      net.Listener
-	started *os.File
-}
-
 // runShim holds the process of directory dir: status is where it reports
 // its start; files are the prepared launch's descriptors (nil: inherited
 // at fds 4..., as many as meta.json says); pre, from a spare, its rings and
@@ -372,35 +361,6 @@ func (s *shim) pump(i int, r io.Reader) {
 			return
 		}
 	}
-}
-
-// stage makes the rings and the control socket in dir.
-func stage(dir string) (*staged, error) {
-	var pre staged
-	for i, name := range []string{outFile, errFile} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		pre.rings[i] = f
-	}
-	idx, err := createIndex(dir)
-	if err != nil {
-		return nil, err
-	}
-	pre.idx = idx
-	ln, err := net.Listen("unix", filepath.Join(dir, ctlFile))
-	if err != nil {
-		return nil, err
-	}
-	// A spare's directory is renamed to the process's: the socket moves
-	// with it, and nothing is to be removed under the old name.
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	pre.ln = ln
-	if pre.started, err = os.OpenFile(filepath.Join(dir, startedFile+tmpSuffix), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
-		return nil, err
-	}
-	return &pre, nil
 }
 
 type stdinItem struct {
