@@ -43,7 +43,8 @@ type classEncoding struct {
 	literals func(c capability.Capability, lit *literals)
 	// useProbes builds the use requests of the class the bounded checks try
 	// from the literals (shift_probes.go has the shared builders).
-	useProbes func(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest
+	// They are appended to out (empty, perhaps with room).
+	useProbes func(out []capability.UseRequest, c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest
 	// grantProbes (optional) are the capabilities, besides the empty one,
 	// the permissiveness search asks to grant.
 	grantProbes func(c capability.Class, lit *literals) []capability.Capability
