@@ -43,7 +43,8 @@ type classEncoding struct {
 	literals func(c capability.Capability, lit *literals)
 	// useProbes builds the use requests of the class the bounded checks try
 	// from the literals (shift_probes.go has the shared builders).
-	useProbes func(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest
+	// They are appended to out (empty, perhaps with room).
+	useProbes func(out []capability.UseRequest, c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest
 	// grantProbes (optional) are the capabilities, besides the empty one,
 	// the permissiveness search asks to grant.
 	grantProbes func(c capability.Class, lit *literals) []capability.Capability
@@ -52,10 +53,15 @@ type classEncoding struct {
 // encodings holds every class's Cedar encoding.
 var encodings = map[capability.Class]classEncoding{
 	capability.ClassNetEgress: {
+		// The address and port keys are the receivers of containsAny and
+		// the grant's sets its arguments: cedar-go hashes each element of
+		// the argument, and a request carries a key per prefix length (33
+		// or 129) where a grant has a CIDR or a few
+		// (TestGrantConditionIteratesGrantSets).
 		condition: func(op, req, G ast.Node) ast.Node {
 			return op.Equal(ast.String("connect")).
-				And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(G.Access("cidrs").ContainsAny(req.Access("cidr_keys")))).
-				And(G.Access("ports").ContainsAny(req.Access("port_keys")))
+				And(G.Access("domains").ContainsAny(req.Access("domain_keys")).Or(req.Access("cidr_keys").ContainsAny(G.Access("cidrs")))).
+				And(req.Access("port_keys").ContainsAny(G.Access("ports")))
 		},
 		entity: func(c capability.Capability, a *grantAttrs) {
 			a.domains = c.Egress.Domains
@@ -89,8 +95,8 @@ var encodings = map[capability.Class]classEncoding{
 		// ports.
 		condition: func(op, req, G ast.Node) ast.Node {
 			return op.Equal(ast.String("accept")).
-				And(G.Access("cidrs").ContainsAny(req.Access("cidr_keys"))).
-				And(G.Access("ports").ContainsAny(req.Access("port_keys")))
+				And(req.Access("cidr_keys").ContainsAny(G.Access("cidrs"))).
+				And(req.Access("port_keys").ContainsAny(G.Access("ports")))
 		},
 		entity: func(c capability.Capability, a *grantAttrs) {
 			a.cidrs = prefixStrings(c.Inbound.CIDRs)

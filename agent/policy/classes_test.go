@@ -28,7 +28,7 @@ func TestClassEncodings(t *testing.T) {
 		if want := c == capability.ClassNetEgress || c == capability.ClassNetInbound; e.ports != want {
 			t.Errorf("class %s: ports %v; agent/shiftproof gives port keys to net.egress and net.inbound only", c, e.ports)
 		}
-		if len(useProbes(c, &literals{}, capability.SessionAttrs{ID: "s"})) == 0 {
+		if len(useProbes(nil, c, &literals{}, capability.SessionAttrs{ID: "s"})) == 0 {
 			t.Errorf("class %s: no use probes", c)
 		}
 		for _, op := range capability.Ops(c) {

@@ -15,18 +15,18 @@ import (
 )
 
 // useProbes is the use requests of class c the bounded checks try, built by
-// the class's encoding from the literals.
-func useProbes(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
+// the class's encoding from the literals, appended to dst[:0] (nil: a new
+// slice; ProveGrant passes one it reuses, grant after grant).
+func useProbes(dst []capability.UseRequest, c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
 	if f := encodingOf(c).useProbes; f != nil {
-		return f(c, lit, pr)
+		return f(dst[:0], c, lit, pr)
 	}
-	return nil
+	return dst[:0]
 }
 
 // egressUseProbes: connects by name (each domain literal and a name below
 // it) and by address, on the usual ports and the ports the literals name.
-func egressUseProbes(c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
-	var out []capability.UseRequest
+func egressUseProbes(out []capability.UseRequest, c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
 	var domains []string
 	for _, s := range lit.strs {
 		s = strings.TrimPrefix(strings.TrimPrefix(strings.ToLower(s), "**."), "*.")
@@ -37,7 +37,7 @@ func egressUseProbes(c capability.Class, lit *literals, _ capability.SessionAttr
 	domains = sortedUnique(append(domains, "example.com"))
 	addrs := probeAddrs(lit)
 	ports := probePorts(lit, 443, 80, 22, 53)
-	out = make([]capability.UseRequest, 0, len(ports)*(len(domains)+len(addrs)))
+	out = slices.Grow(out, len(ports)*(len(domains)+len(addrs)))
 	for _, port := range ports {
 		for _, d := range domains {
 			out = append(out, capability.UseRequest{Class: c, Op: "connect", Domain: d, Port: port})
@@ -51,8 +51,7 @@ func egressUseProbes(c capability.Class, lit *literals, _ capability.SessionAttr
 
 // inboundUseProbes: peers at the probe addresses opening flows to the
 // probe ports, and the same as connects.
-func inboundUseProbes(c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
-	var out []capability.UseRequest
+func inboundUseProbes(out []capability.UseRequest, c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
 	addrs := probeAddrs(lit)
 	for _, port := range probePorts(lit, 443, 80, 8080, 22) {
 		for _, a := range addrs {
@@ -68,8 +67,7 @@ func inboundUseProbes(c capability.Class, lit *literals, _ capability.SessionAtt
 
 // pathUseProbes: every op of the class on the usual paths, the session's
 // protected and policy-store paths, and each path literal and a child.
-func pathUseProbes(c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
-	var out []capability.UseRequest
+func pathUseProbes(out []capability.UseRequest, c capability.Class, lit *literals, pr capability.SessionAttrs) []capability.UseRequest {
 	paths := []string{"/work/x", "/tmp/x"}
 	paths = append(paths, pr.Protected...)
 	paths = append(paths, pr.PolicyStore...)
@@ -88,9 +86,8 @@ func pathUseProbes(c capability.Class, lit *literals, pr capability.SessionAttrs
 
 // itemUseProbes: every op of the class on no item, item "0" and the token
 // literals, in each of modes.
-func itemUseProbes(modes ...string) func(capability.Class, *literals, capability.SessionAttrs) []capability.UseRequest {
-	return func(c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
-		var out []capability.UseRequest
+func itemUseProbes(modes ...string) func([]capability.UseRequest, capability.Class, *literals, capability.SessionAttrs) []capability.UseRequest {
+	return func(out []capability.UseRequest, c capability.Class, lit *literals, _ capability.SessionAttrs) []capability.UseRequest {
 		items := []string{"", "0"}
 		for _, s := range lit.strs {
 			if capability.ValidateToken("item", s) == nil && len(items) < 24 {
