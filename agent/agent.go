@@ -67,6 +67,22 @@ type BesideCommitter interface {
 	HasRecord(seq uint64, hash string) (held, attached bool, err error)
 }
 
+// logFold says how a background fold of the state journal went (agent/store:
+// the journal is rotated to a segment on the writer's path and folded into
+// a snapshot on a goroutine). A failed fold loses nothing (its segments are
+// replayed at the next start and folded at the next rotation), but a disk
+// that keeps failing it lets the journal grow: an operator should hear.
+func logFold(l *slog.Logger, f store.Fold) {
+	switch {
+	case f.Err != nil && f.Through == 0:
+		l.Error("state journal: rotation failed; writes go on in the journal as it was", "err", f.Err)
+	case f.Err != nil:
+		l.Error("state journal: fold failed; its segments stay and are folded at the next rotation", "through", f.Through, "err", f.Err)
+	default:
+		l.Debug("state journal folded", "through", f.Through, "snapshot_bytes", f.Bytes, "took", f.Took)
+	}
+}
+
 type slogSink struct{ l *slog.Logger }
 
 func (s slogSink) Emit(e Event) error {
@@ -251,6 +267,7 @@ func Open(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	db.Fault = cfg.StoreFault
+	db.OnFold = func(f store.Fold) { logFold(cfg.Logger, f) }
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
 		dnsDirty: map[string]struct{}{}, bySession: newGrantIndex(db.State().Grants)}
 	if err := a.start(); err != nil {

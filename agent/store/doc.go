@@ -17,21 +17,28 @@
 //
 // # On disk
 //
-// Two files, mode 0600, in a directory the caller has created (0700):
+// Files, mode 0600, in a directory the caller has created (0700):
 //
 //   - state.json, the snapshot: the whole State as one JSON object
-//     {"version":1,"sessions":{...},"grants":{...},"approvals":{...},
+//     {"version":1,"through":N,"sessions":{...},"grants":{...},"approvals":{...},
 //     "cards":{...},"patterns":{...}}, replaced only atomically (temporary
-//     file, fsync, rename, directory fsync). A snapshot of another version
-//     refuses to load.
+//     file, fsync, rename, directory fsync). "through" names the last journal
+//     segment it holds (left out while none was folded). A snapshot of
+//     another version refuses to load.
 //   - state.journal, the records changed since the snapshot, one JSON line
 //     each: {"k":"g","id":"ID","v":{...the whole record...}}, or
 //     {"k":"g","id":"ID","del":true} for a deletion; k is s(ession),
 //     g(rant), a(pproval), c(ard) or p(attern).
+//   - state.journal.N (N = 1, 2, ...), segments: earlier journals, renamed
+//     when they outgrew the snapshot and not yet folded into it (rotate.go).
+//     Transient: a fold removes them, and usually none is on disk.
 //
-// Open reads the snapshot, replays the journal over it (a line carries a
-// whole record or a deletion, so replaying lines the snapshot already holds
-// is harmless), cuts a torn last line (one without its newline, or one that
+// Open reads the snapshot, replays the segments above its "through" in
+// order and then the journal over it (a line carries a whole record or a
+// deletion, so replaying lines the snapshot already holds is harmless;
+// segments at or below "through" are removed unread, since an older line
+// replayed after a newer snapshot would bring a record back), cuts a torn
+// last line (one without its newline, or one that
 // does not parse: its fsync never returned, so it was never acknowledged)
 // and refuses a corrupt line anywhere else (ErrState). Grants written
 // before Delta carry their rules as "rules"; Open moves them into the
@@ -48,8 +55,12 @@
 // by encoding each one and comparing hashes with what was last written).
 // Either appends one line per changed or deleted record in a single write
 // call; a record unchanged since its last write costs nothing. When the
-// journal would outgrow max(1 MiB, twice the snapshot), the whole State is
-// folded into a new snapshot instead and the journal is emptied.
+// journal would outgrow max(1 MiB, twice the snapshot), the write first
+// rotates it (fsync, rename to the next segment, a fresh journal, directory
+// fsync: a few syncs, not the whole State encoded) and appends to the fresh
+// one; a goroutine then folds the snapshot and the segments, read back from
+// the files, into a new snapshot and removes the segments. No write waits
+// for a fold, and at most one runs. Store.OnFold hears how each went.
 //
 // Which writes are fsynced:
 //
@@ -69,8 +80,10 @@
 //     tables do not outlive the machine). Journal lines are ordered, and an
 //     fsync covers every earlier line, so the next synced write makes the
 //     intents before it durable too.
-//   - A snapshot (compaction) is always synced: the file and the directory,
-//     then the emptied journal.
+//   - A rotation syncs the journal before renaming it and the directory
+//     after; a snapshot (a fold) is always synced, the file and the
+//     directory, before the segments it holds are removed. A rotation
+//     whose directory sync failed acknowledges no write until one succeeds.
 //
 // A write that fails (a full disk, a failing device) returns an error
 // wrapping ErrState and the cause, and leaves the journal as it was: the
@@ -79,7 +92,7 @@
 // the change and retries); the store never rolls the State back itself.
 //
 // Store.Fault is for tests: it fails chosen writes (FaultJournalWrite,
-// FaultJournalSync, FaultSnapshot) as ENOSPC or EIO would, so the agent's
+// FaultJournalSync, FaultRotate, FaultSnapshot) as ENOSPC or EIO would, so the agent's
 // fault-injection tests (agent/store_fault_test.go) can check that a call
 // whose write fails leaves memory, journal and kernel agreeing.
 //

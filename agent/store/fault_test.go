@@ -71,65 +71,6 @@ func TestStoreFault(t *testing.T) {
 	})
 }
 
-// TestStoreCompactThreshold: a write that would take the journal past
-// max(1 MiB, twice the snapshot) folds the state into a new snapshot
-// (synced, even for an unsynced Write) and empties the journal; a failed
-// snapshot leaves snapshot and journal as they were.
-func TestStoreCompactThreshold(t *testing.T) {
-	dir := t.TempDir()
-	s, st := openStore(t, dir)
-	st.Sessions["a"] = &SessionRecord{Spec: capability.SessionSpec{ID: "a", Image: "py"}, Phase: SessionActive}
-	if err := s.Write([]string{SessionKey("a")}, true); err != nil {
-		t.Fatal(err)
-	}
-	journal, _ := os.ReadFile(s.journalPath())
-	s.jbytes = minCompact // as if the journal had grown to the threshold
-	st.Sessions["a"].Phase = SessionEnding
-	s.Fault = func(op string) error {
-		if op == FaultSnapshot {
-			return syscall.ENOSPC
-		}
-		return nil
-	}
-	if err := s.Write([]string{SessionKey("a")}, false); !errors.Is(err, ErrState) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("failed snapshot: %v", err)
-	}
-	if _, err := os.Stat(s.path()); !os.IsNotExist(err) {
-		t.Fatalf("a failed snapshot left %s: %v", s.path(), err)
-	}
-	if after, _ := os.ReadFile(s.journalPath()); string(after) != string(journal) {
-		t.Fatalf("a failed snapshot changed the journal")
-	}
-	var asked []string
-	s.Fault = func(op string) error { asked = append(asked, op); return nil }
-	if err := s.Write([]string{SessionKey("a")}, false); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(asked, []string{FaultSnapshot}) || s.jbytes != 0 {
-		t.Fatalf("over the threshold: asked %v, journal %d bytes; want a snapshot and an empty journal", asked, s.jbytes)
-	}
-	if fi, err := os.Stat(s.journalPath()); err != nil || fi.Size() != 0 {
-		t.Fatalf("journal not emptied: %v %v", fi, err)
-	}
-	s.Close()
-	if _, st2 := openStore(t, dir); st2.Sessions["a"].Phase != SessionEnding {
-		t.Fatalf("the snapshot lost the write")
-	}
-	// Below the threshold nothing is folded: 2 × a snapshot larger than
-	// 1 MiB is the bound.
-	s3, st3 := openStore(t, dir)
-	s3.sbytes, s3.jbytes = minCompact, minCompact
-	st3.Sessions["a"].Phase = SessionActive
-	asked = nil
-	s3.Fault = func(op string) error { asked = append(asked, op); return nil }
-	if err := s3.Write([]string{SessionKey("a")}, true); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(asked, []string{FaultJournalWrite, FaultJournalSync}) {
-		t.Fatalf("below twice the snapshot: asked %v, want an append", asked)
-	}
-}
-
 // TestStoreVersion: a snapshot of another version, or one that is not
 // JSON, refuses to load.
 func TestStoreVersion(t *testing.T) {

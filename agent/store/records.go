@@ -87,7 +87,11 @@ type Pattern struct {
 
 // State is everything the agent persists. Its maps are never nil.
 type State struct {
-	Version   int                         `json:"version"`
+	Version int `json:"version"`
+	// Through is the highest journal segment (state.journal.N) the
+	// snapshot holds; Open replays only the segments above it. Zero, and
+	// left out, when no segment was folded.
+	Through   uint64                      `json:"through,omitempty"`
 	Sessions  map[string]*SessionRecord   `json:"sessions"`
 	Grants    map[string]*GrantRecord     `json:"grants"`
 	Approvals map[string]*ApprovalRecord  `json:"approvals"`

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
@@ -24,14 +25,19 @@ var ErrState = errors.New("agent: state")
 // (state.journal) of the records changed since: each write appends one line
 // per changed or deleted record, so a change costs what it changed, not the
 // size of the whole state. When the journal outgrows the snapshot it is
-// folded into a new snapshot. A kill -9 at any instant leaves a snapshot and
+// renamed to a numbered segment (state.journal.N) and a fresh journal
+// begun; a goroutine then folds the segments into a new snapshot from the
+// files alone (rotate.go), so no write waits for the whole state to be
+// encoded. A kill -9 at any instant leaves a snapshot and
 // a journal whose last line may be torn; a torn last line was never
 // acknowledged (its fsync never returned) and is dropped on load. Replaying
 // a journal over a snapshot that already holds its changes is harmless:
 // every line carries a whole record or a deletion.
 //
 // A Store is not safe for concurrent use: its owner changes the State and
-// calls Write or WriteAll under one lock (the agent's a.mu).
+// calls Write or WriteAll under one lock (the agent's a.mu). The fold's
+// goroutine touches only the snapshot and the segments, never the State or
+// the journal the owner appends to.
 type Store struct {
 	// Fault is for tests: when set, it is asked before every write and sync
 	// of the store's files (FaultJournalWrite, FaultJournalSync,
@@ -39,13 +45,23 @@ type Store struct {
 	// disk (ENOSPC) or a failing device (EIO) would give. Leave it nil
 	// otherwise.
 	Fault func(op string) error
+	// OnFold, when set, hears of every background fold (and of a rotation
+	// that could not be made), on the fold's goroutine: set it before the
+	// first write. A fold that failed leaves its segments in place (Open
+	// replays them) and is tried again at the next rotation.
+	OnFold func(Fold)
 
 	dir     string
 	st      *State
 	seen    map[string][32]byte // record key -> SHA-256 of its last persisted form
 	journal *os.File
-	jbytes  int64 // journal size
-	sbytes  int64 // snapshot size
+	jbytes  int64         // journal size
+	sbytes  atomic.Int64  // snapshot size (the fold sets it)
+	seg     uint64        // the highest segment number in use (0: none yet)
+	folding chan struct{} // closed when the running fold ends; nil before the first
+	// dirty: a rotation's directory sync failed; no write is acknowledged
+	// until the directory's entries are durable (syncDirty).
+	dirty bool
 }
 
 // journalLine is one journal entry: a whole record, or a deletion.
@@ -58,12 +74,13 @@ type journalLine struct {
 
 // The writes Store.Fault is asked about.
 const (
-	FaultJournalWrite = "journal.write" // appending lines to the journal
-	FaultJournalSync  = "journal.sync"  // fsyncing the journal after an append
-	FaultSnapshot     = "snapshot"      // writing a new snapshot (compaction)
+	FaultJournalWrite = "journal.write"  // appending lines to the journal
+	FaultJournalSync  = "journal.sync"   // fsyncing the journal after an append
+	FaultSnapshot     = "snapshot"       // writing a new snapshot (a fold)
+	FaultRotate       = "journal.rotate" // renaming the journal to a segment
 )
 
-// minCompact is the journal size below which it is never folded.
+// minCompact is the journal size below which it is never rotated and folded.
 const minCompact = 1 << 20
 
 // Open loads the state kept in dir (which must exist): the snapshot, if
@@ -92,31 +109,18 @@ func (s *Store) path() string        { return filepath.Join(s.dir, "state.json")
 func (s *Store) journalPath() string { return filepath.Join(s.dir, "state.journal") }
 
 func (s *Store) load() (*State, error) {
-	st := newState()
-	data, err := os.ReadFile(s.path())
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrState, err)
-	default:
-		if err := json.Unmarshal(data, st); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrState, s.path(), err)
-		}
-		if st.Version != stateVersion {
-			return nil, fmt.Errorf("%w: %s: version %d, want %d", ErrState, s.path(), st.Version, stateVersion)
-		}
-		st.fillMaps()
+	st, size, err := readSnapshot(s.path())
+	if err != nil {
+		return nil, err
 	}
-	s.sbytes = int64(len(data))
+	s.sbytes.Store(size)
+	if err := s.replaySegments(st); err != nil {
+		return nil, err
+	}
 	if err := s.replay(st); err != nil {
 		return nil, err
 	}
-	for _, g := range st.Grants {
-		if len(g.LegacyRules) > 0 && g.Delta.IsEmpty() {
-			g.Delta = backend.DeltaOf(g.LegacyRules)
-		}
-		g.LegacyRules = nil
-	}
+	migrateLegacy(st)
 	s.seen = map[string][32]byte{}
 	for _, r := range st.records() {
 		b, err := json.Marshal(r.v)
@@ -126,6 +130,37 @@ func (s *Store) load() (*State, error) {
 		s.seen[r.key] = hashBytes(b)
 	}
 	return st, nil
+}
+
+// readSnapshot reads the snapshot at path (an empty State when there is
+// none) and its size.
+func readSnapshot(path string) (*State, int64, error) {
+	st := newState()
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, 0, fmt.Errorf("%w: %w", ErrState, err)
+	default:
+		if err := json.Unmarshal(data, st); err != nil {
+			return nil, 0, fmt.Errorf("%w: %s: %w", ErrState, path, err)
+		}
+		if st.Version != stateVersion {
+			return nil, 0, fmt.Errorf("%w: %s: version %d, want %d", ErrState, path, st.Version, stateVersion)
+		}
+		st.fillMaps()
+	}
+	return st, int64(len(data)), nil
+}
+
+// migrateLegacy moves the rules of grants written before Delta into it.
+func migrateLegacy(st *State) {
+	for _, g := range st.Grants {
+		if len(g.LegacyRules) > 0 && g.Delta.IsEmpty() {
+			g.Delta = backend.DeltaOf(g.LegacyRules)
+		}
+		g.LegacyRules = nil
+	}
 }
 
 // replay applies the journal to st and opens it for appending, cutting off a
@@ -140,26 +175,10 @@ func (s *Store) replay(st *State) error {
 		f.Close()
 		return fmt.Errorf("%w: read journal: %w", ErrState, err)
 	}
-	good := 0
-	for good < len(data) {
-		nl := bytes.IndexByte(data[good:], '\n')
-		if nl < 0 {
-			break // torn: no newline, never acknowledged
-		}
-		line := data[good : good+nl]
-		var jl journalLine
-		if err := json.Unmarshal(line, &jl); err != nil {
-			if good+nl+1 == len(data) {
-				break // torn last line
-			}
-			f.Close()
-			return fmt.Errorf("%w: %s: corrupt line at byte %d: %w", ErrState, s.journalPath(), good, err)
-		}
-		if err := st.apply(jl); err != nil {
-			f.Close()
-			return fmt.Errorf("%w: %s: byte %d: %w", ErrState, s.journalPath(), good, err)
-		}
-		good += nl + 1
+	good, err := replayLines(data, st, s.journalPath())
+	if err != nil {
+		f.Close()
+		return err
 	}
 	if good < len(data) {
 		if err := f.Truncate(int64(good)); err != nil {
@@ -176,8 +195,10 @@ func (s *Store) replay(st *State) error {
 	return nil
 }
 
-// Close releases the journal. The store must not be used afterwards.
+// Close waits for a running fold and releases the journal. The store must
+// not be used afterwards.
 func (s *Store) Close() error {
+	s.waitFold()
 	if s.journal == nil {
 		return nil
 	}
@@ -216,12 +237,8 @@ func (s *Store) save(st *State) error {
 	if buf.Len() == 0 {
 		return nil
 	}
-	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
-		if err := s.compact(st); err != nil {
-			return err
-		}
-		s.seen = next
-		return nil
+	if err := s.rotateIfDue(buf.Len()); err != nil {
+		return err
 	}
 	if err := s.appendJournal(buf.Bytes(), true); err != nil {
 		return err
@@ -249,6 +266,9 @@ func (s *Store) appendJournal(lines []byte, sync bool) error {
 		s.journal.Truncate(s.jbytes)
 		s.journal.Seek(s.jbytes, io.SeekStart)
 		return fmt.Errorf("%w: journal: %w", ErrState, err)
+	}
+	if err := s.syncDirty(); err != nil {
+		return err
 	}
 	if err := s.faultAt(FaultJournalWrite); err != nil {
 		return cut(err)
@@ -317,8 +337,8 @@ func (s *Store) writeKeys(st *State, sync bool, keys []string) error {
 	if buf.Len() == 0 {
 		return nil
 	}
-	if s.jbytes+int64(buf.Len()) > max(minCompact, 2*s.sbytes) {
-		return s.save(st) // folds everything into a new snapshot
+	if err := s.rotateIfDue(buf.Len()); err != nil {
+		return err
 	}
 	if err := s.appendJournal(buf.Bytes(), sync); err != nil {
 		return err
@@ -342,8 +362,13 @@ func journalEntry(buf *bytes.Buffer, key string, rec []byte) {
 	buf.WriteByte('\n')
 }
 
-// compact writes a fresh snapshot, then empties the journal.
+// compact folds st, the whole state, into a fresh snapshot at once (after
+// any running fold), then removes the segments and empties the journal.
+// Writes never call it (they rotate, and a goroutine folds: rotate.go);
+// tests do, to pin the compacted format.
 func (s *Store) compact(st *State) error {
+	s.waitFold()
+	st.Through = s.seg
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("%w: encode: %w", ErrState, err)
@@ -354,7 +379,10 @@ func (s *Store) compact(st *State) error {
 	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
 		return err
 	}
-	s.sbytes = int64(len(data))
+	s.sbytes.Store(int64(len(data)))
+	if err := s.removeSegments(s.seg); err != nil {
+		return err
+	}
 	if err := s.journal.Truncate(0); err != nil {
 		return fmt.Errorf("%w: journal: %w", ErrState, err)
 	}
