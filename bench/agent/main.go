@@ -37,6 +37,7 @@ import (
 var (
 	flagSessions = flag.Int("sessions", 10000, "live sessions")
 	flagBin      = flag.String("bin", "bin", "directory holding shinken-agent and shinkenctl")
+	flagSliceUS  = flag.Int("agent-slice-us", 0, "the daemon's -cpu-slice-us (0: its default, 100; -1: the kernel's default slice), for an A/B of the agent's CPU slice")
 	flagRounds   = flag.Int("rounds", 5, "timed scrapes and listings")
 	flagWorkers  = flag.Int("workers", 4, "concurrent session creations")
 	flagTimed    = flag.Int("timed", 500, "the last sessions are created one at a time and timed (at most half of -sessions)")
@@ -79,7 +80,7 @@ func run() error {
 	os.WriteFile(filepath.Join(dir, "manifests", "bench.manifest"), []byte("image bench\nallow net.egress cidrs=127.0.0.0/8\n"), 0o644)
 	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(dir, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(dir, "policy"), "-manifest-dir", filepath.Join(dir, "manifests"),
-		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9")
+		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9", "-cpu-slice-us", fmt.Sprint(*flagSliceUS))
 	var alog bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &alog, &alog
 	if err := cmd.Start(); err != nil {

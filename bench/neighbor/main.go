@@ -62,6 +62,7 @@ import (
 
 var (
 	flagBin        = flag.String("bin", "bin", "directory holding shinken-agent (and its launchers)")
+	flagSliceUS    = flag.Int("agent-slice-us", 0, "the daemon's -cpu-slice-us (0: its default, 100; -1: the kernel's default slice), for an A/B of the agent's CPU slice")
 	flagFloods     = flag.String("floods", "cpu,dns,big,deny,sockets,forkbomb,tmpfs", "floods to run, in order; cpu (busy loops only) is the control, left out of the headline figures")
 	flagRamp       = flag.Duration("ramp", 2*time.Second, "a flood's run before B is measured")
 	flagWindow     = flag.Duration("window", 10*time.Second, "B's measurement in each phase")
@@ -180,7 +181,7 @@ func run() error {
 	agentBin := filepath.Join(*flagBin, "shinken-agent")
 	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(priv, "policy"), "-manifest-dir", filepath.Join(priv, "manifests"),
-		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", up.Addr.String())
+		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", up.Addr.String(), "-cpu-slice-us", fmt.Sprint(*flagSliceUS))
 	alog, err := os.Create(filepath.Join(priv, "agent.log"))
 	if err != nil {
 		return err

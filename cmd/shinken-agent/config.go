@@ -77,6 +77,12 @@ type Config struct {
 	// WorkspaceProtected: paths relative to a session's workspace kept
 	// read-only in its view besides .git/hooks and .git/config.
 	WorkspaceProtected []string `json:"workspace_protected"`
+	// AgentCPUSliceUS is the EEVDF slice, in µs, the agent's own threads ask
+	// the kernel for (Linux 6.12+; slice_linux.go): 0 is the default, 100
+	// (the kernel's minimum: the agent preempts a busy session's tasks on
+	// wakeup), -1 leaves the kernel's default; 100 to 100000 otherwise.
+	// GET /v1/status says what was set (agent_cpu_slice).
+	AgentCPUSliceUS int `json:"agent_cpu_slice_us"`
 	// DebugPprof serves the Go runtime's profiles on the API socket under
 	// /debug/pprof/ (heap, goroutine, allocs, profile?seconds=N ...), to
 	// root callers only; off by default.
@@ -145,6 +151,7 @@ func load(args []string) (Config, bool, error) {
 	reqTimeout := fs.Duration("request-timeout", 0, "how long one API call waits on a process, e.g. run (default 60s); processes outlive it")
 	maxSessions := fs.Uint("max-sessions", 0, "most sessions live at once, 2 to 8388608 (default 65536; sizes the pinned kernel tables)")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
+	sliceUS := fs.Int("cpu-slice-us", 0, "the EEVDF slice in µs of the agent's own threads, 100 to 100000, -1 for the kernel's default (default 100)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
 	}
@@ -191,6 +198,14 @@ func load(args []string) (Config, bool, error) {
 	}
 	if *reqTimeout != 0 {
 		cfg.RequestTimeout.Duration = *reqTimeout
+	}
+	if *sliceUS != 0 {
+		cfg.AgentCPUSliceUS = *sliceUS
+	}
+	switch s := cfg.AgentCPUSliceUS; {
+	case s == 0, s == -1, s >= 100 && s <= 100000:
+	default:
+		return cfg, false, fmt.Errorf("agent_cpu_slice_us %d: want 100 to 100000, or -1 for the kernel's default", s)
 	}
 	if *maxSessions != 0 {
 		if *maxSessions > 1<<23 {

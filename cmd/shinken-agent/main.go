@@ -140,6 +140,8 @@ type daemon struct {
 	wg       sync.WaitGroup
 	// stopHosts ends the watch of the host's addresses (startResolver).
 	stopHosts context.CancelFunc
+	// slice keeps the agent's threads on a short CPU slice (slice_linux.go).
+	slice *sliceKeeper
 }
 
 // eventSink receives the agent's lifecycle events: the event stream, and the
@@ -242,7 +244,9 @@ func (s *eventSink) Emit(e agent.Event) error {
 }
 
 func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
-	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096)}
+	// First, so that the threads that serve sessions have it from the start
+	// (the ticker in serve sets it on threads made later).
+	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096), slice: newSliceKeeper(cfg.AgentCPUSliceUS)}
 	var err error
 	d.dp, err = host.Open(cfg.backendConfig())
 	if err != nil {
@@ -378,7 +382,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		Status: func() map[string]any {
 			facts := d.dp.Probe().Facts
 			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
-				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"]}
+				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"], "agent_cpu_slice": d.slice.fact()}
 			if d.resolver != nil {
 				st["dns_resolver"] = fmt.Sprintf("0.0.0.0:%d", d.resolver.Port())
 				st["dns_upstreams"] = d.resolver.Upstreams()
@@ -428,6 +432,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 				}
 				d.flushDenials()
 				gc.tune()
+				d.slice.keep()
 			}
 		}
 	}()
@@ -436,6 +441,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 	d.log.Info("shinken-agent ready", "adopted", facts["adopted"], "sessions", len(sessions), "socket", d.cfg.Socket,
 		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", facts["cgroup_parent"], "pins", d.cfg.PinPath)
 	d.log.Info("open flows", "flow_mode", facts["flow_mode"], "means", facts["flow_mode_means"])
+	d.log.Info("agent cpu slice", "slice", d.slice.fact())
 	if b, ok := facts["denial_event_budget"]; ok {
 		d.log.Info("denial events", "budget", b)
 	}
