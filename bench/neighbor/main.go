@@ -224,13 +224,15 @@ func run() error {
 }
 
 func (b *bench) waitUp() error {
-	for i := 0; i < 200; i++ {
+	// Up to 60 s: on a loaded 2-CPU host the agent's start (its BPF
+	// programs through the verifier) has taken more than 10.
+	for i := 0; i < 1200; i++ {
 		if code, _, _, err := b.c.call("GET", "/v1/status", nil, nil); err == nil && code == http.StatusOK {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("the agent did not start")
+	return fmt.Errorf("the agent did not answer within 60 s")
 }
 
 // setup creates A and B and gives each its domain grant; it prints the
