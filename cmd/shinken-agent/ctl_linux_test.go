@@ -79,10 +79,15 @@ func TestCtlJSON(t *testing.T) {
 
 	var st struct {
 		Enforcement []map[string]any `json:"enforcement"`
+		Slice       string           `json:"agent_cpu_slice"`
 	}
 	run(&st, "status")
 	if len(st.Enforcement) == 0 {
 		t.Errorf("status: no enforcement report")
+	}
+	// The daemon's threads have the default slice, or (before Linux 6.12) status says why not.
+	if !strings.Contains(st.Slice, "0.1 ms EEVDF slice on the agent's") && !strings.Contains(st.Slice, "needs Linux 6.12+") {
+		t.Errorf("status: agent_cpu_slice %q", st.Slice)
 	}
 	var sv map[string]any
 	run(&sv, "session", "create", "j1", "-image", "e2e")
