@@ -12,9 +12,15 @@ deps:
 	@.ci/install-deps >/dev/null
 
 # The C launcher (cmd/shinken-exec) is built from its committed source with
-# clang; the agent executes it for every session process.
+# clang; the agent executes it for every session process. The session
+# runtime's shim (cmd/shinken-shim, started for every session process and
+# four spares ahead) is built again without cgo: a static binary, with no
+# dynamic loader, libc or cgo set-up at each start (bench/README.md, issue
+# 20); nothing it links needs cgo (net's cgo resolver is for host names,
+# which a shim never looks up).
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/shinken-shim
 	cmd/shinken-exec/build $(BIN)/shinken-exec
 
 # Regenerate the bpf2go bindings and objects (committed) from bpf/*.bpf.c.
