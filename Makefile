@@ -12,9 +12,17 @@ deps:
 	@.ci/install-deps >/dev/null
 
 # The C launcher (cmd/shinken-exec) is built from its committed source with
-# clang; the agent executes it for every session process.
+# clang; the agent executes it for every session process. The session
+# runtime's shim (cmd/shinken-shim, started for every session process and
+# four spares ahead) and the session init (cmd/shinken-launch, started for
+# every session's holder) are built again without cgo: static binaries,
+# with no dynamic loader, libc or cgo set-up at each start (bench/README.md,
+# issue 20). Nothing they link needs cgo: libcap's psx (through go-landlock)
+# is never called, and without cgo it is the runtime's AllThreadsSyscall;
+# net's cgo resolver is for host names, which neither looks up.
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/shinken-shim ./cmd/shinken-launch
 	cmd/shinken-exec/build $(BIN)/shinken-exec
 
 # Regenerate the bpf2go bindings and objects (committed) from bpf/*.bpf.c.
@@ -63,7 +71,7 @@ bench: bench-egress bench-decision bench-dns bench-agent bench-fs bench-neighbor
 
 # 10,000 sessions x 100 entries; Shinken vs no policy vs nftables.
 bench-egress: deps
-	$(GO) build -o $(BIN)/ ./cmd/shinken-launch
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/shinken-launch
 	cmd/shinken-exec/build $(BIN)/shinken-exec
 	$(GO) build -o $(BIN)/shinken-bench-egress ./bench/egress
 	$(BIN)/shinken-bench-egress

@@ -87,3 +87,31 @@ func clientForbids(dep string) string {
 	}
 	return ""
 }
+
+// TestShimImports holds the session runtime's shim (started for every
+// session process, and four spares ahead) to the packages it needs: of the
+// dataplane, the boundary's prepared launches and their locked thread
+// only; never the boundary itself, go-seccomp-bpf (tables built at init),
+// debug/elf, go-landlock or libcap's psx (a cgo package: the binary would
+// be dynamically linked, with its loader and cgo set-up at every start),
+// cilium/ebpf, the agent or the policy engine. Each of those cost every
+// shim's start CPU (bench/README.md, issue 20).
+func TestShimImports(t *testing.T) {
+	allowed := []string{module + "dataplane/boundary/prepared", module + "dataplane/boundary/throwaway"}
+	for _, dep := range goList(t, "-deps", module+"cmd/shinken-shim") {
+		var why string
+		switch {
+		case strings.HasPrefix(dep, module+"dataplane") && !slices.Contains(allowed, dep):
+			why = "the dataplane beyond the boundary's prepared launches"
+		case strings.HasPrefix(dep, "github.com/elastic/go-seccomp-bpf"), dep == "debug/elf",
+			strings.HasPrefix(dep, "github.com/landlock-lsm/go-landlock"), strings.HasPrefix(dep, "kernel.org/pub/linux/libs/security/libcap"),
+			strings.HasPrefix(dep, "github.com/cilium/ebpf"):
+			why = "a library of the boundary or the dataplane"
+		case dep == module+"agent", dep == module+"agent/api", dep == module+"agent/backend/host", clientForbids(dep) != "":
+			why = "the agent, its server, its backend or its policy engine"
+		}
+		if why != "" {
+			t.Errorf("cmd/shinken-shim depends on %s (%s): a shim links the session runtime and the boundary's prepared launches only", dep, why)
+		}
+	}
+}

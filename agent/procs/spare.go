@@ -48,7 +48,8 @@ import (
 // 8 on 2 vCPUs) took about as long as a start and the next request, and
 // with two kept most starts waited for one (median 7-10 ms, p90 43-50 ms;
 // with four: 0 and 9; bench/README.md, issue 20). Each idle spare holds
-// about 1.6 MiB (Pss).
+// about 1.0 MiB (Pss; 1.6 before cmd/shinken-shim was static and linked
+// only the boundary's prepared launches).
 const spareCount = 4
 
 // maxJobFiles bounds the descriptors of one job (status and the prepared

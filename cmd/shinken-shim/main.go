@@ -2,9 +2,11 @@
 // agent/procs): the agent starts it, one per process (and four spares ahead
 // of need), next to its own binary; without it the agent re-executes
 // itself as each shim, a larger binary that starts slower. It links the
-// session runtime and the session boundary's StartPrepared only (on Linux;
-// start_linux.go), never the agent, the dataplane's BPF code, the policy
-// engine or the resolver.
+// session runtime and the session boundary's prepared launches only
+// (dataplane/boundary/prepared, on Linux; start_linux.go), never the
+// agent, the rest of the boundary, the dataplane's BPF code, the policy
+// engine or the resolver (TestShimImports), and make builds it without
+// cgo (a static binary).
 package main
 
 import (

@@ -3,7 +3,6 @@ package boundary
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,14 +15,14 @@ import (
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/prepared"
 	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
 
-// nsFlags are the namespaces each session owns; the network namespace stays
-// the host's so the cgroup hooks see every socket. The cgroup namespace is
-// rooted at the session cgroup: its processes see their own subtree only.
-const nsFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP
+// nsFlags are the namespaces each session owns (prepared.NSFlags: the
+// shim joins them too).
+const nsFlags = prepared.NSFlags
 
 // mainCalled is set by Main: New refuses to run in a binary that would not
 // recognise its own re-executed modes (it would start a second agent).
@@ -221,32 +220,9 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	return nil
 }
 
-// startReporting starts cmd (our binary in a session mode: its status pipe
-// at fd 3+len(ExtraFiles), the binary at the next fd) and waits until it
-// has executed its final program (the pipe closes on exec) or reported why
-// it could not. On failure the child is reaped.
-func startReporting(cmd *exec.Cmd, exe *os.File) error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	extra := cmd.ExtraFiles
-	cmd.ExtraFiles = append(append([]*os.File(nil), extra...), w, exe)
-	err = cmd.Start()
-	cmd.ExtraFiles = extra
-	w.Close()
-	if err != nil {
-		return err
-	}
-	msg, _ := io.ReadAll(io.LimitReader(r, 4096))
-	if len(msg) > 0 {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return statusError(string(msg))
-	}
-	return nil
-}
+// startReporting is prepared.StartReporting: it starts cmd and waits
+// until it has executed its final program or reported why it could not.
+func startReporting(cmd *exec.Cmd, exe *os.File) error { return prepared.StartReporting(cmd, exe) }
 
 // Adopt finds the holder of a session that an earlier agent made (the
 // process in the session cgroup that is pid 1 of a PID namespace one level

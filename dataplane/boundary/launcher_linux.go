@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -81,17 +79,3 @@ func openExec(path, launcher, initWhat string) (f *os.File, report string) {
 // Launcher says which binaries are executed for session processes and
 // sessions' inits, and why.
 func (b *Boundary) Launcher() string { return b.launcher }
-
-// statusError is the error a launcher reported on its status pipe: text
-// (the Go launcher), or "WHAT\0ERRNO" (the C launcher, which has no
-// strerror).
-func statusError(msg string) error {
-	what, num, ok := strings.Cut(msg, "\x00")
-	if !ok {
-		return errors.New(msg)
-	}
-	if n, err := strconv.Atoi(num); err == nil && n > 0 && n < 4096 {
-		return fmt.Errorf("%s: %w", what, unix.Errno(n))
-	}
-	return errors.New(what)
-}

@@ -86,7 +86,10 @@ func setup(t *testing.T) {
 			}
 			return
 		}
-		if out, err := exec.Command("go", "build", "-o", launchBin, "github.com/shinken-agent/shinken/cmd/shinken-launch").CombinedOutput(); err != nil {
+		// Without cgo, as make builds it (and .ci/vmtest).
+		build := exec.Command("go", "build", "-o", launchBin, "github.com/shinken-agent/shinken/cmd/shinken-launch")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
 			setupErr = fmt.Errorf("build the launcher: %v: %s", err, out)
 			return
 		}

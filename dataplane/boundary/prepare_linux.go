@@ -4,10 +4,10 @@ package boundary
 // process than the agent (the session runtime's per-process shim) starts
 // the session process and is its parent. Prepare runs in the agent (the
 // one door: it checks the identity, builds the launcher's spec with the
-// seccomp filter, makes the run's cgroup and opens the holder); StartPrepared
-// runs in the shim, with the descriptors Prepare opened, and does what
-// Launch's locked thread does: join the holder's namespaces and start the
-// launcher in the run's cgroup.
+// seccomp filter, makes the run's cgroup and opens the holder); package
+// prepared's Start (StartPrepared here) runs in the shim, with the
+// descriptors Prepare opened, and does what Launch's locked thread does:
+// join the holder's namespaces and start the launcher in the run's cgroup.
 
 import (
 	"encoding/json"
@@ -17,29 +17,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
-	"github.com/creack/pty"
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
-	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
+	"github.com/shinken-agent/shinken/dataplane/boundary/prepared"
 	"golang.org/x/sys/unix"
 )
-
-// preparedArg0 marks a prepared launch's Args.
-const preparedArg0 = "shinken-prepared-v1"
-
-// prepared is the JSON in Args[1]. Files: [launcher binary, run cgroup,
-// holder pidfd (with namespaces only), the session's Landlock ruleset
-// (with Ruleset only)].
-type prepared struct {
-	NS       bool     `json:"ns"`
-	Dir      string   `json:"dir"`
-	Env      []string `json:"env"`
-	Launcher []string `json:"launcher"` // the launcher's argv (spec, target argv)
-	Ruleset  bool     `json:"ruleset"`  // the last file is the session's Landlock ruleset (child.Launch.Ruleset)
-	UID      uint32   `json:"uid"`      // owner of a terminal's slave end
-}
 
 // Prepare makes a launch of p in session name ready (see Launch for what
 // the launched process gets): its own cgroup below the session's, killed
@@ -132,14 +115,14 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 		}
 		files = append(files, os.NewFile(uintptr(fd), "holder-pidfd"))
 	}
-	js, err := json.Marshal(prepared{NS: b.useNS, Dir: dir, Env: env, Launcher: spec.Args(p.Argv), UID: h.uid, Ruleset: rs != nil})
+	js, err := json.Marshal(prepared.Launch{NS: b.useNS, Dir: dir, Env: env, Launcher: spec.Args(p.Argv), UID: h.uid, Ruleset: rs != nil})
 	if err != nil {
 		return fail(err, files...)
 	}
 	if rs != nil {
 		files = append(files, rs)
 	}
-	pl := &backend.PreparedLaunch{Args: []string{preparedArg0, string(js)}, Files: files, Tree: r.dir}
+	pl := &backend.PreparedLaunch{Args: []string{prepared.Arg0, string(js)}, Files: files, Tree: r.dir}
 	pl.Close = func(abandon bool) {
 		for _, f := range files {
 			f.Close()
@@ -178,86 +161,8 @@ func lookPath(file string, env []string) (string, error) {
 }
 
 // StartPrepared starts a launch that Prepare made ready, from the calling
-// process (which becomes its parent): on a locked thread that joins the
-// session holder's namespaces, as Launch does. With req.TTY, the terminal
-// is opened on that thread from the session's own devpts instance
-// (/dev/ptmx of its mount namespace, see child.SessionMounts), so the
-// session reaches neither the host's terminals nor another session's; the
-// slave end is the process's stdio and controlling terminal (a new
-// session). It returns once the launcher has executed the target, or with
-// why it could not.
+// process (which becomes its parent): package prepared's Start, which the
+// session runtime's shim links without the rest of the boundary.
 func StartPrepared(req backend.StartRequest) (backend.Started, error) {
-	if len(req.Args) != 2 || req.Args[0] != preparedArg0 {
-		return backend.Started{}, errors.New("boundary: not a prepared launch")
-	}
-	var p prepared
-	if err := json.Unmarshal([]byte(req.Args[1]), &p); err != nil || len(p.Launcher) == 0 {
-		return backend.Started{}, fmt.Errorf("boundary: bad prepared launch: %v", err)
-	}
-	want := 2
-	if p.NS {
-		want = 3
-	}
-	if p.Ruleset {
-		want++
-	}
-	if len(req.Files) != want {
-		return backend.Started{}, fmt.Errorf("boundary: prepared launch needs %d descriptors, got %d", want, len(req.Files))
-	}
-	if req.TTY && !p.NS {
-		return backend.Started{}, errors.New("boundary: a terminal needs the session's own devpts, and sessions run without namespaces here")
-	}
-	exe, cg := req.Files[0], req.Files[1]
-	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: p.Launcher, Env: p.Env, Dir: p.Dir,
-		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr}
-	if p.Ruleset {
-		// [ruleset, status pipe, launcher binary] at 3, 4, 5 (Prepare).
-		cmd.ExtraFiles, cmd.Path = []*os.File{req.Files[want-1]}, "/proc/self/fd/5"
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	var master *os.File
-	start := func() error {
-		if req.TTY {
-			m, s, err := pty.Open()
-			if err != nil {
-				return fmt.Errorf("open the session's terminal: %w", err)
-			}
-			defer s.Close()
-			if err := unix.Fchown(int(s.Fd()), int(p.UID), int(p.UID)); err != nil {
-				m.Close()
-				return fmt.Errorf("terminal owner: %w", err)
-			}
-			if err := pty.Setsize(m, &pty.Winsize{Rows: req.Rows, Cols: req.Cols}); err != nil {
-				m.Close()
-				return fmt.Errorf("terminal size: %w", err)
-			}
-			cmd.Stdin, cmd.Stdout, cmd.Stderr = s, s, s
-			cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
-			master = m
-		}
-		err := startReporting(cmd, exe)
-		if err != nil && master != nil {
-			master.Close()
-			master = nil
-		}
-		return err
-	}
-	var err error
-	if !p.NS {
-		err = start()
-	} else {
-		err = throwaway.Run(func() error {
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				return fmt.Errorf("unshare(CLONE_FS): %w", err)
-			}
-			if err := unix.Setns(int(req.Files[2].Fd()), nsFlags); err != nil {
-				return fmt.Errorf("join session namespaces (setns pidfd): %w", err)
-			}
-			return start()
-		})
-	}
-	if err != nil {
-		return backend.Started{}, fmt.Errorf("boundary: start prepared launch: %w", err)
-	}
-	return backend.Started{Process: cmd.Process, PTY: master}, nil
+	return prepared.Start(req)
 }

@@ -1,0 +1,5 @@
+//go:build !linux
+
+// Package prepared starts the boundary's prepared launches in the session
+// runtime's shim (Linux only).
+package prepared
