@@ -16,8 +16,9 @@ import (
 // parsing of its answer.
 //
 // z3 runs as a child process (`z3 -in -smt2`), not through its C library:
-// the agent and shinkenctl are built without cgo and cross-built for darwin
-// and windows, a solver that crashes or runs away cannot take the daemon with
+// the agent and shinkenctl need no libz3 or C toolchain of their own (they
+// use cgo only where Go's standard library and libcap's psx do, on Linux)
+// and cross-build for darwin and windows, a solver that crashes or runs away cannot take the daemon with
 // it, and a timeout is a killed process, not a stuck thread. The price is a
 // process start per query (a few milliseconds).
 
