@@ -90,7 +90,8 @@ type Manager struct {
 	spareWaiters  int
 	spareCond     *sync.Cond
 	closed        bool
-	unadopted     []error // what Open found and left (Unadopted)
+	refills       sync.WaitGroup // refill goroutines running (goRefill); Close waits for them
+	unadopted     []error        // what Open found and left (Unadopted)
 }
 
 // Open adopts the processes found in cfg.Dir (running ones through their
@@ -139,7 +140,7 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 		p.adopt()
 		m.procs[md.ID] = p
 	}
-	go m.refill()
+	m.goRefill()
 	return m, nil
 }
 
@@ -157,6 +158,21 @@ func (m *Manager) Close() {
 	for _, p := range m.procs {
 		p.close()
 	}
+}
+
+// goRefill starts refill on a goroutine Close waits for (none once
+// closed).
+func (m *Manager) goRefill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.refills.Add(1)
+	go func() {
+		defer m.refills.Done()
+		m.refill()
+	}()
 }
 
 func newID() string {
@@ -280,7 +296,7 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 // does not read the file back), or why it failed.
 func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (startedRecord, error) {
 	var st startedRecord
-	defer func() { go m.refill() }()
+	defer m.goRefill()
 	r, w, err := os.Pipe()
 	if err != nil {
 		if sp != nil {

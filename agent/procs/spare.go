@@ -60,9 +60,10 @@ const maxJobFiles = 16
 const spareDirPrefix = ".spare-"
 
 type spare struct {
-	cmd  *exec.Cmd
-	conn *net.UnixConn
-	dir  string
+	cmd    *exec.Cmd
+	conn   *net.UnixConn
+	dir    string
+	exited chan struct{} // closed once the shim has exited and been reaped
 }
 
 // startSpare starts one spare shim and waits until it is ready (its
@@ -86,7 +87,8 @@ func (m *Manager) startSpare() (*spare, error) {
 		c.Close()
 		return nil, fmt.Errorf("procs: start spare shim: %w", err)
 	}
-	go sp.cmd.Wait() // reap it when it ends
+	sp.exited = make(chan struct{})
+	go func() { sp.cmd.Wait(); close(sp.exited) }() // reap it when it ends
 	pid := sp.cmd.Process.Pid
 	m.mu.Lock()
 	m.starting[pid] = true
@@ -106,12 +108,29 @@ func (m *Manager) startSpare() (*spare, error) {
 	return sp, nil
 }
 
-// abandon ends a spare that will get no job (and removes its directory
-// if it could not).
+// abandon ends a spare that will get no job and removes its directory
+// once it has exited (a shim killed mid-way through a file creation
+// finishes that creation first).
 func (sp *spare) abandon() {
 	sp.conn.Close()
 	sp.cmd.Process.Kill()
+	sp.waitExit()
 	os.RemoveAll(sp.dir)
+}
+
+// spareExitWait bounds how long Close waits for a spare to exit after its
+// socket closed (it removes its directory first), before it kills it.
+const spareExitWait = 5 * time.Second
+
+// waitExit waits until the spare's process has exited, killing it if it
+// has not within spareExitWait.
+func (sp *spare) waitExit() {
+	select {
+	case <-sp.exited:
+	case <-time.After(spareExitWait):
+		sp.cmd.Process.Kill()
+		<-sp.exited
+	}
 }
 
 // refill starts spares until spareCount are kept (or the manager closed).
@@ -174,6 +193,13 @@ func (m *Manager) closeSpares() {
 		sp.conn.Close() // it removes its directory and exits
 	}
 	m.spareCond.Broadcast()
+	// Nothing of a spare outlives Close: each removes its directory and
+	// exits (waited for), and a refill still starting one abandons it.
+	for _, sp := range sps {
+		sp.waitExit()
+		os.RemoveAll(sp.dir) // gone already, unless it was killed
+	}
+	m.refills.Wait()
 }
 
 // take renames the spare's directory to dir, the process's.

@@ -1,7 +1,10 @@
 package procs
 
 import (
+	"errors"
+	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,7 +118,7 @@ func stoppedStartingSpare(t *testing.T, r *rig) int {
 		ready := len(r.m.spares) > 0
 		r.m.mu.Unlock()
 		if spare == 0 && ready { // ready before this loop saw it start
-			go r.m.refill() // back to spareCount ready
+			r.m.goRefill() // back to spareCount ready
 			return 0
 		}
 	}
@@ -128,8 +131,52 @@ func stoppedStartingSpare(t *testing.T, r *rig) int {
 	r.m.mu.Unlock()
 	if !still {
 		syscall.Kill(spare, syscall.SIGCONT)
-		go r.m.refill() // back to spareCount ready
+		r.m.goRefill() // back to spareCount ready
 		return 0
 	}
 	return spare
+}
+
+// TestCloseLeavesNoSpare: Close returns only once every spare, ready or
+// still starting (the replacement a start begins), has exited and its
+// directory is gone: nothing of a spare outlives its manager.
+func TestCloseLeavesNoSpare(t *testing.T) {
+	r := newRig(t, 0)
+	for round := 0; round < 3; round++ {
+		readySpares(t, r)
+		p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/echo", "x"}})
+		// The start refills at once: one is starting now, or just ready.
+		r.m.mu.Lock()
+		var pids []int
+		for _, sp := range r.m.spares {
+			pids = append(pids, sp.cmd.Process.Pid)
+		}
+		for pid := range r.m.starting {
+			pids = append(pids, pid)
+		}
+		r.m.mu.Unlock()
+		r.m.Close()
+		ents, err := os.ReadDir(r.cfg.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), spareDirPrefix) {
+				t.Errorf("round %d: %s left after Close", round, e.Name())
+			}
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("round %d: spare %d still there after Close: %v", round, pid, err)
+			}
+		}
+		m, err := Open(r.cfg, nil) // adopts the process; the rig's cleanup closes it
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.m = m
+		if q, err := m.Get(r.session, p.ID()); err == nil {
+			readAll(t, q, 0, 0, 10*time.Second)
+		}
+	}
 }
