@@ -20,10 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsFlags are the namespaces each session owns (prepared.NSFlags: the
-// shim joins them too).
-const nsFlags = prepared.NSFlags
-
 // mainCalled is set by Main: New refuses to run in a binary that would not
 // recognise its own re-executed modes (it would start a second agent).
 var mainCalled bool
@@ -219,10 +215,6 @@ func (b *Boundary) Create(name, cgroup string, index uint32) error {
 	b.mu.Unlock()
 	return nil
 }
-
-// startReporting is prepared.StartReporting: it starts cmd and waits
-// until it has executed its final program or reported why it could not.
-func startReporting(cmd *exec.Cmd, exe *os.File) error { return prepared.StartReporting(cmd, exe) }
 
 // Adopt finds the holder of a session that an earlier agent made (the
 // process in the session cgroup that is pid 1 of a PID namespace one level
@@ -426,7 +418,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if !b.useNS {
 		// Without namespaces (accepted by the operator) the launcher
 		// re-executes through the host's /proc.
-		err = startReporting(cmd, exe)
+		err = prepared.StartReporting(cmd, exe)
 	} else {
 		var pidfd int
 		if pidfd, err = h.open(); err != nil {
@@ -441,10 +433,10 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 			if err := unix.Unshare(unix.CLONE_FS); err != nil {
 				return fmt.Errorf("unshare(CLONE_FS): %w", err)
 			}
-			if err := unix.Setns(pidfd, nsFlags); err != nil {
+			if err := unix.Setns(pidfd, prepared.NSFlags); err != nil {
 				return fmt.Errorf("join session namespaces (setns pidfd): %w", err)
 			}
-			return startReporting(cmd, exe)
+			return prepared.StartReporting(cmd, exe)
 		})
 	}
 	cmd.Path, cmd.Args = path, args

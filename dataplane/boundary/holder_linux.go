@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/prepared"
 	"github.com/shinken-agent/shinken/dataplane/boundary/throwaway"
 	"golang.org/x/sys/unix"
 )
@@ -165,8 +166,8 @@ func procPidns() error {
 // startHolderInit makes the holder through the launcher's init mode.
 func (b *Boundary) startHolderInit(h *holder, cg int) error {
 	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit, TmpfsBytes: b.cfg.TmpfsBytes}.Args(), Env: []string{child.StartEnv}}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags, UseCgroupFD: true, CgroupFD: cg, Setsid: true}
-	if err := startReporting(cmd, b.exe); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: prepared.NSFlags, UseCgroupFD: true, CgroupFD: cg, Setsid: true}
+	if err := prepared.StartReporting(cmd, b.exe); err != nil {
 		return fmt.Errorf("session init: %w", err)
 	}
 	// Our child, reaped by release alone: until then its pid names it

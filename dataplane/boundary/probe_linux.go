@@ -15,6 +15,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary/child"
+	"github.com/shinken-agent/shinken/dataplane/boundary/prepared"
 	"golang.org/x/sys/unix"
 )
 
@@ -237,8 +238,8 @@ func (b *Boundary) probeInit() error {
 	}
 	b.holderHow = fmt.Sprintf("holders made by the launcher's init mode (direct: %v)", err)
 	cmd := &exec.Cmd{Path: "/proc/self/fd/4", Args: child.Init{Status: 3, Catatonit: b.cfg.Catatonit, TmpfsBytes: b.cfg.TmpfsBytes}.Args()}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags}
-	if err := startReporting(cmd, b.exe); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: prepared.NSFlags}
+	if err := prepared.StartReporting(cmd, b.exe); err != nil {
 		return err
 	}
 	b.tmpfsErr = tmpfsSized(cmd.Process.Pid, b.cfg.TmpfsBytes)
