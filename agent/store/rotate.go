@@ -143,12 +143,9 @@ func replayLines(data []byte, st *State, name string) (int, error) {
 	return good, nil
 }
 
-// removeSegments removes every segment up to n.
-func (s *Store) removeSegments(n uint64) error {
-	segs, err := segments(s.dir)
-	if err != nil {
-		return err
-	}
+// removeSegments removes the segments of segs (as segments lists them)
+// up to n.
+func (s *Store) removeSegments(segs []uint64, n uint64) error {
 	for _, k := range segs {
 		if k > n {
 			break
@@ -301,5 +298,5 @@ func (s *Store) foldThrough(n uint64) (int64, error) {
 	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
 		return 0, err
 	}
-	return int64(len(data)), s.removeSegments(n)
+	return int64(len(data)), s.removeSegments(segs, n) // listed above: every one up to n was renamed before the fold began
 }

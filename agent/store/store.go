@@ -362,40 +362,6 @@ func journalEntry(buf *bytes.Buffer, key string, rec []byte) {
 	buf.WriteByte('\n')
 }
 
-// compact folds st, the whole state, into a fresh snapshot at once (after
-// any running fold), then removes the segments and empties the journal.
-// Writes never call it (they rotate, and a goroutine folds: rotate.go);
-// tests do, to pin the compacted format.
-func (s *Store) compact(st *State) error {
-	s.waitFold()
-	st.Through = s.seg
-	data, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("%w: encode: %w", ErrState, err)
-	}
-	if err := s.faultAt(FaultSnapshot); err != nil {
-		return fmt.Errorf("%w: snapshot: %w", ErrState, err)
-	}
-	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
-		return err
-	}
-	s.sbytes.Store(int64(len(data)))
-	if err := s.removeSegments(s.seg); err != nil {
-		return err
-	}
-	if err := s.journal.Truncate(0); err != nil {
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
-	}
-	if _, err := s.journal.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
-	}
-	if err := s.journal.Sync(); err != nil {
-		return fmt.Errorf("%w: journal: %w", ErrState, err)
-	}
-	s.jbytes = 0
-	return nil
-}
-
 func hashBytes(b []byte) [32]byte { return sha256.Sum256(b) }
 
 // writeFileAtomic replaces path atomically (atomicfile.Write), errors
