@@ -12,7 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,7 +226,9 @@ type Agent struct {
 	// mu (grantindex.go): what a session's grants cost to find is its own
 	// grants, not every grant the state keeps.
 	bySession  grantIndex
-	dnsVisited uint64 // grant records dnsGrants examined, under mu (tests)
+	children   grantIndex // under mu: parent grant id → its attenuations (grantindex.go)
+	due        dueIndex   // under mu: what the sweep may have to act on (dueindex.go)
+	dnsVisited uint64     // grant records dnsGrants examined, under mu (tests)
 
 	proofs proofs // grant proofs already made (prove.go); its own lock
 
@@ -269,7 +272,8 @@ func Open(cfg Config) (*Agent, error) {
 	db.Fault = cfg.StoreFault
 	db.OnFold = func(f store.Fold) { logFold(cfg.Logger, f) }
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
-		dnsDirty: map[string]struct{}{}, bySession: newGrantIndex(db.State().Grants)}
+		dnsDirty: map[string]struct{}{}, bySession: newGrantIndex(db.State().Grants),
+		children: newChildIndex(db.State().Grants), due: newDueIndex(db.State())}
 	if err := a.start(); err != nil {
 		db.Close() // the journal is not left open by an agent that never started
 		return nil, err
@@ -393,13 +397,16 @@ func sortGrants(grants map[string]*GrantRecord) []*GrantRecord {
 	for _, g := range grants {
 		out = append(out, g)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].Created.Equal(out[j].Created) {
-			return out[i].Created.Before(out[j].Created)
-		}
-		return out[i].ID < out[j].ID
-	})
+	slices.SortFunc(out, grantOrder)
 	return out
+}
+
+// grantOrder orders grants oldest first: by creation, then id.
+func grantOrder(x, y *GrantRecord) int {
+	if c := x.Created.Compare(y.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(x.ID, y.ID)
 }
 
 // ReloadPolicies re-reads the policy directory (as Engine.Reload does): a

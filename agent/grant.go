@@ -282,11 +282,11 @@ func (a *Agent) issue(rec *GrantRecord) (*Grant, error) {
 	// 3. Issue the handle: intent first, then the kernel, then the record.
 	rec.Phase = PhasePending
 	a.st.Grants[id] = rec
-	a.bySession.add(rec)
+	a.index(rec)
 	key := store.GrantKey(id)
 	if err := a.persistIntent(key); err != nil {
 		delete(a.st.Grants, id)
-		a.bySession.remove(rec)
+		a.unindex(rec)
 		return nil, err
 	}
 	a.crash(StepGrantIntent)
@@ -398,6 +398,7 @@ func (a *Agent) rollback(rec *GrantRecord, cause error) error {
 	}
 	rec.Ended = a.cfg.Now()
 	rec.EndReason = "rollback: " + cause.Error()
+	a.due.noteGrant(rec)
 	errs = append(errs, a.persistKeys(store.GrantKey(rec.ID), store.SessionKey(rec.Session)))
 	a.emit(Event{Kind: "grant.rollback", Session: rec.Session, Grant: rec.ID, Class: rec.Capability.Class, Outcome: cause.Error()})
 	if err := errors.Join(errs...); err != nil {

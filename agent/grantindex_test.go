@@ -80,17 +80,21 @@ func TestGrantIndexFollowsState(t *testing.T) {
 		t.Helper()
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		want := newGrantIndex(m.st.Grants)
-		if len(want) != len(m.bySession) {
-			t.Fatalf("%s: index has %d sessions, state %d", when, len(m.bySession), len(want))
-		}
-		for s, gs := range want {
-			if got := slices.Sorted(maps.Keys(m.bySession[s])); !slices.Equal(got, slices.Sorted(maps.Keys(gs))) {
-				t.Fatalf("%s: session %s: index %v, state %v", when, s, got, slices.Sorted(maps.Keys(gs)))
+		for _, ix := range []struct {
+			name      string
+			want, got grantIndex
+		}{{"session", newGrantIndex(m.st.Grants), m.bySession}, {"parent", newChildIndex(m.st.Grants), m.children}} {
+			if len(ix.want) != len(ix.got) {
+				t.Fatalf("%s: the %s index has %d keys, state %d", when, ix.name, len(ix.got), len(ix.want))
 			}
-			for id, g := range gs {
-				if m.bySession[s][id] != g {
-					t.Fatalf("%s: grant %s: the index holds another record than the state", when, id)
+			for s, gs := range ix.want {
+				if got := slices.Sorted(maps.Keys(ix.got[s])); !slices.Equal(got, slices.Sorted(maps.Keys(gs))) {
+					t.Fatalf("%s: %s %s: index %v, state %v", when, ix.name, s, got, slices.Sorted(maps.Keys(gs)))
+				}
+				for id, g := range gs {
+					if ix.got[s][id] != g {
+						t.Fatalf("%s: grant %s: the %s index holds another record than the state", when, id, ix.name)
+					}
 				}
 			}
 		}
@@ -100,6 +104,16 @@ func TestGrantIndexFollowsState(t *testing.T) {
 	var handles []string
 	for i := range 6 {
 		handles = append(handles, m.grant(t, GrantRequest{Session: fmt.Sprintf("s%d", 1+i%2), Capability: loopEgress(fmt.Sprintf("127.0.0.%d:443", 2+i))}).Handle)
+	}
+	// Attenuations: a child of the first grant in the other session, and
+	// a grandchild; revoking the first takes both.
+	child, err := m.Attenuate(ctx, handles[0], GrantRequest{Session: "s2", Lifecycle: LifecycleSession, Capability: loopEgress("127.0.0.2:443")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandchild, err := m.Attenuate(ctx, child.Handle, GrantRequest{Session: "s2", Lifecycle: LifecycleSession, Capability: loopEgress("127.0.0.2:443")})
+	if err != nil {
+		t.Fatal(err)
 	}
 	check("after the grants")
 	failIntent.Store(true)
@@ -113,6 +127,11 @@ func TestGrantIndexFollowsState(t *testing.T) {
 		}
 	}
 	check("after the revokes")
+	for _, g := range m.Grants("s2") {
+		if (g.ID == child.ID || g.ID == grandchild.ID) && g.Phase != PhaseRevoked {
+			t.Fatalf("attenuation %s of a revoked grant: %s", g.ID, g.Phase)
+		}
+	}
 	m.reopen(t)
 	check("after a restart")
 	clk.add(2 * time.Hour)

@@ -68,19 +68,39 @@ func (a *Agent) Sweep(ctx context.Context) error {
 	defer a.unlock()
 	now := a.cfg.Now()
 	var errs []error
-	for _, g := range a.sortedGrants() {
+	// Every second, under the lock: only the records the due index holds
+	// are looked at (a pass over every session and grant held the lock for
+	// milliseconds at 10,000 sessions), and only those due are sorted
+	// (grants oldest first, sessions by id).
+	var due []*GrantRecord
+	var stale []string
+	for id := range a.due.grants {
+		g, ok := a.st.Grants[id]
 		switch {
-		case g.Phase == PhaseLive && !g.Expires.IsZero() && !now.Before(g.Expires):
+		case !ok || !grantMayBeDue(g):
+			delete(a.due.grants, id)
+		case g.Phase == PhaseLive && !g.Expires.IsZero() && !now.Before(g.Expires), g.Phase == PhaseRevoking:
+			due = append(due, g)
+		case g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention:
+			stale = append(stale, id)
+		}
+	}
+	slices.SortFunc(due, grantOrder)
+	for _, g := range due { // each looked at again: an earlier one's revoke may have ended it
+		switch {
+		case g.Phase == PhaseLive && !now.Before(g.Expires):
 			errs = append(errs, a.revokeLocked(g, "expired"))
 		case g.Phase == PhaseRevoking: // a teardown that failed earlier: retry
 			errs = append(errs, a.revokeLocked(g, g.EndReason))
 		}
 	}
-	// Every second, under the lock: find the expired sessions in one pass
-	// and sort only those (sorting every id cost milliseconds at 10,000).
 	var expired []string
-	for id, rec := range a.st.Sessions {
-		if rec.Phase == SessionActive && !rec.Spec.Expires.IsZero() && !now.Before(rec.Spec.Expires) {
+	for id := range a.due.sessions {
+		rec, ok := a.st.Sessions[id]
+		switch {
+		case !ok || !sessionMayBeDue(rec):
+			delete(a.due.sessions, id)
+		case rec.Phase == SessionActive && !now.Before(rec.Spec.Expires):
 			expired = append(expired, id)
 		}
 	}
@@ -89,10 +109,10 @@ func (a *Agent) Sweep(ctx context.Context) error {
 		errs = append(errs, a.endSessionLocked(id, "session expired"))
 	}
 	changed := false
-	for id, g := range a.st.Grants {
-		if g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention {
+	for _, id := range stale {
+		if g, ok := a.st.Grants[id]; ok && g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention {
 			delete(a.st.Grants, id)
-			a.bySession.remove(g)
+			a.unindex(g)
 			changed = true
 		}
 	}

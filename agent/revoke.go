@@ -63,15 +63,16 @@ func (a *Agent) timeRevoke(t0 time.Time, err *error) {
 // last.
 func (a *Agent) descendants(g *GrantRecord) []*GrantRecord {
 	var out []*GrantRecord
-	frontier := []string{g.ID}
+	frontier := []*GrantRecord{g}
 	for len(frontier) > 0 {
-		var next []string
-		for _, c := range a.sortedGrants() {
-			if slices.Contains(frontier, c.Parent) {
-				out = append(out, c)
-				next = append(next, c.ID)
+		var next []*GrantRecord
+		for _, p := range frontier {
+			for _, c := range a.children[p.ID] {
+				next = append(next, c)
 			}
 		}
+		slices.SortFunc(next, grantOrder) // each level oldest first
+		out = append(out, next...)
 		frontier = next
 	}
 	return out
@@ -102,6 +103,7 @@ func (a *Agent) revokeLocked(g *GrantRecord, reason string) error {
 		if !x.Phase.Terminal() {
 			x.Phase = PhaseRevoking
 			x.EndReason = reason
+			a.due.noteGrant(x)
 		}
 	}
 	if err := a.persistIntent(keys...); err != nil {

@@ -53,6 +53,7 @@ func (a *Agent) CreateSession(spec SessionSpec) error {
 	}
 	rec := &SessionRecord{Spec: spec, Phase: SessionCreating, Created: a.cfg.Now()}
 	a.st.Sessions[spec.ID] = rec
+	a.due.noteSession(spec.ID, rec)
 	// The creating record is not persisted (an fsync per create): after a
 	// crash before the active record below is, the kernel's session has no
 	// record, and Reconcile destroys it as an orphan, as it undoes a
@@ -129,8 +130,8 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 	var errs []error
 	// Oldest first: a root is revoked before its descendants, and revoking
 	// it takes its whole subtree (descendants in other sessions included).
-	for _, g := range a.sortedGrants() {
-		if g.Session == id && !g.Phase.Terminal() {
+	for _, g := range a.sortedOf(id) {
+		if !g.Phase.Terminal() {
 			errs = append(errs, a.revokeLocked(g, reason))
 		}
 	}
@@ -159,6 +160,7 @@ func (a *Agent) endSessionLocked(id, reason string) error {
 		// Kept, ending: a retry of EndSession finishes the removal (every
 		// step above is idempotent) once the write goes through.
 		a.st.Sessions[id] = rec
+		a.due.noteSession(id, rec)
 		return err
 	}
 	a.engine.DropSession(id)
