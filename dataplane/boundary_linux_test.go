@@ -137,14 +137,14 @@ func TestBoundaryThroughDataplane(t *testing.T) {
 	if c.Index != a.Index {
 		t.Logf("note: index %d not reused (got %d)", a.Index, c.Index)
 	}
-	look := exec.Command("/bin/ls", "-A", "/tmp")
+	look := exec.Command("/bin/ls", "-A", "/tmp", "/tmp/home") // the session user's home, fresh
 	var lookOut strings.Builder
 	look.Stdout, look.Dir = &lookOut, "/"
 	if err := d2.Launch("bnd-c", look, ProcOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	look.Wait()
-	if lookOut.String() != "" {
+	if lookOut.String() != "/tmp:\nhome\n\n/tmp/home:\n" {
 		t.Fatalf("a new session sees %q in /tmp", lookOut.String())
 	}
 	t.Logf("verified: index %d (uid %s) handed out again only after its session was destroyed, with fresh namespaces", c.Index, fmt.Sprint(boundary.DefaultUIDBase+c.Index))

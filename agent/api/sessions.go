@@ -173,7 +173,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "SHINKEN_SESSION=" + id}
+	cmd.Env = backend.DefaultEnv(id)
 	cmd.Dir = "/"
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -66,3 +66,20 @@ type Freezer interface {
 	// Frozen says whether session is frozen.
 	Frozen(session string) (bool, error)
 }
+
+// The session's user as its own processes see it: every session runs as a
+// uid of its own, which its view names SessionUser (its /etc/passwd and
+// /etc/group), with SessionHome, a directory of its own in its private
+// /tmp, as home (where the backend has a session view; the Linux
+// boundary's, dataplane/boundary/identity_linux.go).
+const (
+	SessionUser = "user"
+	SessionHome = "/tmp/home"
+)
+
+// DefaultEnv is a process's environment in session when its request names
+// none (the API's run and processes, the CLI, the panel's terminal).
+func DefaultEnv(session string) []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + SessionHome,
+		"USER=" + SessionUser, "LOGNAME=" + SessionUser, "SHINKEN_SESSION=" + session}
+}

@@ -181,11 +181,6 @@ func newID() string {
 	return "p-" + hex.EncodeToString(b[:])
 }
 
-// DefaultEnv is a process's environment when its request names none.
-func DefaultEnv(session string) []string {
-	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "SHINKEN_SESSION=" + session}
-}
-
 func validate(req *wire.ProcessStart) error {
 	switch {
 	case len(req.Argv) == 0 || req.Argv[0] == "":
@@ -222,7 +217,7 @@ func (m *Manager) Start(session string, req wire.ProcessStart, actor string) (*P
 	}
 	env := req.Env
 	if env == nil {
-		env = DefaultEnv(session)
+		env = backend.DefaultEnv(session)
 	}
 	id := newID()
 	dir := filepath.Join(m.cfg.Dir, id)

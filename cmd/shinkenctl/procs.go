@@ -19,6 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // procFlags parses what exec and start share: -i, -t (or -it), -e K=V,
@@ -95,7 +96,7 @@ func parseProcFlags(verb string, args []string) (procFlags, error) {
 	p.req.Interactive = p.interactive
 	if p.req.Env != nil {
 		// -e adds to the default environment.
-		p.req.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "SHINKEN_SESSION=" + p.session}, p.req.Env...)
+		p.req.Env = append(backend.DefaultEnv(p.session), p.req.Env...)
 	}
 	if p.tty {
 		rows, cols, ok := termSize(int(os.Stdin.Fd()))
@@ -108,7 +109,7 @@ func parseProcFlags(verb string, args []string) (procFlags, error) {
 			if term == "" {
 				term = "xterm"
 			}
-			p.req.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "SHINKEN_SESSION=" + p.session, "TERM=" + term}
+			p.req.Env = append(backend.DefaultEnv(p.session), "TERM="+term)
 		}
 	}
 	return p, nil

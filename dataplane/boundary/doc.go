@@ -24,7 +24,10 @@
 // agent's own binary if the launcher is missing, as the report says) in
 // "session-init" mode, started with CLONE_NEWPID|CLONE_NEWNS|CLONE_NEWIPC|
 // CLONE_NEWCGROUP,
-// does the mounts from inside and executes catatonit. catatonit is a
+// does the mounts from inside and executes catatonit. Either way the agent
+// then gives the session's user a name and a home in that mount namespace
+// (identity_linux.go: read-only /etc/passwd and /etc/group of its own,
+// /tmp/home). catatonit is a
 // single-threaded pid-1 reaper that holds the namespaces (one tiny process
 // per session: this host's pid_max is 32768 and the product runs 10,000
 // sessions). The agent keeps no descriptor of a holder it started (a

@@ -40,10 +40,20 @@ func (b *Boundary) startHolder(h *holder) error {
 		return fmt.Errorf("open session cgroup: %w", err)
 	}
 	defer unix.Close(cg)
+	start := b.startHolderInit
 	if b.directInit {
-		return b.startHolderDirect(h, cg)
+		start = b.startHolderDirect
 	}
-	return b.startHolderInit(h, cg)
+	if err := start(h, cg); err != nil {
+		return err
+	}
+	// The session user's name and home (identity_linux.go), before
+	// anything runs in the session.
+	if err := b.inMountNS(h, func() error { return sessionIdentity(h.uid) }); err != nil {
+		b.killHolder(h)
+		return fmt.Errorf("session init: %w", err)
+	}
+	return nil
 }
 
 // startHolderDirect makes the holder from a thread of our own (see above);

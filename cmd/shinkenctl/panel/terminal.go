@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/shinken-agent/shinken/agent/api/wire"
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 func (s *Server) terminalRoutes() {
@@ -43,7 +44,7 @@ func (s *Server) startTerminal(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	req := wire.ProcessStart{Argv: []string{"/bin/bash", "-i"}, TTY: &size, Interactive: true,
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent", "SHINKEN_SESSION=" + id, "TERM=dumb", "PS1=\\u@" + id + ":\\w\\$ "}}
+		Env: append(backend.DefaultEnv(id), "TERM=dumb", "PS1=\\u@"+id+":\\w\\$ ")}
 	var p wire.Process
 	if err := s.agent.call(r.Context(), "POST", "/v1/sessions/"+url.PathEscape(id)+"/processes", req, &p); err != nil {
 		code := http.StatusBadGateway
