@@ -1,0 +1,71 @@
+package boundary
+
+// The session's user in its own view (identity_linux.go).
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
+
+// TestSessionUser: a session's view names its uid (backend.SessionUser, in
+// /etc/passwd and /etc/group mounted read-only over the host's) and gives
+// it a home of its own (backend.SessionHome, in its private /tmp); another
+// session's view names its own uid; the host's files are not changed.
+func TestSessionUser(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	hostPasswd, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostGroup, _ := os.ReadFile("/etc/group")
+	session(t, b, "usera", 95)
+	session(t, b, "userb", 96)
+	const script = `id -un; id -gn; stat -c '%u %g %a' ` + backend.SessionHome + `; touch ` + backend.SessionHome + `/f && echo wrote
+if (echo x >> /etc/passwd) 2>/dev/null; then echo passwd-written; fi
+echo ---; cat /etc/passwd`
+	for _, c := range []struct {
+		name  string
+		index uint32
+	}{{"usera", 95}, {"userb", 96}} {
+		uid, _ := b.UID(c.index)
+		out := runIn(t, b, c.name, &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: "/"}, true)
+		head, passwd, _ := strings.Cut(out, "---\n")
+		wantHead := fmt.Sprintf("%s\n%s\n%d %d 700\nwrote\n", backend.SessionUser, backend.SessionUser, uid, uid)
+		if head != wantHead {
+			t.Errorf("%s: %q, want %q", c.name, head, wantHead)
+		}
+		want := fmt.Sprintf("%s:x:%d:%d:", backend.SessionUser, uid, uid)
+		var own []string
+		for _, l := range strings.Split(passwd, "\n") {
+			if f := strings.Split(l, ":"); len(f) > 3 && (f[0] == backend.SessionUser || f[2] == fmt.Sprint(uid)) {
+				own = append(own, l)
+			}
+		}
+		if len(own) != 1 || !strings.HasPrefix(own[0], want) || !strings.Contains(own[0], ":"+backend.SessionHome+":") {
+			t.Errorf("%s: its entries in its /etc/passwd: %q, want one %q... with home %s", c.name, own, want, backend.SessionHome)
+		}
+		t.Logf("verified: %s runs as %q, home %s (its own, 0700, writable), its /etc/passwd read-only", c.name, own, backend.SessionHome)
+	}
+	if p, _ := os.ReadFile("/etc/passwd"); !bytes.Equal(p, hostPasswd) {
+		t.Error("the host's /etc/passwd changed")
+	}
+	if g, _ := os.ReadFile("/etc/group"); !bytes.Equal(g, hostGroup) {
+		t.Error("the host's /etc/group changed")
+	}
+}
+
+// TestWithoutEntry: the session's copy of the host's passwd or group file
+// leaves out an entry that claims the session user's name or its id.
+func TestWithoutEntry(t *testing.T) {
+	host := "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\nsquat:x:1879048200:5::/:/bin/sh\nbin:x:2:2::/bin:/usr/sbin/nologin\n"
+	got := string(withoutEntry([]byte(host), "user", "1879048200"))
+	if want := "root:x:0:0:root:/root:/bin/sh\nbin:x:2:2::/bin:/usr/sbin/nologin\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
