@@ -44,12 +44,32 @@ func sessionIdentity(uid uint32) error {
 		"/etc/passwd": fmt.Sprintf("%s:x:%s:%s:Shinken session user:%s:%s\n", backend.SessionUser, id, id, backend.SessionHome, shell),
 		"/etc/group":  fmt.Sprintf("%s:x:%s:\n", backend.SessionUser, id),
 	}
+	// What the host's files hold now, and room for them: a host with a
+	// large /etc/passwd (thousands of users) must not leave every session
+	// without a start.
+	host := map[string][]byte{}
+	size := int64(1 << 20)
+	for p := range files {
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // a link or nothing: left as the host has it
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("session identity: %w", err)
+		}
+		host[p] = data
+		size += int64(len(data)) + int64(len(files[p])) + 4096
+	}
+	if len(host) == 0 {
+		return sessionHome(uid)
+	}
 	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("session identity: fsopen tmpfs: %w", err)
 	}
 	defer unix.Close(fs)
-	for k, v := range map[string]string{"source": identitySource, "mode": "0755", "size": "4m", "nr_inodes": "16"} {
+	for k, v := range map[string]string{"source": identitySource, "mode": "0755", "size": strconv.FormatInt(size, 10), "nr_inodes": "16"} {
 		if err := unix.FsconfigSetString(fs, k, v); err != nil {
 			return fmt.Errorf("session identity: tmpfs %s: %w", k, err)
 		}
@@ -79,15 +99,10 @@ func sessionIdentity(uid uint32) error {
 		unix.Rmdir(stage)
 	}()
 	for _, p := range []string{"/etc/passwd", "/etc/group"} {
-		fi, err := os.Lstat(p)
-		if err != nil || !fi.Mode().IsRegular() {
-			continue // a link or nothing: left as the host has it
+		if _, ok := host[p]; !ok {
+			continue
 		}
-		host, err := os.ReadFile(p)
-		if err != nil {
-			return fmt.Errorf("session identity: %w", err)
-		}
-		data := withoutEntry(host, backend.SessionUser, id)
+		data := withoutEntry(host[p], backend.SessionUser, id)
 		data = append(data, files[p]...)
 		name := p[len("/etc/"):]
 		fd, err := unix.Openat(mnt, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
@@ -114,8 +129,12 @@ func sessionIdentity(uid uint32) error {
 			return fmt.Errorf("session identity: mount %s: %w", p, err)
 		}
 	}
-	// The home, in the session's own /tmp (a fresh tmpfs: nothing of the
-	// session's is there yet to race with).
+	return sessionHome(uid)
+}
+
+// sessionHome makes the session user's home in the session's own /tmp (a
+// fresh tmpfs: nothing of the session's is there yet to race with).
+func sessionHome(uid uint32) error {
 	if err := unix.Mkdirat(unix.AT_FDCWD, backend.SessionHome, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("session identity: home: %w", err)
 	}
