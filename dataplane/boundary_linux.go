@@ -182,6 +182,9 @@ func (d *Dataplane) launch(s Session, cmd *exec.Cmd, opts ProcOptions) error {
 		if !opts.Privileged {
 			opts.UID, opts.GID = Nobody, Nobody // never gid 0 by omission
 		}
+		if cmd.Dir == "" {
+			cmd.Dir = "/" // never the agent's own directory by omission
+		}
 		return StartIn(s, cmd, opts)
 	}
 	return d.bnd.Launch(s.Name, cmd, opts, true)

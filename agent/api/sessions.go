@@ -174,7 +174,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
 	cmd.Env = backend.DefaultEnv(id)
-	cmd.Dir = "/"
 	var stdout, stderr capped
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Stdin = strings.NewReader(req.Stdin)

@@ -357,6 +357,9 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	if (opts.UID != 0 && opts.UID != h.uid) || (opts.GID != 0 && opts.GID != h.uid) {
 		return fmt.Errorf("%w: launch in %s as uid %d gid %d (the session's: %d)", ErrIdentity, name, opts.UID, opts.GID, h.uid)
 	}
+	if cmd.Dir == "" {
+		cmd.Dir = b.startDir(name, h)
+	}
 	extra := cmd.ExtraFiles
 	if spec.FS != 0 && !opts.Privileged && b.useNS {
 		rs, err := b.sessionRuleset(name, h, spec.FS, spec.Landlock, spec.FSRules, llKey)

@@ -161,3 +161,26 @@ func withoutEntry(file []byte, name, id string) []byte {
 	}
 	return out.Bytes()
 }
+
+// startDir is where a process of session name starts when its request
+// names no directory: its workspace where its view has one, else the
+// session user's home where its holder h made one (a holder an older agent
+// made has none), else /. Without the session's own namespaces, /.
+func (b *Boundary) startDir(name string, h *holder) string {
+	if !b.useNS {
+		return "/"
+	}
+	b.mu.Lock()
+	var ws string
+	if s := b.specs[name]; s != nil && s.Workspace != nil {
+		ws = s.Workspace.Dir
+	}
+	b.mu.Unlock()
+	if ws != "" {
+		return ws
+	}
+	if fi, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", h.pid, backend.SessionHome)); err == nil && fi.IsDir() {
+		return backend.SessionHome
+	}
+	return "/"
+}

@@ -69,3 +69,34 @@ func TestWithoutEntry(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestStartDir: a process whose request names no directory starts in the
+// session's workspace where its view has one, else in the session user's
+// home; one that names a directory starts there; both through Launch and
+// through a prepared launch's arguments.
+func TestStartDir(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	session(t, b, "homed", 97)
+	session(t, b, "worked", 98)
+	ws := workspaceDir(t)
+	if err := b.SetWorkspace("worked", backend.Workspace{Dir: ws, Mode: backend.ModeWorkspaceWrite}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, dir, want string }{
+		{"homed", "", backend.SessionHome}, {"homed", "/usr", "/usr"}, {"worked", "", ws}, {"worked", "/", "/"},
+	} {
+		out := runIn(t, b, c.name, &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "pwd"}, Dir: c.dir}, true)
+		if strings.TrimSpace(out) != c.want {
+			t.Errorf("%s, dir %q: pwd %q, want %q", c.name, c.dir, strings.TrimSpace(out), c.want)
+		}
+		pl, err := b.Prepare(c.name, backend.LaunchSpec{Argv: []string{"/bin/true"}, Dir: c.dir}, LaunchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(pl.Args, " ")
+		pl.Close(true)
+		if !strings.Contains(got, `"dir":"`+c.want+`"`) {
+			t.Errorf("%s, dir %q: prepared launch %s, want dir %q", c.name, c.dir, got, c.want)
+		}
+	}
+}

@@ -75,7 +75,7 @@ func (b *Boundary) Prepare(name string, p backend.LaunchSpec, opts LaunchOptions
 	}
 	dir := p.Dir
 	if dir == "" {
-		dir = "/"
+		dir = b.startDir(name, h)
 	}
 	r, err := b.newRun(h.cgroup)
 	if err != nil {
