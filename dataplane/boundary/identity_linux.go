@@ -179,7 +179,11 @@ func (b *Boundary) startDir(name string, h *holder) string {
 	if ws != "" {
 		return ws
 	}
-	if fi, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", h.pid, backend.SessionHome)); err == nil && fi.IsDir() {
+	// Lstat: the session owns its home and may replace it by a link, which
+	// the agent (root, resolving from the host's root) must not follow: a
+	// followed link would tell the session which host paths are
+	// directories.
+	if fi, err := os.Lstat(fmt.Sprintf("/proc/%d/root%s", h.pid, backend.SessionHome)); err == nil && fi.IsDir() {
 		return backend.SessionHome
 	}
 	return "/"

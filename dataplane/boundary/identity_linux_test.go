@@ -99,4 +99,11 @@ func TestStartDir(t *testing.T) {
 			t.Errorf("%s, dir %q: prepared launch %s, want dir %q", c.name, c.dir, got, c.want)
 		}
 	}
+	// The session replaces its home by a link: the agent does not follow
+	// it (it would resolve from the host's root); the next process starts
+	// in /.
+	runIn(t, b, "homed", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "rmdir " + backend.SessionHome + " && ln -s /usr " + backend.SessionHome}, Dir: "/"}, true)
+	if out := strings.TrimSpace(runIn(t, b, "homed", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "pwd"}}, true)); out != "/" {
+		t.Errorf("home replaced by a link to /usr: pwd %q, want /", out)
+	}
 }
