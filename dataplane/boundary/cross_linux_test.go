@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shinken-agent/shinken/dataplane/boundary/child"
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
@@ -175,14 +176,21 @@ func TestNoSharedPlaces(t *testing.T) {
 // the session cgroup, and cgroup2 mounted from inside it, read-only):
 // another session's name appears nowhere under the cgroup2 mount, in
 // /proc/self/cgroup or in /proc/self/mountinfo, while the session still
-// reads its own cpu.stat. Both holder paths (the agent's thread where
-// procfs has the pidns option, the launcher's init mode) are tested.
+// reads its own cpu.stat. The host's cgroup v1 hierarchies (this host's
+// controllers) are not mounted in its view: their directories are empty.
+// Both holder paths (the agent's thread where procfs has the pidns
+// option, the launcher's init mode) are tested.
 func TestCgroupView(t *testing.T) {
 	setup(t)
 	root, err := cgroup2Mount()
 	if err != nil {
 		t.Fatal(err)
 	}
+	v1, err := child.MountPoints("/proc/self/mountinfo", "cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the host's cgroup v1 hierarchies: %q", v1)
 	for _, init := range []bool{false, true} {
 		t.Run(fmt.Sprintf("init-mode=%v", init), func(t *testing.T) {
 			b := newBoundary(t, Config{}, func(b *Boundary) {
@@ -194,6 +202,9 @@ func TestCgroupView(t *testing.T) {
 			session(t, b, "cgv-a-"+tag, 95)
 			other := session(t, b, "cgv-b-"+tag, 96)
 			script := fmt.Sprintf("cat /proc/self/cgroup /proc/self/mountinfo; find %s; head -1 %s/cpu.stat; touch %s/x 2>&1", root, root, root)
+			for _, d := range v1 {
+				script += fmt.Sprintf("; echo \"v1 %s $(ls -A %s | wc -l)\"", d, d)
+			}
 			out := runIn(t, b, "cgv-a-"+tag, &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Dir: "/"}, true)
 			t.Logf("session a's view:\n%s", out)
 			for _, leak := range []string{filepath.Base(other), filepath.Base(cgParent)} {
@@ -204,6 +215,14 @@ func TestCgroupView(t *testing.T) {
 			// The line 0:: is the only one where cgroup2 is the only
 			// hierarchy (the VM of .ci/vmtest), the last of several on a
 			// hybrid host.
+			if strings.Contains(out, " - cgroup ") {
+				t.Errorf("session a has a cgroup v1 mount in its view")
+			}
+			for _, d := range v1 {
+				if !strings.Contains(out, "\nv1 "+d+" 0\n") {
+					t.Errorf("session a: want the host's v1 hierarchy %s empty in its view", d)
+				}
+			}
 			if !strings.Contains("\n"+out, "\n0::/run-") || !strings.Contains(out, "usage_usec") || !strings.Contains(out, "Read-only file system") {
 				t.Errorf("session a: want /proc/self/cgroup 0::/run-N, its own cpu.stat readable and the mount read-only")
 			} else {

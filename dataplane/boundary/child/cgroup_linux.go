@@ -14,7 +14,12 @@ import (
 // every cgroup2 mount of this mount namespace is replaced by a read-only
 // cgroup2 mount made from the caller's cgroup namespace, whose root is the
 // session cgroup, so the session lists its own subtree only (not the other
-// sessions under the parent). It runs as root, in the session's mount and
+// sessions under the parent). The host's cgroup v1 hierarchies (a hybrid
+// host's controllers) are detached: a mount made before the cgroup
+// namespace shows the whole host tree (every host service's cgroup and
+// its usage), and the agent's v1 cgroups, which every session's processes
+// share (sessions are placed in cgroup2 only), would be counters one
+// session moves and another reads. It runs as root, in the session's mount and
 // cgroup namespaces; mountinfo is this thread's mount table
 // (/proc/thread-self/mountinfo). pid is a process that must be at the root
 // of that cgroup namespace (in the session cgroup): checked first, so a
@@ -28,7 +33,17 @@ func CgroupMounts(mountinfo string, pid string) error {
 	if !strings.Contains("\n"+string(own), "\n0::/\n") {
 		return fmt.Errorf("cgroup namespace: not rooted at the session cgroup (%q)", strings.TrimSpace(string(own)))
 	}
-	points, err := cgroup2Points(mountinfo)
+	v1, err := MountPoints(mountinfo, "cgroup")
+	if err != nil {
+		return err
+	}
+	// Deepest first: a v1 hierarchy mounted below another comes off before it.
+	for i := len(v1) - 1; i >= 0; i-- {
+		if err := unix.Unmount(v1[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("detach the host's cgroup v1 hierarchy %s: %w", v1[i], err)
+		}
+	}
+	points, err := MountPoints(mountinfo, "cgroup2")
 	if err != nil {
 		return err
 	}
@@ -43,9 +58,9 @@ func CgroupMounts(mountinfo string, pid string) error {
 	return nil
 }
 
-// cgroup2Points are the mount points of the cgroup2 mounts in a mountinfo
-// file, each once, in order.
-func cgroup2Points(mountinfo string) ([]string, error) {
+// MountPoints are the mount points of the mounts of filesystem type fstype
+// in a mountinfo file, each once, in order.
+func MountPoints(mountinfo, fstype string) ([]string, error) {
 	data, err := os.ReadFile(mountinfo)
 	if err != nil {
 		return nil, err
@@ -55,7 +70,7 @@ func cgroup2Points(mountinfo string) ([]string, error) {
 	for _, l := range strings.Split(string(data), "\n") {
 		pre, post, ok := strings.Cut(l, " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "cgroup2" {
+		if !ok || len(f) < 5 || len(g) < 1 || g[0] != fstype {
 			continue
 		}
 		p := unescape(f[4])
