@@ -505,24 +505,19 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 func (d *Dataplane) reconcileHandles() error {
 	n := d.cfg.MaxHandles
 	d.handleGen = make([]uint32, n)
-	var (
-		key uint32
-		h   shkShkHandle
-	)
-	it := d.objs.ShkHandles.Iterate()
 	highest := uint32(0)
 	states := make([]uint32, n)
-	for it.Next(&key, &h) {
+	err := eachArray(d.objs.ShkHandles, func(key uint32, h *shkShkHandle) {
 		if key >= n {
-			continue
+			return
 		}
 		d.handleGen[key] = h.Generation
 		states[key] = h.State
 		if h.State != uint32(HandleFree) || h.Generation != 0 {
 			highest = key
 		}
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("read handles: %w", err)
 	}
 	d.slots.rebuild(func(id uint32) bool { return states[id] != uint32(HandleFree) }, highest)

@@ -84,10 +84,8 @@ func (d *Dataplane) loadExecLSM() error {
 	}
 	// What a previous agent wrote: the difference is written from it.
 	var (
-		k   shkexecShkExecKey
-		v   shkexecShkExecValue
-		idx uint32
-		on  uint32
+		k shkexecShkExecKey
+		v shkexecShkExecValue
 	)
 	it := objs.ShkExecFiles.Iterate()
 	for it.Next(&k, &v) {
@@ -99,13 +97,11 @@ func (d *Dataplane) loadExecLSM() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read shk_exec_files: %w", err)
 	}
-	it = objs.ShkExecGated.Iterate()
-	for it.Next(&idx, &on) {
-		if on != 0 {
+	return eachArray(objs.ShkExecGated, func(idx uint32, on *uint32) {
+		if *on != 0 {
 			x.gated[idx] = true
 		}
-	}
-	return it.Err()
+	})
 }
 
 // finishExecLSM (after the boundary adopted the sessions) drops the

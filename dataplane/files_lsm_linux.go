@@ -142,18 +142,13 @@ func (d *Dataplane) loadFSLSM() error {
 			return err
 		}
 	}
-	var (
-		idx uint32
-		rec shkfsShkFsSession
-		off []uint32
-	)
-	it = objs.ShkFsSessions.Iterate()
-	for it.Next(&idx, &rec) {
+	var off []uint32
+	err = eachArray(objs.ShkFsSessions, func(idx uint32, rec *shkfsShkFsSession) {
 		if rec.On != 0 && !d.lsm.on[idx] {
 			off = append(off, idx)
 		}
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("read shk_fs_sessions: %w", err)
 	}
 	for _, idx := range off {

@@ -384,23 +384,18 @@ func (d *Dataplane) HandleState(ref HandleRef) (HandleState, error) {
 func (d *Dataplane) Handles() ([]Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var (
-		key uint32
-		h   shkShkHandle
-		out []Handle
-	)
-	it := d.objs.ShkHandles.Iterate()
-	for it.Next(&key, &h) {
+	var out []Handle
+	err := eachArray(d.objs.ShkHandles, func(key uint32, h *shkShkHandle) {
 		if h.State == uint32(HandleFree) {
-			continue
+			return
 		}
 		hd := Handle{Ref: HandleRef{Slot: key, Generation: h.Generation}, State: HandleState(h.State), Expires: bootToTime(h.ExpiresNs)}
 		if h.Parent != 0 {
 			hd.Parent = HandleRef{Slot: h.Parent, Generation: h.ParentGeneration}
 		}
 		out = append(out, hd)
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read handles: %w", err)
 	}
 	return out, nil
