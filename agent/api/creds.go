@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -87,22 +88,37 @@ func (a Authorizer) Check(c Creds) error {
 	return fmt.Errorf("%w (uid %d)", ErrNotOperator, c.UID)
 }
 
-// Listen makes the API socket: its directory 0750, the socket 0660, both
-// owned by root and the operator group (when set), replacing a stale socket.
+// Listen makes the API socket, 0660, owned by root and the operator group
+// (when set), replacing a stale socket. Its directory is made 0750 with
+// the same owners when it is the socket's own: missing (made here) or
+// holding nothing but the socket's name (the default /run/shinken, an
+// earlier agent's). A directory that holds anything else is shared (-socket
+// /tmp/x.sock, /run/x.sock): its owner and mode are the host's and are
+// left as they are (making /tmp or /run 0750 root would lock every other
+// user out of them), and the socket's own mode is what guards it; a
+// shared directory that others may write to without the sticky bit is
+// refused, since anyone could put their own socket at the path for
+// operators to talk to.
 func Listen(path string, operatorGID int) (net.Listener, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("api socket dir: %w", err)
-	}
 	gid := 0
 	if operatorGID >= 0 {
 		gid = operatorGID
 	}
-	if err := os.Chown(dir, 0, gid); err != nil {
+	own, err := socketDirOwn(dir, filepath.Base(path))
+	if err != nil {
 		return nil, fmt.Errorf("api socket dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("api socket dir: %w", err)
+	if own {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("api socket dir: %w", err)
+		}
+		if err := os.Chown(dir, 0, gid); err != nil {
+			return nil, fmt.Errorf("api socket dir: %w", err)
+		}
+		if err := os.Chmod(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("api socket dir: %w", err)
+		}
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale api socket: %w", err)
@@ -119,4 +135,36 @@ func Listen(path string, operatorGID int) (net.Listener, error) {
 		return nil, fmt.Errorf("api socket permissions: %w", err)
 	}
 	return ln, nil
+}
+
+// socketDirOwn reports whether dir is the API socket's own directory:
+// missing, or holding no entry but name. A shared directory writable by
+// group or others without the sticky bit is an error.
+func socketDirOwn(dir, name string) (bool, error) {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !fi.IsDir() {
+		return false, fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	names, err := f.Readdirnames(2)
+	f.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	if len(names) == 0 || (len(names) == 1 && names[0] == name) {
+		return true, nil
+	}
+	if m := fi.Mode(); m&0o022 != 0 && m&os.ModeSticky == 0 {
+		return false, fmt.Errorf("%s is shared and writable by others without the sticky bit (%v): anyone could put a socket of their own at the API's path; give the socket a directory of its own", dir, m)
+	}
+	return false, nil
 }
