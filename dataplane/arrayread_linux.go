@@ -5,39 +5,85 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
-// arrayBatch is how many elements one BPF_MAP_LOOKUP_BATCH call of
-// eachArray reads (a handle is 32 bytes: 128 KiB of values a call).
-const arrayBatch = 4096
+// batchBytes bounds the values one BPF_MAP_LOOKUP_BATCH call of eachEntry
+// reads (and so its buffer); batchMax bounds the elements.
+const (
+	batchBytes = 1 << 20
+	batchMax   = 4096
+)
 
-// eachArray calls fn with every index of the array map m and its value,
-// in index order, reading arrayBatch elements per BPF_MAP_LOOKUP_BATCH
-// call. An array map has all its max_entries elements, used or not, and
-// Map.Iterate reads each with two system calls (next key, lookup): for the
-// handle table's 262,144 slots that was about 1.7 s of the agent's start
-// per pass on this machine, and the start made three passes (bench/README.md).
-// Batch lookups of arrays are in every kernel the agent runs on (Linux 5.6+).
-func eachArray[V any](m *ebpf.Map, fn func(index uint32, v *V)) error {
-	if m.Type() != ebpf.Array {
-		return fmt.Errorf("read %v: not an array map (%v)", m, m.Type())
+// eachEntry calls fn with every key and value of m, reading up to batchMax
+// elements (batchBytes of values) per BPF_MAP_LOOKUP_BATCH call. Map.Iterate
+// reads each element with two system calls (next key, lookup): for an
+// array map that is every one of its max_entries slots, used or not (the
+// handle table's 262,144 took about 1.7 s per pass of the agent's start on
+// this machine), and for the egress tables at 10,000 sessions of 100
+// entries a million elements (bench/README.md). The pointers fn gets are
+// valid during the call only. A hash map whose bucket holds more elements
+// than a batch (ENOSPC) is read again with batches twice the size.
+func eachEntry[K, V any](m *ebpf.Map, fn func(k *K, v *V)) error {
+	size := batchMax
+	if vs := int(m.ValueSize()); vs > 0 {
+		size = max(16, min(batchMax, batchBytes/vs))
 	}
-	keys := make([]uint32, arrayBatch)
-	vals := make([]V, arrayBatch)
-	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := m.BatchLookup(&cursor, keys, vals, nil)
-		for i := range n {
-			fn(keys[i], &vals[i])
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil // the end, after the last partial batch
+		err := eachEntryIn[K, V](m, size, fn)
+		if errors.Is(err, unix.ENOSPC) && size < 1<<20 && !started(err) {
+			size *= 2
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("read %v: %w", m, err)
 		}
-		if n == 0 {
-			return fmt.Errorf("read %v: a batch lookup returned no element and no end", m)
+		return nil
+	}
+}
+
+// errMidway marks an error after fn has been called: eachEntry does not
+// start again then (fn would see elements twice).
+type errMidway struct{ error }
+
+func (e errMidway) Unwrap() error { return e.error }
+
+func started(err error) bool {
+	var m errMidway
+	return errors.As(err, &m)
+}
+
+func eachEntryIn[K, V any](m *ebpf.Map, size int, fn func(k *K, v *V)) error {
+	keys := make([]K, size)
+	vals := make([]V, size)
+	var cursor ebpf.MapBatchCursor
+	calls := 0
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			fn(&keys[i], &vals[i])
+		}
+		calls++
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil // the end, after the last partial batch
+		}
+		if err == nil && n == 0 {
+			err = errors.New("a batch lookup returned no element and no end")
+		}
+		if err != nil {
+			if calls > 1 || n > 0 {
+				return errMidway{err}
+			}
+			return err
 		}
 	}
+}
+
+// eachArray is eachEntry for an array map: every index, in order, with its
+// value.
+func eachArray[V any](m *ebpf.Map, fn func(index uint32, v *V)) error {
+	if m.Type() != ebpf.Array {
+		return fmt.Errorf("read %v: not an array map (%v)", m, m.Type())
+	}
+	return eachEntry(m, func(k *uint32, v *V) { fn(*k, v) })
 }

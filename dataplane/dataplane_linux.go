@@ -458,41 +458,34 @@ func (d *Dataplane) reconcileEgress() error {
 // session.
 func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 	var (
-		k4    shkShkEgress4Key
-		k6    shkShkEgress6Key
-		v     shkShkEgressValue
 		stale []any
+		err   error
 	)
 	if !v6 {
-		it := m.Iterate()
-		for it.Next(&k4, &v) {
+		err = eachEntry(m, func(k4 *shkShkEgress4Key, v *shkShkEgressValue) {
 			if _, ok := d.byIndex[k4.Session]; !ok || k4.Prefixlen < 32 || k4.Prefixlen > 64 {
-				stale = append(stale, k4)
-				continue
+				stale = append(stale, *k4)
+				return
 			}
 			p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen-32))
 			d.indexPrefix(k4.Session, p)
-			d.scheduleExpiry(k4.Session, p, earliestExpiry(&v))
-			d.indexNeverOKs(k4.Session, p, &v)
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", m, err)
-		}
+			d.scheduleExpiry(k4.Session, p, earliestExpiry(v))
+			d.indexNeverOKs(k4.Session, p, v)
+		})
 	} else {
-		it := m.Iterate()
-		for it.Next(&k6, &v) {
+		err = eachEntry(m, func(k6 *shkShkEgress6Key, v *shkShkEgressValue) {
 			if _, ok := d.byIndex[k6.Session]; !ok || k6.Prefixlen < 32 || k6.Prefixlen > 160 {
-				stale = append(stale, k6)
-				continue
+				stale = append(stale, *k6)
+				return
 			}
 			p := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen-32))
 			d.indexPrefix(k6.Session, p)
-			d.scheduleExpiry(k6.Session, p, earliestExpiry(&v))
-			d.indexNeverOKs(k6.Session, p, &v)
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", m, err)
-		}
+			d.scheduleExpiry(k6.Session, p, earliestExpiry(v))
+			d.indexNeverOKs(k6.Session, p, v)
+		})
+	}
+	if err != nil {
+		return err
 	}
 	for _, k := range stale {
 		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -164,21 +164,16 @@ func (d *Dataplane) DenyTable() (map[netip.Prefix][]backend.DenyRange, error) {
 // refuses: the next packet of such a flow finds no verdict and is decided
 // against the deny table (an inbound rule still keeps an accepted TCP flow).
 func (d *Dataplane) dropDeniedFlows(t map[netip.Prefix][]backend.DenyRange) error {
-	var (
-		cookie uint64
-		f      shkShkFlow
-		stale  []uint64
-	)
-	it := d.objs.ShkFlows.Iterate()
-	for it.Next(&cookie, &f) {
+	var stale []uint64
+	err := eachEntry(d.objs.ShkFlows, func(cookie *uint64, f *shkShkFlow) {
 		if f.Handle == 0 && f.Generation == 0 {
-			continue // DNS memory only: no verdict to drop
+			return // DNS memory only: no verdict to drop
 		}
-		if backend.Denied(t, flowPeer(f), f.PeerPort) {
-			stale = append(stale, cookie)
+		if backend.Denied(t, flowPeer(*f), f.PeerPort) {
+			stale = append(stale, *cookie)
 		}
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("flow records: %w", err)
 	}
 	var errs []error
