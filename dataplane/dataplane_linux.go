@@ -151,8 +151,8 @@ func (d *Dataplane) open() error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
-	if err := os.Mkdir(d.parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create parent cgroup: %w", err)
+	if err := claimParent(d.parent, d.cfg.PinPath); err != nil {
+		return err
 	}
 	lvl, err := cgroupLevel(d.cfg.CgroupRoot, d.parent)
 	if err != nil {
@@ -333,6 +333,11 @@ func Remove(cfg Config) error {
 	}
 	var errs []error
 	parent := filepath.Join(cfg.CgroupRoot, cfg.Parent)
+	if _, err := os.Stat(parent); err == nil {
+		if err := ownsParent(parent, cfg.PinPath); err != nil {
+			return fmt.Errorf("uninstall: %w", err)
+		}
+	}
 	// Sessions die before the programs go, so no session process ever runs
 	// unconfined.
 	if ents, err := os.ReadDir(parent); err == nil {
