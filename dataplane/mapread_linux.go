@@ -23,7 +23,8 @@ const (
 // this machine), and for the egress tables at 10,000 sessions of 100
 // entries a million elements (bench/README.md). The pointers fn gets are
 // valid during the call only. A hash map whose bucket holds more elements
-// than a batch (ENOSPC) is read again with batches twice the size.
+// than a batch (ENOSPC) at the first call is read again with batches twice
+// the size; at a later call (fn has seen elements) it is an error.
 func eachEntry[K, V any](m *ebpf.Map, fn func(k *K, v *V)) error {
 	size := batchMax
 	if vs := int(m.ValueSize()); vs > 0 {
