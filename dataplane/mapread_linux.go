@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // batchBytes bounds the values one BPF_MAP_LOOKUP_BATCH call of eachEntry
@@ -22,49 +21,22 @@ const (
 // handle table's 262,144 took about 1.7 s per pass of the agent's start on
 // this machine), and for the egress tables at 10,000 sessions of 100
 // entries a million elements (bench/README.md). The pointers fn gets are
-// valid during the call only. A hash map whose bucket holds more elements
-// than a batch (ENOSPC) at the first call is read again with batches twice
-// the size; at a later call (fn has seen elements) it is an error.
+// valid during the call only. A hash bucket longer than a batch (ENOSPC,
+// thousands of colliding keys) is an error, not retried: fn has seen part
+// of the map by then.
 func eachEntry[K, V any](m *ebpf.Map, fn func(k *K, v *V)) error {
 	size := batchMax
 	if vs := int(m.ValueSize()); vs > 0 {
 		size = max(16, min(batchMax, batchBytes/vs))
 	}
-	for {
-		err := eachEntryIn[K, V](m, size, fn)
-		if errors.Is(err, unix.ENOSPC) && size < 1<<20 && !started(err) {
-			size *= 2
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read %v: %w", m, err)
-		}
-		return nil
-	}
-}
-
-// errMidway marks an error after fn has been called: eachEntry does not
-// start again then (fn would see elements twice).
-type errMidway struct{ error }
-
-func (e errMidway) Unwrap() error { return e.error }
-
-func started(err error) bool {
-	var m errMidway
-	return errors.As(err, &m)
-}
-
-func eachEntryIn[K, V any](m *ebpf.Map, size int, fn func(k *K, v *V)) error {
 	keys := make([]K, size)
 	vals := make([]V, size)
 	var cursor ebpf.MapBatchCursor
-	calls := 0
 	for {
 		n, err := m.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
 			fn(&keys[i], &vals[i])
 		}
-		calls++
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil // the end, after the last partial batch
 		}
@@ -72,10 +44,7 @@ func eachEntryIn[K, V any](m *ebpf.Map, size int, fn func(k *K, v *V)) error {
 			err = errors.New("a batch lookup returned no element and no end")
 		}
 		if err != nil {
-			if calls > 1 || n > 0 {
-				return errMidway{err}
-			}
-			return err
+			return fmt.Errorf("read %v: %w", m, err)
 		}
 	}
 }
