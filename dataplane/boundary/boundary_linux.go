@@ -226,15 +226,14 @@ func (b *Boundary) Adopt(name, cgroup string, index uint32) error {
 	// Runs of an earlier agent: empty run cgroups go now; the processes of
 	// a run still going keep their cgroup (they end with the session: no
 	// agent watches their first process any more).
-	if runs, _ := filepath.Glob(filepath.Join(cgroup, "run-*")); len(runs) > 0 {
-		for _, r := range runs {
-			_ = unix.Rmdir(r)
-		}
-	}
+	procs, scanErr := adoptScan(cgroup)
 	if !b.useNS {
 		return b.Create(name, cgroup, index)
 	}
-	pid, pidfd, err := findHolder(cgroup)
+	if scanErr != nil {
+		return fmt.Errorf("boundary: adopt %s: %w", name, scanErr)
+	}
+	pid, pidfd, err := findHolder(cgroup, procs)
 	if err != nil {
 		return fmt.Errorf("boundary: adopt %s: %w", name, err)
 	}

@@ -251,18 +251,18 @@ func (b *Boundary) probeInit() error {
 // findHolder returns the holder of the session whose cgroup is cgroup (pid
 // and a verified pidfd, which the caller closes), or pidfd -1 if it has
 // none: the process of the cgroup that is pid 1 of a PID namespace exactly
-// one level below ours. Only a process that looks like it is opened and
-// checked (a session may hold many processes).
-func findHolder(cgroup string) (int, int, error) {
+// one level below ours, among procs (the cgroup's cgroup.procs as read).
+// Only a process that looks like it is opened and checked (a session may
+// hold many processes).
+func findHolder(cgroup, procs string) (int, int, error) {
+	if procs == "" {
+		return 0, -1, nil
+	}
 	self, err := selfNS()
 	if err != nil {
 		return 0, -1, err
 	}
-	data, err := os.ReadFile(cgroup + "/cgroup.procs")
-	if err != nil {
-		return 0, -1, err
-	}
-	for _, f := range strings.Fields(string(data)) {
+	for _, f := range strings.Fields(procs) {
 		pid, err := strconv.Atoi(f)
 		if err != nil || !nsInit(pid, self) {
 			continue

@@ -331,11 +331,25 @@ func TestUIDs(t *testing.T) {
 	oldPID := b.holders["adopt"].pid
 	b.mu.Unlock()
 
+	// An empty run cgroup the earlier agent left goes at adoption; a
+	// cgroup of another name stays.
+	for _, d := range []string{"run-left", "kept"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.Remove(filepath.Join(dir, "kept")) })
 	b2 := newBoundary(t, Config{}, nil) // the restarted agent
 	if err := b2.Adopt("adopt", dir, 51); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b2.Release("adopt") })
+	if _, err := os.Stat(filepath.Join(dir, "run-left")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the empty run cgroup an earlier agent left: %v after adoption, want it gone", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kept")); err != nil {
+		t.Errorf("a cgroup not named run-*: %v after adoption, want it kept", err)
+	}
 	if got := b2.holders["adopt"].pid; got != oldPID {
 		t.Fatalf("adopted holder %d, want %d", got, oldPID)
 	}
