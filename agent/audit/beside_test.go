@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -132,7 +133,7 @@ func TestCommitBesideLostBatch(t *testing.T) {
 
 // TestRecordHash: the hash of the record at any seq, read from the end
 // back across chunk boundaries (records of varied length); none for seq 0
-// or beyond the head; a line edited on the way is ErrCorrupt.
+// or beyond the head; a line edited or dropped on the way is ErrCorrupt.
 func TestRecordHash(t *testing.T) {
 	dir := t.TempDir()
 	l := openLog(t, dir)
@@ -167,12 +168,26 @@ func TestRecordHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A record dropped on the way, every line left signed: the chain
+	// breaks (the dropped record's successor names it).
 	lines := bytes.SplitAfter(data, []byte("\n"))
+	dropped := slices.Concat(lines[:len(want)-5], lines[len(want)-4:])
+	if err := os.WriteFile(path, bytes.Join(dropped, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openLog(t, dir)
+	if h, ok, err := l2.RecordHash(uint64(len(want)) - 2); err != nil || !ok || h != want[len(want)-3] {
+		t.Fatalf("RecordHash after the drop, before the dropped line: %q %v %v", h, ok, err)
+	}
+	if _, _, err := l2.RecordHash(uint64(len(want)) - 6); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("RecordHash across a dropped line: %v, want ErrCorrupt", err)
+	}
+	l2.Close()
 	lines[len(want)-3] = bytes.Replace(lines[len(want)-3], []byte(`"s1"`), []byte(`"s2"`), 1)
 	if err := os.WriteFile(path, bytes.Join(lines, nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l2 := openLog(t, dir)
+	l2 = openLog(t, dir)
 	defer l2.Close()
 	if _, _, err := l2.RecordHash(uint64(len(want)) - 1); err != nil {
 		t.Fatalf("RecordHash after the edit, before the edited line: %v", err)
