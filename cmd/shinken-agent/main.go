@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -415,6 +416,13 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		}
 	}
 	d.readKernelEvents()
+	// What the start decoded and read (the journal's records, the kernel
+	// tables, every session adopted) is garbage now, and the runtime's
+	// scavenger gives such memory back to the host over minutes: a daemon
+	// restarted at 100,000 sessions held 816 MiB where it had held 579
+	// before (bench/README.md, bench-scale). One collection that returns
+	// it, beside the API, not before it.
+	go debug.FreeOSMemory()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
