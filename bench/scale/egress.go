@@ -123,6 +123,23 @@ func (e *egress) grant() error {
 	return nil
 }
 
+// stillGranted checks, after a restart of the daemon, that s0 still
+// reaches the accept server and still refuses another address, and moves
+// the worker back out of s0.
+func (e *egress) stillGranted() error {
+	if err := e.w.MoveTo(filepath.Join(cgroupRoot, e.b.parent, "s0")); err != nil {
+		return err
+	}
+	addr := e.srv.Addr
+	if got := e.w.Do("tcp " + addr.String()); got != "ok" {
+		return fmt.Errorf("s0's grant: connect %s: %s, want ok", addr, got)
+	}
+	if got := e.w.Do("tcp 127.0.0.3:" + strconv.Itoa(int(addr.Port()))); got != "err EPERM" {
+		return fmt.Errorf("s0: connect 127.0.0.3:%d: %s, want err EPERM (the session is not enforced)", addr.Port(), got)
+	}
+	return e.w.MoveTo(e.baseCg)
+}
+
 // rounds runs the interleaved connect rounds and returns the medians of
 // the per-round ratios to the baseline: the session's and the twin's.
 func (e *egress) rounds() (ratio, twin float64, err error) {

@@ -14,7 +14,11 @@
 //     it (egress.go);
 //   - a /metrics scrape and `shinkenctl -o json session ls`;
 //   - the daemon's resident memory, its open files, the holders' Pss and
-//     the host's kernel memory.
+//     the host's kernel memory;
+//   - a restart: the daemon killed with SIGKILL and started again on the
+//     same state, pins and cgroups, timed to its API's first answer, then
+//     checked (every session listed, s0's grant still enforced) and its
+//     resident memory read again once settled (restart.go).
 //
 // Every creation is timed (session_create_p99_ms over each growth). The
 // host's process and namespace ceilings are raised for the run when they
@@ -90,6 +94,7 @@ type bench struct {
 	agentBin, ctl string
 	maxSessions   int
 	agent         *exec.Cmd
+	started       bool // a daemon was started: cleanup uninstalls its sessions and pins
 	alog          bytes.Buffer
 	hc            *http.Client
 	eg            *egress // the connect rounds' worker, cgroups and server
@@ -108,6 +113,8 @@ func (b *bench) cleanup() {
 	if b.agent != nil {
 		b.agent.Process.Kill()
 		b.agent.Wait()
+	}
+	if b.started {
 		t0 := time.Now()
 		out, err := exec.Command(b.agentBin, "-config", "", "-cgroup-parent", b.parent, "-pin-path", b.pin,
 			"-max-sessions", strconv.Itoa(b.maxSessions), "-uninstall").CombinedOutput()
@@ -166,6 +173,9 @@ func (b *bench) run() error {
 	if at.err != nil {
 		return at.err
 	}
+	if at.restart, err = b.restart(n); err != nil {
+		return err
+	}
 	var end result
 	if *flagSessions > *flagAt && growthStop == "" {
 		growth, n, err := b.grow(n, *flagSessions)
@@ -175,6 +185,9 @@ func (b *bench) run() error {
 		end = b.measure(n, growth, kern0)
 		if end.err != nil {
 			return end.err
+		}
+		if end.restart, err = b.restart(n); err != nil {
+			return err
 		}
 	}
 	at.print()
@@ -199,6 +212,19 @@ func (b *bench) startAgent() error {
 	ln.Close()
 	os.MkdirAll(filepath.Join(b.dir, "manifests"), 0o755)
 	os.WriteFile(filepath.Join(b.dir, "manifests", "bench.manifest"), []byte("image bench\nallow net.egress cidrs=127.0.0.0/8\n"), 0o644)
+	if err := b.launchAgent(); err != nil {
+		return err
+	}
+	b.hc = &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", b.sock) }, MaxIdleConnsPerHost: 4}}
+	if daemon.WaitAPI(b.hc, 1200) {
+		return nil
+	}
+	return fmt.Errorf("agent did not start:\n%s", b.alog.String())
+}
+
+// launchAgent starts the daemon process on the bench's directories (the
+// first start and a restart alike).
+func (b *bench) launchAgent() error {
 	cmd := exec.Command(b.agentBin, "-config", "", "-state-dir", filepath.Join(b.dir, "state"), "-socket", b.sock,
 		"-metrics-addr", b.metrics, "-policy-dir", filepath.Join(b.dir, "policy"), "-manifest-dir", filepath.Join(b.dir, "manifests"),
 		"-cgroup-parent", b.parent, "-pin-path", b.pin, "-max-sessions", strconv.Itoa(b.maxSessions),
@@ -208,19 +234,12 @@ func (b *bench) startAgent() error {
 	}
 	cmd.Stdout, cmd.Stderr = &b.alog, &b.alog
 	b.mu.Lock()
-	err = cmd.Start()
-	if err == nil {
-		b.agent = cmd
-	}
-	b.mu.Unlock()
-	if err != nil {
+	defer b.mu.Unlock()
+	if err := cmd.Start(); err != nil {
 		return err
 	}
-	b.hc = &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", b.sock) }, MaxIdleConnsPerHost: 4}}
-	if daemon.WaitAPI(b.hc, 1200) {
-		return nil
-	}
-	return fmt.Errorf("agent did not start:\n%s", b.alog.String())
+	b.agent, b.started = cmd, true
+	return nil
 }
 
 // growthStop says why the last growth stopped short of its target ("" if

@@ -27,6 +27,7 @@ type result struct {
 	kernMiB, pssMiB       float64
 	holders, procs        int
 	scrapeBytes, listedOK int
+	restart               restarted
 	err                   error
 }
 
@@ -105,4 +106,6 @@ func (r result) print() {
 	fmt.Printf("session_ls_ms_at_%s_sessions=%.1f\n", l, r.list)
 	fmt.Printf("agent_rss_mib_at_%s_sessions=%.1f\n", l, r.rss)
 	fmt.Printf("session_create_p99_ms_at_%s=%.2f\n", l, benchkit.Q(s, 0.99))
+	fmt.Printf("agent_restart_ms_at_%s_sessions=%.0f\n", l, r.restart.ms)
+	fmt.Printf("agent_rss_mib_after_restart_at_%s_sessions=%.1f\n", l, r.restart.rss)
 }
