@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 )
@@ -14,17 +13,14 @@ import (
 func (s *Store) compact(st *State) error {
 	s.waitFold()
 	st.Through = s.seg
-	data, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("%w: encode: %w", ErrState, err)
-	}
 	if err := s.faultAt(FaultSnapshot); err != nil {
 		return fmt.Errorf("%w: snapshot: %w", ErrState, err)
 	}
-	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
+	size, err := writeSnapshot(s.path(), st)
+	if err != nil {
 		return err
 	}
-	s.sbytes.Store(int64(len(data)))
+	s.sbytes.Store(size)
 	segs, err := segments(s.dir)
 	if err != nil {
 		return err

@@ -288,15 +288,12 @@ func (s *Store) foldThrough(n uint64) (int64, error) {
 	}
 	migrateLegacy(st)
 	st.Through = n
-	data, err := json.Marshal(st)
-	if err != nil {
-		return 0, fmt.Errorf("%w: encode: %w", ErrState, err)
-	}
 	if err := s.faultAt(FaultSnapshot); err != nil {
 		return 0, fmt.Errorf("%w: snapshot: %w", ErrState, err)
 	}
-	if err := writeFileAtomic(s.path(), data, 0o600); err != nil {
+	size, err := writeSnapshot(s.path(), st)
+	if err != nil {
 		return 0, err
 	}
-	return int64(len(data)), s.removeSegments(segs, n) // listed above: every one up to n was renamed before the fold began
+	return size, s.removeSegments(segs, n) // listed above: every one up to n was renamed before the fold began
 }

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/shinken-agent/shinken/agent/backend"
-	"github.com/shinken-agent/shinken/agent/internal/atomicfile"
 )
 
 // ErrState wraps failures to read or write the durable state. Its text
@@ -363,12 +362,3 @@ func journalEntry(buf *bytes.Buffer, key string, rec []byte) {
 }
 
 func hashBytes(b []byte) [32]byte { return sha256.Sum256(b) }
-
-// writeFileAtomic replaces path atomically (atomicfile.Write), errors
-// wrapped in ErrState.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	if err := atomicfile.Write(path, data, mode); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	return nil
-}

@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -15,7 +16,18 @@ import (
 // returns nil. On any error before the rename the temporary file is removed
 // and path is untouched; an error from the directory fsync comes after the
 // rename, so path may then hold either version.
-func Write(path string, data []byte, mode os.FileMode) (err error) {
+func Write(path string, data []byte, mode os.FileMode) error {
+	return WriteWith(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteWith is Write with the contents written by write, into the
+// temporary file (buffered by the caller if it writes in small pieces), so
+// a large file is never held whole in memory: an error from write leaves
+// path untouched, as any error before the rename does.
+func WriteWith(path string, mode os.FileMode, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -32,7 +44,7 @@ func Write(path string, data []byte, mode os.FileMode) (err error) {
 	if err := f.Chmod(mode); err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
