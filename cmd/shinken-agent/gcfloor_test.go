@@ -11,7 +11,8 @@ func TestGCPercent(t *testing.T) {
 		{0, 100},         // not known yet
 		{3 * mib, 966},   // 3 MiB live: goal 32 MiB
 		{16 * mib, 100},  // live × 2 reaches the floor: the default
-		{200 * mib, 100}, // a large daemon: the default
+		{100 * mib, 100}, // a large daemon: the default
+		{200 * mib, 50},  // above gcLarge: goal 1.5 × live
 		{1024, 10000},    // capped
 	} {
 		if got := gcPercent(c.live, 32*mib); got != c.want {
