@@ -156,7 +156,9 @@ func (b *Boundary) MountNS() bool { return b.useNS }
 // view spec that holds it, not a copy (a copy per session was 1.8 KiB,
 // 180 MiB of a restart at 100,000 sessions): read it, never write its
 // elements; its capacity is its length, so an append copies it.
-func (b *Boundary) FileNever() []string { return b.cfg.FileNever[:len(b.cfg.FileNever):len(b.cfg.FileNever)] }
+func (b *Boundary) FileNever() []string {
+	return b.cfg.FileNever[:len(b.cfg.FileNever):len(b.cfg.FileNever)]
+}
 
 // FileNeverFixed is those of FileNever no admin override opens
 // (Config.FileNeverFixed).
