@@ -36,7 +36,8 @@
 //  5. At the process's deadline, or on a kill, the shim kills its cgroup;
 //     when the first process ends, it kills what is left of the tree,
 //     drains the pipes, writes exit.json with the final ends, removes the
-//     cgroup and exits.
+//     cgroup and exits; a spare shim instead lets go of the job and, the
+//     agent willing, becomes a spare again (spare.go).
 //
 // Readers (logs, attach: Proc.Read and Proc.Next) read the ring files
 // directly, drop what the write limit says may have been overwritten while

@@ -89,9 +89,13 @@ type Manager struct {
 	starting      map[int]bool
 	spareWaiters  int
 	spareCond     *sync.Cond
-	closed        bool
-	refills       sync.WaitGroup // refill goroutines running (goRefill); Close waits for them
-	unadopted     []error        // what Open found and left (Unadopted)
+	// working: spares running a job, whose sockets are kept to take them
+	// back once it ends (awaitReturn); reused counts those taken back.
+	working   map[*spare]bool
+	reused    int
+	closed    bool
+	refills   sync.WaitGroup // refill goroutines running (goRefill); Close waits for them
+	unadopted []error        // what Open found and left (Unadopted)
 }
 
 // Open adopts the processes found in cfg.Dir (running ones through their
@@ -104,7 +108,7 @@ func Open(cfg Config, known func(session string) bool) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("procs: %w", err)
 	}
-	m := &Manager{cfg: cfg, procs: map[string]*Proc{}, starting: map[int]bool{}}
+	m := &Manager{cfg: cfg, procs: map[string]*Proc{}, starting: map[int]bool{}, working: map[*spare]bool{}}
 	m.spareCond = sync.NewCond(&m.mu)
 	ents, err := os.ReadDir(cfg.Dir)
 	if err != nil {
@@ -304,6 +308,7 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (
 	if sp != nil {
 		if err := sp.handJob(dir, w, pl.Files); err == nil {
 			proc = sp.cmd.Process
+			m.awaitReturn(sp)
 		} else { // gone or broken: a shim of its own instead, in its place
 			sp.cmd.Process.Kill()
 			os.Remove(filepath.Join(dir, ctlFile))

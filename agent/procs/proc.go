@@ -88,6 +88,12 @@ func (p *Proc) adopt() {
 	}
 	c, err := net.Dial("unix", filepath.Join(p.dir, ctlFile))
 	if err != nil {
+		// A shim closes its listener only after exit.json is written
+		// (a spare shim then takes another job): read it again.
+		if readJSON(filepath.Join(p.dir, exitFile), &rec) == nil {
+			p.setExit(&rec)
+			return
+		}
 		p.shimGone()
 		return
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // createIndex makes the rings' index in dir (zero: both streams empty) and
-// maps it read-write: the shim's, for its whole life.
+// maps it read-write: the shim's, for its job (unmapped once the job's
+// rings no longer reference it: a spare shim takes several jobs).
 func createIndex(dir string) (*ringIndex, error) {
 	f, err := os.OpenFile(filepath.Join(dir, indexFile), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -26,7 +27,9 @@ func createIndex(dir string) (*ringIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procs: map %s: %w", indexFile, err)
 	}
-	return &ringIndex{mem: mem}, nil
+	x := &ringIndex{mem: mem}
+	runtime.SetFinalizer(x, func(x *ringIndex) { unix.Munmap(x.mem) })
+	return x, nil
 }
 
 // openIndex maps the rings' index in dir read-only (the agent's); it is

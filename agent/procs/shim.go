@@ -65,7 +65,8 @@ func ShimMain(start backend.StartFunc) {
 		// without close-on-exec) reaches the launcher only where StartFunc
 		// passes it, never the session process.
 		closeOnExecFrom(3)
-		os.Exit(runShim(start, os.Args[1], os.NewFile(3, "status"), nil, nil))
+		code, _ := runShim(start, os.Args[1], os.NewFile(3, "status"), nil, nil, false)
+		os.Exit(code)
 	case len(os.Args) == 3 && os.Args[2] == spareArg:
 		os.Exit(runSpare(start))
 	}
@@ -94,6 +95,9 @@ type shim struct {
 	pty    *os.File
 	proc   *os.Process
 	reason string // set by a deadline or a kill before the process ends
+	// deadline kills the process when its deadline passes (nil: none);
+	// stopped when the job is released (a spare's next job).
+	deadline *time.Timer
 	// in queues stdin for stdinLoop, so that a process that does not read
 	// its stdin holds up no control frame (a hold, a signal, a kill).
 	in struct {
@@ -101,6 +105,7 @@ type shim struct {
 		cond  *sync.Cond
 		q     []stdinItem
 		bytes int
+		done  bool // the job is released: stdinLoop drains the queue and ends
 	}
 	// holds: per control connection, the offsets of the slowest reader
 	// it follows live (ctlHold); a pump does not read more than its ring
@@ -111,22 +116,30 @@ type shim struct {
 	ended bool       // the process ended long ago: holds no longer count
 }
 
+// catchSignals makes SIGHUP and SIGINT caught, not ignored, once per shim:
+// an ignored signal stays ignored in the process the shim starts (a
+// shell's ^C would then reach nothing).
+var catchSignals = sync.OnceFunc(func() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
+})
+
 // runShim holds the process of directory dir: status is where it reports
 // its start; files are the prepared launch's descriptors (nil: inherited
 // at fds 4..., as many as meta.json says); pre, from a spare, its rings and
-// listener (nil: made here).
-func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File, pre *staged) int {
-	// Caught, not ignored: an ignored signal stays ignored in the process
-	// the shim starts (a shell's ^C would then reach nothing).
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
-	report := func(err error) int {
+// listener (nil: made here). It returns the shim's exit code, and whether
+// it released the job (reuse set, the job ended cleanly): nothing of the
+// job is left in the shim then, and a spare takes another job (spare.go)
+// instead of exiting.
+func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.File, pre *staged, reuse bool) (int, bool) {
+	catchSignals()
+	report := func(err error) (int, bool) {
 		if err != nil {
 			fmt.Fprintf(status, "%v", err)
 			status.Close()
-			return 1
+			return 1, false
 		}
 		status.Close()
-		return 0
+		return 0, false
 	}
 	s := &shim{dir: dir, conns: map[chan struct{}]bool{}, holds: map[net.Conn][2]uint64{}}
 	s.room = sync.NewCond(&s.mu)
@@ -208,7 +221,9 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 
 	go s.serve(ln)
 	if s.meta.Deadline != nil {
-		time.AfterFunc(time.Until(*s.meta.Deadline), func() { s.kill("deadline") })
+		s.mu.Lock()
+		s.deadline = time.AfterFunc(time.Until(*s.meta.Deadline), func() { s.kill("deadline") })
+		s.mu.Unlock()
 	}
 	s.in.cond = sync.NewCond(&s.in.mu)
 	go s.stdinLoop()
@@ -235,9 +250,11 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 	go func() { wg.Wait(); close(drained) }()
 	// A live reader that holds the pumps back gets 30 s to catch up (what
 	// is left is at most a pipe's buffer); then the pumps go on regardless.
+	clean := true
 	select {
 	case <-drained:
 	case <-time.After(30 * time.Second):
+		clean = false
 		s.mu.Lock()
 		s.ended = true
 		s.room.Broadcast()
@@ -275,11 +292,46 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 		}
 	}
 	s.mu.Unlock()
-	time.Sleep(200 * time.Millisecond) // let connected agents read the exit
 	if err != nil {
-		return 1
+		return 1, false
 	}
-	return 0
+	if reuse && clean {
+		// The connections' writers send the exit and close on their own;
+		// a connection coming after the listener closes is refused, and
+		// the agent reads exit.json, written above.
+		s.release(ln, pumps)
+		return 0, true
+	}
+	time.Sleep(200 * time.Millisecond) // let connected agents read the exit
+	return 0, false
+}
+
+// release lets go of an ended job (its pumps have drained, its exit is
+// recorded): the control listener, the deadline, the stdin queue, the
+// rings, the terminal and the output pipes. What is left of the job is its
+// records on disk; a spare's next job starts from a new staging.
+func (s *shim) release(ln net.Listener, pumps []io.Reader) {
+	ln.Close() // serve returns; the socket file stays (the agent's reconnect is refused)
+	s.mu.Lock()
+	if s.deadline != nil {
+		s.deadline.Stop()
+	}
+	s.mu.Unlock()
+	s.in.mu.Lock()
+	s.in.done = true
+	s.in.cond.Broadcast()
+	s.in.mu.Unlock()
+	for _, r := range s.rings {
+		r.f.Close()
+	}
+	for _, r := range pumps {
+		if f, ok := r.(*os.File); ok && f != s.pty {
+			f.Close()
+		}
+	}
+	if s.pty != nil {
+		s.pty.Close() // stdinLoop's writes to it fail from here on
+	}
 }
 
 // Sizes on the output path: each output pipe holds up to pipeBytes (the
@@ -383,11 +435,19 @@ func (s *shim) queueStdin(b []byte, close bool) {
 	s.in.cond.Broadcast()
 }
 
-// stdinLoop writes the queued stdin to the process, in order.
+// stdinLoop writes the queued stdin to the process, in order, until the
+// job is released and the queue empty.
 func (s *shim) stdinLoop() {
 	for {
 		s.in.mu.Lock()
 		for len(s.in.q) == 0 {
+			if s.in.done {
+				s.in.mu.Unlock()
+				if s.stdin != nil && s.pty == nil {
+					s.stdin.Close()
+				}
+				return
+			}
 			s.in.cond.Wait()
 		}
 		it := s.in.q[0]

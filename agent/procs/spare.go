@@ -14,8 +14,12 @@ package procs
 // the bound socket move with it), writes meta.json there, and hands the
 // spare its job: the directory's new name and, as descriptors, the status
 // pipe and the prepared launch's; a replacement starts once the start is
-// done. A spare whose socket closes with no job (the manager closed, the
-// agent gone, even by kill -9) removes its directory and exits: none
+// done, unless enough spares are kept. The agent keeps the socket: a spare
+// whose job has ended cleanly makes a new directory and says it is ready
+// again, and is taken back while fewer than maxSpares are kept (runSpare,
+// awaitReturn), so that a shim's start is paid once for many short
+// processes. A spare whose socket closes with no job (the manager closed,
+// the agent gone, even by kill -9) removes its directory and exits: none
 // outlives its agent.
 //
 // A start that finds none ready waits for one still starting, where one
@@ -98,14 +102,66 @@ func (m *Manager) startSpare() (*spare, error) {
 		delete(m.starting, pid)
 		m.mu.Unlock()
 	}()
-	var b [1]byte
 	sp.conn.SetReadDeadline(time.Now().Add(m.cfg.StartTimeout))
-	if n, err := sp.conn.Read(b[:]); err != nil || n != 1 || b[0] != 'r' {
+	dir, err := m.readReady(sp.conn)
+	if err != nil || dir != sp.dir {
 		sp.abandon()
-		return nil, fmt.Errorf("procs: spare shim not ready: %v", err)
+		return nil, fmt.Errorf("procs: spare shim not ready: %v (directory %q)", err, dir)
 	}
 	sp.conn.SetReadDeadline(time.Time{})
 	return sp, nil
+}
+
+// readReady reads a spare's "ready" on c: "r" and its directory, which
+// must be a spare's directory in the processes' directory.
+func (m *Manager) readReady(c *net.UnixConn) (string, error) {
+	b := make([]byte, 4096)
+	n, err := c.Read(b)
+	if err != nil {
+		return "", err
+	}
+	dir, ok := strings.CutPrefix(string(b[:n]), "r")
+	if !ok || filepath.Dir(dir) != m.cfg.Dir || !strings.HasPrefix(filepath.Base(dir), spareDirPrefix) {
+		return "", fmt.Errorf("bad ready message %q", b[:n])
+	}
+	return dir, nil
+}
+
+// maxSpares bounds the spares kept, those started ahead of need and those
+// back from a job: a shim whose job has ended is taken back while fewer
+// are kept, so that short processes started one after another reuse a
+// few shims instead of starting one each (runSpare); past it, it exits.
+const maxSpares = 2 * spareCount
+
+// awaitReturn waits, beside sp's job, for sp to say it is ready again (its
+// job ended cleanly) and keeps it as a spare, or closes its socket (enough
+// spares, the manager closed, or a bad message): it then exits. A shim
+// that ends with its job closes the socket itself.
+func (m *Manager) awaitReturn(sp *spare) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		sp.conn.Close()
+		return
+	}
+	m.working[sp] = true
+	m.mu.Unlock()
+	go func() {
+		dir, err := m.readReady(sp.conn)
+		m.mu.Lock()
+		delete(m.working, sp)
+		keep := err == nil && !m.closed && len(m.spares) < maxSpares
+		if keep {
+			sp.dir = dir
+			m.spares = append(m.spares, sp)
+			m.reused++
+			m.spareCond.Broadcast()
+		}
+		m.mu.Unlock()
+		if !keep {
+			sp.conn.Close() // it removes its directory and exits
+		}
+	}()
 }
 
 // abandon ends a spare that will get no job and removes its directory
@@ -188,6 +244,9 @@ func (m *Manager) closeSpares() {
 	m.mu.Lock()
 	sps := m.spares
 	m.spares, m.closed = nil, true
+	for sp := range m.working {
+		sp.conn.Close() // its job runs on; then it exits
+	}
 	m.mu.Unlock()
 	for _, sp := range sps {
 		sp.conn.Close() // it removes its directory and exits
@@ -216,22 +275,31 @@ func (sp *spare) take(dir string) error {
 // as descriptors the status pipe and the prepared launch's. The spare owns
 // its copies once this returns nil.
 func (sp *spare) handJob(dir string, status *os.File, files []*os.File) error {
-	defer sp.conn.Close() // one job per spare
 	fds := []int{int(status.Fd())}
 	for _, f := range files {
 		fds = append(fds, int(f.Fd()))
 	}
 	if len(fds) > maxJobFiles {
+		sp.conn.Close()
 		return fmt.Errorf("procs: %d descriptors for a shim (at most %d)", len(fds), maxJobFiles)
 	}
 	_, _, err := sp.conn.WriteMsgUnix([]byte(dir), unix.UnixRights(fds...), nil)
+	if err != nil {
+		sp.conn.Close()
+	}
 	return err
 }
 
 // runSpare is a spare shim: it makes its directory (argv[1]) and what a
-// shim makes there, says it is ready on fd 3, and waits there for its job
-// and runs it (or, the socket closed with no job, removes the directory
-// and exits).
+// shim makes there, says it is ready on fd 3 ("r" and the directory), and
+// waits there for its job and runs it (or, the socket closed with no job,
+// removes the directory and exits). Once a job has ended cleanly (its
+// process gone, its exit recorded, nothing of it held: runShim) it makes a
+// new directory and says it is ready again: the agent takes it back as a
+// spare, or closes the socket (enough spares, or the agent gone: even a
+// restarted agent has none of the old one's sockets), and it exits. The
+// shim's own start, a Go binary's exec and runtime set-up, is then paid
+// once for many short processes instead of once each.
 func runSpare(start backend.StartFunc) int {
 	closeOnExecFrom(3)
 	f := os.NewFile(3, "spare")
@@ -244,46 +312,57 @@ func runSpare(start backend.StartFunc) int {
 	if !ok {
 		return 1
 	}
+	defer uc.Close()
 	staging := os.Args[1]
 	if !filepath.IsAbs(staging) || !strings.HasPrefix(filepath.Base(staging), spareDirPrefix) || os.Mkdir(staging, 0o700) != nil {
 		return 1
 	}
-	pre, err := stageSpare(staging)
-	if err != nil {
-		os.RemoveAll(staging)
-		return 1
-	}
-	warmShim()
-	if _, err := uc.Write([]byte{'r'}); err != nil {
-		os.RemoveAll(staging)
-		return 0
-	}
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4*maxJobFiles))
-	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
-	uc.Close()
-	if err != nil || n == 0 {
-		os.RemoveAll(staging) // closed with no job
-		return 0
-	}
-	fds, err := parseRights(oob[:oobn])
-	if err != nil || len(fds) < 1 {
-		for _, fd := range fds {
-			unix.Close(fd)
+	for first := true; ; first = false {
+		pre, err := stageSpare(staging)
+		if err != nil {
+			os.RemoveAll(staging)
+			return 1
 		}
-		return 1
+		if first {
+			warmShim()
+		}
+		if _, err := uc.Write(append([]byte{'r'}, staging...)); err != nil {
+			os.RemoveAll(staging)
+			return 0
+		}
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			os.RemoveAll(staging) // closed with no job
+			return 0
+		}
+		fds, err := parseRights(oob[:oobn])
+		if err != nil || len(fds) < 1 {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			return 1
+		}
+		status := os.NewFile(uintptr(fds[0]), "status")
+		files := []*os.File{}
+		for _, fd := range fds[1:] {
+			files = append(files, os.NewFile(uintptr(fd), "prepared"))
+		}
+		dir := string(buf[:n])
+		if !filepath.IsAbs(dir) || filepath.Dir(dir) != filepath.Dir(staging) {
+			fmt.Fprintf(status, "procs: spare shim: bad directory %q", dir)
+			return 1
+		}
+		code, released := runShim(start, dir, status, files, pre, true)
+		if !released {
+			return code
+		}
+		staging = filepath.Join(filepath.Dir(dir), spareDirPrefix+newID()[2:])
+		if os.Mkdir(staging, 0o700) != nil {
+			return 0
+		}
 	}
-	status := os.NewFile(uintptr(fds[0]), "status")
-	files := []*os.File{}
-	for _, fd := range fds[1:] {
-		files = append(files, os.NewFile(uintptr(fd), "prepared"))
-	}
-	dir := string(buf[:n])
-	if !filepath.IsAbs(dir) || filepath.Dir(dir) != filepath.Dir(staging) {
-		fmt.Fprintf(status, "procs: spare shim: bad directory %q", dir)
-		return 1
-	}
-	return runShim(start, dir, status, files, pre)
 }
 
 // stageSpare makes a spare's files in its directory: its log (its stdout

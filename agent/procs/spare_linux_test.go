@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -179,4 +180,83 @@ func TestCloseLeavesNoSpare(t *testing.T) {
 			readAll(t, q, 0, 0, 10*time.Second)
 		}
 	}
+}
+
+// TestSpareTakesAnotherJob: a spare shim whose process has ended comes
+// back as a spare, holding nothing of that job (no descriptor under its
+// directory, its deadline stopped), and its next job, in the same shim,
+// runs as a fresh shim's would; the first job's records stay as written.
+func TestSpareTakesAnotherJob(t *testing.T) {
+	r := newRig(t, 0)
+	readySpares(t, r)
+	first := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "echo one; sleep 0.3"}, DeadlineS: 1.5})
+	shim := shimPID(t, first)
+	if v := wait(t, first); v.Reason != "exit" {
+		t.Fatalf("first job: %+v", v)
+	}
+	back := false
+	for i := 0; i < 250 && !back; i++ {
+		r.m.mu.Lock()
+		for _, sp := range r.m.spares {
+			back = back || sp.cmd.Process.Pid == shim
+		}
+		r.m.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !back {
+		t.Fatalf("shim %d did not come back as a spare", shim)
+	}
+	fds, _ := os.ReadDir("/proc/" + strconv.Itoa(shim) + "/fd")
+	for _, fd := range fds {
+		if to, _ := os.Readlink("/proc/" + strconv.Itoa(shim) + "/fd/" + fd.Name()); strings.HasPrefix(to, first.dir) {
+			t.Errorf("shim %d still holds %s of its first job", shim, to)
+		}
+	}
+	// The spare taken next is the last one kept: this shim.
+	second := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "sleep 2; echo two"}})
+	if got := shimPID(t, second); got != shim {
+		t.Fatalf("second job's shim %d, want %d", got, shim)
+	}
+	if out, _ := readAll(t, second, 0, 0, 10*time.Second); out != "two\n" {
+		t.Errorf("second job's output %q", out)
+	}
+	// It ran past the first job's deadline (1.5 s after the first start).
+	if v := wait(t, second); v.Reason != "exit" || v.ExitCode == nil || *v.ExitCode != 0 {
+		t.Errorf("second job: %+v (the first job's deadline reached it?)", v)
+	}
+	if out, _ := readAll(t, first, 0, 0, 5*time.Second); out != "one\n" {
+		t.Errorf("first job's output after the second: %q", out)
+	}
+	r.m.mu.Lock()
+	reused := r.m.reused
+	r.m.mu.Unlock()
+	if reused < 1 {
+		t.Errorf("reused %d", reused)
+	}
+}
+
+// TestShortJobsEndAsExited: processes that end at once, started one after
+// another through spares that come back between them, each end as exited
+// with their output, never lost: a shim closes its listener once exit.json
+// is written, so an agent whose connection comes after that reads the
+// record instead.
+func TestShortJobsEndAsExited(t *testing.T) {
+	r := newRig(t, 0)
+	readySpares(t, r)
+	for i := 0; i < 60; i++ {
+		p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/echo", strconv.Itoa(i)}})
+		if v := wait(t, p); v.State != wire.ProcExited || v.Reason != "exit" {
+			t.Fatalf("start %d: %+v", i, v)
+		}
+		if out, _ := readAll(t, p, 0, 0, 5*time.Second); out != strconv.Itoa(i)+"\n" {
+			t.Fatalf("start %d: output %q", i, out)
+		}
+	}
+	r.m.mu.Lock()
+	reused := r.m.reused
+	r.m.mu.Unlock()
+	if reused == 0 {
+		t.Error("no shim was taken back")
+	}
+	t.Logf("%d shims taken back over 60 starts", reused)
 }

@@ -43,9 +43,10 @@ type spare struct{ cmd *exec.Cmd }
 
 const spareDirPrefix = ".spare-"
 
-func (m *Manager) takeSpare() *spare { return nil }
-func (m *Manager) refill()           {}
-func (m *Manager) closeSpares()      {}
+func (m *Manager) takeSpare() *spare  { return nil }
+func (m *Manager) refill()            {}
+func (m *Manager) closeSpares()       {}
+func (m *Manager) awaitReturn(*spare) {}
 
 func (sp *spare) abandon()                                   {}
 func (sp *spare) take(string) error                          { return errors.ErrUnsupported }
