@@ -142,12 +142,19 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 // messages, control frames and wake-ups.
 const attachFrameBytes = 256 << 10
 
+// attachFirstFrameBytes is a stream's first buffer: most processes write
+// little (a buffer of attachFrameBytes per stream and attach was most of
+// what the agent allocated while short processes were started and
+// attached one after another); a read that fills it doubles it, up to
+// attachFrameBytes.
+const attachFirstFrameBytes = 4 << 10
+
 // followStream sends stream i from off until the process has ended and all
 // of it is sent (nil), or ctx ends or a write fails (the error). One buffer
 // serves every message: the channel byte, then the bytes read into it.
 func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, fl *procs.Follower, sendMsg func([]byte) error, sendJSON func(byte, any) error) error {
 	name := [2]string{"stdout", "stderr"}[i]
-	msg := make([]byte, 1+attachFrameBytes)
+	msg := make([]byte, 1+attachFirstFrameBytes)
 	msg[0] = [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
 	first := true
 	for {
@@ -170,5 +177,9 @@ func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uin
 		}
 		off = c.Offset + uint64(n)
 		fl.Advance(i, off)
+		if n == len(msg)-1 && n < attachFrameBytes {
+			msg = make([]byte, 1+min(2*n, attachFrameBytes))
+			msg[0] = [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
+		}
 	}
 }

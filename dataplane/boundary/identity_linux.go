@@ -16,13 +16,11 @@ package boundary
 // that file: nothing is mounted over a link or a missing path.
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"golang.org/x/sys/unix"
@@ -147,19 +145,16 @@ func sessionHome(uid uint32) error {
 // withoutEntry returns a passwd or group file's lines less those whose name
 // is name or whose id (third field) is id.
 func withoutEntry(file []byte, name, id string) []byte {
-	var out bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(file))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.SplitN(line, ":", 4)
-		if len(f) >= 3 && (f[0] == name || f[2] == id) {
+	out := make([]byte, 0, len(file)+1)
+	for line := range bytes.Lines(file) {
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+		f := bytes.SplitN(line, []byte(":"), 4)
+		if len(f) >= 3 && (string(f[0]) == name || string(f[2]) == id) {
 			continue
 		}
-		out.WriteString(line)
-		out.WriteByte('\n')
+		out = append(append(out, line...), '\n')
 	}
-	return out.Bytes()
+	return out
 }
 
 // startDir is where a process of session name starts when its request

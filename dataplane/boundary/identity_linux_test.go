@@ -68,6 +68,12 @@ func TestWithoutEntry(t *testing.T) {
 	if want := "root:x:0:0:root:/root:/bin/sh\nbin:x:2:2::/bin:/usr/sbin/nologin\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+	// A last line without its newline, and CRLF line ends, as the
+	// line scanner it replaced read them.
+	got = string(withoutEntry([]byte("a:x:1:1\r\nuser:x:3:3\r\nb:x:2:2"), "user", "9"))
+	if want := "a:x:1:1\nb:x:2:2\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
 }
 
 // TestStartDir: a process whose request names no directory starts in the
