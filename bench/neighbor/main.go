@@ -39,7 +39,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -56,6 +55,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/daemon"
 	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane"
 )
@@ -397,40 +397,16 @@ func (b *bench) flood(mode string) (*phase, error) {
 	return p, nil
 }
 
-// heap reads the agent's Go heap figures from its /metrics.
+// heap reads the agent's Go heap figures, ring drops, goroutines and
+// kernel denials from its /metrics.
 func (b *bench) heap() string {
-	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	m, err := daemon.Metrics(b.metrics)
 	if err != nil {
 		return err.Error()
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var out []string
-	denials := 0.0
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "shinken_denials_total{") {
-			if f := strings.Fields(l); len(f) == 2 {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				denials += v
-			}
-		}
-		f := strings.Fields(l)
-		if len(f) != 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		switch {
-		case err != nil:
-		case f[0] == "go_memstats_heap_inuse_bytes", f[0] == "go_memstats_heap_sys_bytes", f[0] == "go_memstats_heap_released_bytes":
-			out = append(out, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.TrimPrefix(f[0], "go_memstats_"), "_bytes"), v/(1<<20)))
-		case f[0] == "shinken_ringbuf_drops_total":
-			out = append(out, fmt.Sprintf("ring drops %.0f", v))
-		case f[0] == "go_goroutines":
-			out = append(out, fmt.Sprintf("goroutines %.0f", v))
-		}
-	}
-	out = append(out, fmt.Sprintf("kernel denials %.0f", denials))
-	return strings.Join(out, ", ")
+	return fmt.Sprintf("%s, ring drops %.0f, goroutines %.0f, kernel denials %.0f",
+		daemon.HeapMiB(m, "heap_inuse", "heap_sys", "heap_released"),
+		m["shinken_ringbuf_drops_total"], m["go_goroutines"], m["shinken_denials_total"])
 }
 
 // measure runs B's probe and B's grants side by side for one window.

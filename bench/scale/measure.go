@@ -55,22 +55,12 @@ func (b *bench) measure(n int, creates []float64, kern0 float64) result {
 		resp.Body.Close()
 		scrapes = append(scrapes, float64(time.Since(t0).Microseconds())/1e3)
 		r.scrapeBytes = int(nb)
-		t0 = time.Now()
-		out, err := exec.Command(b.ctl, "-socket", b.sock, "-o", "json", "session", "ls").Output()
+		ms, err := b.listSessions(n)
 		if err != nil {
-			r.err = fmt.Errorf("session ls: %v", err)
-			return r
-		}
-		lists = append(lists, float64(time.Since(t0).Microseconds())/1e3)
-		var ss []json.RawMessage
-		if err := json.Unmarshal(out, &ss); err != nil {
 			r.err = err
 			return r
 		}
-		if len(ss) != n {
-			r.err = fmt.Errorf("session ls listed %d sessions, want %d", len(ss), n)
-			return r
-		}
+		lists = append(lists, ms)
 	}
 	if *flagPprof != "" {
 		if err := b.profile(n); err != nil {
@@ -108,4 +98,24 @@ func (r result) print() {
 	fmt.Printf("session_create_p99_ms_at_%s=%.2f\n", l, benchkit.Q(s, 0.99))
 	fmt.Printf("agent_restart_ms_at_%s_sessions=%.0f\n", l, r.restart.ms)
 	fmt.Printf("agent_rss_mib_after_restart_at_%s_sessions=%.1f\n", l, r.restart.rss)
+}
+
+// listSessions runs shinkenctl session ls and checks that it lists n
+// sessions; it returns how long the command took in ms (its output's
+// parsing not counted).
+func (b *bench) listSessions(n int) (float64, error) {
+	t0 := time.Now()
+	out, err := exec.Command(b.ctl, "-socket", b.sock, "-o", "json", "session", "ls").Output()
+	if err != nil {
+		return 0, fmt.Errorf("session ls: %v", err)
+	}
+	ms := float64(time.Since(t0).Microseconds()) / 1e3
+	var ss []json.RawMessage
+	if err := json.Unmarshal(out, &ss); err != nil {
+		return ms, fmt.Errorf("session ls: %v", err)
+	}
+	if len(ss) != n {
+		return ms, fmt.Errorf("session ls listed %d sessions, want %d", len(ss), n)
+	}
+	return ms, nil
 }

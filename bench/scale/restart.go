@@ -3,17 +3,13 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
-	"os/exec"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
+	"github.com/shinken-agent/shinken/bench/internal/daemon"
 )
 
 // restarted is what one restart at a count found.
@@ -62,13 +58,8 @@ func (b *bench) restart(n int) (restarted, error) {
 	if err := b.eg.stillGranted(); err != nil {
 		return r, fmt.Errorf("after the restart at %d sessions: %w", n, err)
 	}
-	out, err := exec.Command(b.ctl, "-socket", b.sock, "-o", "json", "session", "ls").Output()
-	if err != nil {
-		return r, fmt.Errorf("after the restart at %d sessions: session ls: %v", n, err)
-	}
-	var ss []json.RawMessage
-	if err := json.Unmarshal(out, &ss); err != nil || len(ss) != n {
-		return r, fmt.Errorf("after the restart at %d sessions: session ls listed %d (%v)", n, len(ss), err)
+	if _, err := b.listSessions(n); err != nil {
+		return r, fmt.Errorf("after the restart at %d sessions: %w", n, err)
 	}
 	time.Sleep(*flagSettleRestart)
 	r.rss = benchkit.StatusKiB(b.agent.Process.Pid, "VmRSS:") / 1024
@@ -79,23 +70,9 @@ func (b *bench) restart(n int) (restarted, error) {
 
 // heap reads the daemon's Go heap figures from its /metrics.
 func (b *bench) heap() string {
-	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	m, err := daemon.Metrics(b.metrics)
 	if err != nil {
 		return err.Error()
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		if len(f) != 2 {
-			continue
-		}
-		switch f[0] {
-		case "go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes":
-			v, _ := strconv.ParseFloat(f[1], 64)
-			out = append(out, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(strings.TrimPrefix(f[0], "go_memstats_"), "_bytes"), v/(1<<20)))
-		}
-	}
-	return strings.Join(out, ", ")
+	return daemon.HeapMiB(m, "heap_inuse", "heap_idle", "heap_released")
 }

@@ -1,9 +1,9 @@
 //go:build linux
 
 // Package daemon holds what the benches that drive the real shinken-agent
-// daemon (make bench-agent, make bench-scale) share: creating a session
-// through its API, waiting for the API, and weighing the sessions'
-// holders.
+// daemon (make bench-agent, make bench-scale, make bench-neighbor) share:
+// creating a session through its API, waiting for the API, reading its
+// /metrics, and weighing the sessions' holders.
 package daemon
 
 import (
@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,4 +71,43 @@ func HoldersPssMiB(parent string) (float64, int) {
 		}
 	}
 	return kb / 1024, n
+}
+
+// Metrics reads the daemon's /metrics at addr (host:port): each sample's
+// value by its name, the samples of a labelled family summed under the
+// family's name.
+func Metrics(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]float64{}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(f[0], "{")
+		m[name] += v
+	}
+	return m, nil
+}
+
+// HeapMiB formats the Go heap figures named (go_memstats_NAME_bytes) from
+// a Metrics reading, in MiB: "heap_inuse 12.3 MiB, ...".
+func HeapMiB(m map[string]float64, names ...string) string {
+	var out []string
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("%s %.1f MiB", n, m["go_memstats_"+n+"_bytes"]/(1<<20)))
+	}
+	return strings.Join(out, ", ")
 }
