@@ -3,6 +3,7 @@ package procs
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -259,4 +260,39 @@ func TestShortJobsEndAsExited(t *testing.T) {
 		t.Error("no shim was taken back")
 	}
 	t.Logf("%d shims taken back over 60 starts", reused)
+}
+
+// TestWorkingShimEndsWithoutItsManager: a spare running a job when its
+// manager closes (its agent gone) keeps the job running, and once the job
+// ends it exits instead of waiting as a spare no agent can reach; a new
+// manager reads the job's exit.
+func TestWorkingShimEndsWithoutItsManager(t *testing.T) {
+	r := newRig(t, 0)
+	readySpares(t, r)
+	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "sleep 0.5; echo done"}})
+	shim := shimPID(t, p)
+	r.m.Close()
+	m2, err := Open(r.cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m2
+	q, err := m2.Get(r.session, p.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := wait(t, q); v.Reason != "exit" {
+		t.Fatalf("after the manager closed: %+v", v)
+	}
+	for i := 0; i < 250; i++ {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(shim) + "/cmdline")
+		if err != nil || len(b) == 0 {
+			if left, _ := filepath.Glob(filepath.Join(r.cfg.Dir, spareDirPrefix+"*")); len(left) > spareCount {
+				t.Errorf("spare directories left: %v", left)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("shim %d outlived its job with no manager", shim)
 }
