@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -126,6 +127,10 @@ func (m *Manager) readReady(c *net.UnixConn) (string, error) {
 	}
 	return dir, nil
 }
+
+// spareIdleFree is how long a spare waits for a job before it returns its
+// free heap to the system (runSpare).
+const spareIdleFree = 5 * time.Second
 
 // maxSpares bounds the spares kept, those started ahead of need and those
 // back from a job: a shim whose job has ended is taken back while fewer
@@ -332,7 +337,18 @@ func runSpare(start backend.StartFunc) int {
 			os.RemoveAll(staging)
 			return 0
 		}
+		// A spare left idle for spareIdleFree returns its free heap to the
+		// system once: a shim back from many jobs holds a few MiB of heap
+		// the runtime keeps for the next (6 MiB anonymous against 1.5 for
+		// a fresh spare, after 300 jobs); a busy one keeps it, so that a
+		// job does not fault those pages in again.
+		uc.SetReadDeadline(time.Now().Add(spareIdleFree))
 		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			debug.FreeOSMemory()
+			uc.SetReadDeadline(time.Time{})
+			n, oobn, _, _, err = uc.ReadMsgUnix(buf, oob)
+		}
 		if err != nil || n == 0 {
 			os.RemoveAll(staging) // closed with no job
 			return 0
