@@ -258,7 +258,10 @@ func (m *Manager) closeSpares() {
 	}
 	m.spareCond.Broadcast()
 	// Nothing of a spare outlives Close: each removes its directory and
-	// exits (waited for), and a refill still starting one abandons it.
+	// exits (waited for), and a refill still starting one abandons it. A
+	// shim at its job is not waited for (its process runs on): if its job
+	// ends after this, it may stage a directory, finds its socket closed,
+	// removes it and exits.
 	for _, sp := range sps {
 		sp.waitExit()
 		os.RemoveAll(sp.dir) // gone already, unless it was killed
