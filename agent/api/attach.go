@@ -154,8 +154,9 @@ const attachFirstFrameBytes = 4 << 10
 // serves every message: the channel byte, then the bytes read into it.
 func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uint64, fl *procs.Follower, sendMsg func([]byte) error, sendJSON func(byte, any) error) error {
 	name := [2]string{"stdout", "stderr"}[i]
+	ch := [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
 	msg := make([]byte, 1+attachFirstFrameBytes)
-	msg[0] = [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
+	msg[0] = ch
 	first := true
 	for {
 		c, ok, err := p.NextInto(ctx, i, off, msg[1:])
@@ -179,7 +180,7 @@ func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uin
 		fl.Advance(i, off)
 		if n == len(msg)-1 && n < attachFrameBytes {
 			msg = make([]byte, 1+min(2*n, attachFrameBytes))
-			msg[0] = [2]byte{wire.ChanStdout, wire.ChanStderr}[i]
+			msg[0] = ch
 		}
 	}
 }

@@ -7,7 +7,8 @@ package procs
 // writes its output to the two rings in the process's directory, serves
 // the agent's control connections (stdin, resize, signals), enforces the
 // process's deadline, and when the process ends kills what is left of its
-// tree, records the exit in exit.json and exits.
+// tree, records the exit in exit.json and exits (a spare shim instead lets
+// go of the job and waits for another: spare.go).
 
 import (
 	"encoding/json"
@@ -94,7 +95,7 @@ type shim struct {
 	proc   *os.Process
 	reason string // set by a deadline or a kill before the process ends
 	// deadline kills the process when its deadline passes (nil: none);
-	// stopped when the job is released (a spare's next job).
+	// set and stopped by runShim's goroutine alone (release).
 	deadline *time.Timer
 	// in queues stdin for stdinLoop, so that a process that does not read
 	// its stdin holds up no control frame (a hold, a signal, a kill).
@@ -219,9 +220,7 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 
 	go s.serve(ln)
 	if s.meta.Deadline != nil {
-		s.mu.Lock()
 		s.deadline = time.AfterFunc(time.Until(*s.meta.Deadline), func() { s.kill("deadline") })
-		s.mu.Unlock()
 	}
 	s.in.cond = sync.NewCond(&s.in.mu)
 	go s.stdinLoop()
@@ -310,11 +309,9 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 // records on disk; a spare's next job starts from a new staging.
 func (s *shim) release(ln net.Listener, pumps []io.Reader) {
 	ln.Close() // serve returns; the socket file stays (the agent's reconnect is refused)
-	s.mu.Lock()
 	if s.deadline != nil {
 		s.deadline.Stop()
 	}
-	s.mu.Unlock()
 	s.in.mu.Lock()
 	s.in.done = true
 	s.in.cond.Broadcast()
