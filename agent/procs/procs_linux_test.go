@@ -137,6 +137,22 @@ func wait(t *testing.T, p *Proc) wire.Process {
 	return p.View()
 }
 
+// reopen opens a new manager on r's directory (known: r's session alone,
+// or nil for none checked), makes it r's, and returns its view of p.
+func reopen(t *testing.T, r *rig, p *Proc, known func(string) bool) *Proc {
+	t.Helper()
+	m, err := Open(r.cfg, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m
+	q, err := m.Get(r.session, p.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // TestOutputBeforeExit: what a process prints reaches a reader while it
 // still runs (it then sleeps), not when it exits.
 func TestOutputBeforeExit(t *testing.T) {
@@ -301,15 +317,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	waitFor(t, p, 0, "n-1\n")
 	r.m.Close()
 	time.Sleep(400 * time.Millisecond)
-	m2, err := Open(r.cfg, func(s string) bool { return s == r.session })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.m = m2
-	q, err := m2.Get(r.session, p.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := reopen(t, r, p, func(s string) bool { return s == r.session })
 	out, _ := readAll(t, q, 0, 0, 10*time.Second)
 	var want strings.Builder
 	for i := 0; i < 20; i++ {

@@ -151,15 +151,7 @@ func TestLostAfterWrapExact(t *testing.T) {
 	r.m.Close()
 	syscall.Kill(shim, syscall.SIGKILL) // our child: the test started it
 	time.Sleep(300 * time.Millisecond)  // its socket closed with it
-	m2, err := Open(r.cfg, func(s string) bool { return s == r.session })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.m = m2
-	q, err := m2.Get(r.session, p.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := reopen(t, r, p, func(s string) bool { return s == r.session })
 	if v := wait(t, q); v.State != wire.ProcLost || v.Stdout != total {
 		t.Fatalf("lost process: %+v, want stdout end %d", v, total)
 	}

@@ -295,15 +295,7 @@ func TestWorkingShimEndsWithoutItsManager(t *testing.T) {
 	p := r.start(t, wire.ProcessStart{Argv: []string{"/bin/sh", "-c", "sleep 0.5; echo done"}})
 	shim := shimPID(t, p)
 	r.m.Close()
-	m2, err := Open(r.cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.m = m2
-	q, err := m2.Get(r.session, p.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := reopen(t, r, p, nil)
 	if v := wait(t, q); v.Reason != "exit" {
 		t.Fatalf("after the manager closed: %+v", v)
 	}
