@@ -33,6 +33,7 @@ type sample struct {
 	rangeSize int
 	cpuTicks  int64    // the agent's user+system time, USER_HZ ticks
 	aPorts    int      // ports of the range A's sockets hold (TCP or UDP, the more)
+	aProcs    int      // processes of A's uid (the fork bomb's bound)
 	cpu       [8]int64 // /proc/stat's cpu line: user nice system idle iowait irq softirq steal
 }
 
@@ -58,6 +59,7 @@ func startSampler(agentPID int, aUID uint32, period time.Duration) *sampler {
 			udp, udpA := portsHeld(lo, hi, aUID, "/proc/net/udp", "/proc/net/udp6")
 			x.tcpLeft, x.udpLeft, x.aPorts = x.rangeSize-tcp, x.rangeSize-udp, max(tcpA, udpA)
 			x.autobind = autobind()
+			x.aProcs = procsOf(aUID)
 			s.mu.Lock()
 			s.samples = append(s.samples, x)
 			s.mu.Unlock()
@@ -99,6 +101,7 @@ type hostFigures struct {
 	agentCPU          float64 // the agent's CPU time over the window's
 	hostCPU           string  // the host's CPU time by kind, in CPUs
 	aPortsMax         int
+	aProcsMax         int
 }
 
 func summarize(xs []sample) hostFigures {
@@ -115,6 +118,7 @@ func summarize(xs []sample) hostFigures {
 	}
 	for _, x := range xs {
 		h.aPortsMax = max(h.aPortsMax, x.aPorts)
+		h.aProcsMax = max(h.aProcsMax, x.aProcs)
 		h.rssMaxKiB = max(h.rssMaxKiB, x.rssKiB)
 		h.portsLeftMin = min(h.portsLeftMin, x.tcpLeft, x.udpLeft)
 		h.rangeSize = x.rangeSize
@@ -263,3 +267,25 @@ func auditSince(path string, offset int64, session string, byType map[string][2]
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// procsOf counts the host's processes whose /proc entry belongs to uid
+// (the process's effective uid): session A's, since A has a uid of its own.
+func procsOf(uid uint32) int {
+	f, err := os.Open("/proc")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(-1)
+	n := 0
+	for _, s := range names {
+		if s[0] < '0' || s[0] > '9' {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+s, &st) == nil && st.Uid == uid {
+			n++
+		}
+	}
+	return n
+}

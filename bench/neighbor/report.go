@@ -76,7 +76,7 @@ func report(phases []*phase) {
 		e := kindMs(p, "echo")
 		fmt.Printf("         control: B's UDP echo to a host server on loopback (no agent): p50 %.3f p99 %.3f max %.3f ms, %d lost\n", benchkit.Q(e, 0.5), benchkit.Q(e, 0.99), benchkit.Q(e, 1), int(one(p.probe, "lost_echo")))
 		fmt.Printf("         host CPUs busy by kind: %s\n", p.host.hostCPU)
-		fmt.Printf("         agent: CPU %.0f %% of one CPU, %s; ports A's sockets held at most %d\n", 100*p.host.agentCPU, p.heap, p.host.aPortsMax)
+		fmt.Printf("         agent: CPU %.0f %% of one CPU, %s; ports A's sockets held at most %d; A's processes at most %d\n", 100*p.host.agentCPU, p.heap, p.host.aPortsMax, p.host.aProcsMax)
 		if p.host.autobindFirstFail != "" {
 			fmt.Printf("         host autobind error: %s\n", p.host.autobindFirstFail)
 		}
@@ -120,7 +120,7 @@ func report(phases []*phase) {
 			lostAll += bad
 			sentAll += sent
 		}
-		fmt.Printf("flood_%s_agent_cpu_pct=%.0f\nflood_%s_a_ports_max=%d\n", p.name, 100*p.host.agentCPU, p.name, p.host.aPortsMax)
+		fmt.Printf("flood_%s_agent_cpu_pct=%.0f\nflood_%s_a_ports_max=%d\nflood_%s_a_procs_max=%d\n", p.name, 100*p.host.agentCPU, p.name, p.host.aPortsMax, p.name, p.host.aProcsMax)
 		fmt.Printf("flood_%s_echo_p99_ratio=%.2f\n", p.name, benchkit.Q(kindMs(p, "echo"), 0.99)/idleEchoP99)
 		fmt.Printf("flood_%s_dns_p99_ratio=%.2f\nflood_%s_dns_loss=%d/%d\nflood_%s_grant_p99_ratio=%.2f\nflood_%s_audit_bytes_per_minute=%.0f\nflood_%s_agent_rss_growth_mib=%.1f\nflood_%s_ports_left_min=%d\n",
 			p.name, dr, p.name, bad, sent, p.name, gr, p.name, ab, p.name, rss, p.name, p.host.portsLeftMin)
