@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,7 +60,7 @@ func startSampler(agentPID int, aUID uint32, period time.Duration) *sampler {
 			udp, udpA := portsHeld(lo, hi, aUID, "/proc/net/udp", "/proc/net/udp6")
 			x.tcpLeft, x.udpLeft, x.aPorts = x.rangeSize-tcp, x.rangeSize-udp, max(tcpA, udpA)
 			x.autobind = autobind()
-			x.aProcs = procsOf(aUID)
+			x.aProcs = benchkit.CountProcsOf(aUID)
 			s.mu.Lock()
 			s.samples = append(s.samples, x)
 			s.mu.Unlock()
@@ -267,25 +268,3 @@ func auditSince(path string, offset int64, session string, byType map[string][2]
 }
 
 func numCPU() int { return runtime.NumCPU() }
-
-// procsOf counts the host's processes whose /proc entry belongs to uid
-// (the process's effective uid): session A's, since A has a uid of its own.
-func procsOf(uid uint32) int {
-	f, err := os.Open("/proc")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	names, _ := f.Readdirnames(-1)
-	n := 0
-	for _, s := range names {
-		if s[0] < '0' || s[0] > '9' {
-			continue
-		}
-		var st unix.Stat_t
-		if unix.Stat("/proc/"+s, &st) == nil && st.Uid == uid {
-			n++
-		}
-	}
-	return n
-}

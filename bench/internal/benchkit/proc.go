@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ReadTrim is the content of a file (a /proc or /sys value) without its
@@ -19,6 +20,19 @@ func ReadTrim(path string) string {
 // CountProcs is the number of processes this process's PID namespace
 // shows in /proc (-1 if /proc cannot be read).
 func CountProcs() int {
+	return countProcs(func(string) bool { return true })
+}
+
+// CountProcsOf is the number of those processes whose /proc entry
+// belongs to uid (the process's effective uid); -1 if /proc cannot be read.
+func CountProcsOf(uid uint32) int {
+	return countProcs(func(pid string) bool {
+		var st syscall.Stat_t
+		return syscall.Stat("/proc/"+pid, &st) == nil && st.Uid == uid
+	})
+}
+
+func countProcs(keep func(pid string) bool) int {
 	f, err := os.Open("/proc")
 	if err != nil {
 		return -1
@@ -27,7 +41,7 @@ func CountProcs() int {
 	names, _ := f.Readdirnames(-1)
 	n := 0
 	for _, s := range names {
-		if _, err := strconv.Atoi(s); err == nil {
+		if _, err := strconv.Atoi(s); err == nil && keep(s) {
 			n++
 		}
 	}
