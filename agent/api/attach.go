@@ -48,6 +48,13 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 			from[i] = n
 		}
 	}
+	s.stream(w, r, p, from)
+}
+
+// stream upgrades the request to the attach WebSocket and runs it for p
+// from the offsets from (stdout, stderr) until the process has ended and
+// its output is sent, or the client goes away.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *procs.Proc, from [2]uint64) {
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.AttachProtocol}})
 	if err != nil {
 		return // Accept has answered

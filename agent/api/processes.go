@@ -1,15 +1,17 @@
 package api
 
 // Processes over HTTP (the session runtime, agent/procs): start, list,
-// show, signal, kill, logs and attach (a WebSocket, attach.go), and run, the
-// one-shot form on the same path.
+// show, signal, kill, logs and attach (a WebSocket, attach.go), exec (start
+// and attach in one request), and run, the one-shot form on the same path.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shinken-agent/shinken/agent"
@@ -30,6 +32,7 @@ func (s *Server) processRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /v1/sessions/{id}/processes/{pid}/signal", s.signalProcess)
 	m.HandleFunc("GET /v1/sessions/{id}/processes/{pid}/logs", s.processLogs)
 	m.HandleFunc("GET /v1/sessions/{id}/processes/{pid}/attach", s.attach)
+	m.HandleFunc("GET /v1/sessions/{id}/exec", s.execProcess)
 	m.HandleFunc("POST /v1/sessions/{id}/pause", s.pause)
 	m.HandleFunc("POST /v1/sessions/{id}/resume", s.resume)
 }
@@ -74,6 +77,61 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, p.View())
+}
+
+// execProcess is POST .../processes and GET .../attach in one request:
+// GET /v1/sessions/{id}/exec?start=JSON, the JSON a wire.ProcessStart,
+// upgraded to the attach WebSocket from offset 0 once the process has
+// started (its id in the 101 answer's X-Shinken-Process header). A bad
+// start, an unknown session or a request that is no WebSocket upgrade is
+// answered with its error before anything starts. A client that goes away
+// takes nothing with it, as with attach: the process runs on.
+func (s *Server) execProcess(w http.ResponseWriter, r *http.Request) {
+	m := s.procs(w)
+	if m == nil {
+		return
+	}
+	var req wire.ProcessStart
+	dec := json.NewDecoder(strings.NewReader(r.URL.Query().Get("start")))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: start: %v", agent.ErrInvalidRequest, err))
+		return
+	}
+	if dec.More() {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: start: trailing data", agent.ErrInvalidRequest))
+		return
+	}
+	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") ||
+		!headerHas(r.Header, "Sec-WebSocket-Protocol", wire.AttachProtocol) {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: exec is a WebSocket upgrade with subprotocol %s", agent.ErrInvalidRequest, wire.AttachProtocol))
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := s.find(id); err != nil {
+		writeErr(w, statusFor(err), err)
+		return
+	}
+	p, err := m.Start(id, req, actor(r))
+	if err != nil {
+		writeErr(w, procStatus(err), err)
+		return
+	}
+	w.Header().Set("X-Shinken-Process", p.View().ID)
+	s.stream(w, r, p, [2]uint64{})
+}
+
+// headerHas says whether a comma-separated header h lists token (case
+// insensitive).
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {

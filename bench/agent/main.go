@@ -241,18 +241,26 @@ func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
 		// run above): each start also starts the session's holder and lays
 		// out its view (lazy holder start); then the same sessions again,
 		// holders running.
-		fb, starts, err := timeExecFirstByte(hc, *flagSessions, *flagExec)
+		sa, how, part := false, "GET .../exec: start and attach in one request, first stdout byte", "the upgrade's answer"
+		switch *flagExecVia {
+		case "exec":
+		case "start-attach":
+			sa, how, part = true, "POST .../processes, then attach, first stdout byte", "the POST's answer"
+		default:
+			return fmt.Errorf("-exec-via %q: exec or start-attach", *flagExecVia)
+		}
+		fb, starts, err := timeExecFirstByte(hc, *flagSessions, *flagExec, sa)
 		if err != nil {
 			return err
 		}
-		wfb, wstarts, err := timeExecFirstByte(hc, *flagSessions, *flagExec)
+		wfb, wstarts, err := timeExecFirstByte(hc, *flagSessions, *flagExec, sa)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("exec of echo (POST .../processes, attach, first stdout byte) one at a time over %d sessions, each session's first (its holder started by it): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (the POST's answer alone: median %.2f ms, p99 %.2f ms)\n",
-			min(*flagSessions, *flagExec), median(fb), quantile(fb, 0.99), maxOf(fb), len(fb), median(starts), quantile(starts, 0.99))
-		fmt.Printf("the same in the same sessions again (holders running): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (the POST's answer alone: median %.2f ms, p99 %.2f ms)\n",
-			median(wfb), quantile(wfb, 0.99), maxOf(wfb), len(wfb), median(wstarts), quantile(wstarts, 0.99))
+		fmt.Printf("exec of echo (%s) one at a time over %d sessions, each session's first (its holder started by it): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (%s alone: median %.2f ms, p99 %.2f ms)\n",
+			how, min(*flagSessions, *flagExec), median(fb), quantile(fb, 0.99), maxOf(fb), len(fb), part, median(starts), quantile(starts, 0.99))
+		fmt.Printf("the same in the same sessions again (holders running): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (%s alone: median %.2f ms, p99 %.2f ms)\n",
+			median(wfb), quantile(wfb, 0.99), maxOf(wfb), len(wfb), part, median(wstarts), quantile(wstarts, 0.99))
 		fmt.Printf("exec_first_byte_p99_ms=%.2f\nexec_first_byte_held_p99_ms=%.2f\n", quantile(fb, 0.99), quantile(wfb, 0.99))
 	}
 	if *flagAttachMiB > 0 {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 
 var (
 	flagExec      = flag.Int("exec", 500, "timed exec of echo (start + attach + first byte), one at a time, spread over the sessions (0: none)")
+	flagExecVia   = flag.String("exec-via", "exec", "how the timed exec starts and attaches: exec (one request, GET .../exec, as shinkenctl exec does) or start-attach (POST .../processes, then GET .../attach)")
 	flagAttachMiB = flag.Int("attach-mib", 256, "size of the file cat streams through attach (0: none)")
 	flagHeld      = flag.Int("held", 1000, "idle processes held with an attach stream open, spread over the sessions (0: none)")
 )
@@ -54,21 +56,45 @@ func dialAttach(ctx context.Context, hc *http.Client, session, id string) (*webs
 	return c, nil
 }
 
+// dialExec starts argv in session and attaches to it in one request (GET
+// /v1/sessions/{id}/exec, as shinkenctl exec does); it returns the stream
+// and the process's id.
+func dialExec(ctx context.Context, hc *http.Client, session string, argv ...string) (*websocket.Conn, string, error) {
+	start, _ := json.Marshal(wire.ProcessStart{Argv: argv})
+	c, resp, err := websocket.Dial(ctx, fmt.Sprintf("ws://shinken/v1/sessions/%s/exec?%s", session, url.Values{"start": {string(start)}}.Encode()),
+		&websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{wire.AttachProtocol}})
+	if err != nil {
+		return nil, "", fmt.Errorf("exec in %s: %w", session, err)
+	}
+	c.SetReadLimit(1 << 20)
+	return c, resp.Header.Get("X-Shinken-Process"), nil
+}
+
 // timeExecFirstByte: n times, start echo in session s<i mod sessions>,
-// attach and wait for its first stdout byte. Times in ms: the whole, and
-// its first part (the start request's answer).
-func timeExecFirstByte(hc *http.Client, sessions, n int) (out, starts []float64, err error) {
+// attach and wait for its first stdout byte: in one request (exec, as
+// shinkenctl exec does) or, with startAttach, a start request and then an
+// attach. Times in ms: the whole, and its first part (the start request's
+// answer, or exec's upgrade).
+func timeExecFirstByte(hc *http.Client, sessions, n int, startAttach bool) (out, starts []float64, err error) {
 	for i := 0; i < n; i++ {
 		s := "s" + strconv.Itoa(i%sessions)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		t0 := time.Now()
-		p, err := startProc(hc, s, "/bin/echo", "x")
-		if err != nil {
-			cancel()
-			return nil, nil, err
+		var c *websocket.Conn
+		var id string
+		if startAttach {
+			p, err := startProc(hc, s, "/bin/echo", "x")
+			if err != nil {
+				cancel()
+				return nil, nil, err
+			}
+			starts = append(starts, float64(time.Since(t0).Microseconds())/1e3)
+			id = p.ID
+			c, err = dialAttach(ctx, hc, s, p.ID)
+		} else {
+			c, id, err = dialExec(ctx, hc, s, "/bin/echo", "x")
+			starts = append(starts, float64(time.Since(t0).Microseconds())/1e3)
 		}
-		starts = append(starts, float64(time.Since(t0).Microseconds())/1e3)
-		c, err := dialAttach(ctx, hc, s, p.ID)
 		if err != nil {
 			cancel()
 			return nil, nil, err
@@ -78,7 +104,7 @@ func timeExecFirstByte(hc *http.Client, sessions, n int) (out, starts []float64,
 			if err != nil {
 				c.CloseNow()
 				cancel()
-				return nil, nil, fmt.Errorf("exec %s in %s: no output: %w", p.ID, s, err)
+				return nil, nil, fmt.Errorf("exec %s in %s: no output: %w", id, s, err)
 			}
 			if len(m) > 1 && m[0] == wire.ChanStdout {
 				out = append(out, float64(time.Since(t0).Microseconds())/1e3)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,6 +293,64 @@ func TestProcessesEndToEnd(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusForbidden {
 			t.Errorf("attach from a foreign Origin: %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("exec: start and attach in one request; refused before anything starts", func(t *testing.T) {
+		hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", e.socket) }}}
+		start := func(argv ...string) string {
+			b, _ := json.Marshal(wire.ProcessStart{Argv: argv})
+			return url.Values{"start": {string(b)}}.Encode()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, resp, err := websocket.Dial(ctx, "ws://shinken/v1/sessions/p1/exec?"+start("sh", "-c", "echo exec-one; exit 3"),
+			&websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{wire.AttachProtocol}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		id := resp.Header.Get("X-Shinken-Process")
+		var out strings.Builder
+		var st wire.AttachStatus
+		for st.Status == "" {
+			_, m, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("exec read: %v (so far %q)", err, out.String())
+			}
+			switch m[0] {
+			case wire.ChanStdout:
+				out.Write(m[1:])
+			case wire.ChanStatus:
+				json.Unmarshal(m[1:], &st)
+			}
+		}
+		if out.String() != "exec-one\n" || st.ExitCode == nil || *st.ExitCode != 3 {
+			t.Errorf("exec: %q, %+v", out.String(), st)
+		}
+		if p, ok := e.procs("p1")[id]; !ok || p.Argv[0] != "sh" {
+			t.Errorf("exec's process %q not listed as its own: %+v", id, p)
+		}
+		// Not an upgrade, a bad start, an unknown session: 4xx, nothing starts.
+		before := len(e.procs("p1"))
+		for _, u := range []string{"/v1/sessions/p1/exec?" + start("true"), "/v1/sessions/p1/exec?start=%7B%22argv%22%3A1%7D",
+			"/v1/sessions/p1/exec?start=%7B%22argv%22%3A%5B%22true%22%5D%2C%22nope%22%3A1%7D", "/v1/sessions/nosession/exec?" + start("true")} {
+			resp, err := hc.Get("http://shinken" + u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode/100 != 4 {
+				t.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+			}
+		}
+		_, resp, err = websocket.Dial(ctx, "ws://shinken/v1/sessions/p1/exec?"+start("no-such-program"),
+			&websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{wire.AttachProtocol}})
+		if err == nil || resp == nil || resp.StatusCode/100 != 4 {
+			t.Errorf("exec of a missing program: %v, %+v", err, resp)
+		}
+		if n := len(e.procs("p1")); n != before {
+			t.Errorf("refused execs listed: %d processes, %d before", n, before)
 		}
 	})
 

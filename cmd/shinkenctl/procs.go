@@ -129,11 +129,14 @@ func (c *client) exec(args []string) error {
 	if err != nil {
 		return err
 	}
-	v, err := c.startProc(p)
+	// One request: the agent starts the process and upgrades the same
+	// request to its attach stream (GET /v1/sessions/{id}/exec).
+	start, err := json.Marshal(p.req)
 	if err != nil {
 		return err
 	}
-	return c.attachTo(p.session, v.ID, p.interactive, p.tty, 0)
+	u := fmt.Sprintf("ws://shinken/v1/sessions/%s/exec?%s", url.PathEscape(p.session), url.Values{"start": {string(start)}}.Encode())
+	return c.stream(u, p.interactive, p.tty)
 }
 
 func (c *client) start(args []string) error {
@@ -298,13 +301,18 @@ func (c *client) pause(args []string, paused bool) error {
 // attachTo streams a process's output to ours until it ends, then exits
 // with its code.
 func (c *client) attachTo(session, id string, stdin, tty bool, from uint64) error {
+	return c.stream(fmt.Sprintf("ws://shinken/v1/sessions/%s/processes/%s/attach?from=%d", url.PathEscape(session), url.PathEscape(id), from), stdin, tty)
+}
+
+// stream runs the attach WebSocket at u (an attach, or an exec that starts
+// the process first) until the process ends, then exits with its code.
+func (c *client) stream(u string, stdin, tty bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	u := fmt.Sprintf("ws://shinken/v1/sessions/%s/processes/%s/attach?from=%d", url.PathEscape(session), url.PathEscape(id), from)
 	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, Subprotocols: []string{wire.AttachProtocol}})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {
-			return &apiError{resp.StatusCode, "attach refused"}
+			return respErr(resp) // the agent's own error, as for any call
 		}
 		return fmt.Errorf("attach: %w", err)
 	}
