@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,15 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	// The Origin check attach has (coder/websocket's, in Accept), made
+	// here before the start: a browser page cannot start a process
+	// cross-site only to have its upgrade refused.
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
+			writeErr(w, http.StatusForbidden, fmt.Errorf("exec: request Origin %q is not %q", o, r.Host))
+			return
+		}
+	}
 	id := r.PathValue("id")
 	if _, err := s.find(id); err != nil {
 		writeErr(w, statusFor(err), err)
@@ -84,7 +94,8 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 // upgraded to the attach WebSocket from offset 0 once the process has
 // started (its id in the 101 answer's X-Shinken-Process header). A bad
 // start, an unknown session or a request that is no WebSocket upgrade is
-// answered with its error before anything starts. A client that goes away
+// answered with its error before anything starts, and so is one from
+// a browser page of another origin. A client that goes away
 // takes nothing with it, as with attach: the process runs on.
 func (s *Server) execProcess(w http.ResponseWriter, r *http.Request) {
 	m := s.procs(w)
@@ -106,6 +117,15 @@ func (s *Server) execProcess(w http.ResponseWriter, r *http.Request) {
 		!headerHas(r.Header, "Sec-WebSocket-Protocol", wire.AttachProtocol) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: exec is a WebSocket upgrade with subprotocol %s", agent.ErrInvalidRequest, wire.AttachProtocol))
 		return
+	}
+	// The Origin check attach has (coder/websocket's, in Accept), made
+	// here before the start: a browser page cannot start a process
+	// cross-site only to have its upgrade refused.
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
+			writeErr(w, http.StatusForbidden, fmt.Errorf("exec: request Origin %q is not %q", o, r.Host))
+			return
+		}
 	}
 	id := r.PathValue("id")
 	if _, err := s.find(id); err != nil {

@@ -344,6 +344,16 @@ func TestProcessesEndToEnd(t *testing.T) {
 				t.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
 			}
 		}
+		req, _ := http.NewRequest("GET", "http://shinken/v1/sessions/p1/exec?"+start("true"), nil)
+		for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+			"Sec-WebSocket-Protocol": wire.AttachProtocol, "Origin": "http://evil.example"} {
+			req.Header.Set(k, v)
+		}
+		if resp, err := hc.Do(req); err != nil {
+			t.Fatal(err)
+		} else if resp.Body.Close(); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("exec from a foreign Origin: %d", resp.StatusCode)
+		}
 		_, resp, err = websocket.Dial(ctx, "ws://shinken/v1/sessions/p1/exec?"+start("no-such-program"),
 			&websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{wire.AttachProtocol}})
 		if err == nil || resp == nil || resp.StatusCode/100 != 4 {
