@@ -43,6 +43,7 @@ type Dataplane struct {
 
 	bndAdoptErr string // sessions whose boundary could not be adopted at Open
 	sockRead    error  // why the socket count uses its storage fallback; nil: it does not (quota_linux.go)
+	sockKern    bool   // the socket count reads the socket's cgroup with plain loads (bpf_cast_to_kern_ctx), not bpf_probe_read_kernel
 	markOld     bool   // the agent before kept every socket count in storage: mark what it did not count (quota_linux.go)
 
 	mu        sync.Mutex

@@ -19,13 +19,18 @@ import (
 
 // kernelHasSockDestroy reports whether the running kernel exports the
 // bpf_sock_destroy kfunc (Linux 6.5+), which sweep mode needs.
-func kernelHasSockDestroy() (bool, error) {
+func kernelHasSockDestroy() (bool, error) { return kernelHasKfunc("bpf_sock_destroy") }
+
+// kernelHasKfunc reports whether the running kernel's BTF has the function
+// name: what the loader resolves a program's kfunc (or its weak kfunc's
+// address) against.
+func kernelHasKfunc(name string) (bool, error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
 		return false, fmt.Errorf("read kernel BTF: %w", err)
 	}
 	var fn *btf.Func
-	err = spec.TypeByName("bpf_sock_destroy", &fn)
+	err = spec.TypeByName(name, &fn)
 	if errors.Is(err, btf.ErrNotFound) {
 		return false, nil
 	}

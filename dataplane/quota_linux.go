@@ -15,7 +15,9 @@ import (
 // space only reads it and deletes it with the session.
 
 // How the socket count finds a socket's session (bpf/quota.bpf.h): its
-// programs read the socket's cgroup with bpf_probe_read_kernel, which the
+// programs read the socket's cgroup with plain loads where the kernel has
+// the bpf_cast_to_kern_ctx kfunc (Linux 6.2+; a weak kfunc, so the same
+// object loads without it), else with bpf_probe_read_kernel, which the
 // kernel gives only to a loader with CAP_PERFMON (or CAP_SYS_ADMIN) and
 // without a lockdown of kernel reads. Where it does not, shk_sock_create and
 // shk_sock_release are loaded from their _stored variants, which keep every
@@ -27,6 +29,7 @@ import (
 // and, where it is missing, puts the storage fallback in spec.
 func (d *Dataplane) chooseSocketCount(spec *ebpf.CollectionSpec) {
 	d.sockRead = probeSockRead()
+	d.sockKern, _ = kernelHasKfunc("bpf_cast_to_kern_ctx") // unreadable BTF: the programs' own loads would fail too
 	if d.cfg.storedCount {
 		d.sockRead = errors.New("the storage fallback was asked for")
 	}
@@ -130,7 +133,11 @@ func (d *Dataplane) quotaRows() []backend.Strength {
 		Mechanism: fmt.Sprintf("BPF cgroup/sock_create counts each inet socket (TCP, UDP, every inet type) a session task creates, cgroup/sock_release uncounts it; past %d open per session socket() fails with EPERM (reason socket_limit); counted to the session it was made in wherever its descriptor goes (SCM_RIGHTS) or its task moves", d.cfg.MaxSocketsPerSession),
 		Reason:    "not counted: AF_UNIX and other non-inet sockets and socketpairs (cgroup/sock_create runs for inet sockets only: bounded by RLIMIT_NOFILE per process and RLIMIT_NPROC), connections accepted from a session listener (no sock_create; marked not counted at sockops PASSIVE_ESTABLISHED_CB), sockets made before the task joined the session (counted where they were made) or while no hook was attached"}
 	if d.sockRead == nil {
-		socks.Mechanism += "; TCP and UDP sockets counted with no per-socket state, to the session of the socket's own cgroup (read with bpf_probe_read_kernel), other kinds in socket storage"
+		how := "bpf_probe_read_kernel"
+		if d.sockKern {
+			how = "plain loads through bpf_cast_to_kern_ctx"
+		}
+		socks.Mechanism += "; TCP and UDP sockets counted with no per-socket state, to the session of the socket's own cgroup (read with " + how + "), other kinds in socket storage"
 	} else {
 		socks.Mechanism += fmt.Sprintf("; fallback: every count kept in socket storage (one allocation per socket), to the creating task's session, because %v", d.sockRead)
 	}

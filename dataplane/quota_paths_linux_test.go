@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
@@ -51,6 +53,9 @@ func testSocketCountPaths(t *testing.T, mode FlowMode, stored bool) {
 	}
 	if !stored && d.sockRead != nil {
 		t.Errorf("the socket count fell back to socket storage on this kernel: %v", d.sockRead)
+	}
+	if !stored {
+		checkSockRead(t, d)
 	}
 	a, err := d.CreateSession("ca", Limits{})
 	if err != nil {
@@ -437,4 +442,60 @@ func TestSocketCountUpgrade(t *testing.T) {
 	// port hold that says nothing about a count, which no older agent
 	// left: the marking takes it for uncounted. Not checked.)
 	pa.Do("close l")
+}
+
+// checkSockRead: the socket count's programs, as the kernel runs them
+// (their translated instructions, dead branches removed by the verifier),
+// call bpf_probe_read_kernel exactly where the probe row says the socket's
+// cgroup is read with it, and not where it says plain loads through
+// bpf_cast_to_kern_ctx (Linux 6.2+: this host; Debian 12's 6.1 in
+// .ci/vmtest reads with the helper). A translated helper call names its
+// helper by address (the function's, less __bpf_call_base's), found in
+// /proc/kallsyms.
+func checkSockRead(t *testing.T, d *Dataplane) {
+	t.Helper()
+	var row string
+	for _, r := range d.quotaRows() {
+		if r.Class == "sockets" {
+			row = r.Mechanism
+		}
+	}
+	kern := strings.Contains(row, "plain loads through bpf_cast_to_kern_ctx")
+	if kern != d.sockKern || kern == strings.Contains(row, "read with bpf_probe_read_kernel") {
+		t.Fatalf("socket limit's probe row (kfunc found: %v): %s", d.sockKern, row)
+	}
+	syms, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := map[string]uint64{}
+	for _, l := range strings.Split(string(syms), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && (f[2] == "bpf_probe_read_kernel" || f[2] == "__bpf_call_base") {
+			addr[f[2]], _ = strconv.ParseUint(f[0], 16, 64)
+		}
+	}
+	if addr["bpf_probe_read_kernel"] == 0 || addr["__bpf_call_base"] == 0 {
+		t.Fatalf("/proc/kallsyms has no address of bpf_probe_read_kernel or __bpf_call_base: %v", addr)
+	}
+	imm := int32(int64(addr["bpf_probe_read_kernel"] - addr["__bpf_call_base"]))
+	for name, p := range map[string]*ebpf.Program{"shk_sock_create": d.objs.ShkSockCreate, "shk_sock_release": d.objs.ShkSockRelease} {
+		info, err := p.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		insns, err := info.Instructions()
+		if err != nil {
+			t.Fatalf("%s: translated instructions: %v", name, err)
+		}
+		calls := 0
+		for _, ins := range insns {
+			if ins.OpCode.JumpOp() == asm.Call && ins.Src == asm.R0 && int32(ins.Constant) == imm {
+				calls++
+			}
+		}
+		if (calls > 0) == kern {
+			t.Errorf("%s calls bpf_probe_read_kernel %d times; the probe row says: %s", name, calls, row)
+		}
+	}
+	t.Logf("the socket count reads the socket's cgroup with plain loads: %v", kern)
 }
