@@ -182,11 +182,15 @@ func (s *Server) followStream(ctx context.Context, p *procs.Proc, i int, off uin
 			return nil
 		}
 		n := copy(msg[1:], c.Data) // the same bytes, moved to the front when the ring dropped some
+		// The bytes are the agent's now: the hold moves past them before
+		// they are sent, so the shim refills the ring while the client
+		// reads this message rather than after it (stop-and-wait when a
+		// message is as large as the ring).
+		off = c.Offset + uint64(n)
+		fl.Advance(i, off)
 		if err := sendMsg(msg[:1+n]); err != nil {
 			return err
 		}
-		off = c.Offset + uint64(n)
-		fl.Advance(i, off)
 		if n == len(msg)-1 && n < attachFrameBytes {
 			msg = make([]byte, 1+min(2*n, attachFrameBytes))
 			msg[0] = ch

@@ -7,6 +7,7 @@ package main
 // the Origin check).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -362,6 +363,60 @@ func TestProcessesEndToEnd(t *testing.T) {
 		if n := len(e.procs("p1")); n != before {
 			t.Errorf("refused execs listed: %d processes, %d before", n, before)
 		}
+	})
+
+	// The ring keeps 1 MiB (the default); the process writes 8 MiB as fast
+	// as it can to a client that reads a message every 10 ms: the hold
+	// must keep it from lapping what the client has not yet read (the
+	// agent's messages are up to 1 MiB, read from the ring before they are
+	// sent), so the client gets every byte and no drop.
+	t.Run("attach: a slow client loses nothing of a fast writer", func(t *testing.T) {
+		hc := &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", e.socket) }}}
+		const n = 1100000 // seq 1 n: 8.0 MB
+		b, _ := json.Marshal(wire.ProcessStart{Argv: []string{"sh", "-c", fmt.Sprintf("read _ && exec seq 1 %d", n)}, Interactive: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, "ws://shinken/v1/sessions/p1/exec?"+url.Values{"start": {string(b)}}.Encode(),
+			&websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{wire.AttachProtocol}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 20)
+		if err := c.Write(ctx, websocket.MessageBinary, []byte{wire.ChanStdin, '\n'}); err != nil {
+			t.Fatal(err)
+		}
+		want, err := exec.Command("seq", "1", fmt.Sprint(n)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		var st wire.AttachStatus
+		msgs := 0
+		for st.Status == "" {
+			_, m, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("attach read: %v (%d bytes so far)", err, out.Len())
+			}
+			switch m[0] {
+			case wire.ChanInfo:
+				var i wire.AttachInfo
+				json.Unmarshal(m[1:], &i)
+				if i.Dropped != 0 {
+					t.Errorf("the ring dropped bytes an attached client had not read: %+v", i)
+				}
+			case wire.ChanStdout:
+				out.Write(m[1:])
+				msgs++
+				time.Sleep(10 * time.Millisecond)
+			case wire.ChanStatus:
+				json.Unmarshal(m[1:], &st)
+			}
+		}
+		if !bytes.Equal(out.Bytes(), want) || st.Status != "Success" {
+			t.Errorf("a slow client got %d bytes of %d (equal: %v) in %d messages, status %+v", out.Len(), len(want), bytes.Equal(out.Bytes(), want), msgs, st)
+		}
+		t.Logf("%d bytes in %d messages", out.Len(), msgs)
 	})
 
 	if len(e.procDirs()) == 0 {
