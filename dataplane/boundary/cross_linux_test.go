@@ -177,7 +177,8 @@ func TestNoSharedPlaces(t *testing.T) {
 // another session's name appears nowhere under the cgroup2 mount, in
 // /proc/self/cgroup or in /proc/self/mountinfo, while the session still
 // reads its own cpu.stat. The host's cgroup v1 hierarchies (this host's
-// controllers) are not mounted in its view: their directories are empty.
+// controllers) are not mounted in its view: their directories are absent
+// (this host: the tmpfs they lie on is replaced as a whole) or empty.
 // Both holder paths (the agent's thread where procfs has the pidns
 // option, the launcher's init mode) are tested.
 func TestCgroupView(t *testing.T) {
