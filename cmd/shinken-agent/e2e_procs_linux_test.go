@@ -313,19 +313,7 @@ func TestProcessesEndToEnd(t *testing.T) {
 		defer c.CloseNow()
 		id := resp.Header.Get("X-Shinken-Process")
 		var out strings.Builder
-		var st wire.AttachStatus
-		for st.Status == "" {
-			_, m, err := c.Read(ctx)
-			if err != nil {
-				t.Fatalf("exec read: %v (so far %q)", err, out.String())
-			}
-			switch m[0] {
-			case wire.ChanStdout:
-				out.Write(m[1:])
-			case wire.ChanStatus:
-				json.Unmarshal(m[1:], &st)
-			}
-		}
+		st, _ := readStream(t, ctx, c, nil, func(b []byte) bool { out.Write(b); return true })
 		if out.String() != "exec-one\n" || st.ExitCode == nil || *st.ExitCode != 3 {
 			t.Errorf("exec: %q, %+v", out.String(), st)
 		}
@@ -391,28 +379,17 @@ func TestProcessesEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		var st wire.AttachStatus
 		msgs := 0
-		for st.Status == "" {
-			_, m, err := c.Read(ctx)
-			if err != nil {
-				t.Fatalf("attach read: %v (%d bytes so far)", err, out.Len())
+		st, _ := readStream(t, ctx, c, func(i wire.AttachInfo) {
+			if i.Dropped != 0 {
+				t.Errorf("the ring dropped bytes an attached client had not read: %+v", i)
 			}
-			switch m[0] {
-			case wire.ChanInfo:
-				var i wire.AttachInfo
-				json.Unmarshal(m[1:], &i)
-				if i.Dropped != 0 {
-					t.Errorf("the ring dropped bytes an attached client had not read: %+v", i)
-				}
-			case wire.ChanStdout:
-				out.Write(m[1:])
-				msgs++
-				time.Sleep(10 * time.Millisecond)
-			case wire.ChanStatus:
-				json.Unmarshal(m[1:], &st)
-			}
-		}
+		}, func(b []byte) bool {
+			out.Write(b)
+			msgs++
+			time.Sleep(10 * time.Millisecond)
+			return true
+		})
 		if !bytes.Equal(out.Bytes(), want) || st.Status != "Success" {
 			t.Errorf("a slow client got %d bytes of %d (equal: %v) in %d messages, status %+v", out.Len(), len(want), bytes.Equal(out.Bytes(), want), msgs, st)
 		}
@@ -501,25 +478,47 @@ func attachRead(t *testing.T, hc *http.Client, url string, n int) (string, wire.
 	var info wire.AttachInfo
 	var off uint64
 	got := 0
-	for n < 0 || got < n {
+	if n == 0 {
+		return "", info, 0
+	}
+	readStream(t, ctx, c, func(i wire.AttachInfo) {
+		if i.Stream == "stdout" && info.Stream == "" {
+			info, off = i, i.Offset
+		}
+	}, func(b []byte) bool {
+		out.Write(b)
+		off += uint64(len(b))
+		got++
+		return n < 0 || got < n
+	})
+	return out.String(), info, off
+}
+
+// readStream reads an attach stream's messages, handing each AttachInfo to
+// info (nil: none wanted) and each stdout payload to stdout, until the exit
+// status comes (returned, true) or stdout says it wants no more (false).
+func readStream(t *testing.T, ctx context.Context, c *websocket.Conn, info func(wire.AttachInfo), stdout func([]byte) bool) (wire.AttachStatus, bool) {
+	t.Helper()
+	for {
 		_, m, err := c.Read(ctx)
 		if err != nil {
-			t.Fatalf("attach read: %v (so far %q)", err, out.String())
+			t.Fatalf("attach read: %v", err)
 		}
 		switch m[0] {
 		case wire.ChanInfo:
 			var i wire.AttachInfo
 			json.Unmarshal(m[1:], &i)
-			if i.Stream == "stdout" && info.Stream == "" {
-				info, off = i, i.Offset
+			if info != nil {
+				info(i)
 			}
 		case wire.ChanStdout:
-			out.Write(m[1:])
-			off += uint64(len(m) - 1)
-			got++
+			if !stdout(m[1:]) {
+				return wire.AttachStatus{}, false
+			}
 		case wire.ChanStatus:
-			return out.String(), info, off
+			var st wire.AttachStatus
+			json.Unmarshal(m[1:], &st)
+			return st, true
 		}
 	}
-	return out.String(), info, off
 }
