@@ -50,6 +50,7 @@
 #include "session.bpf.h"
 #include "ports.bpf.h"
 #include "events.bpf.h"
+#include "quota.bpf.h"
 
 /* A session socket's bind: it holds its port from now on. Refused when
  * another session holds the same address and port (or no hold can be
@@ -144,22 +145,6 @@ int shk_sock_release_stored(struct bpf_sock *sk)
 	return sock_release(sk, 1);
 }
 
-/* The session cgroup a socket was created in (its ancestor at the sessions'
- * level), or 0. */
-static __always_inline __u64 sock_session_cgroup(struct sock *sk)
-{
-	struct cgroup *cg = sk->sk_cgrp_data.cgroup;
-
-	for (int i = 0; i < 16 && cg && cg->level > (int)shk_session_level; i++) {
-		struct cgroup_subsys_state *up = cg->self.parent;
-
-		cg = up ? up->cgroup : 0;
-	}
-	if (!cg || cg->level != (int)shk_session_level)
-		return 0;
-	return cg->kn->id;
-}
-
 /* A connection accepted from a session's listener: the kernel cloned it, no
  * sock_create counted it, so its storage says SHK_NOT_COUNTED before
  * accept() can return it (quota.bpf.h); storage that cannot be made counts
@@ -178,7 +163,7 @@ static __always_inline void mark_child(struct bpf_sock *sk)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return;
-	cgid = sock_session_cgroup((struct sock *)tp);
+	cgid = kern_session_cgroup((struct sock *)tp);
 	u = bpf_map_lookup_elem(&shk_quotas, &cgid);
 	if (u)
 		__sync_fetch_and_add(&u->socks, 1);
@@ -221,7 +206,7 @@ int shk_sockops(struct bpf_sock_ops *ops)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
-	cgid = sock_session_cgroup((struct sock *)tp);
+	cgid = kern_session_cgroup((struct sock *)tp);
 	s = session_of(&cgid);
 	if (!s)
 		return 1;

@@ -155,12 +155,15 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
  * (a session's run cgroups are one level below it). */
 #define SHK_CG_DEPTH 16
 
-/* ctx_session_cgroup with plain loads through the kernel's BTF pointers
- * (what bpf_cast_to_kern_ctx gives): the socket's cgroup, then its
- * parents up to the sessions' level (the verifier allows no variable
- * index into cgroup->ancestors through such a pointer, so the parents are
- * walked). A socket made deeper than SHK_CG_DEPTH below a session's
- * cgroup is SHK_CG_UNREAD: refused at create, never un-counted. About
+/* The session cgroup of a socket the program holds as a kernel BTF pointer
+ * (what bpf_cast_to_kern_ctx, bpf_skc_to_tcp_sock and the socket
+ * iterators give), by plain loads: the socket's cgroup, then its parents
+ * up to the sessions' level (the verifier allows no variable index into
+ * cgroup->ancestors through such a pointer, so the parents are walked).
+ * 0 for a socket made outside the sessions; SHK_CG_UNREAD for one made
+ * deeper than SHK_CG_DEPTH below a session's cgroup (no session has it:
+ * session_of and the quota table find nothing), which sock_create refuses
+ * and sock_release never un-counts. In sock_create and sock_release about
  * 100 ns less per sock_create and sock_release than the helper calls
  * (bench/README.md, issue 21). */
 static __always_inline __u64 kern_session_cgroup(struct sock *sk)

@@ -17,6 +17,7 @@
 #include "dns.bpf.h"
 #include "events.bpf.h"
 #include "ports.bpf.h"
+#include "quota.bpf.h"
 
 /* The iterators' contexts, with CO-RE relocations like core.bpf.h. */
 struct bpf_iter_meta {
@@ -156,7 +157,7 @@ static __always_inline int hold_existing(struct sock *sk, __u8 proto)
 
 	if (!skc->skc_num)
 		return 0;
-	cgid = sock_session_cgroup(sk);
+	cgid = kern_session_cgroup(sk);
 	if (!session_of(&cgid))
 		return 0;
 	if (skc->skc_family == AF_INET) {
@@ -222,7 +223,7 @@ int shk_mark_uncounted(struct bpf_iter__tcp *ctx)
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
 		return 0;
-	cgid = sock_session_cgroup((struct sock *)tp);
+	cgid = kern_session_cgroup((struct sock *)tp);
 	if (!session_of(&cgid))
 		return 0;
 	st = bpf_sk_storage_get(&shk_socks, tp, 0, 0);
