@@ -18,9 +18,22 @@ import (
 // during it (getrusage RUSAGE_THREAD), so that a late denial can be told
 // apart: a slow denied connect (the kernel path, or an interrupt inside
 // it) from a late start (the loop descheduled or interrupted before it).
+//
+// And the same figure with nothing revoked, as a control: ctl is an
+// instant ctlAfter into the loop (chosen by the loop's clock, between two
+// connects) and ctlEnd the return of the first connect that ends after it,
+// so ctlEnd - ctl is what the revoke's figure would be for a stamp at ctl
+// if the connect in progress had been denied: the stalls an idle kernel
+// path meets on this CPU (0: the loop ended before ctl).
 type udpLoop struct {
 	denied, start, prev, longest, nivcsw, unrun, loop, prevStart int64
+	ctl, ctlEnd                                                  int64
 }
+
+// ctlAfter is how far into loopUDP's loop its control instant lies (ns):
+// near the revoke, which the bench makes about 2 ms after it starts the
+// loop, and rarely after it.
+const ctlAfter = 1_500_000
 
 // threadCPU is CLOCK_THREAD_CPUTIME_ID in ns: the calling thread's run time,
 // which excludes time a hypervisor took the CPU away (paravirt steal).
@@ -73,6 +86,7 @@ func loopUDP(addr string) (udpLoop, error) {
 	cpu0 := threadCPU()
 	prev := Monotonic()
 	wall0, prevStart := prev, prev
+	l.ctl = wall0 + ctlAfter
 	for i := 0; ; i++ {
 		start := Monotonic()
 		_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(sa), salen)
@@ -80,6 +94,9 @@ func loopUDP(addr string) (udpLoop, error) {
 		var err error
 		if e != 0 {
 			err = e
+		}
+		if l.ctlEnd == 0 && end > l.ctl {
+			l.ctlEnd = end
 		}
 		if d := end - prev; d > l.longest {
 			l.longest = d
@@ -92,6 +109,9 @@ func loopUDP(addr string) (udpLoop, error) {
 			l.nivcsw = (ru1.Nivcsw-ru0.Nivcsw)*1000 + ru1.Nvcsw - ru0.Nvcsw
 			l.unrun = (wall1 - wall0) - (cpu1 - cpu0)
 			l.loop, l.prevStart = wall0, prevStart
+			if l.ctlEnd == end {
+				l.ctlEnd = 0 // the denial is the control's connect: no control
+			}
 			return l, nil
 		}
 		if err != nil {

@@ -33,7 +33,8 @@
 //	                      of the first denial's return, of that connect's start and of the previous (allowed) connect's return,
 //	                      the longest loop iteration (ns), the thread's context switches during the loop (involuntary * 1000 + voluntary), the loop's wall
 //	                      time minus the thread's CPU time (ns: time it did not run, the hypervisor's steal included), and
-//	                      CLOCK_MONOTONIC ns when the loop began and when the previous connect began
+//	                      CLOCK_MONOTONIC ns when the loop began and when the previous connect began; then "CTL CTLEND": a control
+//	                      instant 1.5 ms into the loop and the return of the first connect ending after it (0: none before the denial)
 //	tcpflood N ADDR SECS  connect+close against ADDR N times or for SECS seconds, answers "ok COUNT NS CPUNS" (CPUNS: this process's user+system CPU time)
 //	stream ADDR SECS      send a TCP stream for SECS seconds; answers "ok BYTES NS"
 //	hammer ADDR SECS      TCP connect ADDR repeatedly for SECS seconds; answers "ok SUCCESSES FAILURES"
@@ -345,7 +346,7 @@ func (p *prober) do(f []string) string {
 		return result("", bpfObjGet(arg(1)))
 	case "loopudp":
 		l, err := loopUDP(arg(1))
-		return result(fmt.Sprintf("%d %d %d %d %d %d %d %d", l.denied, l.start, l.prev, l.longest, l.nivcsw, l.unrun, l.loop, l.prevStart), err)
+		return result(fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d", l.denied, l.start, l.prev, l.longest, l.nivcsw, l.unrun, l.loop, l.prevStart, l.ctl, l.ctlEnd), err)
 	case "race": // race N ADDR: N threads connect at once; "ok <allowed> <EPERM> <other>"
 		n, _ := strconv.Atoi(arg(1))
 		return raceConnect(p, n, arg(2))
