@@ -182,6 +182,10 @@ func attachStream(hc *http.Client, session string, mib int) (r streamRates, err 
 		att = append(att, v)
 		r.Dropped += dropped
 	}
+	// Each round's figures too: the medians hide whether one round or
+	// two were slow (bench/README.md: a slow mode of the stream, not
+	// explained yet).
+	fmt.Printf("cat rounds, MiB/s: plain pipe %.0f, through attach %.0f\n", pipe, att)
 	return streamRates{Pipe: median(pipe), DevNull: median(null), Attach: median(att), Dropped: r.Dropped}, nil
 }
 
