@@ -24,7 +24,8 @@ import (
 // connects) and ctlEnd the return of the first connect that ends after it,
 // so ctlEnd - ctl is what the revoke's figure would be for a stamp at ctl
 // if the connect in progress had been denied: the stalls an idle kernel
-// path meets on this CPU (0: the loop ended before ctl).
+// path meets on this CPU (ctlEnd 0: no control, the loop having ended
+// before ctl or with the denied connect as the first to end after it).
 type udpLoop struct {
 	denied, start, prev, longest, nivcsw, unrun, loop, prevStart int64
 	ctl, ctlEnd                                                  int64
