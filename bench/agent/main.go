@@ -183,20 +183,15 @@ func run() error {
 	}
 	rss := rssMiB(cmd.Process.Pid)
 	var grants, floors []float64
+	var fl *floor
+	if *flagFloor && (*flagGrants > 0 || *flagExec > 0) {
+		if fl, err = startFloor(filepath.Join(dir, "floor"), filepath.Join(dir, "state")); err != nil {
+			return err
+		}
+		defer teardown.Add(fl.stop)()
+	}
 	if *flagGrants > 0 {
-		var fl *floor
-		if *flagFloor {
-			if fl, err = startFloor(filepath.Join(dir, "floor"), filepath.Join(dir, "state")); err != nil {
-				return err
-			}
-		}
-		stopFloor := func() {}
-		if fl != nil {
-			stopFloor = teardown.Add(fl.stop)
-		}
-		grants, floors, err = timeGrants(hc, *flagSessions, *flagGrants, fl)
-		stopFloor()
-		if err != nil {
+		if grants, floors, err = timeGrants(hc, *flagSessions, *flagGrants, fl); err != nil {
 			return err
 		}
 	}
@@ -231,11 +226,11 @@ func run() error {
 		fmt.Printf("grant_floor_p99_ms=%.2f\n", quantile(floors, 0.99))
 	}
 	fmt.Printf("run_spawn_overhead_ratio=%.2f\n", median(launch)/median(plain))
-	return runtimeFigures(hc, cmd.Process.Pid, filepath.Join(dir, "state"))
+	return runtimeFigures(hc, cmd.Process.Pid, filepath.Join(dir, "state"), fl)
 }
 
 // runtimeFigures prints the session runtime's figures (procs.go).
-func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
+func runtimeFigures(hc *http.Client, agentPid int, stateDir string, fl *floor) error {
 	if *flagExec > 0 {
 		// First into sessions no process entered yet (but s0, by the API
 		// run above): each start also starts the session's holder and lays
@@ -262,6 +257,19 @@ func runtimeFigures(hc *http.Client, agentPid int, stateDir string) error {
 		fmt.Printf("the same in the same sessions again (holders running): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (%s alone: median %.2f ms, p99 %.2f ms)\n",
 			median(wfb), quantile(wfb, 0.99), maxOf(wfb), len(wfb), part, median(wstarts), quantile(wstarts, 0.99))
 		fmt.Printf("exec_first_byte_p99_ms=%.2f\nexec_first_byte_held_p99_ms=%.2f\n", quantile(fb, 0.99), quantile(wfb, 0.99))
+		if fl != nil && !sa {
+			// As many again to the floor (floor.go), after the two
+			// passes rather than between their execs: a floor request
+			// between two execs would take over the spare shim's refill
+			// and the holder's settling that the next exec meets.
+			ffb, fstarts, err := timeExecFirstByte(fl.hc, 1, *flagExec, false)
+			if err != nil {
+				return fmt.Errorf("exec floor: %w", err)
+			}
+			fmt.Printf("exec floor (the same request and client to a bare net/http server in another process that syncs one record, starts echo into a new cgroup of its own and sends its stdout pipe over the upgraded stream; no agent code, no shim, launcher or namespaces): median %.2f ms, p99 %.2f ms, max %.2f ms over %d (the upgrade's answer alone: median %.2f ms, p99 %.2f ms)\n",
+				median(ffb), quantile(ffb, 0.99), maxOf(ffb), len(ffb), median(fstarts), quantile(fstarts, 0.99))
+			fmt.Printf("exec_first_byte_floor_p99_ms=%.2f\n", quantile(ffb, 0.99))
+		}
 	}
 	if *flagAttachMiB > 0 {
 		r, err := attachStream(hc, "s0", *flagAttachMiB)
