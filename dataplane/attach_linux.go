@@ -237,3 +237,18 @@ func runIter(p *ebpf.Program) error {
 	}
 	return nil
 }
+
+// CgroupHooks lists the cgroup attach types of the hooks Shinken attaches
+// at the sessions' parent in flow mode m (sk_lookup, attached to the
+// network namespace, is left out), in attaching order. A benchmark attaches
+// programs that return at once at the same hooks to measure what their
+// dispatch alone costs (bench/egress, the dispatch contender).
+func CgroupHooks(m FlowMode) []ebpf.AttachType {
+	var out []ebpf.AttachType
+	for _, a := range attachments {
+		if a.inMode(m) && !a.netns() {
+			out = append(out, a.attach)
+		}
+	}
+	return out
+}

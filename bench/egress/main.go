@@ -92,7 +92,8 @@ type bench struct {
 	root      string // cgroup2 mount
 	tag       string
 	baseCg    string
-	twinCg    string // the baseline's twin (A/A floor)
+	twinCg    string    // the baseline's twin (A/A floor)
+	disp      *dispatch // the dispatch contender (dispatch.go)
 	nftParent string
 	nftTable  string
 	nftChain  string // script that adds the output chain and its rules
@@ -131,6 +132,10 @@ func (b *bench) cleanup() {
 	}
 	connrounds.RmCgroup(b.baseCg)
 	connrounds.RmCgroup(b.twinCg)
+	if b.disp != nil {
+		b.disp.close()
+		connrounds.RmCgroup(b.disp.cg)
+	}
 	if b.probeDir != "" {
 		os.RemoveAll(b.probeDir)
 	}
@@ -239,6 +244,15 @@ func (b *bench) run() error {
 	if b.baseCg, b.twinCg, err = connrounds.Baseline(b.root, "shinken-bench", b.tag, !*flagNoTwin); err != nil {
 		return err
 	}
+	if !*flagNoDispatch {
+		d, err := newDispatch(b.root, b.tag, b.dp.FlowMode())
+		b.mu.Lock()
+		b.disp = d
+		b.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	var nftSess dataplane.Session
 	if !*flagNoNft {
 		if nftSess, err = b.setupNft(connAddr, sinkAddr); err != nil {
@@ -303,10 +317,14 @@ func (b *bench) run() error {
 	cBase := &connrounds.Contender{Name: "baseline", Cgroup: b.baseCg}
 	cShk := &connrounds.Contender{Name: "shinken", Cgroup: shkCg}
 	cs := []*connrounds.Contender{cBase, cShk}
-	var cTwin, cNft *connrounds.Contender
+	var cTwin, cNft, cDisp *connrounds.Contender
 	if b.twinCg != "" {
 		cTwin = &connrounds.Contender{Name: "twin", Cgroup: b.twinCg}
 		cs = append(cs, cTwin)
+	}
+	if b.disp != nil {
+		cDisp = &connrounds.Contender{Name: "dispatch", Cgroup: b.disp.cg}
+		cs = append(cs, cDisp)
 	}
 	if wNft != nil {
 		cNft = &connrounds.Contender{Name: "nftables", Cgroup: nftCg, On: b.nftOn, Off: b.nftOff}
@@ -338,6 +356,11 @@ func (b *bench) run() error {
 	}
 	if cTwin != nil {
 		connrounds.Compare("", "twin/baseline (the bench's floor: nothing differs)", cTwin, cBase)
+	}
+	var pairDisp []float64
+	if cDisp != nil {
+		pairDisp = connrounds.Compare("", fmt.Sprintf("dispatch/baseline (a program that returns at once at each of the %d cgroup hooks Shinken attaches in %s mode: the floor of shinken/baseline)", b.disp.hooks, b.dp.FlowMode()), cDisp, cBase)
+		connrounds.Compare("", "shinken/dispatch (what Shinken's programs cost beyond their dispatch)", cShk, cDisp)
 	}
 
 	// The other phases place their threads themselves, or not at all.
@@ -414,6 +437,9 @@ func (b *bench) run() error {
 	fmt.Printf("seccomp_ns_per_syscall=%.1f\n", scDiff)
 	fmt.Printf("egress_connect_ratio_vs_baseline=%.3f\n", connrounds.Median(pairBase))
 	fmt.Printf("egress_connect_ratio_vs_nftables=%.3f\n", ratioNft)
+	if len(pairDisp) > 0 {
+		fmt.Printf("egress_connect_ratio_dispatch_floor=%.3f\n", connrounds.Median(pairDisp))
+	}
 	fmt.Printf("revoke_to_deny_p99_us=%.1f\n", connrounds.Pct(lat, 99))
 	if len(floor) > 0 {
 		fmt.Printf("revoke_to_deny_floor_p99_us=%.1f\n", connrounds.Pct(floor, 99))
