@@ -25,7 +25,10 @@ import (
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
-var flagNoDispatch = flag.Bool("no-dispatch", false, "skip the dispatch contender (programs that return at once, at Shinken's cgroup hooks: the connect ratio's dispatch floor)")
+var (
+	flagNoDispatch   = flag.Bool("no-dispatch", false, "skip the dispatch contender (programs that return at once, at Shinken's cgroup hooks: the connect ratio's dispatch floor)")
+	flagDispatchLess = flag.String("dispatch-less", "", "diagnostic: a second dispatch contender without these hooks (attach type names as cilium/ebpf prints them, comma-separated, e.g. CGroupSockOps): what they cost")
+)
 
 // progType is the program type each of Shinken's cgroup attach types takes.
 func progType(a ebpf.AttachType) (ebpf.ProgramType, error) {
@@ -51,33 +54,44 @@ type dispatch struct {
 	progs []*ebpf.Program
 }
 
-// newDispatch makes the cgroup (below root) and attaches a program that
-// returns 1 at each of the hooks of flow mode m.
-func newDispatch(root, tag string, m dataplane.FlowMode) (*dispatch, error) {
-	d := &dispatch{cg: filepath.Join(root, "shinken-bench-dispatch-"+tag)}
+// newDispatch makes the cgroup (below root, named for name) and attaches
+// a program that returns 1 at each of the hooks of flow mode m but those
+// named in less (it takes them out of less). On an error after the cgroup
+// was made it returns the closed contender with the error, for the bench's
+// cleanup to remove the cgroup.
+func newDispatch(root, name, tag string, m dataplane.FlowMode, less map[string]bool) (*dispatch, error) {
+	d := &dispatch{cg: filepath.Join(root, "shinken-bench-"+name+"-"+tag)}
 	if err := os.Mkdir(d.cg, 0o755); err != nil {
 		return nil, err
 	}
 	for _, a := range dataplane.CgroupHooks(m) {
+		if less[a.String()] {
+			delete(less, a.String())
+			continue
+		}
 		t, err := progType(a)
 		if err != nil {
 			d.close()
-			return nil, err
+			return d, err
 		}
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "shk_bench_noop", Type: t, AttachType: a, License: "GPL",
 			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()}})
 		if err != nil {
 			d.close()
-			return nil, fmt.Errorf("dispatch contender: load a program for %v: %w", a, err)
+			return d, fmt.Errorf("dispatch contender: load a program for %v: %w", a, err)
 		}
 		d.progs = append(d.progs, p)
 		l, err := link.AttachCgroup(link.CgroupOptions{Path: d.cg, Attach: a, Program: p})
 		if err != nil {
 			d.close()
-			return nil, fmt.Errorf("dispatch contender: attach at %v: %w", a, err)
+			return d, fmt.Errorf("dispatch contender: attach at %v: %w", a, err)
 		}
 		d.links = append(d.links, l)
 		d.hooks++
+	}
+	if len(less) > 0 {
+		d.close()
+		return d, fmt.Errorf("-dispatch-less: %v: not among the hooks of %s mode", less, m)
 	}
 	return d, nil
 }

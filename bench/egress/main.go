@@ -94,6 +94,7 @@ type bench struct {
 	baseCg    string
 	twinCg    string    // the baseline's twin (A/A floor)
 	disp      *dispatch // the dispatch contender (dispatch.go)
+	dispLess  *dispatch // -dispatch-less's
 	nftParent string
 	nftTable  string
 	nftChain  string // script that adds the output chain and its rules
@@ -132,9 +133,11 @@ func (b *bench) cleanup() {
 	}
 	connrounds.RmCgroup(b.baseCg)
 	connrounds.RmCgroup(b.twinCg)
-	if b.disp != nil {
-		b.disp.close()
-		connrounds.RmCgroup(b.disp.cg)
+	for _, d := range []*dispatch{b.disp, b.dispLess} {
+		if d != nil {
+			d.close()
+			connrounds.RmCgroup(d.cg)
+		}
 	}
 	if b.probeDir != "" {
 		os.RemoveAll(b.probeDir)
@@ -245,12 +248,25 @@ func (b *bench) run() error {
 		return err
 	}
 	if !*flagNoDispatch {
-		d, err := newDispatch(b.root, b.tag, b.dp.FlowMode())
+		d, err := newDispatch(b.root, "dispatch", b.tag, b.dp.FlowMode(), nil)
 		b.mu.Lock()
 		b.disp = d
 		b.mu.Unlock()
 		if err != nil {
 			return err
+		}
+		if *flagDispatchLess != "" {
+			less := map[string]bool{}
+			for _, n := range strings.Split(*flagDispatchLess, ",") {
+				less[n] = true
+			}
+			d, err := newDispatch(b.root, "dispatch-less", b.tag, b.dp.FlowMode(), less)
+			b.mu.Lock()
+			b.dispLess = d
+			b.mu.Unlock()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	var nftSess dataplane.Session
@@ -317,7 +333,7 @@ func (b *bench) run() error {
 	cBase := &connrounds.Contender{Name: "baseline", Cgroup: b.baseCg}
 	cShk := &connrounds.Contender{Name: "shinken", Cgroup: shkCg}
 	cs := []*connrounds.Contender{cBase, cShk}
-	var cTwin, cNft, cDisp *connrounds.Contender
+	var cTwin, cNft, cDisp, cLess *connrounds.Contender
 	if b.twinCg != "" {
 		cTwin = &connrounds.Contender{Name: "twin", Cgroup: b.twinCg}
 		cs = append(cs, cTwin)
@@ -325,6 +341,10 @@ func (b *bench) run() error {
 	if b.disp != nil {
 		cDisp = &connrounds.Contender{Name: "dispatch", Cgroup: b.disp.cg}
 		cs = append(cs, cDisp)
+	}
+	if b.dispLess != nil {
+		cLess = &connrounds.Contender{Name: "dispatch-less", Cgroup: b.dispLess.cg}
+		cs = append(cs, cLess)
 	}
 	if wNft != nil {
 		cNft = &connrounds.Contender{Name: "nftables", Cgroup: nftCg, On: b.nftOn, Off: b.nftOff}
@@ -361,6 +381,10 @@ func (b *bench) run() error {
 	if cDisp != nil {
 		pairDisp = connrounds.Compare("", fmt.Sprintf("dispatch/baseline (a program that returns at once at each of the %d cgroup hooks Shinken attaches in %s mode: the floor of shinken/baseline)", b.disp.hooks, b.dp.FlowMode()), cDisp, cBase)
 		connrounds.Compare("", "shinken/dispatch (what Shinken's programs cost beyond their dispatch)", cShk, cDisp)
+	}
+	if cLess != nil {
+		connrounds.Compare("", fmt.Sprintf("dispatch-less/baseline (diagnostic: the dispatch contender without %s, %d hooks)", *flagDispatchLess, b.dispLess.hooks), cLess, cBase)
+		connrounds.Compare("", "dispatch/dispatch-less (diagnostic: what those hooks' dispatch costs)", cDisp, cLess)
 	}
 
 	// The other phases place their threads themselves, or not at all.
