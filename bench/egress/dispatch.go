@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -109,4 +110,27 @@ func (d *dispatch) close() {
 		p.Close()
 	}
 	d.links, d.progs = nil, nil
+}
+
+// setupDispatch makes the dispatch contender and, with -dispatch-less, the
+// second one; each is kept for the cleanup as soon as its cgroup exists.
+func (b *bench) setupDispatch() error {
+	if *flagNoDispatch {
+		return nil
+	}
+	add := func(name string, less map[string]bool, keep **dispatch) error {
+		d, err := newDispatch(b.root, name, b.tag, b.dp.FlowMode(), less)
+		b.mu.Lock()
+		*keep = d
+		b.mu.Unlock()
+		return err
+	}
+	if err := add("dispatch", nil, &b.disp); err != nil || *flagDispatchLess == "" {
+		return err
+	}
+	less := map[string]bool{}
+	for _, n := range strings.Split(*flagDispatchLess, ",") {
+		less[n] = true
+	}
+	return add("dispatch-less", less, &b.dispLess)
 }

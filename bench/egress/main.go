@@ -99,7 +99,7 @@ type bench struct {
 	nftTable  string
 	nftChain  string // script that adds the output chain and its rules
 	probeDir  string
-	mu        sync.Mutex // guards procs
+	mu        sync.Mutex // guards procs, disp and dispLess
 	procs     []*connrounds.Worker
 }
 
@@ -109,7 +109,7 @@ type bench struct {
 // another goroutine then fails on a closed dataplane instead of a nil one.
 func (b *bench) cleanup() {
 	b.mu.Lock()
-	procs := b.procs
+	procs, disps := b.procs, []*dispatch{b.disp, b.dispLess}
 	b.mu.Unlock()
 	for _, w := range procs {
 		w.Stop()
@@ -133,7 +133,7 @@ func (b *bench) cleanup() {
 	}
 	connrounds.RmCgroup(b.baseCg)
 	connrounds.RmCgroup(b.twinCg)
-	for _, d := range []*dispatch{b.disp, b.dispLess} {
+	for _, d := range disps {
 		if d != nil {
 			d.close()
 			connrounds.RmCgroup(d.cg)
@@ -247,27 +247,8 @@ func (b *bench) run() error {
 	if b.baseCg, b.twinCg, err = connrounds.Baseline(b.root, "shinken-bench", b.tag, !*flagNoTwin); err != nil {
 		return err
 	}
-	if !*flagNoDispatch {
-		d, err := newDispatch(b.root, "dispatch", b.tag, b.dp.FlowMode(), nil)
-		b.mu.Lock()
-		b.disp = d
-		b.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		if *flagDispatchLess != "" {
-			less := map[string]bool{}
-			for _, n := range strings.Split(*flagDispatchLess, ",") {
-				less[n] = true
-			}
-			d, err := newDispatch(b.root, "dispatch-less", b.tag, b.dp.FlowMode(), less)
-			b.mu.Lock()
-			b.dispLess = d
-			b.mu.Unlock()
-			if err != nil {
-				return err
-			}
-		}
+	if err := b.setupDispatch(); err != nil {
+		return err
 	}
 	var nftSess dataplane.Session
 	if !*flagNoNft {
