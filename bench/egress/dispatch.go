@@ -50,8 +50,7 @@ func progType(a ebpf.AttachType) (ebpf.ProgramType, error) {
 // dispatch is the contender's cgroup and what is attached to it.
 type dispatch struct {
 	cg    string
-	hooks int
-	links []link.Link
+	links []link.Link // one per hook
 	progs []*ebpf.Program
 }
 
@@ -88,7 +87,6 @@ func newDispatch(root, name, tag string, m dataplane.FlowMode, less map[string]b
 			return d, fmt.Errorf("dispatch contender: attach at %v: %w", a, err)
 		}
 		d.links = append(d.links, l)
-		d.hooks++
 	}
 	if len(less) > 0 {
 		d.close()

@@ -360,11 +360,11 @@ func (b *bench) run() error {
 	}
 	var pairDisp []float64
 	if cDisp != nil {
-		pairDisp = connrounds.Compare("", fmt.Sprintf("dispatch/baseline (a program that returns at once at each of the %d cgroup hooks Shinken attaches in %s mode: the floor of shinken/baseline)", b.disp.hooks, b.dp.FlowMode()), cDisp, cBase)
+		pairDisp = connrounds.Compare("", fmt.Sprintf("dispatch/baseline (a program that returns at once at each of the %d cgroup hooks Shinken attaches in %s mode: the floor of shinken/baseline)", len(b.disp.links), b.dp.FlowMode()), cDisp, cBase)
 		connrounds.Compare("", "shinken/dispatch (what Shinken's programs cost beyond their dispatch)", cShk, cDisp)
 	}
 	if cLess != nil {
-		connrounds.Compare("", fmt.Sprintf("dispatch-less/baseline (diagnostic: the dispatch contender without %s, %d hooks)", *flagDispatchLess, b.dispLess.hooks), cLess, cBase)
+		connrounds.Compare("", fmt.Sprintf("dispatch-less/baseline (diagnostic: the dispatch contender without %s, %d hooks)", *flagDispatchLess, len(b.dispLess.links)), cLess, cBase)
 		connrounds.Compare("", "dispatch/dispatch-less (diagnostic: what those hooks' dispatch costs)", cDisp, cLess)
 	}
 
