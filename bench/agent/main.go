@@ -78,7 +78,7 @@ func run() error {
 	ctl := filepath.Join(*flagBin, "shinkenctl")
 	os.MkdirAll(filepath.Join(dir, "manifests"), 0o755)
 	os.WriteFile(filepath.Join(dir, "manifests", "bench.manifest"), []byte("image bench\nallow net.egress cidrs=127.0.0.0/8\n"), 0o644)
-	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(dir, "state"), "-socket", sock,
+	cmd := daemon.Command(agentBin, "-config", "", "-state-dir", filepath.Join(dir, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(dir, "policy"), "-manifest-dir", filepath.Join(dir, "manifests"),
 		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9", "-cpu-slice-us", fmt.Sprint(*flagSliceUS))
 	var alog bytes.Buffer
@@ -100,6 +100,7 @@ func run() error {
 
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, benchkit.NumCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
+	fmt.Printf("agent: %s (its own session, as a service manager starts it)\n", daemon.Autogroup(cmd.Process.Pid))
 	if err := preflight(*flagSessions); err != nil {
 		return err
 	}

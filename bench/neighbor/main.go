@@ -179,7 +179,7 @@ func run() error {
 		return err
 	}
 	agentBin := filepath.Join(*flagBin, "shinken-agent")
-	cmd := exec.Command(agentBin, "-config", "", "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
+	cmd := daemon.Command(agentBin, "-config", "", "-state-dir", filepath.Join(priv, "state"), "-socket", sock,
 		"-metrics-addr", metricsAddr, "-policy-dir", filepath.Join(priv, "policy"), "-manifest-dir", filepath.Join(priv, "manifests"),
 		"-cgroup-parent", parent, "-pin-path", pin, "-dns-listen", "0.0.0.0:0", "-dns-upstreams", up.Addr.String(), "-cpu-slice-us", fmt.Sprint(*flagSliceUS))
 	alog, err := os.Create(filepath.Join(priv, "agent.log"))
@@ -209,6 +209,7 @@ func run() error {
 	}
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
+	fmt.Printf("agent: %s (its own session, as a service manager starts it)\n", daemon.Autogroup(cmd.Process.Pid))
 	lo, hi := portRange()
 	fmt.Printf("load: B probes DNS at %d queries/s (every %dth a new name), 1 s timeout, and asks for a grant every %v, for %v in each phase; each flood runs %v before B's window and to its end, under nice %d; host ephemeral range %d-%d (%d ports)\n",
 		*flagRate, *flagFreshEvery, *flagGrantEvery, *flagWindow, *flagRamp, *flagFloodNice, lo, hi, hi-lo+1)

@@ -83,6 +83,11 @@ type Config struct {
 	// wakeup), -1 leaves the kernel's default; 100 to 100000 otherwise.
 	// GET /v1/status says what was set (agent_cpu_slice).
 	AgentCPUSliceUS int `json:"agent_cpu_slice_us"`
+	// AgentAutogroupNice is the nice of the agent's autogroup, -20 to 19
+	// (default -10; 0 leaves the kernel's default weight), written only
+	// where autogroups share the CPU and the agent leads its own session
+	// (cpugroup_linux.go). GET /v1/status says what holds (agent_cpu_group).
+	AgentAutogroupNice int `json:"agent_autogroup_nice"`
 	// DebugPprof serves the Go runtime's profiles on the API socket under
 	// /debug/pprof/ (heap, goroutine, allocs, profile?seconds=N ...), to
 	// root callers only; off by default.
@@ -125,6 +130,8 @@ func defaults() Config {
 		BreakerConsec:   3,
 		BreakerTotal:    20,
 		RequestTimeout:  duration{60 * time.Second},
+
+		AgentAutogroupNice: defaultAutogroupNice,
 	}
 }
 
@@ -151,14 +158,18 @@ func load(args []string) (Config, bool, error) {
 	reqTimeout := fs.Duration("request-timeout", 0, "how long one API call waits on a process, e.g. run (default 60s); processes outlive it")
 	maxSessions := fs.Uint("max-sessions", 0, "most sessions live at once, 2 to 8388608 (default 65536; sizes the pinned kernel tables)")
 	upstreams := fs.String("dns-upstreams", "", "comma-separated upstream resolvers ip:port (default: /etc/resolv.conf)")
+	agNice := fs.Int("autogroup-nice", 0, "nice of the agent's autogroup, -20 to 19; 0 leaves the kernel's default weight (default -10; written only when the agent leads its own session)")
 	sliceUS := fs.Int("cpu-slice-us", 0, "the EEVDF slice in µs of the agent's own threads, 100 to 100000, -1 for the kernel's default (default 100)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
 	}
-	explicit := false
+	explicit, agNiceSet := false, false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "config" {
+		switch f.Name {
+		case "config":
 			explicit = true
+		case "autogroup-nice":
+			agNiceSet = true
 		}
 	})
 	if *file == "" {
@@ -206,6 +217,12 @@ func load(args []string) (Config, bool, error) {
 	case s == 0, s == -1, s >= 100 && s <= 100000:
 	default:
 		return cfg, false, fmt.Errorf("agent_cpu_slice_us %d: want 100 to 100000, or -1 for the kernel's default", s)
+	}
+	if agNiceSet {
+		cfg.AgentAutogroupNice = *agNice
+	}
+	if n := cfg.AgentAutogroupNice; n < -20 || n > 19 {
+		return cfg, false, fmt.Errorf("agent_autogroup_nice %d: want -20 to 19 (0: the kernel's default weight)", n)
 	}
 	if *maxSessions != 0 {
 		if *maxSessions > 1<<23 {

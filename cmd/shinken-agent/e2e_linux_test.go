@@ -48,6 +48,7 @@ type env struct {
 	config    string     // config file to pass, "" for none
 	extra     []string   // more flags for the next start
 	inherit   []*os.File // descriptors the next start inherits, from fd 3
+	setsid    bool       // the next start leads its own session, as under a service manager
 	agentLog  *bytes.Buffer
 	logMu     sync.Mutex
 	cgroupDir string
@@ -161,6 +162,9 @@ func (e *env) startAgent() {
 	cmd.Stdout = lockedBuf{&e.logMu, e.agentLog}
 	cmd.Stderr = lockedBuf{&e.logMu, e.agentLog}
 	cmd.ExtraFiles = e.inherit
+	if e.setsid {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -143,6 +143,8 @@ type daemon struct {
 	stopHosts context.CancelFunc
 	// slice keeps the agent's threads on a short CPU slice (slice_linux.go).
 	slice *sliceKeeper
+	// cpu is the agent's autogroup's weight (cpugroup_linux.go).
+	cpu *cpuGroup
 }
 
 // eventSink receives the agent's lifecycle events: the event stream, and the
@@ -247,7 +249,7 @@ func (s *eventSink) Emit(e agent.Event) error {
 func newDaemon(cfg Config, log *slog.Logger) (*daemon, error) {
 	// First, so that the threads that serve sessions have it from the start
 	// (the ticker in serve sets it on threads made later).
-	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096), slice: newSliceKeeper(cfg.AgentCPUSliceUS)}
+	d := &daemon{cfg: cfg, log: log, hub: api.NewHub(4096), slice: newSliceKeeper(cfg.AgentCPUSliceUS), cpu: newCPUGroup(cfg.AgentAutogroupNice)}
 	var err error
 	d.dp, err = host.Open(cfg.backendConfig())
 	if err != nil {
@@ -383,7 +385,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		Status: func() map[string]any {
 			facts := d.dp.Probe().Facts
 			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
-				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"], "agent_cpu_slice": d.slice.fact()}
+				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"], "agent_cpu_slice": d.slice.fact(), "agent_cpu_group": d.cpu.fact()}
 			if d.resolver != nil {
 				st["dns_resolver"] = fmt.Sprintf("0.0.0.0:%d", d.resolver.Port())
 				st["dns_upstreams"] = d.resolver.Upstreams()
@@ -450,6 +452,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		"metrics", d.cfg.MetricsAddr, "dns", d.cfg.DNSListen, "cgroup", facts["cgroup_parent"], "pins", d.cfg.PinPath)
 	d.log.Info("open flows", "flow_mode", facts["flow_mode"], "means", facts["flow_mode_means"])
 	d.log.Info("agent cpu slice", "slice", d.slice.fact())
+	d.log.Info("agent cpu group", "autogroup", d.cpu.fact())
 	if b, ok := facts["denial_event_budget"]; ok {
 		d.log.Info("denial events", "budget", b)
 	}

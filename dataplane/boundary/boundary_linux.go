@@ -321,8 +321,8 @@ type run struct {
 // supplementary group; opts may name them (0: the default) but no other
 // (ErrIdentity). The child is created directly in the session cgroup
 // (with ownRun, in a new cgroup of its own below it), in the session's
-// mount, IPC and PID namespaces, and confined before it executes cmd.Path
-// (resolved inside the session).
+// mount, IPC and PID namespaces, in a new session (setsid) of its own,
+// and confined before it executes cmd.Path (resolved inside the session).
 //
 // With ownRun (what `run` uses), KillRun kills the run's cgroup
 // (cgroup.kill), so every process the run started, however it forked
@@ -410,6 +410,10 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	}
 	sys := cmd.SysProcAttr
 	sys.UseCgroupFD, sys.CgroupFD = true, cg
+	// Its own session, so its own process group and autogroup: nothing a
+	// session runs shares the agent's (whose CPU weight is raised, and
+	// whose process group a terminal's signals reach).
+	sys.Setsid = true
 	sys.Credential, sys.AmbientCaps = nil, nil
 	if r != nil {
 		if cmd.Cancel != nil {

@@ -58,6 +58,15 @@ func TestInsideSession(t *testing.T) {
 	if strings.TrimSpace(env) != "[]" || strings.TrimSpace(own) != "[7]" {
 		t.Errorf("GOMAXPROCS in the target: %q without, %q with the caller's own", env, own)
 	}
+	// A session of its own (setsid), so an autogroup of its own: nothing
+	// launched shares the agent's CPU weight or its process group.
+	ag := runIn(t, b, "in", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "cat /proc/self/autogroup; echo $$ $(cut -d' ' -f6 /proc/$$/stat)"}, Dir: "/"}, true)
+	if mine, err := os.ReadFile("/proc/self/autogroup"); err == nil && strings.Contains(ag, strings.Fields(string(mine))[0]+" ") {
+		t.Errorf("a launched process shares the launcher's autogroup %q:\n%s", mine, ag)
+	}
+	if f := strings.Fields(ag); len(f) < 5 || f[3] != f[4] {
+		t.Errorf("a launched process does not lead its session (pid, sid):\n%s", ag)
+	}
 	for _, l := range strings.Split(out, "\n") {
 		if pids, ok := strings.CutPrefix(l, "PIDS "); ok {
 			// catatonit holder, the run's catatonit, this helper, maybe a

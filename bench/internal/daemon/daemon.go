@@ -2,22 +2,53 @@
 
 // Package daemon holds what the benches that drive the real shinken-agent
 // daemon (make bench-agent, make bench-scale, make bench-neighbor) share:
-// creating a session through its API, waiting for the API, reading its
-// /metrics, and weighing the sessions' holders.
+// starting it as a service manager would, creating a session through its
+// API, waiting for the API, reading its /metrics, and weighing the
+// sessions' holders.
 package daemon
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/dataplane"
 )
+
+var autogroupNice = flag.String("agent-autogroup-nice", "", "the daemon's -autogroup-nice (\"\": its default, -10; 0: the kernel's default weight), for an A/B of the agent's CPU weight")
+
+// Command is the daemon's command line args (the bench's flags for it)
+// plus -autogroup-nice when the bench was given -agent-autogroup-nice,
+// started as a service manager starts it: leading its own session, so
+// its autogroup is its own (and not the bench's) and its weight is what
+// the agent sets.
+func Command(bin string, args ...string) *exec.Cmd {
+	if *autogroupNice != "" {
+		args = append(args, "-autogroup-nice", *autogroupNice)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return cmd
+}
+
+// Autogroup is what /proc/PID/autogroup says of process pid's autogroup
+// ("/autogroup-N nice X"), or why it cannot be read.
+func Autogroup(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/autogroup", pid))
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(string(b))
+}
 
 // CreateSession creates session s<i> of image bench through the API hc
 // speaks to (its host is "shinken").
