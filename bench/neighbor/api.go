@@ -110,11 +110,21 @@ func (c *client) run(s string, timeout time.Duration, argv ...string) (string, e
 	if err != nil {
 		return "", err
 	}
-	if code != http.StatusOK || res.ExitCode != 0 || res.Truncated || res.Running {
-		return "", fmt.Errorf("run in %s: HTTP %d, exit %d, truncated %v, running %v: %s %s", s, code, res.ExitCode, res.Truncated, res.Running, res.Stderr, msg)
+	if code != http.StatusOK {
+		return "", &notRunError{fmt.Sprintf("run in %s: HTTP %d: %s", s, code, msg)}
+	}
+	if res.ExitCode != 0 || res.Truncated || res.Running {
+		return "", fmt.Errorf("run in %s: exit %d, truncated %v, running %v: %s %s", s, res.ExitCode, res.Truncated, res.Running, res.Stderr, msg)
 	}
 	return res.Stdout, nil
 }
+
+// notRunError: the agent answered a run with an error of its own (the
+// process did not start, or was not waited for), not with the process's
+// result.
+type notRunError struct{ msg string }
+
+func (e *notRunError) Error() string { return e.msg }
 
 // start starts argv in session s and returns its process id.
 func (c *client) start(s string, deadline time.Duration, argv ...string) (string, error) {

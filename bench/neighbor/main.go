@@ -37,6 +37,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -315,6 +316,7 @@ func walkRows(v any, f func(map[string]any)) {
 type phase struct {
 	name       string // "idle" or the flood's
 	probe      map[string][]float64
+	probeErr   string    // why B's probe did not run, if it did not (its queries all count lost)
 	grants     []float64 // ms
 	host       hostFigures
 	floodOut   string
@@ -450,11 +452,22 @@ func (b *bench) measure(p *phase, tag string) error {
 		fmt.Sprintf("%.3f", flagWindow.Seconds()), strconv.Itoa(*flagRate), strconv.Itoa(*flagFreshEvery), tag)
 	close(stop)
 	wg.Wait()
-	if err != nil {
-		return fmt.Errorf("B's probe: %w", err)
-	}
 	if gerr != nil {
 		return fmt.Errorf("B's grants: %w", gerr)
+	}
+	var nr *notRunError
+	if errors.As(err, &nr) {
+		// B could not run its probe in this window (seen in the fork
+		// bomb: the process's shim did not start within the agent's
+		// 10 s): every query B meant to send counts as lost, and the
+		// run goes on to the next phase.
+		sent := float64(*flagRate) * flagWindow.Seconds()
+		p.probe = map[string][]float64{"sent": {sent}, "lost_cached": {sent}}
+		p.probeErr = err.Error()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("B's probe: %w", err)
 	}
 	p.probe, err = benchkit.ParseLines(out)
 	return err
