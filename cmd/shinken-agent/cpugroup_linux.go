@@ -10,9 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/shinken-agent/shinken/dataplane"
 )
 
 // The agent's CPU group (issue 23, fair sharing). Every session's DNS
@@ -133,11 +132,16 @@ func cpuTaskGroup() (string, error) {
 		return "", err
 	}
 	return cpuTaskGroupOf(string(b), func(path string) ([]string, error) {
-		root, err := dataplane.FindCgroup2Mount()
+		// The cgroup2 mount (the daemon reaches the dataplane's own finder
+		// only through the backend, agent/backend/imports_test.go).
+		ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
 		if err != nil {
 			return nil, err
 		}
-		c, err := os.ReadFile(filepath.Join(root, path, "cgroup.controllers"))
+		if len(ms) == 0 {
+			return nil, errors.New("no cgroup2 mount")
+		}
+		c, err := os.ReadFile(filepath.Join(ms[0].Mountpoint, path, "cgroup.controllers"))
 		return strings.Fields(string(c)), err
 	})
 }
