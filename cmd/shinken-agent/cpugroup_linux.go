@@ -104,6 +104,9 @@ func readAutogroup() (string, int, error) {
 		return "", 0, err
 	}
 	f := strings.Fields(string(b))
+	if len(f) == 0 { // the kernel's default group: a process init started without setsid
+		return "no autogroup of its own (the root group)", 0, nil
+	}
 	if len(f) != 3 || f[1] != "nice" {
 		return "", 0, fmt.Errorf("/proc/self/autogroup: unexpected %q", b)
 	}
