@@ -225,7 +225,7 @@ func (b *bench) startAgent() error {
 // launchAgent starts the daemon process on the bench's directories (the
 // first start and a restart alike).
 func (b *bench) launchAgent() error {
-	cmd := exec.Command(b.agentBin, "-config", "", "-state-dir", filepath.Join(b.dir, "state"), "-socket", b.sock,
+	cmd := daemon.Command(b.agentBin, "-config", "", "-state-dir", filepath.Join(b.dir, "state"), "-socket", b.sock,
 		"-metrics-addr", b.metrics, "-policy-dir", filepath.Join(b.dir, "policy"), "-manifest-dir", filepath.Join(b.dir, "manifests"),
 		"-cgroup-parent", b.parent, "-pin-path", b.pin, "-max-sessions", strconv.Itoa(b.maxSessions),
 		"-dns-listen", "0.0.0.0:0", "-dns-upstreams", "127.0.0.1:9")
