@@ -41,22 +41,20 @@ import (
 const defaultAutogroupNice = -10
 
 type cpuGroup struct {
-	nice int   // what was asked
-	err  error // why it was not written, if it was not
+	err error // why the nice was not written, if it was not
 }
 
 // newCPUGroup gives the agent's autogroup nice (0: leaves it as it is).
 func newCPUGroup(nice int) *cpuGroup {
-	g := &cpuGroup{nice: nice}
 	if nice == 0 {
-		g.err = errors.New("left at the kernel's default weight (agent_autogroup_nice 0)")
-		return g
+		return &cpuGroup{err: errors.New("left at the kernel's default weight (agent_autogroup_nice 0)")}
 	}
-	g.err = g.apply()
-	return g
+	return &cpuGroup{err: raiseAutogroup(nice)}
 }
 
-func (g *cpuGroup) apply() error {
+// raiseAutogroup writes nice to the agent's autogroup, where that group
+// is the agent's own and weighs anything.
+func raiseAutogroup(nice int) error {
 	if b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled"); err != nil {
 		return fmt.Errorf("unavailable: this kernel has no autogroups (%v)", err)
 	} else if strings.TrimSpace(string(b)) != "1" {
@@ -70,13 +68,13 @@ func (g *cpuGroup) apply() error {
 	if sid, _ := unix.Getsid(0); sid != os.Getpid() {
 		return fmt.Errorf("not raised: the agent does not lead its session (session %d, its starter's), so its autogroup is shared with the processes that started it; run it as a service (cmd/shinken-agent/shinken-agent.service) or under setsid(1)", sid)
 	}
-	if err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(g.nice)), 0); err != nil {
+	if err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(nice)), 0); err != nil {
 		return fmt.Errorf("not raised: %w", err)
 	}
-	if _, n, err := readAutogroup(); err != nil {
+	if _, n, err := readAutogroup("self"); err != nil {
 		return fmt.Errorf("not raised: %w", err)
-	} else if n != g.nice {
-		return fmt.Errorf("not raised: the kernel took nice %d for the agent's autogroup but reads back %d", g.nice, n)
+	} else if n != nice {
+		return fmt.Errorf("not raised: the kernel took nice %d for the agent's autogroup but reads back %d", nice, n)
 	}
 	return nil
 }
@@ -84,7 +82,7 @@ func (g *cpuGroup) apply() error {
 // fact is the status line: the agent's autogroup and its nice now, and
 // why it was not raised if it was not.
 func (g *cpuGroup) fact() string {
-	name, n, rerr := readAutogroup()
+	name, n, rerr := readAutogroup("self")
 	now := ""
 	if rerr == nil {
 		now = fmt.Sprintf("%s, nice %d", name, n)
@@ -97,9 +95,11 @@ func (g *cpuGroup) fact() string {
 	return fmt.Sprintf("%s (weight %d against a session autogroup's 1024): the agent leads its own session, and every session process is in an autogroup of its own", now, niceWeight(n))
 }
 
-// readAutogroup reads /proc/self/autogroup ("/autogroup-N nice X").
-func readAutogroup() (string, int, error) {
-	b, err := os.ReadFile("/proc/self/autogroup")
+// readAutogroup reads /proc/PID/autogroup ("/autogroup-N nice X"; pid
+// "self" for the agent's own): the group's name and its nice.
+func readAutogroup(pid string) (string, int, error) {
+	file := "/proc/" + pid + "/autogroup"
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", 0, err
 	}
@@ -108,11 +108,11 @@ func readAutogroup() (string, int, error) {
 		return "no autogroup of its own (the root group)", 0, nil
 	}
 	if len(f) != 3 || f[1] != "nice" {
-		return "", 0, fmt.Errorf("/proc/self/autogroup: unexpected %q", b)
+		return "", 0, fmt.Errorf("%s: unexpected %q", file, b)
 	}
 	n, err := strconv.Atoi(f[2])
 	if err != nil {
-		return "", 0, fmt.Errorf("/proc/self/autogroup: %w", err)
+		return "", 0, fmt.Errorf("%s: %w", file, err)
 	}
 	return f[0], n, nil
 }

@@ -12,23 +12,14 @@ import (
 	"testing"
 )
 
-// autogroupOf reads /proc/PID/autogroup ("/autogroup-N nice X"; empty,
-// so "" and "", for a process in no autogroup of its own: one started by
-// init without setsid).
-func autogroupOf(t *testing.T, pid string) (string, string) {
+// autogroupOf is readAutogroup's answer for pid, which must read.
+func autogroupOf(t *testing.T, pid string) (string, int) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + pid + "/autogroup")
+	g, n, err := readAutogroup(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "", ""
-	}
-	if len(f) != 3 {
-		t.Fatalf("/proc/%s/autogroup: %q", pid, b)
-	}
-	return f[0], f[2]
+	return g, n
 }
 
 // TestCPUGroup: an agent that does not lead its session leaves its
@@ -70,7 +61,7 @@ func TestCPUGroup(t *testing.T) {
 		t.Errorf("agent_cpu_group of an agent in its starter's session: %q", got)
 	}
 	if g, n := autogroupOf(t, fmt.Sprint(e.agent.Process.Pid)); g != mine || n != myNice {
-		t.Errorf("agent in %s nice %s, want its starter's %s nice %s, untouched", g, n, mine, myNice)
+		t.Errorf("agent in %s nice %d, want its starter's %s nice %d, untouched", g, n, mine, myNice)
 	}
 	e.stopAgent(syscall.SIGTERM)
 
@@ -78,14 +69,14 @@ func TestCPUGroup(t *testing.T) {
 	e.startAgent()
 	pid := fmt.Sprint(e.agent.Process.Pid)
 	agentGroup, n := autogroupOf(t, pid)
-	if n != "-10" || agentGroup == mine {
-		t.Errorf("agent leading its session: %s nice %s, want a group of its own at nice -10", agentGroup, n)
+	if n != -10 || agentGroup == mine {
+		t.Errorf("agent leading its session: %s nice %d, want a group of its own at nice -10", agentGroup, n)
 	}
 	if got := status(); !strings.Contains(got, agentGroup+", nice -10 (weight 9548") {
 		t.Errorf("agent_cpu_group %q", got)
 	}
 	if g, n := autogroupOf(t, "self"); g != mine || n != myNice {
-		t.Errorf("the test's own group became %s nice %s", g, n)
+		t.Errorf("the test's own group became %s nice %d", g, n)
 	}
 
 	// What a session runs is in groups of its own, at nice 0, and cannot
@@ -102,8 +93,8 @@ func TestCPUGroup(t *testing.T) {
 	if out, err := w.CombinedOutput(); err == nil {
 		t.Errorf("uid 65534 wrote the agent's autogroup: %s", out)
 	}
-	if _, n := autogroupOf(t, pid); n != "-10" {
-		t.Errorf("the agent's group is at nice %s after another uid's write", n)
+	if _, n := autogroupOf(t, pid); n != -10 {
+		t.Errorf("the agent's group is at nice %d after another uid's write", n)
 	}
 }
 
