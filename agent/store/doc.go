@@ -59,8 +59,9 @@
 // rotates it (fsync, rename to the next segment, a fresh journal, directory
 // fsync: a few syncs, not the whole State encoded) and appends to the fresh
 // one; a goroutine then folds the snapshot and the segments, read back from
-// the files, into a new snapshot and removes the segments. No write waits
-// for a fold, and at most one runs. Store.OnFold hears how each went.
+// the files one record at a time and never decoded (rawfold.go), into a new
+// snapshot and removes the segments. No write waits for a fold, and at most
+// one runs. Store.OnFold hears how each went.
 //
 // Which writes are fsynced:
 //

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,7 +98,7 @@ func (s *Store) replaySegments(st *State) error {
 			}
 			continue
 		}
-		if err := replayFile(s.segPath(n), st); err != nil {
+		if err := replayFile(s.segPath(n), st.apply); err != nil {
 			return err
 		}
 		s.seg = n
@@ -104,43 +106,54 @@ func (s *Store) replaySegments(st *State) error {
 	return nil
 }
 
-// replayFile applies one segment to st. A torn last line is dropped as the
-// journal's is (a segment is synced before it is renamed, so it has none
-// unless the disk lost it).
-func replayFile(path string, st *State) error {
-	data, err := os.ReadFile(path)
+// replayFile applies one segment's lines (to a State, or to the fold's
+// rawState). A torn last line is dropped as the journal's is (a segment is
+// synced before it is renamed, so it has none unless the disk lost it).
+func replayFile(path string, apply func(journalLine) error) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	_, err = replayLines(data, st, path)
+	defer f.Close()
+	_, err = replayLines(f, apply, path)
 	return err
 }
 
-// replayLines applies the journal lines in data to st and returns how many
-// bytes of whole lines it applied: a torn last line (no newline, or one
-// that does not parse) is left out; a corrupt line anywhere else is an
-// error wrapping ErrState.
-func replayLines(data []byte, st *State, name string) (int, error) {
-	good := 0
-	for good < len(data) {
-		nl := bytes.IndexByte(data[good:], '\n')
-		if nl < 0 {
-			break // torn: no newline, never acknowledged
+// replayLines applies the journal lines read from r, one at a time, and
+// returns how many bytes of whole lines it applied: a torn last line (no
+// newline, or one that does not parse) is left out; a corrupt line
+// anywhere else is an error wrapping ErrState.
+func replayLines(r io.Reader, apply func(journalLine) error, name string) (int64, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var good int64
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) { // a line longer than the buffer
+			line = bytes.Clone(line)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				var more []byte
+				more, err = br.ReadSlice('\n')
+				line = append(line, more...)
+			}
 		}
-		line := data[good : good+nl]
+		if errors.Is(err, io.EOF) {
+			return good, nil // what is left has no newline: torn, never acknowledged
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s: %w", ErrState, name, err)
+		}
 		var jl journalLine
 		if err := json.Unmarshal(line, &jl); err != nil {
-			if good+nl+1 == len(data) {
-				break // torn last line
+			if _, perr := br.Peek(1); errors.Is(perr, io.EOF) {
+				return good, nil // torn last line
 			}
 			return 0, fmt.Errorf("%w: %s: corrupt line at byte %d: %w", ErrState, name, good, err)
 		}
-		if err := st.apply(jl); err != nil {
+		if err := apply(jl); err != nil {
 			return 0, fmt.Errorf("%w: %s: byte %d: %w", ErrState, name, good, err)
 		}
-		good += nl + 1
+		good += int64(len(line))
 	}
-	return good, nil
 }
 
 // removeSegments removes the segments of segs (as segments lists them)
@@ -268,9 +281,10 @@ func (s *Store) startFold(n uint64) {
 }
 
 // foldThrough writes the snapshot and segments up to n as one new snapshot
-// (through n) and removes those segments. It reads files only.
+// (through n) and removes those segments. It reads files only, and keeps
+// the records as their bytes (rawfold.go).
 func (s *Store) foldThrough(n uint64) (int64, error) {
-	st, _, err := readSnapshot(s.path())
+	rs, err := readRawSnapshot(s.path())
 	if err != nil {
 		return 0, err
 	}
@@ -279,19 +293,21 @@ func (s *Store) foldThrough(n uint64) (int64, error) {
 		return 0, err
 	}
 	for _, k := range segs {
-		if k <= st.Through || k > n {
+		if k <= rs.through || k > n {
 			continue
 		}
-		if err := replayFile(s.segPath(k), st); err != nil {
+		if err := replayFile(s.segPath(k), rs.apply); err != nil {
 			return 0, err
 		}
 	}
-	migrateLegacy(st)
-	st.Through = n
+	if err := rs.migrateLegacy(); err != nil {
+		return 0, err
+	}
+	rs.through = n
 	if err := s.faultAt(FaultSnapshot); err != nil {
 		return 0, fmt.Errorf("%w: snapshot: %w", ErrState, err)
 	}
-	size, err := writeSnapshot(s.path(), st)
+	size, err := writeSnapshotWith(s.path(), rs.encode)
 	if err != nil {
 		return 0, err
 	}

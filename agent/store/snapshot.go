@@ -18,11 +18,17 @@ import (
 // by doubling, 64 MiB of garbage per fold, beside the decoded state the
 // fold works on). It returns the snapshot's size.
 func writeSnapshot(path string, st *State) (int64, error) {
+	return writeSnapshotWith(path, func(w *bufio.Writer) error { return encodeState(w, st) })
+}
+
+// writeSnapshotWith replaces the snapshot at path with what encode writes
+// (through a 256 KiB buffer) and returns its size.
+func writeSnapshotWith(path string, encode func(*bufio.Writer) error) (int64, error) {
 	var n int64
 	err := atomicfile.WriteWith(path, 0o600, func(f io.Writer) error {
 		c := &countWriter{w: f}
 		bw := bufio.NewWriterSize(c, 256<<10)
-		if err := encodeState(bw, st); err != nil {
+		if err := encode(bw); err != nil {
 			return err
 		}
 		err := bw.Flush()
@@ -52,10 +58,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // and readSnapshot decodes it with json.Unmarshal
 // (TestEncodeStateIsMarshal keeps the two the same).
 func encodeState(w *bufio.Writer, st *State) error {
-	w.WriteString(`{"version":` + strconv.Itoa(st.Version))
-	if st.Through != 0 {
-		w.WriteString(`,"through":` + strconv.FormatUint(st.Through, 10))
-	}
+	encodeHeader(w, st.Version, st.Through)
 	if err := encodeMap(w, "sessions", st.Sessions, false); err != nil {
 		return err
 	}
@@ -74,6 +77,17 @@ func encodeState(w *bufio.Writer, st *State) error {
 	return w.WriteByte('}')
 }
 
+// encodeHeader opens State's object with its version and, when set, through.
+func encodeHeader(w *bufio.Writer, version int, through uint64) {
+	w.WriteString(`{"version":` + strconv.Itoa(version))
+	if through != 0 {
+		w.WriteString(`,"through":` + strconv.FormatUint(through, 10))
+	}
+}
+
+// encodeMap writes one of State's record maps, keys sorted, each record
+// marshalled on its own (a json.RawMessage as it is: the fold's records are
+// the bytes they were written as).
 func encodeMap[V any](w *bufio.Writer, name string, m map[string]V, omitEmpty bool) error {
 	if omitEmpty && len(m) == 0 {
 		return nil
@@ -92,8 +106,10 @@ func encodeMap[V any](w *bufio.Writer, name string, m map[string]V, omitEmpty bo
 		if err != nil {
 			return err
 		}
-		vb, err := json.Marshal(m[k])
-		if err != nil {
+		var vb []byte
+		if raw, ok := any(m[k]).(json.RawMessage); ok {
+			vb = raw
+		} else if vb, err = json.Marshal(m[k]); err != nil {
 			return fmt.Errorf("encode %s %q: %w", name, k, err)
 		}
 		w.Write(kb)

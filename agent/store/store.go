@@ -169,28 +169,28 @@ func (s *Store) replay(st *State) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	data, err := io.ReadAll(f)
+	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("%w: read journal: %w", ErrState, err)
 	}
-	good, err := replayLines(data, st, s.journalPath())
+	good, err := replayLines(f, st.apply, s.journalPath())
 	if err != nil {
 		f.Close()
 		return err
 	}
-	if good < len(data) {
-		if err := f.Truncate(int64(good)); err != nil {
+	if good < fi.Size() {
+		if err := f.Truncate(good); err != nil {
 			f.Close()
 			return fmt.Errorf("%w: cut torn journal tail: %w", ErrState, err)
 		}
 	}
-	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
+	if _, err := f.Seek(good, io.SeekStart); err != nil {
 		f.Close()
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	s.journal = f
-	s.jbytes = int64(good)
+	s.jbytes = good
 	return nil
 }
 
