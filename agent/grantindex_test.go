@@ -149,3 +149,70 @@ func TestGrantIndexFollowsState(t *testing.T) {
 		t.Fatalf("Grants(s1) after the sweep = %d records, want its live one", len(gs))
 	}
 }
+
+// TestTombstonesPerSession: past Config.TombstonesPerSession a session's
+// oldest tombstones are pruned at the next sweep, whatever their age; its
+// live grants, and other sessions under the cap, keep theirs. The pruning
+// is durable (a restart does not bring them back), the indexes follow, and
+// a pruned grant's handle still revokes (idempotent).
+func TestTombstonesPerSession(t *testing.T) {
+	clk := &memClock{t: time.Now()}
+	b := memory.MustNew(memory.Config{Now: clk.Now})
+	m := newMemoryAgentOn(t, b, func(c *Config) {
+		c.Now = clk.Now
+		c.TombstonesPerSession = 3
+	})
+	m.session(t, "s1")
+	m.session(t, "s2")
+	var s1 []*Grant
+	for i := range 6 {
+		g := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress(fmt.Sprintf("127.0.0.%d:443", 2+i))})
+		clk.add(time.Second)
+		if err := m.Revoke(ctx, g.Handle); err != nil {
+			t.Fatal(err)
+		}
+		s1 = append(s1, g)
+	}
+	live := m.grant(t, GrantRequest{Session: "s1", Capability: loopEgress("127.0.0.20:443")})
+	for i := range 3 {
+		g := m.grant(t, GrantRequest{Session: "s2", Capability: loopEgress(fmt.Sprintf("127.0.0.%d:443", 30+i))})
+		if err := m.Revoke(ctx, g.Handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(s string) []string {
+		var out []string
+		for _, g := range m.Grants(s) {
+			out = append(out, g.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if n := len(ids("s1")); n != 7 {
+		t.Fatalf("before the sweep s1 has %d grant records, want 7", n)
+	}
+	if err := m.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{live.ID, s1[3].ID, s1[4].ID, s1[5].ID}
+	slices.Sort(want)
+	if got := ids("s1"); !slices.Equal(got, want) {
+		t.Fatalf("after the sweep s1 keeps %v, want its live grant and its 3 newest tombstones %v", got, want)
+	}
+	if n := len(ids("s2")); n != 3 {
+		t.Fatalf("s2, at the cap, keeps %d tombstones, want 3", n)
+	}
+	m.reopen(t)
+	if got := ids("s1"); !slices.Equal(got, want) {
+		t.Fatalf("after a restart s1 has %v, want %v", got, want)
+	}
+	m.mu.Lock()
+	ok := len(m.bySession["s1"]) == 4 && len(m.due.grants) == 6
+	m.mu.Unlock()
+	if !ok {
+		t.Fatal("the indexes still hold pruned tombstones")
+	}
+	if err := m.Revoke(ctx, s1[0].Handle); err != nil {
+		t.Fatalf("revoking a pruned grant's handle: %v", err)
+	}
+}

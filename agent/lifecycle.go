@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -74,6 +75,7 @@ func (a *Agent) Sweep(ctx context.Context) error {
 	// (grants oldest first, sessions by id).
 	var due []*GrantRecord
 	var stale []string
+	held := map[string]int{} // tombstones kept, by session
 	for id := range a.due.grants {
 		g, ok := a.st.Grants[id]
 		switch {
@@ -83,6 +85,13 @@ func (a *Agent) Sweep(ctx context.Context) error {
 			due = append(due, g)
 		case g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention:
 			stale = append(stale, id)
+		case g.Phase.Terminal():
+			held[g.Session]++
+		}
+	}
+	for session, n := range held {
+		if n > a.cfg.TombstonesPerSession {
+			stale = append(stale, a.oldestTombstones(session, n-a.cfg.TombstonesPerSession)...)
 		}
 	}
 	slices.SortFunc(due, grantOrder)
@@ -109,8 +118,8 @@ func (a *Agent) Sweep(ctx context.Context) error {
 		errs = append(errs, a.endSessionLocked(id, "session expired"))
 	}
 	changed := false
-	for _, id := range stale {
-		if g, ok := a.st.Grants[id]; ok && g.Phase.Terminal() && now.Sub(g.Ended) > a.cfg.TombstoneRetention {
+	for _, id := range stale { // past the retention or the session's cap
+		if g, ok := a.st.Grants[id]; ok && g.Phase.Terminal() {
 			delete(a.st.Grants, id)
 			a.unindex(g)
 			changed = true
@@ -137,4 +146,29 @@ func (a *Agent) Sweep(ctx context.Context) error {
 	}
 	a.syncCards() // cards whose approvals timed out or whose session ended
 	return errors.Join(errs...)
+}
+
+// DefaultTombstonesPerSession is Config.TombstonesPerSession's default.
+const DefaultTombstonesPerSession = 256
+
+// oldestTombstones names the session's n oldest tombstones (by end, then
+// id).
+func (a *Agent) oldestTombstones(session string, n int) []string {
+	var tombs []*GrantRecord
+	for _, g := range a.bySession[session] {
+		if g.Phase.Terminal() {
+			tombs = append(tombs, g)
+		}
+	}
+	slices.SortFunc(tombs, func(x, y *GrantRecord) int {
+		if c := x.Ended.Compare(y.Ended); c != 0 {
+			return c
+		}
+		return strings.Compare(x.ID, y.ID)
+	})
+	ids := make([]string, 0, n)
+	for _, g := range tombs[:min(n, len(tombs))] {
+		ids = append(ids, g.ID)
+	}
+	return ids
 }
