@@ -121,7 +121,7 @@ type Config struct {
 	// TombstonesPerSession caps the tombstones kept for one session: past
 	// it, Sweep prunes the session's oldest first, whatever their age
 	// (default DefaultTombstonesPerSession). Without it an operator's
-	// grant and revoke loop held every record for the retention: 1.7 KiB
+	// grant and revoke loop held every record for the retention: about 1.6 KiB
 	// of heap and a look each second from Sweep per tombstone (bench-neighbor's
 	// 8,000 in four minutes: 13 MiB). The audit log keeps every grant and
 	// revoke for good; a pruned grant's token still revokes (see above).

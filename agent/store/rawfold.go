@@ -40,8 +40,6 @@ var rawKinds = [...]struct {
 	{"p", "patterns", true},
 }
 
-const rawKindGrants = 1 // rawKinds[1]
-
 // rawState is a State whose records are undecoded.
 type rawState struct {
 	version int
@@ -156,26 +154,34 @@ func wantDelim(dec *json.Decoder, d json.Delim) error {
 	return nil
 }
 
+// rawKind is the index in rawKinds of the kind letter, -1 if none.
+func rawKind(letter string) int {
+	for i, rk := range rawKinds {
+		if rk.letter == letter {
+			return i
+		}
+	}
+	return -1
+}
+
 // apply is State.apply for undecoded records.
 func (rs *rawState) apply(jl journalLine) error {
-	for i, rk := range rawKinds {
-		if jl.Kind != rk.letter {
-			continue
-		}
-		if jl.Del {
-			delete(rs.recs[i], jl.ID)
-		} else {
-			rs.recs[i][jl.ID] = jl.Rec
-		}
-		return nil
+	i := rawKind(jl.Kind)
+	switch {
+	case i < 0:
+		return fmt.Errorf("unknown record kind %q", jl.Kind)
+	case jl.Del:
+		delete(rs.recs[i], jl.ID)
+	default:
+		rs.recs[i][jl.ID] = jl.Rec
 	}
-	return fmt.Errorf("unknown record kind %q", jl.Kind)
+	return nil
 }
 
 // migrateLegacy is migrateLegacy for the grants that need it: those whose
 // record has "rules".
 func (rs *rawState) migrateLegacy() error {
-	grants := rs.recs[rawKindGrants]
+	grants := rs.recs[rawKind("g")]
 	for id, rec := range grants {
 		if !bytes.Contains(rec, []byte(`"rules":`)) {
 			continue
@@ -184,8 +190,7 @@ func (rs *rawState) migrateLegacy() error {
 		if err := json.Unmarshal(rec, &g); err != nil {
 			return fmt.Errorf("%w: grant %q: %w", ErrState, id, err)
 		}
-		st := &State{Grants: map[string]*GrantRecord{id: &g}}
-		migrateLegacy(st)
+		migrateGrant(&g)
 		b, err := json.Marshal(&g)
 		if err != nil {
 			return fmt.Errorf("%w: grant %q: %w", ErrState, id, err)

@@ -155,11 +155,16 @@ func readSnapshot(path string) (*State, int64, error) {
 // migrateLegacy moves the rules of grants written before Delta into it.
 func migrateLegacy(st *State) {
 	for _, g := range st.Grants {
-		if len(g.LegacyRules) > 0 && g.Delta.IsEmpty() {
-			g.Delta = backend.DeltaOf(g.LegacyRules)
-		}
-		g.LegacyRules = nil
+		migrateGrant(g)
 	}
+}
+
+// migrateGrant moves the rules of one grant written before Delta into it.
+func migrateGrant(g *GrantRecord) {
+	if len(g.LegacyRules) > 0 && g.Delta.IsEmpty() {
+		g.Delta = backend.DeltaOf(g.LegacyRules)
+	}
+	g.LegacyRules = nil
 }
 
 // replay applies the journal to st and opens it for appending, cutting off a
