@@ -141,8 +141,8 @@ type Config struct {
 	// UDPSockets is the number of UDP sockets bound to ListenAddr with
 	// SO_REUSEPORT; the kernel steers each session's datagrams to one of
 	// them by session address, and a flooding session's to one more, the
-	// penalty socket (reuseport_linux.go), so one session's flood fills one
-	// socket's queue, not every session's. Default: the number of CPUs, at
+	// penalty socket (reuseport_linux.go, steer_linux.go), so one session's
+	// flood fills one socket's queue, not every session's. Default: the number of CPUs, at
 	// most 16; at most 1024.
 	UDPSockets int
 	// UDPWorkers is the number of threads blocked in recvmmsg(2) on each

@@ -20,11 +20,13 @@
 //
 // UDP queries arrive on Config.UDPSockets sockets bound to the one port
 // with SO_REUSEPORT, plus a penalty socket, each read by its own worker
-// threads. A classic BPF program on the group steers each datagram by its
-// destination, the session address: every query of a session reaches the
-// same socket (session address mod UDPSockets), and a session in the
-// penalty box reaches the penalty socket, so a flood fills one socket's
-// queue and not the others' (reuseport_linux.go). Before anything else is
+// threads. A BPF program on the group (sk_reuseport) steers each datagram
+// by its destination, the session address: every query of a session
+// reaches the same socket (session address mod UDPSockets), and a session
+// in the penalty box reaches the penalty socket, up to its query rate, the
+// rest dropped by the kernel before the agent reads them (KernelDropped),
+// so a flood fills one socket's queue and not the others', and costs the
+// agent what its rate allows (reuseport_linux.go, steer_linux.go). Before anything else is
 // done with a query (UDP or TCP), it takes a token from its session's
 // query bucket (Config.QueryRate, QueryBurst; limit.go): over the rate it
 // is answered REFUSED at once from its own bytes (reason rate, one Denial a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,5 +210,108 @@ func TestFlood(t *testing.T) {
 				t.Fatalf("the other session was limited: %+v", b)
 			}
 		})
+	}
+}
+
+// TestKernelDrops: a session in the penalty box that floods gets at most
+// its rate per window through to the penalty socket; the steering program
+// sends the rest to the sink and counts them (Counters.KernelDropped, the
+// metric), with no ICMP error back to the sender; a flooder whose queries
+// the kernel drops stays in the box; another session is not touched; and
+// once out of the box the session's queries reach its own socket again,
+// with the drops of its last moments in the box still counted.
+func TestKernelDrops(t *testing.T) {
+	const rate = 100
+	e := newTestEnv(t, func(c *Config) { c.UDPSockets, c.QueryRate, c.QueryBurst = 2, rate, rate })
+	if !e.r.udp.steered.Load() {
+		t.Fatal("steering program not attached")
+	}
+	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixNano()
+	e.r.box.add(1, now)
+	entered := now - int64(4*time.Second)
+	e.r.limits.session(1).excess.Store(entered)
+
+	c, err := net.Dial("udp4", e.r.Port4(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := new(dns.Msg)
+	m.SetQuestion("f.notallowed.test.", dns.TypeA)
+	q, _ := m.Pack()
+	before := e.r.udp.received()
+	const sent = 20000
+	start := time.Now()
+	for i := range sent {
+		if _, err := c.Write(q); err != nil {
+			t.Fatalf("send %d: %v (an ICMP error from a dropped datagram?)", i, err)
+		}
+	}
+	elapsed := time.Since(start)
+	// maintain counts the drops every sweepInterval.
+	deadline := time.Now().Add(3 * time.Second)
+	for e.r.Stats().Sessions["s1"].KernelDropped == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * sweepInterval)
+	after := e.r.udp.received()
+	penalty := after[2] - before[2]
+	windows := uint64(elapsed/steerWindow) + 2
+	dropped := e.r.Stats().Sessions["s1"].KernelDropped
+	t.Logf("sent %d in %v: %d read on the penalty socket, %d dropped in the kernel, %v to the others", sent, elapsed, penalty, dropped, after[:2])
+	if after[0] != before[0] || after[1] != before[1] {
+		t.Fatalf("a penalised session's datagrams reached the group's sockets: %v -> %v", before, after)
+	}
+	if penalty == 0 || penalty > windows*steerLimit(rate) {
+		t.Fatalf("%d datagrams read on the penalty socket in %d windows (limit %d each)", penalty, windows, steerLimit(rate))
+	}
+	if dropped == 0 || dropped+penalty > sent {
+		t.Fatalf("%d dropped in the kernel and %d read, of %d sent", dropped, penalty, sent)
+	}
+	if got := e.r.limits.session(1).excess.Load(); got <= entered {
+		t.Fatal("the kernel's drops did not keep the session in the box")
+	}
+	var b strings.Builder
+	if err := e.r.WriteMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`shinken_dns_kernel_dropped_total{session="s1"} %d`, dropped); !strings.Contains(b.String(), want) {
+		t.Fatalf("metrics lack %q", want)
+	}
+	// Another session is answered from its own socket.
+	before = e.r.udp.received()
+	if resp := e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA); resp.Rcode != dns.RcodeSuccess {
+		t.Fatal(resp)
+	}
+	after = e.r.udp.received()
+	if s := (sessionBase + 300) % 2; after[s] != before[s]+1 {
+		t.Fatalf("session 300: %v -> %v", before, after)
+	}
+
+	// Out of the box: drops counted up to the removal, and the session's
+	// datagrams back on its own socket.
+	for range 2000 {
+		c.Write(q)
+	}
+	e.r.limits.session(1).excess.Store(time.Now().Add(-2 * penaltyHold).UnixNano())
+	e.r.box.expire(e.r.limits, time.Now().UnixNano())
+	if e.r.penalised(1) {
+		t.Fatal("still in the box")
+	}
+	e.r.countKernelDrops(time.Now().UnixNano())
+	if got := e.r.Stats().Sessions["s1"].KernelDropped; got <= dropped {
+		t.Fatalf("KernelDropped %d after a second burst, was %d", got, dropped)
+	}
+	before = e.r.udp.received()
+	if _, err := c.Write(q); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	after = e.r.udp.received()
+	if s := (sessionBase + 1) % 2; after[s] != before[s]+1 {
+		t.Fatalf("session 1 out of the box: %v -> %v", before, after)
 	}
 }

@@ -38,6 +38,7 @@ func (r *Resolver) WriteMetrics(w io.Writer) error {
 	counter("shinken_dns_host_addresses_stripped_total", "Addresses of the host itself dropped from answers (no grant named them).", func(c Counters) uint64 { return c.HostStripped })
 	counter("shinken_dns_dropped_total", "UDP queries dropped because MaxInflight (or the session's PerSessionLimit) queries were pending.", func(c Counters) uint64 { return c.Dropped })
 	counter("shinken_dns_rate_dropped_total", "Queries over the session's rate dropped without a reply (the session floods: penalty box).", func(c Counters) uint64 { return c.RateDropped })
+	counter("shinken_dns_kernel_dropped_total", "UDP queries of a session in the penalty box over its rate, dropped in the kernel before the resolver read them (not in shinken_dns_queries_total).", func(c Counters) uint64 { return c.KernelDropped })
 	counter("shinken_dns_write_limited_total", "Answers withheld (SERVFAIL) because the session was out of kernel-write tokens.", func(c Counters) uint64 { return c.WriteLimited })
 	const m = "shinken_dns_refused_total"
 	fmt.Fprintf(bw, "# HELP %s DNS queries refused, by session and reason.\n# TYPE %s counter\n", m, m)

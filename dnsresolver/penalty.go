@@ -12,7 +12,8 @@ import (
 // It goes into the box, where its queries over the rate are dropped without
 // a reply (before, they are answered REFUSED), and on Linux the kernel steers
 // its UDP queries to a socket and worker of their own (reuseport_linux.go),
-// so a flood fills that socket's queue and no other session's. It leaves
+// so a flood fills that socket's queue and no other session's, and drops
+// those over its rate before the worker reads them (steer_linux.go). It leaves
 // the box penaltyHold after its last query over the rate. The box holds at
 // most maxPenalised sessions; a flooder beyond that stays where it was,
 // still limited by its bucket.
@@ -138,8 +139,26 @@ func (r *Resolver) maintain() {
 			return
 		case <-t.C:
 			ns := r.cfg.now().UnixNano()
+			r.countKernelDrops(ns)
 			r.box.expire(r.limits, ns)
 			r.limits.sweep(ns, penaltyHold)
 		}
+	}
+}
+
+// countKernelDrops counts the queries the steering program dropped since the
+// last call (steer_linux.go): a session whose queries the kernel still drops
+// is still flooding, and stays in the box.
+func (r *Resolver) countKernelDrops(now int64) {
+	if r.udp == nil {
+		return
+	}
+	for idx, n := range r.udp.kernelDrops() {
+		r.limits.session(idx).excess.Store(now)
+		var sc *counters
+		if name, ok := r.cfg.SessionName(idx); ok {
+			sc = r.stats.session(name)
+		}
+		both(&r.stats.total, sc, func(c *counters) { c.kernelDropped.Add(n) })
 	}
 }

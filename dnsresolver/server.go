@@ -68,16 +68,20 @@ func (r *Resolver) Start() error {
 	}
 	r.udp, r.tcp, r.started, started = udp, tcp, true, true
 	// Steer each session's datagrams to one socket, and the penalty box's
-	// to the penalty socket (reuseport_linux.go).
-	steer := func(idx []uint32) {
-		if err := udp.steer(idx); err != nil {
-			r.log.Warn("dns socket steering failed: datagrams spread by the kernel's hash", "err", err)
+	// to the penalty socket up to their rate (steer_linux.go).
+	if err := udp.attachSteering(r.cfg.QueryRate); err != nil {
+		r.log.Warn("dns socket steering not attached: datagrams spread by the kernel's hash, a flooder's read by the agent", "err", err)
+	} else {
+		steer := func(idx []uint32) {
+			if err := udp.steer(idx); err != nil {
+				r.log.Warn("dns socket steering: penalty box not updated", "err", err)
+			}
 		}
+		r.box.mu.Lock()
+		r.box.steer = steer
+		steer(r.Penalised())
+		r.box.mu.Unlock()
 	}
-	r.box.mu.Lock()
-	r.box.steer = steer
-	steer(r.Penalised())
-	r.box.mu.Unlock()
 	udp.serve(r, r.cfg.UDPWorkers)
 	r.wg.Go(r.serveTCP)
 	r.wg.Go(r.maintain)

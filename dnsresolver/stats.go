@@ -64,13 +64,14 @@ type Counters struct {
 	HostStripped   uint64             // of Stripped: the host's own addresses (Config.HostAddrs)
 	Dropped        uint64             // UDP queries dropped: MaxInflight or PerSessionLimit queries already pending
 	RateDropped    uint64             // queries over the session's rate dropped without a reply (in the penalty box)
+	KernelDropped  uint64             // UDP queries of a session in the penalty box, over its rate, dropped by the kernel before the resolver read them (not in Queries)
 	WriteLimited   uint64             // answers withheld (SERVFAIL) for want of write tokens (Config.WriteRate)
 	Denials        [NumReasons]uint64 // Denials[ReasonRate]: queries over the session's rate answered REFUSED
 }
 
 type counters struct {
 	queries, answered, refused, servfail, cacheHits, written, writeErr, memoHits, stripped, dropped atomic.Uint64
-	rateDropped, writeLimited, hostStripped                                                         atomic.Uint64
+	rateDropped, writeLimited, hostStripped, kernelDropped                                          atomic.Uint64
 	denials                                                                                         [NumReasons]atomic.Uint64
 }
 
@@ -80,6 +81,7 @@ func (c *counters) snapshot() Counters {
 		ServFail: c.servfail.Load(), CacheHits: c.cacheHits.Load(), EntriesWritten: c.written.Load(),
 		WriteErrors: c.writeErr.Load(), WritesSkipped: c.memoHits.Load(), Stripped: c.stripped.Load(), Dropped: c.dropped.Load(),
 		RateDropped: c.rateDropped.Load(), WriteLimited: c.writeLimited.Load(), HostStripped: c.hostStripped.Load(),
+		KernelDropped: c.kernelDropped.Load(),
 	}
 	for i := range c.denials {
 		s.Denials[i] = c.denials[i].Load()

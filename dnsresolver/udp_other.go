@@ -12,3 +12,5 @@ func (*udpGroup) shutdown()                                 {}
 func (*udpGroup) close() error                              { return nil }
 func (*udpGroup) serve(*Resolver, int)                      {}
 func (*udpGroup) steer([]uint32) error                      { return ErrNotSupported }
+func (*udpGroup) attachSteering(int) error                  { return ErrNotSupported }
+func (*udpGroup) kernelDrops() map[uint32]uint64            { return nil }
