@@ -145,9 +145,9 @@ func steerProgram(n int, socks, box *ebpf.Map) asm.Instructions {
 	}
 }
 
-// attachSteering loads the program for the group, adds the sink to the
-// group, and attaches the program. On error nothing is attached and the
-// group is as it was (no sink): the kernel spreads datagrams by its hash.
+// attachSteering loads the program for the group, attaches it, and adds
+// the sink to the group. On error nothing is attached and the group is as
+// it was (no sink): the kernel spreads datagrams by its hash.
 func (g *udpGroup) attachSteering(rate int) (err error) {
 	n := len(g.socks) - 1
 	s := &steering{limit: steerLimit(rate), seen: map[uint32]uint64{}, pending: map[uint32]uint64{}}
@@ -171,15 +171,7 @@ func (g *udpGroup) attachSteering(rate int) (err error) {
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	s.sink, err = listenUDP(g.addr, true)
-	if err != nil {
-		return fmt.Errorf("sink: %w", err)
-	}
-	// The smallest receive queue the kernel allows: a few datagrams.
-	if err := unix.SetsockoptInt(s.sink.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 0); err != nil {
-		return fmt.Errorf("sink SO_RCVBUF: %w", err)
-	}
-	for i, u := range append(slices.Clone(g.socks), s.sink) {
+	for i, u := range g.socks {
 		if err := s.socks.Put(uint32(i), uint64(u.fd)); err != nil {
 			return fmt.Errorf("socket %d into the array: %w", i, err)
 		}
@@ -187,9 +179,33 @@ func (g *udpGroup) attachSteering(rate int) (err error) {
 	if err := unix.SetsockoptInt(g.socks[0].fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, s.prog.FD()); err != nil {
 		return fmt.Errorf("SO_ATTACH_REUSEPORT_EBPF: %w", err)
 	}
+	// The sink joins the group only now: before the program, the kernel's
+	// hash could have picked it for any datagram. Until it is in the
+	// array, a datagram over the limit finds no socket at its index and
+	// the kernel's hash picks one of the others.
+	s.sink, err = listenUDP(g.addr, true)
+	if err != nil {
+		return g.detach(fmt.Errorf("sink: %w", err))
+	}
+	// The smallest receive queue the kernel allows: a few datagrams.
+	if err := unix.SetsockoptInt(s.sink.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 0); err != nil {
+		return g.detach(fmt.Errorf("sink SO_RCVBUF: %w", err))
+	}
+	if err := s.socks.Put(uint32(n+1), uint64(s.sink.fd)); err != nil {
+		return g.detach(fmt.Errorf("sink into the array: %w", err))
+	}
 	g.steering = s
 	g.steered.Store(true)
 	return nil
+}
+
+// detach takes the program off the group (after a failed attachSteering)
+// and returns err.
+func (g *udpGroup) detach(err error) error {
+	if derr := unix.SetsockoptInt(g.socks[0].fd, unix.SOL_SOCKET, unix.SO_DETACH_REUSEPORT_BPF, 0); derr != nil {
+		return errors.Join(err, fmt.Errorf("SO_DETACH_REUSEPORT_BPF: %w", derr))
+	}
+	return err
 }
 
 // steer makes the box map hold exactly the sessions in penalised; a session
