@@ -353,8 +353,9 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (
 		}
 		return st, fmt.Errorf("procs: %s", b)
 	case <-time.After(m.cfg.StartTimeout):
+		where := taskStates(proc.Pid)
 		proc.Kill()
-		return st, fmt.Errorf("procs: the shim did not report a start within %v", m.cfg.StartTimeout)
+		return st, fmt.Errorf("procs: the shim did not report a start within %v (its tasks, state and wait channel: %s)", m.cfg.StartTimeout, where)
 	}
 }
 

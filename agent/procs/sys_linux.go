@@ -1,9 +1,12 @@
 package procs
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -117,4 +120,59 @@ func awaitExit(pid int) {
 		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		return err != unix.EAGAIN && (err != nil || info.Signo != 0)
 	})
+}
+
+// taskStates says where the process pid and its children stand, for an
+// error that says why a start did not come: each task's name, state, the kernel
+// function it waits in and its stack's first frames (/proc/PID/task/TID/
+// comm, stat, wchan and stack), at most 16 tasks.
+func taskStates(pid int) string {
+	var b strings.Builder
+	n := 0
+	var walk func(pid, depth int)
+	walk = func(pid, depth int) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			if n == 16 {
+				return
+			}
+			n++
+			dir := fmt.Sprintf("/proc/%d/task/%s", pid, t.Name())
+			stat, _ := os.ReadFile(dir + "/stat")
+			state := "?"
+			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+				state = string(stat[i+2])
+			}
+			wchan, _ := os.ReadFile(dir + "/wchan")
+			comm, _ := os.ReadFile(dir + "/comm")
+			if b.Len() > 0 {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "%d/%s %s %s %s", pid, t.Name(), strings.TrimSpace(string(comm)), state, strings.TrimSpace(string(wchan)))
+			// The kernel stack's first frames (root only), innermost first.
+			stack, _ := os.ReadFile(dir + "/stack")
+			var frames []string
+			for _, l := range strings.Split(string(stack), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && len(frames) < 6 {
+					frames = append(frames, strings.SplitN(f[1], "+", 2)[0])
+				}
+			}
+			if len(frames) > 0 {
+				fmt.Fprintf(&b, " [%s]", strings.Join(frames, " < "))
+			}
+			if depth < 2 {
+				kids, _ := os.ReadFile(dir + "/children")
+				for _, k := range strings.Fields(string(kids)) {
+					if c, err := strconv.Atoi(k); err == nil {
+						walk(c, depth+1)
+					}
+				}
+			}
+		}
+	}
+	walk(pid, 0)
+	if b.Len() == 0 {
+		return "gone"
+	}
+	return b.String()
 }
