@@ -36,11 +36,10 @@ import (
 // host's global ICMP rate limit (net.ipv4.icmp_msgs_per_sec), which a
 // flooder would then take from every other sender on the host.
 //
-// Before this program (the twenty-eighth session) a classic BPF program
-// steered the box's sessions to the penalty socket, whose worker read and
-// dropped every datagram over the rate: about 80 % of one CPU of the
-// agent's, at the agent's CPU weight, for one flooding session
-// (bench/README.md, bench-neighbor).
+// Without the limit, the penalty socket's worker read and dropped every
+// datagram over the rate: about 80 % of one CPU of the agent's, at the
+// agent's CPU weight, for one flooding session (bench/README.md,
+// "Twenty-eighth session").
 const (
 	steerWindow = 100 * time.Millisecond
 	// boxEntrySize is the box map's value: struct { u64 window; u64 count;
