@@ -101,7 +101,7 @@ func TestWritesOffWorker(t *testing.T) {
 // UDPSockets), and a session in the penalty box's reach the penalty socket.
 func TestSteering(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { c.UDPSockets = 4 })
-	if !e.r.udp.steered.Load() {
+	if e.r.udp.steering == nil {
 		t.Fatal("steering program not attached")
 	}
 	for idx := uint32(1); idx <= 8; idx++ {
@@ -223,7 +223,7 @@ func TestFlood(t *testing.T) {
 func TestKernelDrops(t *testing.T) {
 	const rate = 100
 	e := newTestEnv(t, func(c *Config) { c.UDPSockets, c.QueryRate, c.QueryBurst = 2, rate, rate })
-	if !e.r.udp.steered.Load() {
+	if e.r.udp.steering == nil {
 		t.Fatal("steering program not attached")
 	}
 	if err := e.r.SetPolicy("s2", testPolicy); err != nil {

@@ -3,7 +3,6 @@ package dnsresolver
 import (
 	"errors"
 	"net/netip"
-	"sync/atomic"
 )
 
 // udpGroup is the resolver's UDP sockets: Config.UDPSockets sockets bound
@@ -27,8 +26,7 @@ type udpGroup struct {
 	socks    []*udpSocket // socks[len-1] is the penalty socket
 	port     uint16
 	addr     netip.AddrPort
-	steered  atomic.Bool // the program is attached
-	steering *steering   // set once by attachSteering, before serve
+	steering *steering // the attached program; set once by attachSteering, before serve
 }
 
 // penaltySocket is the index of the penalty socket.

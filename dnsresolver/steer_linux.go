@@ -194,7 +194,6 @@ func (g *udpGroup) attachSteering(rate int) (err error) {
 		return g.detach(fmt.Errorf("sink into the array: %w", err))
 	}
 	g.steering = s
-	g.steered.Store(true)
 	return nil
 }
 
