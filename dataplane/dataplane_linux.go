@@ -58,6 +58,7 @@ type Dataplane struct {
 	neverRefs map[shkShkNeverOkKey][]HandleRef // every handle whose NeverOK rule names the exception (never_ok.go)
 	nEntries  [4]int                           // entries in prefixes: egress4, exact4, egress6, exact6
 	handleGen []uint32                         // last generation issued per slot
+	handleUp  []HandleRef                      // the parent each slot's handle was issued under (reach_linux.go)
 	slots     idPool                           // handle slots
 
 	never neverIndex // who names each never-list exception, by handle (never_ok_linux.go)
@@ -504,6 +505,7 @@ func (d *Dataplane) reconcileEgressMap(m *ebpf.Map, v6 bool) error {
 func (d *Dataplane) reconcileHandles() error {
 	n := d.cfg.MaxHandles
 	d.handleGen = make([]uint32, n)
+	d.handleUp = make([]HandleRef, n)
 	highest := uint32(0)
 	states := make([]uint32, n)
 	err := eachArray(d.objs.ShkHandles, func(key uint32, h *shkShkHandle) {
@@ -511,6 +513,7 @@ func (d *Dataplane) reconcileHandles() error {
 			return
 		}
 		d.handleGen[key] = h.Generation
+		d.handleUp[key] = HandleRef{Slot: h.Parent, Generation: h.ParentGeneration}
 		states[key] = h.State
 		if h.State != uint32(HandleFree) || h.Generation != 0 {
 			highest = key

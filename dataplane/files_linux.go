@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/dataplane/boundary"
@@ -13,8 +12,8 @@ import (
 // The files section (fs.scope) on this host: no BPF LSM loads here, so the
 // session's mount view is the enforcement (package boundary's SetFiles).
 // The dataplane keeps each session's file entries; after every change of
-// them, and after every revoke, it derives the view from the entries whose
-// handle chain is live, and the boundary changes the mounts that differ: a
+// them, and after every revoke that kills one of them (reach_linux.go),
+// it derives the view from the entries whose handle chain is live, and the boundary changes the mounts that differ: a
 // write root is an idmapped writable bind, a deny a mask, a credential
 // location under a grant a mask. A revoke stays one handle-state write; the
 // view change that follows is this class's sweep (Ops.ViewSweeps), done
@@ -190,23 +189,19 @@ func (d *Dataplane) SetFileOverride(session string, e backend.FileEntry) error {
 	return errors.Join(err, d.syncFSLSM(session), d.deriveView(session))
 }
 
-// fileSweep derives again the view of every session holding file entries
-// (after a revoke: what the dead handles opened goes), and counts one view
-// sweep when there was any.
-func (d *Dataplane) fileSweep() error {
+// fileSweep derives again, after a revoke of dead, the view of every
+// session holding a file entry the revoke killed (reach_linux.go: what
+// the dead handle reached), and counts one view sweep when there was any.
+func (d *Dataplane) fileSweep(dead HandleRef) error {
 	if d.bnd == nil {
 		return nil // no view: the LSM's handle check was the whole revoke
 	}
 	d.mu.Lock()
-	names := make([]string, 0, len(d.files))
-	for n := range d.files {
-		names = append(names, n)
-	}
+	names := reachedSessionsLocked(d, d.files, nil, dead, func(e backend.FileEntry) HandleRef { return e.Handle })
 	d.mu.Unlock()
 	if len(names) == 0 {
 		return nil
 	}
-	sort.Strings(names)
 	d.ops.viewSweeps.Add(1)
 	var errs []error
 	for _, n := range names {

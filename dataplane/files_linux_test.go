@@ -19,7 +19,7 @@ import (
 
 // fsTree makes, under /var/tmp (visible read-only in sessions), the tree
 // the fs.scope tests grant parts of; every file holds "data".
-func fsTree(t *testing.T) string {
+func fsTree(t testing.TB) string {
 	t.Helper()
 	root, err := os.MkdirTemp("/var/tmp", "shinken-fs-")
 	if err != nil {

@@ -232,6 +232,7 @@ func (d *Dataplane) newHandle(parent HandleRef, expires time.Time, state HandleS
 		return HandleRef{}, fmt.Errorf("issue handle: %w", err)
 	}
 	d.handleGen[slot] = gen
+	d.handleUp[slot] = HandleRef{Slot: v.Parent, Generation: v.ParentGeneration}
 	d.watchDeadline(expires)
 	return HandleRef{Slot: slot, Generation: gen}, nil
 }
@@ -301,12 +302,14 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	if err := d.cutFlows(); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but cutting open flows failed: %w", ref, err)
 	}
-	// And what the dead handles opened in the sessions' views goes.
-	if err := d.fileSweep(); err != nil {
+	// And what the dead handles opened in the sessions' views goes (the
+	// views of the sessions holding such an entry: reach_linux.go).
+	if err := d.fileSweep(ref); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but changing the file views failed: %w", ref, err)
 	}
-	// And the gated sessions' allowlists and bounds lose what it gave.
-	if err := d.procSweep(); err != nil {
+	// And the gated sessions' allowlists and bounds lose what it gave
+	// (those holding an entry under it).
+	if err := d.procSweep(ref); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but changing the exec gates failed: %w", ref, err)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -234,15 +233,12 @@ func (d *Dataplane) deriveProcess(session string, lenient bool) error {
 	return d.bnd.SetProcess(session, progs, backend.ProcessBound(live, d.bnd.HostMaxProcs()), lenient)
 }
 
-// procSweep derives again every gated session (after a revoke).
-func (d *Dataplane) procSweep() error {
+// procSweep derives again, after a revoke of dead, every gated session
+// holding a process entry the revoke killed (reach_linux.go).
+func (d *Dataplane) procSweep(dead HandleRef) error {
 	d.mu.Lock()
-	names := make([]string, 0, len(d.procGated))
-	for n := range d.procGated {
-		names = append(names, n)
-	}
+	names := reachedSessionsLocked(d, d.procs, d.procGated, dead, func(e backend.ProcessEntry) HandleRef { return e.Handle })
 	d.mu.Unlock()
-	sort.Strings(names)
 	var errs []error
 	for _, n := range names {
 		if err := d.deriveProcess(n, true); err != nil && !errors.Is(err, ErrSessionNotFound) {

@@ -172,6 +172,18 @@ func testUseFiles(t *testing.T, s *suite) {
 	wantOpen(t, u, "s1", root+"/repo/a/b/f", backend.FileWrite, true)
 	wantOpen(t, u, "s1", root+"/other/f", backend.FileWrite, false)
 	wantOpen(t, u, "s2", root+"/repo/f", backend.FileWrite, false) // another session's grant
+	// A revoke that kills no file entry changes no view: s2's grant, and
+	// a handle that holds nothing.
+	o := mustHandle(t, b, backend.HandleRef{})
+	mustApply(t, b, "s2", files(o, backend.FileEntry{Path: root + "/other", Access: backend.FileWrite}))
+	for _, dead := range []backend.HandleRef{mustHandle(t, b, backend.HandleRef{}), o} {
+		reached := dead == o
+		if ops := opsDelta(b, func() { mustRevoke(t, b, dead) }); ops.RevokeWrites != 1 || ops.ViewSweeps > 0 && !reached || ops.ViewSweeps > 1 {
+			t.Errorf("revoke of %s (entries in s2: %v): %+v, want one write and no view sweep unless it reached an entry", dead, reached, ops)
+		}
+	}
+	wantOpen(t, u, "s2", root+"/other/f", backend.FileWrite, false)
+	wantOpen(t, u, "s1", root+"/repo/f", backend.FileWrite, true)
 	// A child handle's entry dies with its parent (the membrane).
 	c := mustHandle(t, b, h2)
 	mustApply(t, b, "s1", files(c, backend.FileEntry{Path: root + "/other", Access: backend.FileWrite}))

@@ -145,14 +145,30 @@ func (b *Backend) Revoke(ref backend.HandleRef) error {
 	b.repointNeverOKs(ref)
 	b.ops.Sweeps++
 	b.sweeps.Sweeps++
-	// The file views are derived again (the Linux backend's view sweep).
+	// The file views holding an entry the revoke killed are derived again
+	// (the Linux backend's view sweep: one, if any view is reached).
 	for _, s := range b.sessions {
-		if len(s.files) > 0 {
+		if slices.ContainsFunc(s.files, func(e backend.FileEntry) bool { return b.reaches(e.Handle, ref) }) {
 			b.ops.ViewSweeps++
 			break
 		}
 	}
 	return nil
+}
+
+// reaches says whether a revoke of dead kills ref: dead is ref or one of
+// its ancestors (a recycled slot on the way counts as reached); b.mu held.
+func (b *Backend) reaches(ref, dead backend.HandleRef) bool {
+	for range MaxChain + 1 {
+		if ref.IsZero() {
+			return false
+		}
+		if ref == dead || int(ref.Slot) >= len(b.handles) || b.handles[ref.Slot].gen != ref.Generation {
+			return true
+		}
+		ref = b.handles[ref.Slot].parent
+	}
+	return true
 }
 
 // Release reclaims what a dead grant held, in the Linux backend's order:
