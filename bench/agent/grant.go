@@ -79,35 +79,41 @@ func grantOne(hc *http.Client, session int, addr netip.Addr) (string, time.Durat
 	return res[0].Grant.Handle, took, nil
 }
 
-// revokeAll revokes the grants by handle, untimed.
-func revokeAll(hc *http.Client, handles []string) error {
+// revokeAll revokes the grants by handle, one at a time, and returns each
+// revoke's time (ms) from the request's start to its answer's last byte.
+func revokeAll(hc *http.Client, handles []string) ([]float64, error) {
+	var times []float64
 	for _, h := range handles {
 		var g json.RawMessage
+		t0 := time.Now()
 		code, _, err := post(hc, "/v1/grants/revoke", api.RevokeBody{Handle: h}, &g)
+		took := time.Since(t0)
 		if err != nil {
-			return err
+			return times, err
 		}
 		if code != http.StatusOK {
-			return fmt.Errorf("revoke %s: HTTP %d: %s", h, code, g)
+			return times, fmt.Errorf("revoke %s: HTTP %d: %s", h, code, g)
 		}
+		times = append(times, float64(took.Nanoseconds())/1e6)
 	}
-	return nil
+	return times, nil
 }
 
 // timeGrants times n grants one at a time, spread over the sessions
 // (every sessions/n-th one), after grantWarmup untimed ones; it checks one
 // with a use-time decision, then revokes them all. With fl, each timed
 // grant is followed by the same request to the floor (floor.go), timed
-// too. Times in ms.
-func timeGrants(hc *http.Client, sessions, n int, fl *floor) (times, floors []float64, _ error) {
+// too. The revokes are timed (revokes: all of them, warm-up included; see
+// revokeAll). Times in ms.
+func timeGrants(hc *http.Client, sessions, n int, fl *floor) (times, floors, revokes []float64, _ error) {
 	total := n + grantWarmup
 	step := max(1, sessions/total)
 	var handles []string
-	defer func() { revokeAll(hc, handles) }() // on an error: what was granted is revoked
+	defer func() { revokeAll(hc, handles) }() //nolint:errcheck // on an error: what was granted is revoked
 	for i := 0; i < total; i++ {
 		h, took, err := grantOne(hc, (i*step)%sessions, grantAddr(i))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		handles = append(handles, h)
 		if i < grantWarmup {
@@ -117,7 +123,7 @@ func timeGrants(hc *http.Client, sessions, n int, fl *floor) (times, floors []fl
 		if fl != nil {
 			took, err := fl.ask((i*step)%sessions, i)
 			if err != nil {
-				return nil, nil, fmt.Errorf("grant floor: %w", err)
+				return nil, nil, nil, fmt.Errorf("grant floor: %w", err)
 			}
 			floors = append(floors, float64(took.Nanoseconds())/1e6)
 		}
@@ -130,12 +136,12 @@ func timeGrants(hc *http.Client, sessions, n int, fl *floor) (times, floors []fl
 	}
 	use := agent.UseRequest{Class: agent.ClassNetEgress, Op: "connect", IP: grantAddr(last), Port: 443}
 	if _, _, err := post(hc, "/v1/decide", api.DecideBody{Session: fmt.Sprintf("s%d", (last*step)%sessions), Request: use}, &d); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !d.Allowed {
-		return nil, nil, fmt.Errorf("after its grant, %s:443 is not allowed (decided by %q)", use.IP, d.DecidedBy)
+		return nil, nil, nil, fmt.Errorf("after its grant, %s:443 is not allowed (decided by %q)", use.IP, d.DecidedBy)
 	}
-	err := revokeAll(hc, handles)
+	revokes, err := revokeAll(hc, handles)
 	handles = nil
-	return times, floors, err
+	return times, floors, revokes, err
 }

@@ -183,7 +183,7 @@ func run() error {
 		return fmt.Errorf("session ls listed %d sessions, want %d", listed, *flagSessions)
 	}
 	rss := rssMiB(cmd.Process.Pid)
-	var grants, floors []float64
+	var grants, floors, revokes []float64
 	var fl *floor
 	if *flagFloor && (*flagGrants > 0 || *flagExec > 0) {
 		if fl, err = startFloor(filepath.Join(dir, "floor"), filepath.Join(dir, "state")); err != nil {
@@ -192,7 +192,7 @@ func run() error {
 		defer teardown.Add(fl.stop)()
 	}
 	if *flagGrants > 0 {
-		if grants, floors, err = timeGrants(hc, *flagSessions, *flagGrants, fl); err != nil {
+		if grants, floors, revokes, err = timeGrants(hc, *flagSessions, *flagGrants, fl); err != nil {
 			return err
 		}
 	}
@@ -220,6 +220,11 @@ func run() error {
 	fmt.Printf("session_create_p99_ms=%.2f\n", quantile(creates, 0.99))
 	if len(grants) > 0 {
 		fmt.Printf("grant_p99_ms=%.2f\n", quantile(grants, 0.99))
+	}
+	if len(revokes) > 0 {
+		fmt.Printf("revoke (POST /v1/grants/revoke of those grants by handle, one at a time, each grant's rule never used: the handle write, in sweep mode a walk of every TCP and UDP socket of the host before it answers, and the grant's records): median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
+			median(revokes), quantile(revokes, 0.99), maxOf(revokes), len(revokes))
+		fmt.Printf("revoke_p99_ms=%.2f\n", quantile(revokes, 0.99))
 	}
 	if len(floors) > 0 {
 		fmt.Printf("grant floor (the same request to a bare net/http server in another process that writes and syncs a grant's records as the agent does, no agent code; one after each grant): median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
