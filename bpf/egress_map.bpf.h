@@ -13,6 +13,7 @@
 
 #include "common.bpf.h"
 #include "handle.bpf.h"
+#include "flowmark.bpf.h"
 
 /* (session, IPv4 prefix) -> rules. Sized by user space (max entries). */
 struct {
@@ -112,6 +113,7 @@ static __always_inline __u32 never_exception(__u32 session, __u16 family, const 
 	}
 	if (!v)
 		return SHK_REASON_NO_RULE;
+	shk_flow_mark(v->handle, v->generation);
 	return shk_handle_check(v->handle, v->generation, SHK_USE_CONSUME);
 }
 
@@ -251,6 +253,7 @@ static __always_inline __u32 try_rules(const struct shk_egress_value *v, __u8 pr
 				best = SHK_REASON_RULE_EXPIRED;
 			continue;
 		}
+		shk_flow_mark(r->handle, r->generation); /* before the state reads: flowmark.bpf.h */
 		why = shk_handle_check(r->handle, r->generation, use);
 		if (why == SHK_REASON_NONE) {
 			ref->handle = r->handle;

@@ -5,7 +5,8 @@
  * device or LSM entry) carries a handle reference (slot, generation), and the
  * handle and each of its ancestors (the membrane: attenuated children point
  * at their parent) must be live and unexpired. Revoke is one write of a
- * struct shk_handle by user space; the next check fails.
+ * handle's state word (an atomic exchange, shk_revoke in flowmark.bpf.h,
+ * run by user space); the next check fails.
  */
 #pragma once
 

@@ -20,8 +20,9 @@
  * chosen at load (shk_flow_mode):
  *
  *   SWEEP   (kernels with the bpf_sock_destroy kfunc) iter/tcp and iter/udp
- *           walk every TCP and UDP socket when user space asks (after each
- *           revoke, its follow-ups, at each handle deadline) and destroy each
+ *           walk every TCP and UDP socket when user space asks (after a
+ *           revoke of a handle a flow check tried (flowmark.bpf.h), its
+ *           follow-ups, at each handle deadline) and destroy each
  *           session socket whose peer no live grant covers any more. No
  *           program runs per packet of an established flow.
  *   PACKET  cgroup_skb/egress checks every active open and data packet, and
@@ -47,6 +48,9 @@
  *   common.bpf.h       kernel and libbpf headers, constants, the license
  *   session.bpf.h      shk_sessions, shk_session_level: the acting session
  *   handle.bpf.h       shk_handles, shk_handle_check: the membrane walk
+ *   flowmark.bpf.h     shk_handle_flows, shk_flow_mark, shk_revoke: which
+ *                      handles a flow may be open under (sweep mode skips
+ *                      the walk after a revoke of one no flow check tried)
  *   egress_map.bpf.h   shk_egress4|6, shk_exact4|6, lookup()
  *   flows.bpf.h        shk_flow_mode, shk_flows, shk_lastconns
  *   ports.bpf.h        shk_ports, shk_socks: the ports session sockets hold

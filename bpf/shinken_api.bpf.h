@@ -71,14 +71,22 @@ enum shk_use {
 };
 
 /* One caretaker handle: value of the shk_handles array, indexed by slot.
- * Set by user space only. Revoke is one write of this value with
- * state = REVOKED. */
+ * Set by user space only. Revoke is one write of the state word (REVOKED):
+ * an atomic exchange by shk_revoke (flowmark.bpf.h). */
 struct shk_handle {
 	__u32 state;             /* enum shk_handle_state */
 	__u32 generation;        /* bumped each time the slot is issued */
 	__u32 parent;            /* parent slot, SHK_HANDLE_NONE for a root */
 	__u32 parent_generation; /* generation the parent had when this was issued */
 	__u64 expires_ns;        /* CLOCK_BOOTTIME deadline, 0 = never */
+};
+
+/* The context of shk_revoke (flowmark.bpf.h), run by user space. */
+struct shk_revoke_args {
+	__u32 slot;       /* in: the handle */
+	__u32 generation; /* in */
+	__u32 prev_state; /* out: its state word before (enum shk_handle_state) */
+	__u32 flows;      /* out: 1 when a flow check tried a rule under it or a descendant */
 };
 
 /* Value of shk_sessions, keyed by the session cgroup's id (__u64). */

@@ -2,11 +2,14 @@
 /*
  * Sweep mode: the socket iterators. On kernels with the bpf_sock_destroy
  * kfunc, iter/tcp and iter/udp walk every TCP and UDP socket when user space
- * asks (after each revoke, at each handle deadline) and destroy each session
+ * asks (after a revoke of a handle a flow check tried, flowmark.bpf.h; at
+ * each handle deadline) and destroy each session
  * socket whose peer no live grant covers any more (for TCP, an egress grant
  * of the peer's port or an inbound grant of the socket's own port). No per-packet hook. The
  * kernel structures they read are declared in core.bpf.h with CO-RE
- * relocations. Part of the one object built from shinken.bpf.c.
+ * relocations. The lookup that finds a socket covered marks the handle that
+ * covers it (flowmark.bpf.h), so that handle's revoke sweeps in turn. Part
+ * of the one object built from shinken.bpf.c.
  */
 
 #include "common.bpf.h"

@@ -76,11 +76,12 @@ const (
 	// kfunc (Linux 6.5+), else FlowPacket. The chosen mode is reported by
 	// Dataplane.FlowMode.
 	FlowAuto FlowMode = 0
-	// FlowSweep: after each revoke and at each handle deadline, socket
-	// iterators destroy every session socket whose peer no live grant covers
-	// (the application sees ECONNABORTED; TCP peers get a reset). New
-	// connects are checked at connect/sendmsg, handshakes at ingress; no hook
-	// runs per data packet.
+	// FlowSweep: after a revoke (of a handle a flow check tried:
+	// flowmark_linux.go) and at each handle deadline, socket iterators
+	// destroy every session socket whose peer no live grant covers (the
+	// application sees ECONNABORTED; TCP peers get a reset). New connects are
+	// checked at connect/sendmsg, a handshake racing a revoke by the revoke's
+	// follow-up sweeps; no hook runs per data packet.
 	FlowSweep FlowMode = 1
 	// FlowPacket: cgroup_skb programs check every data packet of a session
 	// socket against the handle its flow was allowed under and drop it once

@@ -173,20 +173,21 @@ func (d *Dataplane) open() error {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
 	sizes := map[string]uint32{
-		"shk_sessions":   d.cfg.MaxSessions,
-		"shk_handles":    d.cfg.MaxHandles,
-		"shk_egress4":    d.cfg.MaxEgress4,
-		"shk_egress6":    d.cfg.MaxEgress6,
-		"shk_exact4":     d.cfg.MaxEgress4,
-		"shk_exact6":     d.cfg.MaxEgress6,
-		"shk_counters":   d.cfg.MaxSessions * NumReasons,
-		"shk_quotas":     d.cfg.MaxSessions,
-		"shk_budgets":    d.cfg.MaxSessions * 2,
-		"shk_suppressed": d.cfg.MaxSessions,
-		"shk_denied":     deniedWords(d.cfg.MaxSessions),
-		"shk_events":     d.cfg.EventRingBytes,
-		"shk_flows":      d.cfg.MaxFlows,
-		"shk_ports":      uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
+		"shk_sessions":     d.cfg.MaxSessions,
+		"shk_handles":      d.cfg.MaxHandles,
+		"shk_handle_flows": d.cfg.MaxHandles,
+		"shk_egress4":      d.cfg.MaxEgress4,
+		"shk_egress6":      d.cfg.MaxEgress6,
+		"shk_exact4":       d.cfg.MaxEgress4,
+		"shk_exact6":       d.cfg.MaxEgress6,
+		"shk_counters":     d.cfg.MaxSessions * NumReasons,
+		"shk_quotas":       d.cfg.MaxSessions,
+		"shk_budgets":      d.cfg.MaxSessions * 2,
+		"shk_suppressed":   d.cfg.MaxSessions,
+		"shk_denied":       deniedWords(d.cfg.MaxSessions),
+		"shk_events":       d.cfg.EventRingBytes,
+		"shk_flows":        d.cfg.MaxFlows,
+		"shk_ports":        uint32(min(max(65536, 4*uint64(d.cfg.MaxSessions)), 1<<24)), // port holds (bpf/ports.bpf.h)
 	}
 	for name, m := range spec.Maps {
 		if n, ok := sizes[name]; ok {
@@ -228,12 +229,20 @@ func (d *Dataplane) open() error {
 	_, markErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_sockcount"))
 	d.markOld = d.adopted && markErr != nil
 	_, deniedErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_denied"))
+	_, flowsErr := os.Stat(filepath.Join(d.cfg.PinPath, "shk_handle_flows"))
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinPath}})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return fmt.Errorf("pinned maps under %s do not match this agent's sizes or layout (remove them with a full uninstall to start fresh): %w", d.cfg.PinPath, err)
 		}
 		return fmt.Errorf("load BPF objects: %w", err)
+	}
+	// Handles adopted from an agent that kept no flow marks: each counts
+	// as one a flow may be open under (flowmark_linux.go).
+	if d.adopted && flowsErr != nil {
+		if err := d.markAdoptedHandles(); err != nil {
+			return err
+		}
 	}
 	// Counters adopted from an agent that kept no marker: every index is
 	// marked, so none of them is left out of a scrape.

@@ -85,6 +85,7 @@ type sweeper struct {
 
 	statMu    sync.Mutex // the counters, the follow-up schedule, the deadline timers
 	sweeps    uint64
+	skipped   uint64 // revokes that needed none (flowmark_linux.go)
 	destroyed uint64
 	errors    uint64
 	lastErr   error
@@ -249,7 +250,7 @@ func (d *Dataplane) SweepStats() SweepStats {
 	}
 	d.sweep.statMu.Lock()
 	defer d.sweep.statMu.Unlock()
-	return SweepStats{Sweeps: d.sweep.sweeps, Destroyed: d.sweep.destroyed, Errors: d.sweep.errors, LastErr: d.sweep.lastErr}
+	return SweepStats{Sweeps: d.sweep.sweeps, Skipped: d.sweep.skipped, Destroyed: d.sweep.destroyed, Errors: d.sweep.errors, LastErr: d.sweep.lastErr}
 }
 
 // Sweep destroys, now, every open session socket whose peer no live grant
@@ -274,6 +275,18 @@ func (d *Dataplane) cutFlows() error {
 	d.ops.sweeps.Add(1)
 	d.sweep.followUp()
 	return err
+}
+
+// skipSweep counts a revoke that needed no sweep: no flow check ever
+// tried a rule under its handle (flowmark_linux.go), so no socket can be
+// open under it, and none of its follow-ups either.
+func (d *Dataplane) skipSweep() {
+	if d.sweep == nil {
+		return
+	}
+	d.sweep.statMu.Lock()
+	d.sweep.skipped++
+	d.sweep.statMu.Unlock()
 }
 
 // watchDeadline arranges a sweep when a handle expires.

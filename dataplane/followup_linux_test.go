@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/shinken-agent/shinken/dataplane/kerneltest"
 )
 
@@ -26,7 +28,7 @@ func TestRevokeBurstFollowUps(t *testing.T) {
 	const n = 40
 	hs := make([]HandleRef, n)
 	for i := range hs {
-		hs[i] = mustHandle(t, d, HandleRef{}, zeroTime)
+		hs[i] = flowedHandle(t, d)
 	}
 	sw := d.sweep
 	before := d.Ops()
@@ -79,7 +81,7 @@ func TestCloseStopsFollowUps(t *testing.T) {
 			t.Errorf("remove dataplane: %v", err)
 		}
 	})
-	h := mustHandle(t, d, HandleRef{}, zeroTime)
+	h := flowedHandle(t, d)
 	if err := d.Revoke(h); err != nil {
 		t.Fatal(err)
 	}
@@ -105,4 +107,15 @@ func TestCloseStopsFollowUps(t *testing.T) {
 	if n2, f2 := sweeps(), d.Ops().FollowUpSweeps; n2 != n || f2 != f {
 		t.Fatalf("after Close: %d sweeps and %d follow-ups ran", n2-n, f2-f)
 	}
+}
+
+// flowedHandle issues a handle marked as if a flow check had tried a rule
+// under it, so that its revoke sweeps (flowmark_linux.go).
+func flowedHandle(t *testing.T, d *Dataplane) HandleRef {
+	t.Helper()
+	h := mustHandle(t, d, HandleRef{}, zeroTime)
+	if err := d.objs.ShkHandleFlows.Update(h.Slot, h.Generation, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -286,7 +286,7 @@ func (d *Dataplane) Revoke(ref HandleRef) error { return d.RevokeThen(ref, nil) 
 // write has returned, before open flows are cut: for measuring how soon the
 // kernel enforces a revoke.
 func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
-	wrote, err := d.revoke(ref)
+	wrote, flows, err := d.revoke(ref)
 	if err != nil {
 		return err
 	}
@@ -297,9 +297,12 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 		// Already dead: the revoke that killed it cut its flows.
 		return nil
 	}
-	// The map write above already fails every new connect; now cut the
-	// flows that are open (sweep mode).
-	if err := d.cutFlows(); err != nil {
+	// The write above already fails every new connect; now cut the flows
+	// that are open (sweep mode), unless no flow check ever tried a rule
+	// under the handle or a descendant (flowmark_linux.go).
+	if !flows {
+		d.skipSweep()
+	} else if err := d.cutFlows(); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but cutting open flows failed: %w", ref, err)
 	}
 	// And what the dead handles opened in the sessions' views goes (the
@@ -315,31 +318,31 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	return nil
 }
 
-// revoke flips ref's state word to revoked and says whether it wrote.
-func (d *Dataplane) revoke(ref HandleRef) (bool, error) {
+// revoke flips ref's state word to revoked and says whether it wrote and
+// whether a flow may be open under ref (flowmark_linux.go).
+func (d *Dataplane) revoke(ref HandleRef) (wrote, flows bool, _ error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h, err := d.readHandle(ref)
 	if errors.Is(err, ErrHandleNotLive) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if h.State == uint32(HandleRevoked) {
-		return false, nil
+		return false, false, nil
 	}
-	h.State = uint32(HandleRevoked)
-	if err := d.objs.ShkHandles.Update(ref.Slot, h, ebpf.UpdateAny); err != nil {
-		return false, fmt.Errorf("revoke %s: %w", ref, err)
+	if _, flows, err = d.revokeWord(ref); err != nil {
+		return false, false, err
 	}
 	d.ops.revokeWrites.Add(1)
 	// An exception shared with other grants must not die with this one:
 	// point it at a handle still live (the rules leave with Release).
 	if err := d.repointNeverOKs(ref); err != nil {
-		return true, fmt.Errorf("revoke %s: handle revoked, but a shared never-list exception kept pointing at it: %w", ref, err)
+		return true, flows, fmt.Errorf("revoke %s: handle revoked, but a shared never-list exception kept pointing at it: %w", ref, err)
 	}
-	return true, nil
+	return true, flows, nil
 }
 
 // FreeHandle returns a revoked handle's slot for reuse. The next handle

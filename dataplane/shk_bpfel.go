@@ -168,6 +168,14 @@ type shkShkQuota struct {
 	Ports int32
 }
 
+type shkShkRevokeArgs struct {
+	_          structs.HostLayout
+	Slot       uint32
+	Generation uint32
+	PrevState  uint32
+	Flows      uint32
+}
+
 type shkShkRule struct {
 	_          structs.HostLayout
 	Handle     uint32
@@ -208,6 +216,7 @@ const (
 	shkMapShkExact4             = "shk_exact4"
 	shkMapShkExact6             = "shk_exact6"
 	shkMapShkFlows              = "shk_flows"
+	shkMapShkHandleFlows        = "shk_handle_flows"
 	shkMapShkHandles            = "shk_handles"
 	shkMapShkLastconns          = "shk_lastconns"
 	shkMapShkNever4             = "shk_never4"
@@ -234,6 +243,7 @@ const (
 	shkProgShkPostBind6         = "shk_post_bind6"
 	shkProgShkRecvmsg4          = "shk_recvmsg4"
 	shkProgShkRecvmsg6          = "shk_recvmsg6"
+	shkProgShkRevoke            = "shk_revoke"
 	shkProgShkSendmsg4          = "shk_sendmsg4"
 	shkProgShkSendmsg6          = "shk_sendmsg6"
 	shkProgShkSkLookup          = "shk_sk_lookup"
@@ -309,6 +319,7 @@ type shkProgramSpecs struct {
 	ShkPostBind6         *ebpf.ProgramSpec `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4          *ebpf.ProgramSpec `ebpf:"shk_recvmsg4"`
 	ShkRecvmsg6          *ebpf.ProgramSpec `ebpf:"shk_recvmsg6"`
+	ShkRevoke            *ebpf.ProgramSpec `ebpf:"shk_revoke"`
 	ShkSendmsg4          *ebpf.ProgramSpec `ebpf:"shk_sendmsg4"`
 	ShkSendmsg6          *ebpf.ProgramSpec `ebpf:"shk_sendmsg6"`
 	ShkSkLookup          *ebpf.ProgramSpec `ebpf:"shk_sk_lookup"`
@@ -327,32 +338,33 @@ type shkProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shkMapSpecs struct {
-	ShkBudgets    *ebpf.MapSpec `ebpf:"shk_budgets"`
-	ShkCounters   *ebpf.MapSpec `ebpf:"shk_counters"`
-	ShkDenied     *ebpf.MapSpec `ebpf:"shk_denied"`
-	ShkDeny4      *ebpf.MapSpec `ebpf:"shk_deny4"`
-	ShkDeny6      *ebpf.MapSpec `ebpf:"shk_deny6"`
-	ShkEgress4    *ebpf.MapSpec `ebpf:"shk_egress4"`
-	ShkEgress6    *ebpf.MapSpec `ebpf:"shk_egress6"`
-	ShkEvents     *ebpf.MapSpec `ebpf:"shk_events"`
-	ShkExact4     *ebpf.MapSpec `ebpf:"shk_exact4"`
-	ShkExact6     *ebpf.MapSpec `ebpf:"shk_exact6"`
-	ShkFlows      *ebpf.MapSpec `ebpf:"shk_flows"`
-	ShkHandles    *ebpf.MapSpec `ebpf:"shk_handles"`
-	ShkLastconns  *ebpf.MapSpec `ebpf:"shk_lastconns"`
-	ShkNever4     *ebpf.MapSpec `ebpf:"shk_never4"`
-	ShkNever6     *ebpf.MapSpec `ebpf:"shk_never6"`
-	ShkNeverHints *ebpf.MapSpec `ebpf:"shk_never_hints"`
-	ShkNeverOks   *ebpf.MapSpec `ebpf:"shk_never_oks"`
-	ShkPortUsed   *ebpf.MapSpec `ebpf:"shk_port_used"`
-	ShkPorts      *ebpf.MapSpec `ebpf:"shk_ports"`
-	ShkQuotas     *ebpf.MapSpec `ebpf:"shk_quotas"`
-	ShkSessions   *ebpf.MapSpec `ebpf:"shk_sessions"`
-	ShkSettings   *ebpf.MapSpec `ebpf:"shk_settings"`
-	ShkSockcount  *ebpf.MapSpec `ebpf:"shk_sockcount"`
-	ShkSocks      *ebpf.MapSpec `ebpf:"shk_socks"`
-	ShkStats      *ebpf.MapSpec `ebpf:"shk_stats"`
-	ShkSuppressed *ebpf.MapSpec `ebpf:"shk_suppressed"`
+	ShkBudgets     *ebpf.MapSpec `ebpf:"shk_budgets"`
+	ShkCounters    *ebpf.MapSpec `ebpf:"shk_counters"`
+	ShkDenied      *ebpf.MapSpec `ebpf:"shk_denied"`
+	ShkDeny4       *ebpf.MapSpec `ebpf:"shk_deny4"`
+	ShkDeny6       *ebpf.MapSpec `ebpf:"shk_deny6"`
+	ShkEgress4     *ebpf.MapSpec `ebpf:"shk_egress4"`
+	ShkEgress6     *ebpf.MapSpec `ebpf:"shk_egress6"`
+	ShkEvents      *ebpf.MapSpec `ebpf:"shk_events"`
+	ShkExact4      *ebpf.MapSpec `ebpf:"shk_exact4"`
+	ShkExact6      *ebpf.MapSpec `ebpf:"shk_exact6"`
+	ShkFlows       *ebpf.MapSpec `ebpf:"shk_flows"`
+	ShkHandleFlows *ebpf.MapSpec `ebpf:"shk_handle_flows"`
+	ShkHandles     *ebpf.MapSpec `ebpf:"shk_handles"`
+	ShkLastconns   *ebpf.MapSpec `ebpf:"shk_lastconns"`
+	ShkNever4      *ebpf.MapSpec `ebpf:"shk_never4"`
+	ShkNever6      *ebpf.MapSpec `ebpf:"shk_never6"`
+	ShkNeverHints  *ebpf.MapSpec `ebpf:"shk_never_hints"`
+	ShkNeverOks    *ebpf.MapSpec `ebpf:"shk_never_oks"`
+	ShkPortUsed    *ebpf.MapSpec `ebpf:"shk_port_used"`
+	ShkPorts       *ebpf.MapSpec `ebpf:"shk_ports"`
+	ShkQuotas      *ebpf.MapSpec `ebpf:"shk_quotas"`
+	ShkSessions    *ebpf.MapSpec `ebpf:"shk_sessions"`
+	ShkSettings    *ebpf.MapSpec `ebpf:"shk_settings"`
+	ShkSockcount   *ebpf.MapSpec `ebpf:"shk_sockcount"`
+	ShkSocks       *ebpf.MapSpec `ebpf:"shk_socks"`
+	ShkStats       *ebpf.MapSpec `ebpf:"shk_stats"`
+	ShkSuppressed  *ebpf.MapSpec `ebpf:"shk_suppressed"`
 }
 
 // shkVariableSpecs contains global variables before they are loaded into the kernel.
@@ -389,32 +401,33 @@ func (o *shkObjects) Close() error {
 //
 // It can be passed to loadShkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shkMaps struct {
-	ShkBudgets    *ebpf.Map `ebpf:"shk_budgets"`
-	ShkCounters   *ebpf.Map `ebpf:"shk_counters"`
-	ShkDenied     *ebpf.Map `ebpf:"shk_denied"`
-	ShkDeny4      *ebpf.Map `ebpf:"shk_deny4"`
-	ShkDeny6      *ebpf.Map `ebpf:"shk_deny6"`
-	ShkEgress4    *ebpf.Map `ebpf:"shk_egress4"`
-	ShkEgress6    *ebpf.Map `ebpf:"shk_egress6"`
-	ShkEvents     *ebpf.Map `ebpf:"shk_events"`
-	ShkExact4     *ebpf.Map `ebpf:"shk_exact4"`
-	ShkExact6     *ebpf.Map `ebpf:"shk_exact6"`
-	ShkFlows      *ebpf.Map `ebpf:"shk_flows"`
-	ShkHandles    *ebpf.Map `ebpf:"shk_handles"`
-	ShkLastconns  *ebpf.Map `ebpf:"shk_lastconns"`
-	ShkNever4     *ebpf.Map `ebpf:"shk_never4"`
-	ShkNever6     *ebpf.Map `ebpf:"shk_never6"`
-	ShkNeverHints *ebpf.Map `ebpf:"shk_never_hints"`
-	ShkNeverOks   *ebpf.Map `ebpf:"shk_never_oks"`
-	ShkPortUsed   *ebpf.Map `ebpf:"shk_port_used"`
-	ShkPorts      *ebpf.Map `ebpf:"shk_ports"`
-	ShkQuotas     *ebpf.Map `ebpf:"shk_quotas"`
-	ShkSessions   *ebpf.Map `ebpf:"shk_sessions"`
-	ShkSettings   *ebpf.Map `ebpf:"shk_settings"`
-	ShkSockcount  *ebpf.Map `ebpf:"shk_sockcount"`
-	ShkSocks      *ebpf.Map `ebpf:"shk_socks"`
-	ShkStats      *ebpf.Map `ebpf:"shk_stats"`
-	ShkSuppressed *ebpf.Map `ebpf:"shk_suppressed"`
+	ShkBudgets     *ebpf.Map `ebpf:"shk_budgets"`
+	ShkCounters    *ebpf.Map `ebpf:"shk_counters"`
+	ShkDenied      *ebpf.Map `ebpf:"shk_denied"`
+	ShkDeny4       *ebpf.Map `ebpf:"shk_deny4"`
+	ShkDeny6       *ebpf.Map `ebpf:"shk_deny6"`
+	ShkEgress4     *ebpf.Map `ebpf:"shk_egress4"`
+	ShkEgress6     *ebpf.Map `ebpf:"shk_egress6"`
+	ShkEvents      *ebpf.Map `ebpf:"shk_events"`
+	ShkExact4      *ebpf.Map `ebpf:"shk_exact4"`
+	ShkExact6      *ebpf.Map `ebpf:"shk_exact6"`
+	ShkFlows       *ebpf.Map `ebpf:"shk_flows"`
+	ShkHandleFlows *ebpf.Map `ebpf:"shk_handle_flows"`
+	ShkHandles     *ebpf.Map `ebpf:"shk_handles"`
+	ShkLastconns   *ebpf.Map `ebpf:"shk_lastconns"`
+	ShkNever4      *ebpf.Map `ebpf:"shk_never4"`
+	ShkNever6      *ebpf.Map `ebpf:"shk_never6"`
+	ShkNeverHints  *ebpf.Map `ebpf:"shk_never_hints"`
+	ShkNeverOks    *ebpf.Map `ebpf:"shk_never_oks"`
+	ShkPortUsed    *ebpf.Map `ebpf:"shk_port_used"`
+	ShkPorts       *ebpf.Map `ebpf:"shk_ports"`
+	ShkQuotas      *ebpf.Map `ebpf:"shk_quotas"`
+	ShkSessions    *ebpf.Map `ebpf:"shk_sessions"`
+	ShkSettings    *ebpf.Map `ebpf:"shk_settings"`
+	ShkSockcount   *ebpf.Map `ebpf:"shk_sockcount"`
+	ShkSocks       *ebpf.Map `ebpf:"shk_socks"`
+	ShkStats       *ebpf.Map `ebpf:"shk_stats"`
+	ShkSuppressed  *ebpf.Map `ebpf:"shk_suppressed"`
 }
 
 func (m *shkMaps) Close() error {
@@ -430,6 +443,7 @@ func (m *shkMaps) Close() error {
 		m.ShkExact4,
 		m.ShkExact6,
 		m.ShkFlows,
+		m.ShkHandleFlows,
 		m.ShkHandles,
 		m.ShkLastconns,
 		m.ShkNever4,
@@ -477,6 +491,7 @@ type shkPrograms struct {
 	ShkPostBind6         *ebpf.Program `ebpf:"shk_post_bind6"`
 	ShkRecvmsg4          *ebpf.Program `ebpf:"shk_recvmsg4"`
 	ShkRecvmsg6          *ebpf.Program `ebpf:"shk_recvmsg6"`
+	ShkRevoke            *ebpf.Program `ebpf:"shk_revoke"`
 	ShkSendmsg4          *ebpf.Program `ebpf:"shk_sendmsg4"`
 	ShkSendmsg6          *ebpf.Program `ebpf:"shk_sendmsg6"`
 	ShkSkLookup          *ebpf.Program `ebpf:"shk_sk_lookup"`
@@ -504,6 +519,7 @@ func (p *shkPrograms) Close() error {
 		p.ShkPostBind6,
 		p.ShkRecvmsg4,
 		p.ShkRecvmsg6,
+		p.ShkRevoke,
 		p.ShkSendmsg4,
 		p.ShkSendmsg6,
 		p.ShkSkLookup,

@@ -132,9 +132,13 @@ func testHandshakeAfterRevoke(t *testing.T, mode FlowMode) {
 	p := startProbe(t, s, ProcOptions{})
 	res := make(chan string, 1)
 	go func() { res <- p.DoAsync("tcp " + addr) }()
-	time.Sleep(300 * time.Millisecond)     // connect allowed; the socket waits in SYN_SENT
-	if _, err := d.revoke(h); err != nil { // the map write only: no sweep sees the socket
+	time.Sleep(300 * time.Millisecond) // connect allowed; the socket waits in SYN_SENT
+	_, flows, err := d.revoke(h)       // the state write only: no sweep sees the socket
+	if err != nil {
 		t.Fatal(err)
+	}
+	if !flows {
+		t.Errorf("the connect allowed under the handle left no flow mark on it: its revoke would skip the sweep")
 	}
 	revoked := time.Now()
 	if mode == FlowSweep {

@@ -420,10 +420,12 @@ func (l Limits) Controllers() []string {
 // IsZero reports whether no quota is set.
 func (l Limits) IsZero() bool { return len(l.Controllers()) == 0 }
 
-// SweepStats says how many flow sweeps ran, how many sockets they destroyed,
-// how many failed and the last error one met (nil if none).
+// SweepStats says how many flow sweeps ran, how many revokes needed none
+// (no flow check ever tried a rule under the handle), how many sockets they
+// destroyed, how many failed and the last error one met (nil if none).
 type SweepStats struct {
 	Sweeps    uint64
+	Skipped   uint64
 	Destroyed uint64
 	Errors    uint64 // sweeps that failed (new connects stayed denied; open flows may live on)
 	LastErr   error

@@ -35,6 +35,7 @@ type kernelCollector struct {
 	suppressed   *prometheus.Desc
 	readErrors   *prometheus.Desc
 	sweeps       *prometheus.Desc
+	skipped      *prometheus.Desc
 	destroyed    *prometheus.Desc
 	sweepErrors  *prometheus.Desc
 }
@@ -61,6 +62,7 @@ func newKernelCollector(src Source, log *slog.Logger) *kernelCollector {
 			[]string{"session"}, nil),
 		readErrors: prometheus.NewDesc("shinken_dataplane_read_errors_total", "Scrape-time reads of kernel maps that failed.", nil, nil),
 		sweeps:     prometheus.NewDesc("shinken_flow_sweeps_total", "Socket sweeps run (sweep flow mode: after each revoke, at handle deadlines).", nil, nil),
+		skipped:    prometheus.NewDesc("shinken_flow_sweeps_skipped_total", "Revokes that needed no socket sweep (sweep flow mode): no connect, send, inbound flow or sweep ever tried a rule under the handle or a descendant.", nil, nil),
 		destroyed:  prometheus.NewDesc("shinken_flow_sockets_destroyed_total", "Open session sockets the sweeps destroyed because no live grant covered their peer.", nil, nil),
 		sweepErrors: prometheus.NewDesc("shinken_flow_sweep_errors_total",
 			"Sweeps that failed: new connects stayed denied, but open flows may have lived on.", nil, nil),
@@ -78,6 +80,7 @@ func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if _, ok := c.src.(sweepSource); ok {
 		ch <- c.sweeps
+		ch <- c.skipped
 		ch <- c.destroyed
 		ch <- c.sweepErrors
 	}
@@ -128,6 +131,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 	if ss, ok := c.src.(sweepSource); ok {
 		st := ss.SweepStats()
 		ch <- prometheus.MustNewConstMetric(c.sweeps, prometheus.CounterValue, float64(st.Sweeps))
+		ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(st.Skipped))
 		ch <- prometheus.MustNewConstMetric(c.destroyed, prometheus.CounterValue, float64(st.Destroyed))
 		ch <- prometheus.MustNewConstMetric(c.sweepErrors, prometheus.CounterValue, float64(st.Errors))
 	}

@@ -1,0 +1,53 @@
+package dataplane
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// Flow marks (bpf/flowmark.bpf.h): the kernel marks each handle a flow
+// check tried a rule under (shk_handle_flows[slot] = its generation), and
+// a revoke reads the mark in the same program that exchanges the state
+// word (shk_revoke). Sweep mode then skips the walk of every socket of the
+// host for a revoke whose handle nothing could be open under: a grant
+// revoked before its first use, which is most of what an operator or an
+// expiring session revokes. A revoke whose handle is marked sweeps, with
+// its follow-ups, as before.
+
+// revokeWord exchanges ref's state word for revoked in the kernel and
+// returns what it was and whether a flow check tried a rule under ref or
+// a descendant; d.mu held, ref checked live (readHandle).
+func (d *Dataplane) revokeWord(ref HandleRef) (HandleState, bool, error) {
+	a := shkShkRevokeArgs{Slot: ref.Slot, Generation: ref.Generation}
+	rc, err := d.objs.ShkRevoke.Run(&ebpf.RunOptions{Context: a, ContextOut: &a})
+	if err != nil {
+		return 0, false, fmt.Errorf("revoke %s: %w", ref, err)
+	}
+	if rc != 0 {
+		return 0, false, fmt.Errorf("revoke %s: the kernel's revoke returned %d (slot missing, or at another generation)", ref, int32(rc))
+	}
+	return HandleState(a.PrevState), a.Flows != 0, nil
+}
+
+// markAdoptedHandles marks every handle issued (not free) as one a flow may
+// be open under: an agent that kept no marks (an older version) left
+// handles whose flows nothing marked. Run at Open when the marks map is new
+// beside adopted handles; their first revoke each sweeps, as before.
+func (d *Dataplane) markAdoptedHandles() error {
+	var slots, gens []uint32
+	err := eachArray(d.objs.ShkHandles, func(key uint32, h *shkShkHandle) {
+		if h.State != uint32(HandleFree) {
+			slots, gens = append(slots, key), append(gens, h.Generation)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read handles to mark: %w", err)
+	}
+	for i, s := range slots {
+		if err := d.objs.ShkHandleFlows.Update(s, gens[i], ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("mark adopted handle %d: %w", s, err)
+		}
+	}
+	return nil
+}
