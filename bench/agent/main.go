@@ -222,7 +222,7 @@ func run() error {
 		fmt.Printf("grant_p99_ms=%.2f\n", quantile(grants, 0.99))
 	}
 	if len(revokes) > 0 {
-		fmt.Printf("revoke (POST /v1/grants/revoke of those grants by handle, one at a time, each grant's rule never used: the handle write, in sweep mode a walk of every TCP and UDP socket of the host before it answers, and the grant's records): median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
+		fmt.Printf("revoke (POST /v1/grants/revoke of those grants by handle, one at a time, each grant's rule never used by a connect, so no walk of the host's sockets follows (flow marks): the handle write, the grant's records and their syncs): median %.2f ms, p99 %.2f ms, max %.2f ms over %d\n",
 			median(revokes), quantile(revokes, 0.99), maxOf(revokes), len(revokes))
 		fmt.Printf("revoke_p99_ms=%.2f\n", quantile(revokes, 0.99))
 	}
