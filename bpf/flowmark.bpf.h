@@ -64,9 +64,11 @@ __noinline int shk_flow_mark(__u32 slot, __u32 gen)
 		slot = h->parent;
 		gen = h->parent_generation;
 	}
-	/* An exchange is a full barrier on every JIT (x86: xchg; arm64:
-	 * swpal, or an exclusive pair and dmb): the state reads that follow
-	 * cannot pass the mark reads and writes above. */
+	/* An exchange returns a value, and the kernel's memory model wants
+	 * every value-returning atomic fully ordered: x86 xchg, arm64 swpal
+	 * (or an exclusive pair and dmb); the powerpc and RISC-V JITs emit
+	 * it so since Linux 6.10. The state reads that follow cannot pass
+	 * the mark reads and writes above. */
 	__sync_lock_test_and_set(&fence, 1);
 	return 0;
 }
