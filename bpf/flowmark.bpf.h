@@ -76,7 +76,7 @@ __noinline int shk_flow_mark(__u32 slot, __u32 gen)
 /*
  * The revoke, run by user space (BPF_PROG_RUN) on the handle it checked
  * under its lock (not free, of this generation): the state word exchanged
- * for REVOKED, then whether a flow check passed under it.
+ * for REVOKED, then whether a flow check tried a rule under it.
  */
 SEC("syscall")
 int shk_revoke(struct shk_revoke_args *a)
@@ -89,7 +89,7 @@ int shk_revoke(struct shk_revoke_args *a)
 		return -1;
 	if (h->generation != a->generation)
 		return -2;
-	a->prev_state = __sync_lock_test_and_set(&h->state, SHK_HANDLE_REVOKED);
+	__sync_lock_test_and_set(&h->state, SHK_HANDLE_REVOKED);
 	a->flows = *m == a->generation;
 	return 0;
 }

@@ -85,7 +85,6 @@ struct shk_handle {
 struct shk_revoke_args {
 	__u32 slot;       /* in: the handle */
 	__u32 generation; /* in */
-	__u32 prev_state; /* out: its state word before (enum shk_handle_state) */
 	__u32 flows;      /* out: 1 when a flow check tried a rule under it or a descendant */
 };
 

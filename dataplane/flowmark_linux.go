@@ -16,18 +16,18 @@ import (
 // its follow-ups, as before.
 
 // revokeWord exchanges ref's state word for revoked in the kernel and
-// returns what it was and whether a flow check tried a rule under ref or
-// a descendant; d.mu held, ref checked live (readHandle).
-func (d *Dataplane) revokeWord(ref HandleRef) (HandleState, bool, error) {
+// says whether a flow check tried a rule under ref or a descendant; d.mu
+// held, ref checked live and not revoked (readHandle).
+func (d *Dataplane) revokeWord(ref HandleRef) (flows bool, _ error) {
 	a := shkShkRevokeArgs{Slot: ref.Slot, Generation: ref.Generation}
 	rc, err := d.objs.ShkRevoke.Run(&ebpf.RunOptions{Context: a, ContextOut: &a})
 	if err != nil {
-		return 0, false, fmt.Errorf("revoke %s: %w", ref, err)
+		return false, fmt.Errorf("revoke %s: %w", ref, err)
 	}
 	if rc != 0 {
-		return 0, false, fmt.Errorf("revoke %s: the kernel's revoke returned %d (slot missing, or at another generation)", ref, int32(rc))
+		return false, fmt.Errorf("revoke %s: the kernel's revoke returned %d (slot missing, or at another generation)", ref, int32(rc))
 	}
-	return HandleState(a.PrevState), a.Flows != 0, nil
+	return a.Flows != 0, nil
 }
 
 // markAdoptedHandles marks every handle issued (not free) as one a flow may

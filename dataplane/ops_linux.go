@@ -333,7 +333,7 @@ func (d *Dataplane) revoke(ref HandleRef) (wrote, flows bool, _ error) {
 	if h.State == uint32(HandleRevoked) {
 		return false, false, nil
 	}
-	if _, flows, err = d.revokeWord(ref); err != nil {
+	if flows, err = d.revokeWord(ref); err != nil {
 		return false, false, err
 	}
 	d.ops.revokeWrites.Add(1)

@@ -172,7 +172,6 @@ type shkShkRevokeArgs struct {
 	_          structs.HostLayout
 	Slot       uint32
 	Generation uint32
-	PrevState  uint32
 	Flows      uint32
 }
 
