@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 )
@@ -14,6 +15,12 @@ import (
 // revoked before its first use, which is most of what an operator or an
 // expiring session revokes. A revoke whose handle is marked sweeps, with
 // its follow-ups, as before.
+
+// marksOrdered says whether this host's BPF JIT runs the marks' exchanges
+// fully ordered, as the skip needs (bpf/flowmark.bpf.h): the x86-64 and
+// arm64 JITs do; the powerpc and RISC-V ones only since Linux 6.10, so on
+// any other architecture every revoke sweeps, as before the marks.
+func marksOrdered() bool { return runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" }
 
 // revokeWord exchanges ref's state word for revoked in the kernel and
 // says whether a flow check tried a rule under ref or a descendant; d.mu

@@ -300,7 +300,7 @@ func (d *Dataplane) RevokeThen(ref HandleRef, written func()) error {
 	// The write above already fails every new connect; now cut the flows
 	// that are open (sweep mode), unless no flow check ever tried a rule
 	// under the handle or a descendant (flowmark_linux.go).
-	if !flows {
+	if !flows && marksOrdered() {
 		d.skipSweep()
 	} else if err := d.cutFlows(); err != nil {
 		return fmt.Errorf("revoke %s: handle revoked, but cutting open flows failed: %w", ref, err)
