@@ -45,6 +45,7 @@ type Dataplane struct {
 	sockRead    error  // why the socket count uses its storage fallback; nil: it does not (quota_linux.go)
 	sockKern    bool   // the socket count reads the socket's cgroup with plain loads (bpf_cast_to_kern_ctx), not bpf_probe_read_kernel
 	markOld     bool   // the agent before kept every socket count in storage: mark what it did not count (quota_linux.go)
+	flowsOld    bool   // the agent before kept no flow marks: mark every handle adopted (flowmark_linux.go)
 
 	mu        sync.Mutex
 	sessions  map[string]*Session
@@ -237,13 +238,10 @@ func (d *Dataplane) open() error {
 		}
 		return fmt.Errorf("load BPF objects: %w", err)
 	}
-	// Handles adopted from an agent that kept no flow marks: each counts
-	// as one a flow may be open under (flowmark_linux.go).
-	if d.adopted && flowsErr != nil {
-		if err := d.markAdoptedHandles(); err != nil {
-			return err
-		}
-	}
+	// Handles adopted from an agent that kept no flow marks each count as
+	// one a flow may be open under: reconcileHandles marks them as it reads
+	// the table (flowmark_linux.go).
+	d.flowsOld = d.adopted && flowsErr != nil
 	// Counters adopted from an agent that kept no marker: every index is
 	// marked, so none of them is left out of a scrape.
 	if err := d.mapDenied(d.adopted && deniedErr != nil); err != nil {
@@ -517,6 +515,7 @@ func (d *Dataplane) reconcileHandles() error {
 	d.handleUp = make([]HandleRef, n)
 	highest := uint32(0)
 	states := make([]uint32, n)
+	var issued []HandleRef // for flowsOld
 	err := eachArray(d.objs.ShkHandles, func(key uint32, h *shkShkHandle) {
 		if key >= n {
 			return
@@ -527,9 +526,18 @@ func (d *Dataplane) reconcileHandles() error {
 		if h.State != uint32(HandleFree) || h.Generation != 0 {
 			highest = key
 		}
+		if d.flowsOld && h.State != uint32(HandleFree) {
+			issued = append(issued, HandleRef{Slot: key, Generation: h.Generation})
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("read handles: %w", err)
+	}
+	if d.flowsOld {
+		if err := d.markAdoptedHandles(issued); err != nil {
+			return err
+		}
+		d.flowsOld = false
 	}
 	d.slots.rebuild(func(id uint32) bool { return states[id] != uint32(HandleFree) }, highest)
 	return nil

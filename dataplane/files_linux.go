@@ -13,11 +13,11 @@ import (
 // session's mount view is the enforcement (package boundary's SetFiles).
 // The dataplane keeps each session's file entries; after every change of
 // them, and after every revoke that kills one of them (reach_linux.go),
-// it derives the view from the entries whose handle chain is live, and the boundary changes the mounts that differ: a
-// write root is an idmapped writable bind, a deny a mask, a credential
-// location under a grant a mask. A revoke stays one handle-state write; the
-// view change that follows is this class's sweep (Ops.ViewSweeps), done
-// before Revoke returns. The next open through the view fails; a
+// it derives the view from the entries whose handle chain is live, and the
+// boundary changes the mounts that differ: a write root is an idmapped
+// writable bind, a deny a mask, a credential location under a grant a mask.
+// A revoke stays one handle-state write; the view change that follows is
+// this class's sweep (Ops.ViewSweeps), done before Revoke returns. The next open through the view fails; a
 // descriptor opened before keeps working, and a process whose working
 // directory is inside a revoked write root can still read there (not
 // write: the mount is made read-only before it is detached).

@@ -37,23 +37,15 @@ func (d *Dataplane) revokeWord(ref HandleRef) (flows bool, _ error) {
 	return a.Flows != 0, nil
 }
 
-// markAdoptedHandles marks every handle issued (not free) as one a flow may
+// markAdoptedHandles marks the handles issued (not free) as ones a flow may
 // be open under: an agent that kept no marks (an older version) left
-// handles whose flows nothing marked. Run at Open when the marks map is new
-// beside adopted handles; their first revoke each sweeps, as before.
-func (d *Dataplane) markAdoptedHandles() error {
-	var slots, gens []uint32
-	err := eachArray(d.objs.ShkHandles, func(key uint32, h *shkShkHandle) {
-		if h.State != uint32(HandleFree) {
-			slots, gens = append(slots, key), append(gens, h.Generation)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("read handles to mark: %w", err)
-	}
-	for i, s := range slots {
-		if err := d.objs.ShkHandleFlows.Update(s, gens[i], ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("mark adopted handle %d: %w", s, err)
+// handles whose flows nothing marked. reconcileHandles runs it at Open when
+// the marks map is new beside adopted handles (flowsOld); their first
+// revoke each sweeps, as before.
+func (d *Dataplane) markAdoptedHandles(issued []HandleRef) error {
+	for _, h := range issued {
+		if err := d.objs.ShkHandleFlows.Update(h.Slot, h.Generation, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("mark adopted handle %s: %w", h, err)
 		}
 	}
 	return nil

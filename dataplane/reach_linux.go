@@ -1,6 +1,10 @@
 package dataplane
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/shinken-agent/shinken/agent/backend"
+)
 
 // What a revoke reaches. A revoke kills one handle and, through the parent
 // walk every check makes, each handle attenuated from it. A handle's chain
@@ -11,22 +15,17 @@ import "slices"
 // the sessions holding such an entry, not every session's (a revoke used to
 // cost every view-holding session a derivation: 5 ms at 200 sessions).
 
-// reachedLocked says whether a revoke of dead kills ref: dead is ref or one
-// of its ancestors. A ref whose slot has been issued again since, or whose
-// chain is longer than any the dataplane issues, is reported reached: the
-// caller then derives its session again, which is never wrong, only work.
+// reachedLocked says whether a revoke of dead kills ref (backend.Reaches
+// over handleUp: a slot issued again since counts as reached, and the
+// caller derives its session again, which is never wrong, only work).
 // d.mu held.
 func (d *Dataplane) reachedLocked(ref, dead HandleRef) bool {
-	for range MaxChain + 1 {
-		if ref.IsZero() {
-			return false
+	return backend.Reaches(ref, dead, MaxChain, func(r HandleRef) (HandleRef, bool) {
+		if r.Slot >= uint32(len(d.handleGen)) || d.handleGen[r.Slot] != r.Generation {
+			return HandleRef{}, false
 		}
-		if ref.Slot >= uint32(len(d.handleGen)) || d.handleGen[ref.Slot] != ref.Generation || ref == dead {
-			return true
-		}
-		ref = d.handleUp[ref.Slot]
-	}
-	return true
+		return d.handleUp[r.Slot], true
+	})
 }
 
 // reachedSessionsLocked returns, sorted, the sessions among entries' keys

@@ -99,6 +99,25 @@ func (r HandleRef) IsZero() bool { return r.Slot == 0 }
 
 func (r HandleRef) String() string { return fmt.Sprintf("%d.%d", r.Slot, r.Generation) }
 
+// Reaches says whether a revoke of dead kills ref: dead is ref or one of its
+// ancestors, walked with parent (ref's parent, and false when ref's slot no
+// longer holds ref's generation) at most maxChain steps. A recycled slot on
+// the way, or a chain longer than maxChain, counts as reached: the caller
+// then does the revoke's work for ref too, which is never wrong, only work.
+func Reaches(ref, dead HandleRef, maxChain int, parent func(HandleRef) (HandleRef, bool)) bool {
+	for range maxChain + 1 {
+		if ref.IsZero() {
+			return false
+		}
+		up, ok := parent(ref)
+		if !ok || ref == dead {
+			return true
+		}
+		ref = up
+	}
+	return true
+}
+
 // HandleState is the state word of a handle slot.
 type HandleState uint32
 

@@ -156,19 +156,15 @@ func (b *Backend) Revoke(ref backend.HandleRef) error {
 	return nil
 }
 
-// reaches says whether a revoke of dead kills ref: dead is ref or one of
-// its ancestors (a recycled slot on the way counts as reached); b.mu held.
+// reaches says whether a revoke of dead kills ref (backend.Reaches over
+// the handle table); b.mu held.
 func (b *Backend) reaches(ref, dead backend.HandleRef) bool {
-	for range MaxChain + 1 {
-		if ref.IsZero() {
-			return false
+	return backend.Reaches(ref, dead, MaxChain, func(r backend.HandleRef) (backend.HandleRef, bool) {
+		if int(r.Slot) >= len(b.handles) || b.handles[r.Slot].gen != r.Generation {
+			return backend.HandleRef{}, false
 		}
-		if ref == dead || int(ref.Slot) >= len(b.handles) || b.handles[ref.Slot].gen != ref.Generation {
-			return true
-		}
-		ref = b.handles[ref.Slot].parent
-	}
-	return true
+		return b.handles[r.Slot].parent, true
+	})
 }
 
 // Release reclaims what a dead grant held, in the Linux backend's order:
