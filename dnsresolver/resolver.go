@@ -107,6 +107,18 @@ func (r *Resolver) Upstreams() []netip.AddrPort { return slices.Clone(r.cfg.Upst
 // SetPolicy replaces the DNS policy of a session (by session name, as the
 // Dataplane names it). The whole policy is checked first; on error the old
 // one stays. A session without a policy may resolve nothing.
+//
+// It costs the session's policy and nothing else: the agent calls it at
+// every grant, revoke or expiry of the session, whatever the grant's class.
+// The session's prepared replies (fast.go) and remembered decisions
+// (decide.go) each name the compiled policy they were made under and are
+// never used under another, so replacing the policy voids them without a
+// walk of either cache (stale ones are overwritten, or dropped when their
+// cache fills). The write memo is kept: what it knows is which entries are
+// in the kernel, per grant handle, which no policy change makes false (a
+// revoked grant's handle is never reused: a recycled slot comes with a new
+// generation), and forgetting it would bump its generation, which voids
+// every session's prepared replies, not this one's.
 func (r *Resolver) SetPolicy(session string, p Policy) error {
 	if session == "" {
 		return fmt.Errorf("%w: empty session name", ErrInvalidGrant)
@@ -118,9 +130,6 @@ func (r *Resolver) SetPolicy(session string, p Policy) error {
 	r.polMu.Lock()
 	r.policies[session] = c
 	r.polMu.Unlock()
-	r.memo.forget(session)
-	r.fast.forget(session)
-	r.dec.forget(session)
 	return nil
 }
 

@@ -61,8 +61,10 @@ func TestCacheRewritesEntries(t *testing.T) {
 }
 
 // TestWriteMemo: by default a cached answer whose entry this resolver
-// already wrote (same rule, same expiry) skips the write; a new policy, a
-// different grant or another session writes again.
+// already wrote (same rule, same expiry) skips the write; a different grant
+// or another session writes again, and so does a session whose policy was
+// removed and given again. A new policy alone does not: the entry is still
+// in the kernel.
 func TestWriteMemo(t *testing.T) {
 	e := newTestEnv(t, nil)
 	e.dp.setSession(2, "s2")
@@ -78,7 +80,14 @@ func TestWriteMemo(t *testing.T) {
 		{"cached answer skips", func() { e.ask(t, 1, "tcp", "api.allowed.test.", dns.TypeA) }, 0},
 		{"mixed case is the same name", func() { e.ask(t, 1, "udp", "API.allowed.TEST.", dns.TypeA) }, 0},
 		{"other session writes", func() { e.ask(t, 2, "udp", "api.allowed.test.", dns.TypeA) }, 1},
-		{"SetPolicy forgets", func() {
+		{"SetPolicy keeps what was written", func() {
+			if err := e.r.SetPolicy("s1", testPolicy); err != nil {
+				t.Fatal(err)
+			}
+			e.ask(t, 1, "udp", "api.allowed.test.", dns.TypeA)
+		}, 0},
+		{"RemovePolicy forgets", func() {
+			e.r.RemovePolicy("s1")
 			if err := e.r.SetPolicy("s1", testPolicy); err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +103,7 @@ func TestWriteMemo(t *testing.T) {
 			}
 		})
 	}
-	if st := e.r.Stats(); st.Total.WritesSkipped != 3 || st.Total.EntriesWritten != 3 {
+	if st := e.r.Stats(); st.Total.WritesSkipped != 4 || st.Total.EntriesWritten != 3 {
 		t.Fatalf("stats %+v", st.Total)
 	}
 }
