@@ -4,17 +4,10 @@ package main
 
 // The floors: what a grant (grant_floor_p99_ms) and an exec
 // (exec_first_byte_floor_p99_ms) cost this machine with no agent code at
-// all. A child process (this binary, -floor-serve)
-// answers POST /v1/requests on a unix socket with net/http's server, as the
-// daemon's API does for a grant: it decodes the body, writes the grant's
-// records as the agent does (the request's audit record and three journal
-// intents unsynced, then grant.issue's record), makes them durable the way
-// a grant does (the log's fdatasync on another goroutine beside the
-// journal's live record, write + fsync), and answers with a grant's JSON.
-// The bench asks it with the same client and body as a grant, one floor
-// request after each timed grant, so the two see the same load. No Cedar,
-// no proof, no signature, no kernel write: the difference between
-// grant_p99_ms and this is the agent's.
+// all. A child process (this binary, -floor-serve) serves both on a unix
+// socket, in a session of its own at the agent's CPU weight. The grant
+// floor is package grantfloor's (the grant's records written and synced as
+// the agent does; see there).
 //
 // The exec floor is the same child answering GET /v1/sessions/{id}/exec,
 // as the daemon does for the timed exec and with the same client: it
@@ -47,10 +40,9 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
 
-	"github.com/shinken-agent/shinken/agent"
-	"github.com/shinken-agent/shinken/agent/api"
 	"github.com/shinken-agent/shinken/agent/api/wire"
 	"github.com/shinken-agent/shinken/agent/audit"
+	"github.com/shinken-agent/shinken/bench/internal/grantfloor"
 	"github.com/shinken-agent/shinken/dataplane"
 )
 
@@ -64,62 +56,18 @@ var (
 
 // serveFloor is the child: it serves until killed.
 func serveFloor(sock string) error {
-	dir := filepath.Dir(sock)
-	jf, err := os.OpenFile(filepath.Join(dir, "floor.journal"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	mux := http.NewServeMux()
+	lf, err := grantfloor.Register(mux, filepath.Dir(sock), *flagFloorAudit, *flagFloorJournal)
 	if err != nil {
 		return err
 	}
-	lf, err := os.OpenFile(filepath.Join(dir, "floor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	line := func(n int) []byte {
-		b := bytes.Repeat([]byte("x"), n)
-		b[n-1] = '\n'
-		return b
-	}
-	jrec, lrec := line(max(2, *flagFloorJournal)), line(max(2, *flagFloorAudit))
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /v1/sessions/{id}/exec", &execFloor{log: lf, rec: lrec, cgroup: *flagFloorCgroup})
-	mux.Handle("POST /v1/requests", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body api.RequestBody
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || len(body.Requests) != 1 {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		write := func(f *os.File, b []byte) bool {
-			if _, err := f.Write(b); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return false
-			}
-			return true
-		}
-		// The request's record, the three intents, grant.issue's record.
-		if !write(lf, lrec) || !write(jf, jrec) || !write(jf, jrec) || !write(jf, jrec) || !write(lf, lrec) {
-			return
-		}
-		done := make(chan error, 1)
-		go func() { done <- unix.Fdatasync(int(lf.Fd())) }()
-		jerr := error(nil)
-		if write(jf, jrec) {
-			jerr = jf.Sync()
-		}
-		if err := <-done; err != nil || jerr != nil {
-			http.Error(w, fmt.Sprint(err, jerr), http.StatusInternalServerError)
-			return
-		}
-		g := &agent.Grant{Handle: "shk_" + string(bytes.Repeat([]byte("0"), 52)), ID: string(bytes.Repeat([]byte("0"), 32)),
-			Session: body.Requests[0].Session, Tier: agent.TierAuto, Lifecycle: agent.LifecycleSession}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode([]api.RequestResult{{Outcome: "granted", Grant: g, Status: http.StatusCreated}})
-	}))
+	rec := bytes.Repeat([]byte("x"), max(2, *flagFloorAudit))
+	rec[len(rec)-1] = '\n'
+	mux.Handle("GET /v1/sessions/{id}/exec", &execFloor{log: lf, rec: rec, cgroup: *flagFloorCgroup})
 	return http.Serve(ln, mux)
 }
 
@@ -199,32 +147,19 @@ func (e *execFloor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // floor is the running child and its client.
 type floor struct {
-	cmd    *exec.Cmd
-	hc     *http.Client
+	*grantfloor.Floor
 	cgroup string // the exec floor's cgroup directory
 }
 
-// meanLine is the mean length of path's lines (0 when it has none).
-func meanLine(path string) int {
-	b, err := os.ReadFile(path)
-	if n := bytes.Count(b, []byte("\n")); err == nil && n > 0 {
-		return len(b) / n
-	}
-	return 0
-}
-
 // startFloor starts the child in dir (on the state directory's file
-// system), its records as long as the mean line of the daemon's audit log
-// and state journal in stateDir, and waits for its socket.
-func startFloor(dir, stateDir string) (*floor, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
+// system) at the CPU weight of the agent (agentPID), its records as long
+// as the mean line of the daemon's audit log and state journal in
+// stateDir, and waits for its socket.
+func startFloor(dir, stateDir string, agentPID int) (*floor, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	logLine, journal := meanLine(filepath.Join(stateDir, audit.LogFile)), meanLine(filepath.Join(stateDir, "state.journal"))
+	logLine, journal := grantfloor.MeanLine(filepath.Join(stateDir, audit.LogFile)), grantfloor.MeanLine(filepath.Join(stateDir, "state.journal"))
 	if logLine == 0 || journal == 0 {
 		return nil, fmt.Errorf("grant floor: no audit log or state journal lines in %s", stateDir)
 	}
@@ -238,32 +173,22 @@ func startFloor(dir, stateDir string) (*floor, error) {
 		return nil, err
 	}
 	sock := filepath.Join(dir, "floor.sock")
-	cmd := exec.Command(self, "-floor-serve", sock, "-floor-audit-bytes", fmt.Sprint(logLine), "-floor-journal-bytes", fmt.Sprint(journal), "-floor-cgroup", cgroup)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	f, err := grantfloor.Start(sock, agentPID, "-floor-serve", sock, "-floor-audit-bytes", fmt.Sprint(logLine), "-floor-journal-bytes", fmt.Sprint(journal), "-floor-cgroup", cgroup)
+	if err != nil {
 		removeTree(cgroup)
 		return nil, err
 	}
-	f := &floor{cmd: cmd, cgroup: cgroup, hc: &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }, MaxIdleConnsPerHost: 16}}}
-	for i := 0; i < 200; i++ {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			return f, nil
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	f.stop()
-	return nil, fmt.Errorf("grant floor: %s did not listen within 5 s", sock)
+	fmt.Printf("floors: %s (the agent's CPU weight)\n", f.Autogroup)
+	return &floor{Floor: f, cgroup: cgroup}, nil
 }
 
 func (f *floor) stop() {
-	f.cmd.Process.Kill()
-	f.cmd.Wait()
+	f.Stop()
 	removeTree(f.cgroup)
 }
 
 // ask times one floor request shaped as grant i's to session.
 func (f *floor) ask(session, i int) (time.Duration, error) {
-	_, took, err := grantOne(f.hc, session, grantAddr(i))
+	_, took, err := grantOne(f.HC, session, grantAddr(i))
 	return took, err
 }

@@ -186,7 +186,7 @@ func run() error {
 	var grants, floors, revokes []float64
 	var fl *floor
 	if *flagFloor && (*flagGrants > 0 || *flagExec > 0) {
-		if fl, err = startFloor(filepath.Join(dir, "floor"), filepath.Join(dir, "state")); err != nil {
+		if fl, err = startFloor(filepath.Join(dir, "floor"), filepath.Join(dir, "state"), cmd.Process.Pid); err != nil {
 			return err
 		}
 		defer teardown.Add(fl.stop)()
@@ -268,7 +268,7 @@ func runtimeFigures(hc *http.Client, agentPid int, stateDir string, fl *floor) e
 			// passes rather than between their execs: a floor request
 			// between two execs would take over the spare shim's refill
 			// and the holder's settling that the next exec meets.
-			ffb, fstarts, err := timeExecFirstByte(fl.hc, 1, *flagExec, false)
+			ffb, fstarts, err := timeExecFirstByte(fl.HC, 1, *flagExec, false)
 			if err != nil {
 				return fmt.Errorf("exec floor: %w", err)
 			}

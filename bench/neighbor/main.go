@@ -21,7 +21,12 @@
 //     past 1 s;
 //   - grants: the bench asks for a net.egress /32 grant for B through the
 //     API one at a time, every -grant-every, timed from the request's first
-//     byte to the answer's last, and revokes it (untimed).
+//     byte to the answer's last, and revokes it (untimed); then it sends
+//     the same request to the grant floor (package grantfloor: a bare
+//     server in a process of its own, at the agent's CPU weight, that
+//     writes and syncs a grant's records as the agent does, no agent
+//     code), timed the same way: the control beside B's grants, as B's
+//     UDP echo is beside its DNS.
 //
 // Throughout, the bench samples the agent's resident memory and the host's
 // free ephemeral ports every 250 ms, and reads what the audit log gained
@@ -57,6 +62,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/capability"
 	"github.com/shinken-agent/shinken/bench/internal/benchkit"
 	"github.com/shinken-agent/shinken/bench/internal/daemon"
+	"github.com/shinken-agent/shinken/bench/internal/grantfloor"
 	"github.com/shinken-agent/shinken/bench/internal/teardown"
 	"github.com/shinken-agent/shinken/dataplane"
 )
@@ -70,6 +76,10 @@ var (
 	flagRate       = flag.Int("rate", 200, "B's DNS queries per second")
 	flagFreshEvery = flag.Int("fresh-every", 5, "every Nth of B's queries is a name never asked")
 	flagGrantEvery = flag.Duration("grant-every", 20*time.Millisecond, "B's grants: one started every")
+	flagGrantFloor = flag.Bool("grant-floor", true, "time the grant floor (package grantfloor) after each of B's grants, the control beside them")
+	flagFloorServe = flag.String("grant-floor-serve", "", "internal: serve the grant floor on this unix socket, its files beside it")
+	flagFloorAudit = flag.Int("grant-floor-audit-bytes", 336, "internal: the grant floor's audit record size")
+	flagFloorJourn = flag.Int("grant-floor-journal-bytes", 275, "internal: the grant floor's journal line size")
 	flagFloodNice  = flag.Int("flood-nice", 19, "A's flood processes run under nice -n N (0: not niced, as a hostile session would run, but the fork bomb's Go flood process then dies at the bound, see bench/README; 19 stands in for a CPU share this host cannot bound)")
 )
 
@@ -82,6 +92,9 @@ func main() {
 	}
 	flag.Parse()
 	log.SetFlags(0)
+	if *flagFloorServe != "" {
+		log.Fatal(serveFloor(*flagFloorServe))
+	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench-neighbor needs root")
 	}
@@ -136,6 +149,7 @@ type bench struct {
 	smp      *sampler
 	auditLog string
 	grantSeq int
+	floor    *grantfloor.Floor // nil: -grant-floor=false
 }
 
 func run() error {
@@ -207,6 +221,12 @@ func run() error {
 	aUID, err := b.setup()
 	if err != nil {
 		return err
+	}
+	if *flagGrantFloor {
+		if b.floor, err = startFloor(filepath.Join(priv, "floor"), filepath.Join(priv, "state"), cmd.Process.Pid); err != nil {
+			return err
+		}
+		defer teardown.Add(b.floor.Stop)()
 	}
 	host, _ := os.Hostname()
 	fmt.Printf("machine: %s, %d CPUs, kernel %s, load average %s\n", host, numCPU(), benchkit.KernelRelease(), benchkit.LoadAvg())
@@ -318,6 +338,7 @@ type phase struct {
 	probe      map[string][]float64
 	probeErr   string    // why B's probe did not run, if it did not (its queries all count lost)
 	grants     []float64 // ms
+	floors     []float64 // the grant floor's, ms (the control)
 	host       hostFigures
 	floodOut   string
 	floodDur   time.Duration
@@ -439,6 +460,14 @@ func (b *bench) measure(p *phase, tag string) error {
 			if err := b.c.revoke(h); err != nil {
 				gerr = err
 				return
+			}
+			if b.floor != nil {
+				_, took, err := (&client{hc: b.floor.HC}).grantOne("B", addr)
+				if err != nil {
+					gerr = fmt.Errorf("grant floor: %w", err)
+					return
+				}
+				p.floors = append(p.floors, float64(took.Nanoseconds())/1e6)
 			}
 			next = next.Add(*flagGrantEvery)
 			if d := time.Until(next); d > 0 {
