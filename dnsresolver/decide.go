@@ -33,12 +33,13 @@ type decider struct {
 	gen atomic.Uint64
 
 	mu   sync.RWMutex
-	memo map[decKey]decAnswer
+	memo map[string]map[decKey]decAnswer // session -> its answers
+	n    int                             // answers in memo
 }
 
 type decKey struct {
-	session, name string
-	port          uint16
+	name string
+	port uint16
 }
 
 type decAnswer struct {
@@ -52,31 +53,37 @@ type decAnswer struct {
 // dropped, which only costs asking again.
 const decMemoSize = 1 << 14
 
-func (d *decider) get(k decKey) (decAnswer, bool) {
+func (d *decider) get(session string, k decKey) (decAnswer, bool) {
 	d.mu.RLock()
-	a, ok := d.memo[k]
+	a, ok := d.memo[session][k]
 	d.mu.RUnlock()
 	return a, ok
 }
 
-func (d *decider) put(k decKey, a decAnswer) {
+func (d *decider) put(session string, k decKey, a decAnswer) {
 	d.mu.Lock()
-	if d.memo == nil || len(d.memo) >= decMemoSize {
-		d.memo = map[decKey]decAnswer{}
+	if d.memo == nil || d.n >= decMemoSize {
+		d.memo, d.n = map[string]map[decKey]decAnswer{}, 0
 	}
-	d.memo[k] = a
+	m := d.memo[session]
+	if m == nil {
+		m = map[decKey]decAnswer{}
+		d.memo[session] = m
+	}
+	if _, had := m[k]; !had {
+		d.n++
+	}
+	m[k] = a
 	d.mu.Unlock()
 }
 
 // forget drops a session's answers (they would not match its new policy
-// anyway; this frees them and the policies they hold).
+// anyway; this frees them and the policies they hold): the session's, not
+// a walk of every session's.
 func (d *decider) forget(session string) {
 	d.mu.Lock()
-	for k := range d.memo {
-		if k.session == session {
-			delete(d.memo, k)
-		}
-	}
+	d.n -= len(d.memo[session])
+	delete(d.memo, session)
 	d.mu.Unlock()
 }
 
@@ -111,12 +118,12 @@ func (r *Resolver) decideGrants(session, name string, pol *compiledPolicy, dgen 
 		return grants, ""
 	}
 	ask := func(port uint16) (bool, string) {
-		k := decKey{session, name, port}
-		if a, ok := r.dec.get(k); ok && a.pol == pol && a.gen == dgen {
+		k := decKey{name, port}
+		if a, ok := r.dec.get(session, k); ok && a.pol == pol && a.gen == dgen {
 			return a.ok, a.rule
 		}
 		ok, why := (*f)(session, name, port)
-		r.dec.put(k, decAnswer{pol: pol, gen: dgen, ok: ok, rule: why})
+		r.dec.put(session, k, decAnswer{pol: pol, gen: dgen, ok: ok, rule: why})
 		return ok, why
 	}
 	all := true

@@ -58,15 +58,18 @@ type fastEntry struct {
 }
 
 // fastCache maps fastKey bytes to prepared replies. It is bounded: when full
-// it is emptied, which only costs full-path answers.
+// it is emptied, which only costs full-path answers. It also knows each
+// session's keys, so forgetting a session (at every change of its policy)
+// costs that session's replies, not a walk of every session's.
 type fastCache struct {
-	mu  sync.RWMutex
-	max int
-	m   map[string]*fastEntry
+	mu        sync.RWMutex
+	max       int
+	m         map[string]*fastEntry
+	bySession map[string]map[string]struct{} // session name -> its keys in m (or once in m)
 }
 
 func newFastCache(max int) *fastCache {
-	return &fastCache{max: max, m: make(map[string]*fastEntry)}
+	return &fastCache{max: max, m: make(map[string]*fastEntry), bySession: make(map[string]map[string]struct{})}
 }
 
 func (c *fastCache) get(k []byte) *fastEntry {
@@ -80,8 +83,15 @@ func (c *fastCache) put(k string, e *fastEntry) {
 	c.mu.Lock()
 	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
 		clear(c.m)
+		clear(c.bySession)
 	}
 	c.m[k] = e
+	keys := c.bySession[e.session]
+	if keys == nil {
+		keys = make(map[string]struct{})
+		c.bySession[e.session] = keys
+	}
+	keys[k] = struct{}{}
 	c.mu.Unlock()
 }
 
@@ -92,11 +102,14 @@ func (c *fastCache) forget(session string) {
 		return
 	}
 	c.mu.Lock()
-	for k, e := range c.m {
-		if e.session == session {
+	for k := range c.bySession[session] {
+		// A key another session took since (a new session at the same
+		// index) is that session's: left.
+		if e, ok := c.m[k]; ok && e.session == session {
 			delete(c.m, k)
 		}
 	}
+	delete(c.bySession, session)
 	c.mu.Unlock()
 }
 

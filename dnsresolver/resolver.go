@@ -108,17 +108,16 @@ func (r *Resolver) Upstreams() []netip.AddrPort { return slices.Clone(r.cfg.Upst
 // Dataplane names it). The whole policy is checked first; on error the old
 // one stays. A session without a policy may resolve nothing.
 //
-// It costs the session's policy and nothing else: the agent calls it at
+// It costs the session's own state and nothing else: the agent calls it at
 // every grant, revoke or expiry of the session, whatever the grant's class.
 // The session's prepared replies (fast.go) and remembered decisions
-// (decide.go) each name the compiled policy they were made under and are
-// never used under another, so replacing the policy voids them without a
-// walk of either cache (stale ones are overwritten, or dropped when their
-// cache fills). The write memo is kept: what it knows is which entries are
-// in the kernel, per grant handle, which no policy change makes false (a
-// revoked grant's handle is never reused: a recycled slot comes with a new
-// generation), and forgetting it would bump its generation, which voids
-// every session's prepared replies, not this one's.
+// (decide.go), which each name the compiled policy they were made under and
+// are never used under another, are dropped (each cache knows a session's
+// entries: no walk of every session's). The write memo is kept: what it
+// knows is which entries are in the kernel, per grant handle, which no
+// policy change makes false (a revoked grant's handle is never reused: a
+// recycled slot comes with a new generation); forgetting it would also bump
+// its generation, which voids every session's prepared replies.
 func (r *Resolver) SetPolicy(session string, p Policy) error {
 	if session == "" {
 		return fmt.Errorf("%w: empty session name", ErrInvalidGrant)
@@ -130,6 +129,8 @@ func (r *Resolver) SetPolicy(session string, p Policy) error {
 	r.polMu.Lock()
 	r.policies[session] = c
 	r.polMu.Unlock()
+	r.fast.forget(session)
+	r.dec.forget(session)
 	return nil
 }
 
