@@ -38,7 +38,12 @@
 // write; a query that needs either goes to a goroutine of its own (at most
 // MaxInflight, PerSessionLimit per session, beyond that dropped and
 // counted), so neither a slow upstream nor the dataplane's lock ever holds
-// the queries behind it.
+// the queries behind it. A change of one session's grants (SetPolicy, which
+// the agent calls at each of them) drops that session's prepared replies and
+// remembered decisions only, at the cost of that session's entries: another
+// session's prepared replies and written entries stay good (before
+// 2026-12-05 every such change walked the shared caches and voided every
+// session's prepared replies).
 //
 // # One query
 //
