@@ -17,7 +17,7 @@ type plan struct {
 	rules    []backend.EgressRule // one per kept address and distinct grant
 	todo     []backend.EgressRule // the rules the write memo does not hold
 	stripped int
-	gen      uint64 // the memo generation, read before any lookup: see prepareFast
+	gen      uint64 // the session's memo generation, read before any lookup: see prepareFast
 	hostGen  uint64 // the host address set's generation, read before any lookup
 }
 
@@ -29,7 +29,7 @@ type plan struct {
 // writes, which it then leaves to another goroutine.
 func (r *Resolver) plan(p *pending) *plan {
 	q, qname, grants, res := p.q, p.qname, p.grants, p.res
-	pl := &plan{gen: r.memo.gen(), hostGen: r.host.generation(), kept: res.addrs[:0:0]}
+	pl := &plan{gen: r.memo.gen(q.session), hostGen: r.host.generation(), kept: res.addrs[:0:0]}
 	for _, ar := range res.addrs {
 		if len(pl.kept) == r.cfg.MaxAnswerRecords {
 			break // the bound: no more records built, written or sent

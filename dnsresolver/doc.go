@@ -43,7 +43,9 @@
 // remembered decisions only, at the cost of that session's entries: another
 // session's prepared replies and written entries stay good (before
 // 2026-12-05 every such change walked the shared caches and voided every
-// session's prepared replies).
+// session's prepared replies). The write memo is kept per session too: a
+// session's end, or the memo filling (the session holding the most is
+// forgotten), voids that session's prepared replies only.
 //
 // # One query
 //

@@ -17,9 +17,11 @@ import (
 // compiled policy, which is immutable: SetPolicy and RemovePolicy replace it),
 // the agent's use-time decision (the same generation: SetDecide and
 // DecisionsChanged bump it; the decision is asked by the full path only),
-// the cached upstream result (the same one, not expired), the write memo
-// (nothing forgotten since, so every entry the answer relies on is still
-// written with an expiry covering its TTL) and the host's address set (the
+// the cached upstream result (the same one, not expired), the write memo's
+// part for the session (the same generation: nothing of the session's
+// forgotten since, so every entry the answer relies on is still written
+// with an expiry covering its TTL; another session's part dropped changes
+// nothing here) and the host's address set (the
 // same generation: an address that became the host's is stripped again). It
 // never decides anything the full path would not: a query it does not take,
 // or whose prepared reply is missing or stale, goes through the full path
@@ -236,7 +238,7 @@ func (r *Resolver) answerFast(s *fastScratch, local [4]byte, raw []byte, now tim
 		return out, false
 	}
 	session, ok := r.cfg.SessionName(idx)
-	if !ok || session != e.session || r.policy(session) != e.pol || r.memo.gen() != e.memoGen || r.dec.gen.Load() != e.decGen || r.host.generation() != e.hostGen ||
+	if !ok || session != e.session || r.policy(session) != e.pol || r.memo.current(session) != e.memoGen || r.dec.gen.Load() != e.decGen || r.host.generation() != e.hostGen ||
 		r.cache.get(cacheKey{e.qname, q.qtype}, now) != e.res {
 		return out, false
 	}

@@ -317,16 +317,42 @@ func TestFastPath(t *testing.T) {
 		e.full(1, q)
 		writes(t, 1)
 	})
-	t.Run("the write memo emptied", func(t *testing.T) {
+	t.Run("another session's writes forgotten", func(t *testing.T) {
 		mustFast(t, 1, q)
-		e.r.memo.mu.Lock()
-		clear(e.r.memo.m)
-		e.r.memo.mu.Unlock()
-		e.r.memo.forget("nobody")
+		e.r.memo.add("s2", dataplane.EgressRule{Prefix: netip.MustParsePrefix("192.0.2.1/32"), Expires: e.now.Add(time.Hour)})
+		e.r.memo.forget("s2")
+		mustFast(t, 1, q)
+		writes(t, 0)
+	})
+	t.Run("its writes forgotten", func(t *testing.T) {
+		mustFast(t, 1, q)
+		e.r.memo.forget("s1")
 		noFast(t, 1, q)
 		e.full(1, q)
 		writes(t, 1)
 		mustFast(t, 1, q)
+	})
+	t.Run("another session filling the write memo", func(t *testing.T) {
+		// The memo is full: the session holding the most is forgotten,
+		// s2 here, and s1's prepared reply stays good.
+		mustFast(t, 1, q)
+		e.r.memo.mu.Lock()
+		mine := len(e.r.memo.s["s1"].m)
+		e.r.memo.max = e.r.memo.n + mine + 1 // full once s2 holds more than s1
+		e.r.memo.mu.Unlock()
+		for i := range mine + 20 {
+			e.r.memo.add("s2", dataplane.EgressRule{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 32), Expires: e.now.Add(time.Hour)})
+		}
+		mustFast(t, 1, q)
+		writes(t, 0)
+		e.r.memo.mu.Lock()
+		n, held := e.r.memo.n, len(e.r.memo.s["s1"].m)+len(e.r.memo.s["s2"].m)
+		e.r.memo.max = memoSize
+		e.r.memo.mu.Unlock()
+		if n != held {
+			t.Fatalf("the memo counts %d entries and holds %d", n, held)
+		}
+		e.r.memo.forget("s2")
 	})
 	t.Run("cached result expired", func(t *testing.T) {
 		e.now = e.now.Add(2 * time.Minute)

@@ -11,36 +11,46 @@ import (
 const memoSize = 1 << 16
 
 type memoKey struct {
-	session string
-	prefix  netip.Prefix
-	proto   backend.Proto
-	ports   backend.PortRange
-	handle  backend.HandleRef
+	prefix netip.Prefix
+	proto  backend.Proto
+	ports  backend.PortRange
+	handle backend.HandleRef
 }
 
-// writeMemo remembers, per rule (expiry aside), the latest expiry this
-// resolver wrote with AllowEgress. A rule whose entry already lasts at least
-// as long is not written again: a cached answer costs no map write, and an
-// answer with a shorter TTL for the same address (two names of one CDN
-// address) never shortens the entry another name's answer still relies on.
-// It is bounded: when full it is emptied, which only costs extra writes. A
-// nil memo remembers nothing.
+// writeMemo remembers, per session and rule (expiry aside), the latest
+// expiry this resolver wrote with AllowEgress. A rule whose entry already
+// lasts at least as long is not written again: a cached answer costs no map
+// write, and an answer with a shorter TTL for the same address (two names
+// of one CDN address) never shortens the entry another name's answer still
+// relies on. It is bounded: when full, the session holding the most is
+// forgotten, which only costs that session extra writes. A nil memo
+// remembers nothing.
+//
+// Each session's part has a generation that changes whenever anything of
+// it is dropped (forget, or dropped when full): while it stays the same,
+// whatever has held for the session stays true, since add only ever
+// lengthens an expiry. The fast path's prepared replies check it, so one
+// session's end (or flood of writes) voids that session's replies only.
 type writeMemo struct {
 	mu  sync.RWMutex
 	max int
+	n   int // entries held, every session's
+	s   map[string]*sessionWrites
+	seq atomic.Uint64 // generations are drawn from it: never the same twice, never 0
+}
+
+// sessionWrites is one session's part of the memo.
+type sessionWrites struct {
 	m   map[memoKey]int64 // expiry, Unix ns
-	// g changes whenever anything is dropped (forget, or emptied when
-	// full): while it stays the same, whatever has held stays true, since
-	// add only ever lengthens an expiry.
-	g atomic.Uint64
+	gen uint64
 }
 
 func newWriteMemo(max int) *writeMemo {
-	return &writeMemo{max: max, m: make(map[memoKey]int64)}
+	return &writeMemo{max: max, s: make(map[string]*sessionWrites)}
 }
 
-func key(session string, r backend.EgressRule) memoKey {
-	return memoKey{session, r.Prefix, r.Proto, r.Ports, r.Handle}
+func key(r backend.EgressRule) memoKey {
+	return memoKey{r.Prefix, r.Proto, r.Ports, r.Handle}
 }
 
 // has reports whether the rule's entry is known to last until r.Expires.
@@ -48,9 +58,12 @@ func (w *writeMemo) has(session string, r backend.EgressRule) bool {
 	if w == nil {
 		return false
 	}
-	k := key(session, r)
 	w.mu.RLock()
-	exp, ok := w.m[k]
+	var exp int64
+	ok := false
+	if sw := w.s[session]; sw != nil {
+		exp, ok = sw.m[key(r)]
+	}
 	w.mu.RUnlock()
 	return ok && exp >= r.Expires.UnixNano()
 }
@@ -59,22 +72,85 @@ func (w *writeMemo) add(session string, r backend.EgressRule) {
 	if w == nil {
 		return
 	}
-	k := key(session, r)
+	k := key(r)
 	w.mu.Lock()
-	if len(w.m) >= w.max {
-		clear(w.m)
-		w.g.Add(1)
+	defer w.mu.Unlock()
+	sw := w.s[session]
+	had := false
+	if sw != nil {
+		_, had = sw.m[k]
 	}
-	w.m[k] = max(w.m[k], r.Expires.UnixNano())
-	w.mu.Unlock()
+	if !had {
+		if w.n >= w.max {
+			w.dropLargestLocked() // perhaps this session's: sw is then gone
+		}
+		sw = w.partLocked(session)
+		w.n++
+		sw.m[k] = r.Expires.UnixNano()
+		return
+	}
+	sw.m[k] = max(sw.m[k], r.Expires.UnixNano())
 }
 
-// gen is the memo's generation (see g); 0 for a nil memo.
-func (w *writeMemo) gen() uint64 {
+// dropLargestLocked forgets the session holding the most entries (w.mu
+// held): the one filling the memo pays for it, not the others.
+func (w *writeMemo) dropLargestLocked() {
+	var big string
+	most := -1
+	for name, sw := range w.s {
+		if len(sw.m) > most {
+			big, most = name, len(sw.m)
+		}
+	}
+	if most >= 0 {
+		w.n -= most
+		delete(w.s, big)
+	}
+}
+
+// gen is session's generation in the memo (see writeMemo); 0 for a nil
+// memo. A session the memo holds nothing of gets its part here, with a
+// generation never given before, so that the generation a reply was
+// prepared under is the one its entries were added under (add keeps it) and
+// any drop since shows.
+func (w *writeMemo) gen(session string) uint64 {
 	if w == nil {
 		return 0
 	}
-	return w.g.Load()
+	w.mu.RLock()
+	sw := w.s[session]
+	w.mu.RUnlock()
+	if sw != nil {
+		return sw.gen
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.partLocked(session).gen
+}
+
+// current is session's generation if the memo holds a part for it, 0
+// otherwise (never a generation gen gives): for checking a prepared reply,
+// without making a part.
+func (w *writeMemo) current(session string) uint64 {
+	if w == nil {
+		return 0
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if sw := w.s[session]; sw != nil {
+		return sw.gen
+	}
+	return 0
+}
+
+// partLocked is session's part, made if it has none (w.mu held).
+func (w *writeMemo) partLocked(session string) *sessionWrites {
+	sw := w.s[session]
+	if sw == nil {
+		sw = &sessionWrites{m: make(map[memoKey]int64), gen: w.seq.Add(1)}
+		w.s[session] = sw
+	}
+	return sw
 }
 
 // forget drops what was written for session.
@@ -83,11 +159,9 @@ func (w *writeMemo) forget(session string) {
 		return
 	}
 	w.mu.Lock()
-	w.g.Add(1)
-	for k := range w.m {
-		if k.session == session {
-			delete(w.m, k)
-		}
+	if sw := w.s[session]; sw != nil {
+		w.n -= len(sw.m)
+		delete(w.s, session)
 	}
 	w.mu.Unlock()
 }
