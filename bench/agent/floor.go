@@ -27,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,7 +40,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shinken-agent/shinken/agent/api/wire"
-	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/bench/internal/grantfloor"
 	"github.com/shinken-agent/shinken/dataplane"
 )
@@ -56,19 +54,11 @@ var (
 
 // serveFloor is the child: it serves until killed.
 func serveFloor(sock string) error {
-	mux := http.NewServeMux()
-	lf, err := grantfloor.Register(mux, filepath.Dir(sock), *flagFloorAudit, *flagFloorJournal)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return err
-	}
-	rec := bytes.Repeat([]byte("x"), max(2, *flagFloorAudit))
-	rec[len(rec)-1] = '\n'
-	mux.Handle("GET /v1/sessions/{id}/exec", &execFloor{log: lf, rec: rec, cgroup: *flagFloorCgroup})
-	return http.Serve(ln, mux)
+	return grantfloor.Serve(sock, *flagFloorAudit, *flagFloorJournal, func(mux *http.ServeMux, lf *os.File) {
+		rec := bytes.Repeat([]byte("x"), max(2, *flagFloorAudit))
+		rec[len(rec)-1] = '\n'
+		mux.Handle("GET /v1/sessions/{id}/exec", &execFloor{log: lf, rec: rec, cgroup: *flagFloorCgroup})
+	})
 }
 
 // execFloor serves the exec floor (see the top of this file).
@@ -159,9 +149,9 @@ func startFloor(dir, stateDir string, agentPID int) (*floor, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	logLine, journal := grantfloor.MeanLine(filepath.Join(stateDir, audit.LogFile)), grantfloor.MeanLine(filepath.Join(stateDir, "state.journal"))
-	if logLine == 0 || journal == 0 {
-		return nil, fmt.Errorf("grant floor: no audit log or state journal lines in %s", stateDir)
+	logLine, journal, err := grantfloor.Sizes(stateDir)
+	if err != nil {
+		return nil, err
 	}
 	fmt.Printf("grant floor: records of %d bytes (audit log) and %d (state journal), the daemon's mean lines\n", logLine, journal)
 	root, err := dataplane.FindCgroup2Mount()

@@ -7,26 +7,15 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 
-	"github.com/shinken-agent/shinken/agent/audit"
 	"github.com/shinken-agent/shinken/bench/internal/grantfloor"
 )
 
 // serveFloor is the child: it serves until killed.
 func serveFloor(sock string) error {
-	mux := http.NewServeMux()
-	if _, err := grantfloor.Register(mux, filepath.Dir(sock), *flagFloorAudit, *flagFloorJourn); err != nil {
-		return err
-	}
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return err
-	}
-	return http.Serve(ln, mux)
+	return grantfloor.Serve(sock, *flagFloorAudit, *flagFloorJourn, nil)
 }
 
 // startFloor starts the child in dir (on the state directory's file
@@ -37,9 +26,9 @@ func startFloor(dir, stateDir string, agentPID int) (*grantfloor.Floor, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	logLine, journal := grantfloor.MeanLine(filepath.Join(stateDir, audit.LogFile)), grantfloor.MeanLine(filepath.Join(stateDir, "state.journal"))
-	if logLine == 0 || journal == 0 {
-		return nil, fmt.Errorf("grant floor: no audit log or state journal lines in %s", stateDir)
+	logLine, journal, err := grantfloor.Sizes(stateDir)
+	if err != nil {
+		return nil, err
 	}
 	sock := filepath.Join(dir, "floor.sock")
 	f, err := grantfloor.Start(sock, agentPID, "-grant-floor-serve", sock, "-grant-floor-audit-bytes", fmt.Sprint(logLine), "-grant-floor-journal-bytes", fmt.Sprint(journal))

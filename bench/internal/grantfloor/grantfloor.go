@@ -38,6 +38,7 @@ import (
 
 	"github.com/shinken-agent/shinken/agent"
 	"github.com/shinken-agent/shinken/agent/api"
+	"github.com/shinken-agent/shinken/agent/audit"
 )
 
 // Register opens the floor's files in dir (floor.log, floor.journal) and
@@ -99,10 +100,38 @@ func Register(mux *http.ServeMux, dir string, auditBytes, journalBytes int) (*os
 	return lf, nil
 }
 
-// MeanLine is the mean length of path's lines (0 when it has none): the
-// record sizes to give the floor, from the daemon's audit log and state
-// journal.
-func MeanLine(path string) int {
+// Serve is the child's side: Register on a new mux, more (when not nil)
+// adding its own handlers with the log file, then net/http's server on the
+// unix socket sock until the process is killed.
+func Serve(sock string, auditBytes, journalBytes int, more func(*http.ServeMux, *os.File)) error {
+	mux := http.NewServeMux()
+	lf, err := Register(mux, filepath.Dir(sock), auditBytes, journalBytes)
+	if err != nil {
+		return err
+	}
+	if more != nil {
+		more(mux, lf)
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	return http.Serve(ln, mux)
+}
+
+// Sizes is the record sizes to give the floor: the mean line of the
+// daemon's audit log and state journal in stateDir, or an error when either
+// has none yet.
+func Sizes(stateDir string) (auditBytes, journalBytes int, err error) {
+	auditBytes, journalBytes = meanLine(filepath.Join(stateDir, audit.LogFile)), meanLine(filepath.Join(stateDir, "state.journal"))
+	if auditBytes == 0 || journalBytes == 0 {
+		return 0, 0, fmt.Errorf("grant floor: no audit log or state journal lines in %s", stateDir)
+	}
+	return auditBytes, journalBytes, nil
+}
+
+// meanLine is the mean length of path's lines (0 when it has none).
+func meanLine(path string) int {
 	b, err := os.ReadFile(path)
 	if n := bytes.Count(b, []byte("\n")); err == nil && n > 0 {
 		return len(b) / n
