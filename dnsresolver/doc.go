@@ -44,8 +44,9 @@
 // session's prepared replies and written entries stay good (before
 // 2026-12-05 every such change walked the shared caches and voided every
 // session's prepared replies). The write memo is kept per session too: a
-// session's end, or the memo filling (the session holding the most is
-// forgotten), voids that session's prepared replies only.
+// session's end voids that session's prepared replies only, and a full
+// memo forgets the sessions holding the most, largest first, down to three
+// quarters of its bound.
 //
 // # One query
 //

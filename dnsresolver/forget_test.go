@@ -2,7 +2,11 @@ package dnsresolver
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/shinken-agent/shinken/agent/backend"
 )
 
 // TestForgetSession: the prepared replies and the remembered decisions
@@ -42,5 +46,58 @@ func TestForgetSession(t *testing.T) {
 	}
 	if d.n > decMemoSize || d.n != len(d.memo["s3"])+len(d.memo["s2"]) {
 		t.Fatalf("%d decisions counted, %d held", d.n, len(d.memo["s3"])+len(d.memo["s2"]))
+	}
+}
+
+// TestWriteMemoFull: a full memo forgets the sessions holding the most
+// first, down to three quarters of its bound at once (one walk of the
+// sessions for a quarter of the adds, however many sessions hold a few
+// entries each), and keeps its count right.
+func TestWriteMemoFull(t *testing.T) {
+	w := newWriteMemo(100)
+	rule := func(i int) backend.EgressRule {
+		return backend.EgressRule{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, byte(i >> 8), byte(i)}), 32), Expires: time.Unix(2_000_000_000, 0)}
+	}
+	for i := range 40 {
+		w.add("big", rule(i))
+	}
+	small := 0
+	for ; w.n < 100; small++ {
+		w.add(fmt.Sprint("s", small), rule(small))
+	}
+	gen := w.gen("s0")
+	w.add("one-more", rule(0))
+	held := 0
+	for _, sw := range w.s {
+		held += len(sw.m)
+	}
+	if w.s["big"] != nil || w.n != held || w.n > 75 || w.n < 60 {
+		t.Fatalf("after filling: big kept %v, %d counted, %d held; want big forgotten, 60 to 75", w.s["big"] != nil, w.n, held)
+	}
+	if w.gen("s0") != gen || !w.has("s0", rule(0)) {
+		t.Fatal("a small session lost its part although the big one made room")
+	}
+	room := 100 - w.n // at least a quarter: filled without another walk, nothing dropped
+	if room < 25 {
+		t.Fatalf("room for %d after the walk", room)
+	}
+	for i := range room {
+		w.add(fmt.Sprint("t", i), rule(i))
+		if w.gen("s0") != gen {
+			t.Fatalf("s0 dropped at the %d-th add after the walk", i+1)
+		}
+		if w.n > 100 {
+			t.Fatalf("%d entries over a bound of 100", w.n)
+		}
+	}
+	// Many sessions of one entry each, none larger: one walk still makes
+	// a quarter of room.
+	w = newWriteMemo(100)
+	for i := range 100 {
+		w.add(fmt.Sprint("u", i), rule(i))
+	}
+	w.add("last", rule(0))
+	if w.n > 76 || w.n != len(w.s) { // three quarters, then the entry added
+		t.Fatalf("a full memo of single entries: %d counted, %d parts after the walk and the add; want at most 76", w.n, len(w.s))
 	}
 }

@@ -1,7 +1,9 @@
 package dnsresolver
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -22,9 +24,9 @@ type memoKey struct {
 // lasts at least as long is not written again: a cached answer costs no map
 // write, and an answer with a shorter TTL for the same address (two names
 // of one CDN address) never shortens the entry another name's answer still
-// relies on. It is bounded: when full, the session holding the most is
-// forgotten, which only costs that session extra writes. A nil memo
-// remembers nothing.
+// relies on. It is bounded: when full, the sessions holding the most are
+// forgotten (dropLargestLocked), which only costs them extra writes. A nil
+// memo remembers nothing.
 //
 // Each session's part has a generation that changes whenever anything of
 // it is dropped (forget, or dropped when full): while it stays the same,
@@ -92,19 +94,28 @@ func (w *writeMemo) add(session string, r backend.EgressRule) {
 	sw.m[k] = max(sw.m[k], r.Expires.UnixNano())
 }
 
-// dropLargestLocked forgets the session holding the most entries (w.mu
-// held): the one filling the memo pays for it, not the others.
+// dropLargestLocked makes room (w.mu held): it forgets the sessions holding
+// the most, largest first, until the memo is at most three quarters full, so
+// that the sessions filling it pay for it and not the others, and one walk
+// of the sessions serves a quarter of the memo's adds (a host of many
+// sessions holding a few entries each would otherwise walk them all at
+// every add once full).
 func (w *writeMemo) dropLargestLocked() {
-	var big string
-	most := -1
-	for name, sw := range w.s {
-		if len(sw.m) > most {
-			big, most = name, len(sw.m)
-		}
+	type part struct {
+		name string
+		n    int
 	}
-	if most >= 0 {
-		w.n -= most
-		delete(w.s, big)
+	parts := make([]part, 0, len(w.s))
+	for name, sw := range w.s {
+		parts = append(parts, part{name, len(sw.m)})
+	}
+	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(b.n, a.n) })
+	for _, p := range parts {
+		if w.n <= w.max*3/4 {
+			break
+		}
+		w.n -= p.n
+		delete(w.s, p.name)
 	}
 }
 
