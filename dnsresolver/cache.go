@@ -39,20 +39,29 @@ type cacheKey struct {
 	qtype uint16
 }
 
-// cache is a bounded map with random eviction (Go map iteration order) once
-// full. Good enough for a per-host resolver; expired entries are dropped on
-// lookup.
+// cache is the shared answer cache: a bounded map whose entries each
+// remember the session whose query fetched them. Expired entries are
+// skipped on lookup; when full, it drops the expired ones, then, if that
+// is not room enough, the entries fetched by the sessions holding the most
+// (share.go): a session flooding distinct names evicts its own answers,
+// not the ones other sessions rely on.
 type cache struct {
-	mu  sync.RWMutex
-	max int
-	m   map[cacheKey]*result
+	mu      sync.RWMutex
+	max     int
+	m       map[cacheKey]cached
+	byOwner map[string]map[cacheKey]struct{} // session -> the keys it fetched
+}
+
+type cached struct {
+	res   *result
+	owner string
 }
 
 func newCache(max int) *cache {
 	if max <= 0 {
 		return nil
 	}
-	return &cache{max: max, m: make(map[cacheKey]*result)}
+	return &cache{max: max, m: make(map[cacheKey]cached), byOwner: make(map[string]map[cacheKey]struct{})}
 }
 
 func (c *cache) get(k cacheKey, now time.Time) *result {
@@ -60,7 +69,7 @@ func (c *cache) get(k cacheKey, now time.Time) *result {
 		return nil
 	}
 	c.mu.RLock()
-	r := c.m[k]
+	r := c.m[k].res
 	c.mu.RUnlock()
 	if r == nil || !now.Before(r.expires) {
 		return nil
@@ -68,19 +77,53 @@ func (c *cache) get(k cacheKey, now time.Time) *result {
 	return r
 }
 
-func (c *cache) put(k cacheKey, r *result) {
+// put caches r under k, fetched by session owner's query.
+func (c *cache) put(k cacheKey, r *result, owner string, now time.Time) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
-		for victim := range c.m {
-			delete(c.m, victim)
-			break
+	old, had := c.m[k]
+	if !had && len(c.m) >= c.max {
+		c.makeRoomLocked(now)
+	}
+	if had {
+		c.disownLocked(k, old.owner)
+	}
+	c.m[k] = cached{r, owner}
+	keys := c.byOwner[owner]
+	if keys == nil {
+		keys = make(map[cacheKey]struct{})
+		c.byOwner[owner] = keys
+	}
+	keys[k] = struct{}{}
+}
+
+// makeRoomLocked brings a full cache to three quarters (c.mu held).
+func (c *cache) makeRoomLocked(now time.Time) {
+	keep := roomFor(c.max)
+	for k, e := range c.m {
+		if !now.Before(e.res.expires) {
+			delete(c.m, k)
+			c.disownLocked(k, e.owner)
 		}
 	}
-	c.m[k] = r
+	for _, owner := range largestFirst(c.byOwner, func(keys map[cacheKey]struct{}) int { return len(keys) }, len(c.m), keep) {
+		for k := range c.byOwner[owner] {
+			delete(c.m, k)
+		}
+		delete(c.byOwner, owner)
+	}
+}
+
+// disownLocked drops k from owner's keys (c.mu held).
+func (c *cache) disownLocked(k cacheKey, owner string) {
+	keys := c.byOwner[owner]
+	delete(keys, k)
+	if len(keys) == 0 {
+		delete(c.byOwner, owner)
+	}
 }
 
 // flight runs one function per key at a time; callers that arrive while it

@@ -49,8 +49,9 @@ type decAnswer struct {
 	rule string
 }
 
-// decMemoSize bounds the remembered answers; when full they are all
-// dropped, which only costs asking again.
+// decMemoSize bounds the remembered answers; when full, the answers of the
+// sessions holding the most are dropped (share.go), which only costs them
+// asking again.
 const decMemoSize = 1 << 14
 
 func (d *decider) get(session string, k decKey) (decAnswer, bool) {
@@ -62,10 +63,17 @@ func (d *decider) get(session string, k decKey) (decAnswer, bool) {
 
 func (d *decider) put(session string, k decKey, a decAnswer) {
 	d.mu.Lock()
-	if d.memo == nil || d.n >= decMemoSize {
-		d.memo, d.n = map[string]map[decKey]decAnswer{}, 0
+	if d.memo == nil {
+		d.memo = map[string]map[decKey]decAnswer{}
 	}
 	m := d.memo[session]
+	if _, had := m[k]; !had && d.n >= decMemoSize {
+		for _, s := range largestFirst(d.memo, func(m map[decKey]decAnswer) int { return len(m) }, d.n, roomFor(decMemoSize)) {
+			d.n -= len(d.memo[s])
+			delete(d.memo, s)
+		}
+		m = d.memo[session] // perhaps this session's: then gone
+	}
 	if m == nil {
 		m = map[decKey]decAnswer{}
 		d.memo[session] = m

@@ -44,9 +44,15 @@
 // session's prepared replies and written entries stay good (before
 // 2026-12-05 every such change walked the shared caches and voided every
 // session's prepared replies). The write memo is kept per session too: a
-// session's end voids that session's prepared replies only, and a full
-// memo forgets the sessions holding the most, largest first, down to three
-// quarters of its bound.
+// session's end voids that session's prepared replies only. Each bounded
+// table the sessions share (the answer cache, the prepared replies, the
+// remembered decisions, the write memo; share.go) drops, when full, what
+// the sessions holding the most put there, largest first, down to three
+// quarters of its bound (the answer cache its expired answers first, and
+// it counts an answer as the session's whose query fetched it): a session
+// asking for a flood of distinct names evicts its own, and the others keep
+// their cached answers (before 2026-12-05 a full answer cache evicted at
+// random and the prepared replies and decisions were emptied whole).
 //
 // # One query
 //

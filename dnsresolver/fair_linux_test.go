@@ -315,3 +315,47 @@ func TestKernelDrops(t *testing.T) {
 		t.Fatalf("session 1 out of the box: %v -> %v", before, after)
 	}
 }
+
+// TestFloodKeepsOthersCached: one session asks for many more distinct
+// names than the resolver caches; another session's cached answer and
+// prepared reply stay (a full table drops what the sessions holding the
+// most put there, share.go): its next query goes neither upstream nor
+// down the full path.
+func TestFloodKeepsOthersCached(t *testing.T) {
+	const size = 64
+	e := newTestEnv(t, func(c *Config) { c.CacheSize, c.QueryRate, c.QueryBurst = size, 100000, 100000 })
+	if err := e.r.SetPolicy("s2", testPolicy); err != nil {
+		t.Fatal(err)
+	}
+	e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA) // fetched, written
+	e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA) // answered from the cache: its reply prepared
+	fast := fastKey(nil, 300, dns.TypeA, wireName(nil, "api.allowed.test"))
+	if e.r.fast.get(fast) == nil {
+		t.Fatal("no prepared reply for s2's cached answer")
+	}
+	asked := e.up.queries()
+	for i := range 5 * size {
+		if m := e.ask(t, 1, "udp", fmt.Sprintf("f%d.allowed.test.", i), dns.TypeA); m.Rcode != dns.RcodeNameError {
+			t.Fatalf("flood name %d: rcode %s", i, dns.RcodeToString[m.Rcode])
+		}
+	}
+	if got := e.up.queries() - asked; got != 5*size {
+		t.Fatalf("the flood's %d distinct names took %d upstream queries", 5*size, got)
+	}
+	e.r.cache.mu.RLock()
+	held := len(e.r.cache.m)
+	e.r.cache.mu.RUnlock()
+	if held > size {
+		t.Fatalf("the answer cache holds %d, over its bound of %d", held, size)
+	}
+	if e.r.fast.get(fast) == nil {
+		t.Fatal("s2's prepared reply was dropped while s1 filled the table")
+	}
+	asked = e.up.queries()
+	if m := e.ask(t, 300, "udp", "api.allowed.test.", dns.TypeA); len(m.Answer) != 1 {
+		t.Fatalf("s2's answer after the flood: %v", m)
+	}
+	if e.up.queries() != asked {
+		t.Fatal("s2's cached answer was evicted by s1's flood: asked upstream again")
+	}
+}

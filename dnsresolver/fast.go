@@ -59,15 +59,16 @@ type fastEntry struct {
 	exps    []time.Time // the expiry behind each TTL
 }
 
-// fastCache maps fastKey bytes to prepared replies. It is bounded: when full
-// it is emptied, which only costs full-path answers. It also knows each
-// session's keys, so forgetting a session (at every change of its policy)
-// costs that session's replies, not a walk of every session's.
+// fastCache maps fastKey bytes to prepared replies. It knows each session's
+// keys, so forgetting a session (at every change of its policy) costs that
+// session's replies, not a walk of every session's, and a full cache drops
+// the replies of the sessions holding the most (share.go), which only costs
+// them full-path answers.
 type fastCache struct {
 	mu        sync.RWMutex
 	max       int
 	m         map[string]*fastEntry
-	bySession map[string]map[string]struct{} // session name -> its keys in m (or once in m)
+	bySession map[string]map[string]struct{} // session name -> its keys in m
 }
 
 func newFastCache(max int) *fastCache {
@@ -83,9 +84,15 @@ func (c *fastCache) get(k []byte) *fastEntry {
 
 func (c *fastCache) put(k string, e *fastEntry) {
 	c.mu.Lock()
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
-		clear(c.m)
-		clear(c.bySession)
+	old, had := c.m[k]
+	if !had && len(c.m) >= c.max {
+		for _, s := range largestFirst(c.bySession, func(keys map[string]struct{}) int { return len(keys) }, len(c.m), roomFor(c.max)) {
+			c.forgetLocked(s)
+		}
+	}
+	if had && old.session != e.session {
+		// A new session at the same index: the key is its now.
+		delete(c.bySession[old.session], k)
 	}
 	c.m[k] = e
 	keys := c.bySession[e.session]
@@ -104,15 +111,18 @@ func (c *fastCache) forget(session string) {
 		return
 	}
 	c.mu.Lock()
+	c.forgetLocked(session)
+	c.mu.Unlock()
+}
+
+// forgetLocked is forget with c.mu held.
+func (c *fastCache) forgetLocked(session string) {
 	for k := range c.bySession[session] {
-		// A key another session took since (a new session at the same
-		// index) is that session's: left.
 		if e, ok := c.m[k]; ok && e.session == session {
 			delete(c.m, k)
 		}
 	}
 	delete(c.bySession, session)
-	c.mu.Unlock()
 }
 
 // fastKey appends the key of a prepared reply: session index, query type and

@@ -34,18 +34,71 @@ func TestForgetSession(t *testing.T) {
 	}
 	// A key s1 had and s3 took since (a new session at the same index)
 	// is s3's: forgetting s1 leaves it.
-	c.put("s15", &fastEntry{session: "s3"})
-	c.bySession["s1"] = map[string]struct{}{"s15": {}}
+	c.put("s16", &fastEntry{session: "s1"})
+	c.put("s16", &fastEntry{session: "s3"})
+	if _, ok := c.bySession["s1"]["s16"]; ok {
+		t.Fatal("s1 still counts the key s3 took")
+	}
 	c.forget("s1")
-	if e := c.get([]byte("s15")); e == nil || e.session != "s3" {
+	if e := c.get([]byte("s16")); e == nil || e.session != "s3" {
 		t.Fatal("forgetting s1 dropped s3's reply")
 	}
-	// The bound still empties both when full.
-	for i := range decMemoSize {
+	// A full table forgets the session that filled it, not the others.
+	for i := range decMemoSize + 10 {
 		d.put("s3", decKey{name: fmt.Sprint("m", i)}, decAnswer{})
 	}
 	if d.n > decMemoSize || d.n != len(d.memo["s3"])+len(d.memo["s2"]) {
 		t.Fatalf("%d decisions counted, %d held", d.n, len(d.memo["s3"])+len(d.memo["s2"]))
+	}
+	if len(d.memo["s2"]) != 100 {
+		t.Fatalf("s2 kept %d of its 100 decisions while s3 filled the memo", len(d.memo["s2"]))
+	}
+	for i := range 1<<10 + 10 {
+		c.put(fmt.Sprint("f", i), &fastEntry{session: "s3"})
+	}
+	if len(c.m) > 1<<10 || len(c.bySession["s2"]) != 100 || c.get([]byte("s27")) == nil {
+		t.Fatalf("prepared replies after s3 filled the cache: %d held, s2 kept %d of 100", len(c.m), len(c.bySession["s2"]))
+	}
+}
+
+// TestAnswerCacheFull: a full answer cache drops the expired answers first,
+// then those fetched by the sessions that fetched the most: a session
+// fetching distinct names evicts its own answers, not another's.
+func TestAnswerCacheFull(t *testing.T) {
+	now := time.Unix(2_000_000_000, 0)
+	c := newCache(100)
+	live := &result{expires: now.Add(time.Hour)}
+	for i := range 20 {
+		c.put(cacheKey{fmt.Sprint("b", i), 1}, live, "b", now)
+	}
+	for i := range 5 {
+		c.put(cacheKey{fmt.Sprint("old", i), 1}, &result{expires: now.Add(-time.Second)}, "c", now)
+	}
+	for i := range 1000 {
+		c.put(cacheKey{fmt.Sprint("a", i), 1}, live, "a", now)
+		if len(c.m) > 100 {
+			t.Fatalf("%d answers over a bound of 100", len(c.m))
+		}
+	}
+	for i := range 20 {
+		if c.get(cacheKey{fmt.Sprint("b", i), 1}, now) == nil {
+			t.Fatalf("b's answer %d evicted while a filled the cache", i)
+		}
+	}
+	if len(c.byOwner["c"]) != 0 {
+		t.Fatal("expired answers outlived a full cache")
+	}
+	held := 0
+	for _, keys := range c.byOwner {
+		held += len(keys)
+	}
+	if held != len(c.m) {
+		t.Fatalf("owners count %d answers, %d held", held, len(c.m))
+	}
+	// An answer fetched again by another session is that session's.
+	c.put(cacheKey{"b0", 1}, live, "a", now)
+	if _, ok := c.byOwner["b"][cacheKey{"b0", 1}]; ok || len(c.byOwner["b"]) != 19 {
+		t.Fatal("b still counts the answer a fetched again")
 	}
 }
 

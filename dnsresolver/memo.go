@@ -1,9 +1,7 @@
 package dnsresolver
 
 import (
-	"cmp"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -25,7 +23,7 @@ type memoKey struct {
 // write, and an answer with a shorter TTL for the same address (two names
 // of one CDN address) never shortens the entry another name's answer still
 // relies on. It is bounded: when full, the sessions holding the most are
-// forgotten (dropLargestLocked), which only costs them extra writes. A nil
+// forgotten (share.go), which only costs them extra writes. A nil
 // memo remembers nothing.
 //
 // Each session's part has a generation that changes whenever anything of
@@ -95,27 +93,11 @@ func (w *writeMemo) add(session string, r backend.EgressRule) {
 }
 
 // dropLargestLocked makes room (w.mu held): it forgets the sessions holding
-// the most, largest first, until the memo is at most three quarters full, so
-// that the sessions filling it pay for it and not the others, and one walk
-// of the sessions serves a quarter of the memo's adds (a host of many
-// sessions holding a few entries each would otherwise walk them all at
-// every add once full).
+// the most (share.go).
 func (w *writeMemo) dropLargestLocked() {
-	type part struct {
-		name string
-		n    int
-	}
-	parts := make([]part, 0, len(w.s))
-	for name, sw := range w.s {
-		parts = append(parts, part{name, len(sw.m)})
-	}
-	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(b.n, a.n) })
-	for _, p := range parts {
-		if w.n <= w.max*3/4 {
-			break
-		}
-		w.n -= p.n
-		delete(w.s, p.name)
+	for _, name := range largestFirst(w.s, func(sw *sessionWrites) int { return len(sw.m) }, w.n, roomFor(w.max)) {
+		w.n -= len(w.s[name].m)
+		delete(w.s, name)
 	}
 }
 

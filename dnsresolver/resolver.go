@@ -288,7 +288,7 @@ func (r *Resolver) resolve(ctx context.Context, p *pending) *dns.Msg {
 	if p.res == nil {
 		// Queries for the same name and type that miss together share one
 		// upstream query (whichever session asked first: the result holds
-		// no session data).
+		// no session data; the cache counts it as that session's).
 		k := cacheKey{p.qname, p.qtype}
 		var err error
 		p.res, err = r.flight.do(k, func() (*result, error) {
@@ -298,7 +298,7 @@ func (r *Resolver) resolve(ctx context.Context, p *pending) *dns.Msg {
 			}
 			res, err := r.parse(p.qname, p.qtype, resp, p.now)
 			if err == nil {
-				r.cache.put(k, res)
+				r.cache.put(k, res, q.session, p.now)
 			}
 			return res, err
 		})
