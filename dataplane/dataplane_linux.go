@@ -280,7 +280,7 @@ func (d *Dataplane) watchDeadlines() error {
 	}
 	for _, h := range hs {
 		if h.State.Alive() && !h.Expires.IsZero() {
-			d.watchDeadline(h.Expires)
+			d.watchDeadline(h.Ref, h.Expires)
 		}
 	}
 	return nil

@@ -14,7 +14,8 @@ import (
 // host for a revoke whose handle nothing could be open under: a grant
 // revoked before its first use, which is most of what an operator or an
 // expiring session revokes. A revoke whose handle is marked sweeps, with
-// its follow-ups, as before.
+// its follow-ups, as before. A handle's deadline is the same: its sweep
+// reads the mark first (mayHaveFlows).
 
 // marksOrdered says whether this host's BPF JIT runs the marks' exchanges
 // fully ordered, as the skip needs (bpf/flowmark.bpf.h): the x86-64 and
@@ -49,4 +50,29 @@ func (d *Dataplane) markAdoptedHandles(issued []HandleRef) error {
 		}
 	}
 	return nil
+}
+
+// mayHaveFlows says whether a flow may be open under ref, read once its
+// deadline has passed (the sweep the deadline arranges, watchDeadline):
+// whether a flow check tried a rule under ref or a descendant. A check
+// marks before it reads the handle's state and the clock, with a full
+// barrier between (bpf/flowmark.bpf.h), and every check after the deadline
+// refuses: a flow admitted under ref was admitted by a check that read the
+// clock before the deadline, whose mark is visible by then (the timer fires
+// a millisecond after it). Where the mark cannot say (a JIT that does not
+// order the exchanges, a slot freed and issued again, a failed read), a
+// flow may be open.
+func (d *Dataplane) mayHaveFlows(ref HandleRef) bool {
+	if !marksOrdered() {
+		return true
+	}
+	var h shkShkHandle
+	if err := d.objs.ShkHandles.Lookup(ref.Slot, &h); err != nil || h.Generation != ref.Generation {
+		return true
+	}
+	var mark uint32
+	if err := d.objs.ShkHandleFlows.Lookup(ref.Slot, &mark); err != nil {
+		return true
+	}
+	return mark == ref.Generation
 }

@@ -304,3 +304,49 @@ func TestFlowMarksAdoptedWithout(t *testing.T) {
 		t.Errorf("a slot never issued: mark %d (%v), want 0", other, err)
 	}
 }
+
+// TestFlowMarksDeadline (sweep mode): a handle's deadline sweeps only where
+// a flow may be open under it. A grant whose deadline passes before its
+// first use costs no sweep (counted as skipped); one whose rule admitted a
+// flow is swept at its deadline and the flow is cut.
+func TestFlowMarksDeadline(t *testing.T) {
+	kerneltest.RequireRoot(t)
+	has, err := kernelHasSockDestroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !has {
+		t.Skip("this kernel lacks bpf_sock_destroy: no sweep mode, no flow marks to read")
+	}
+	cfg := modeConfig(t, FlowSweep)
+	cfg.ExpiryInterval = time.Minute // the collector would free the slots
+	d := newDataplane(t, cfg)
+	s, _ := d.CreateSession("fd", Limits{})
+	a := listenTCP(t, "127.0.0.2:0")
+	p := startProbe(t, s, ProcOptions{})
+	idleAt := time.Now().Add(400 * time.Millisecond)
+	usedAt := idleAt.Add(400 * time.Millisecond)
+	idle := mustHandle(t, d, HandleRef{}, idleAt)
+	used := mustHandle(t, d, HandleRef{}, usedAt)
+	mustAllow(t, d, "fd", EgressRule{Prefix: pfx("127.0.0.9/32"), Handle: idle})
+	mustAllow(t, d, "fd", EgressRule{Prefix: pfx("127.0.0.2/32"), Handle: used})
+	if got := p.Do("open c tcp " + a.addr()); got != "ok" {
+		t.Fatalf("open under used: %s", got)
+	}
+	drain(a.data)
+	before := d.SweepStats()
+	time.Sleep(time.Until(idleAt) + 150*time.Millisecond)
+	mid := d.SweepStats()
+	if mid.Sweeps != before.Sweeps || mid.Skipped != before.Skipped+1 {
+		t.Errorf("the deadline of a grant no flow check tried: %d sweeps and %d skipped, want 0 and 1", mid.Sweeps-before.Sweeps, mid.Skipped-before.Skipped)
+	}
+	p.Do("write c alive")
+	expectData(t, a.data, "alive")
+	time.Sleep(time.Until(usedAt) + 150*time.Millisecond)
+	after := d.SweepStats()
+	if after.Sweeps != mid.Sweeps+1 || after.Skipped != mid.Skipped {
+		t.Errorf("the deadline of a grant that admitted a flow: %d sweeps and %d skipped, want 1 and 0", after.Sweeps-mid.Sweeps, after.Skipped-mid.Skipped)
+	}
+	p.Do("write c cut")
+	expectNoData(t, a.data, 500*time.Millisecond)
+}

@@ -225,14 +225,22 @@ func (s *sweeper) followLoop() {
 	}
 }
 
-// at sweeps once shortly after deadline (a handle's expiry).
-func (s *sweeper) at(deadline time.Time) {
+// at sweeps once shortly after deadline (a handle's expiry), unless need,
+// asked then, says no flow can be open under the handle (counted as
+// skipped).
+func (s *sweeper) at(deadline time.Time, need func() bool) {
 	s.statMu.Lock()
 	defer s.statMu.Unlock()
 	var t *time.Timer
 	t = time.AfterFunc(time.Until(deadline)+time.Millisecond, func() {
-		s.run() //nolint:errcheck // recorded in the stats
+		swept := need()
+		if swept {
+			s.run() //nolint:errcheck // recorded in the stats
+		}
 		s.statMu.Lock()
+		if !swept {
+			s.skipped++
+		}
 		delete(s.timers, t)
 		s.statMu.Unlock()
 	})
@@ -289,12 +297,14 @@ func (d *Dataplane) skipSweep() {
 	d.sweep.statMu.Unlock()
 }
 
-// watchDeadline arranges a sweep when a handle expires.
-func (d *Dataplane) watchDeadline(expires time.Time) {
+// watchDeadline arranges a sweep when handle ref expires (at expires),
+// unless by then no flow check ever tried a rule under it or a descendant
+// (flowmark_linux.go: mayHaveFlows).
+func (d *Dataplane) watchDeadline(ref HandleRef, expires time.Time) {
 	if d.sweep == nil || expires.IsZero() {
 		return
 	}
-	d.sweep.at(expires)
+	d.sweep.at(expires, func() bool { return d.mayHaveFlows(ref) })
 }
 
 // removeObsoleteLinks unpins links this mode does not use (a pin left by an

@@ -233,8 +233,9 @@ func (d *Dataplane) newHandle(parent HandleRef, expires time.Time, state HandleS
 	}
 	d.handleGen[slot] = gen
 	d.handleUp[slot] = HandleRef{Slot: v.Parent, Generation: v.ParentGeneration}
-	d.watchDeadline(expires)
-	return HandleRef{Slot: slot, Generation: gen}, nil
+	ref := HandleRef{Slot: slot, Generation: gen}
+	d.watchDeadline(ref, expires)
+	return ref, nil
 }
 
 // chainDepth checks that ref and all its ancestors are live and returns how

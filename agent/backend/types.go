@@ -439,8 +439,9 @@ func (l Limits) Controllers() []string {
 // IsZero reports whether no quota is set.
 func (l Limits) IsZero() bool { return len(l.Controllers()) == 0 }
 
-// SweepStats says how many flow sweeps ran, how many revokes needed none
-// (no flow check ever tried a rule under the handle), how many sockets they
+// SweepStats says how many flow sweeps ran, how many revokes and handle
+// deadlines needed none (no flow check ever tried a rule under the handle
+// or a descendant), how many sockets they
 // destroyed, how many failed and the last error one met (nil if none).
 type SweepStats struct {
 	Sweeps    uint64

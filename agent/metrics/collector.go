@@ -62,7 +62,7 @@ func newKernelCollector(src Source, log *slog.Logger) *kernelCollector {
 			[]string{"session"}, nil),
 		readErrors: prometheus.NewDesc("shinken_dataplane_read_errors_total", "Scrape-time reads of kernel maps that failed.", nil, nil),
 		sweeps:     prometheus.NewDesc("shinken_flow_sweeps_total", "Socket sweeps run (sweep flow mode: after each revoke, at handle deadlines).", nil, nil),
-		skipped:    prometheus.NewDesc("shinken_flow_sweeps_skipped_total", "Revokes that needed no socket sweep (sweep flow mode): no connect, send, inbound flow or sweep ever tried a rule under the handle or a descendant.", nil, nil),
+		skipped:    prometheus.NewDesc("shinken_flow_sweeps_skipped_total", "Revokes and handle deadlines that needed no socket sweep (sweep flow mode): no connect, send, inbound flow or sweep ever tried a rule under the handle or a descendant.", nil, nil),
 		destroyed:  prometheus.NewDesc("shinken_flow_sockets_destroyed_total", "Open session sockets the sweeps destroyed because no live grant covered their peer.", nil, nil),
 		sweepErrors: prometheus.NewDesc("shinken_flow_sweep_errors_total",
 			"Sweeps that failed: new connects stayed denied, but open flows may have lived on.", nil, nil),
