@@ -180,15 +180,7 @@ func writeTargets(fn asm.Instructions, entry map[asm.Register]string) ([]writeTa
 // a restart; and an agent that finds handles but no marks (an older
 // version's pins) marks every handle it adopts.
 func TestFlowMarks(t *testing.T) {
-	kerneltest.RequireRoot(t)
-	has, err := kernelHasSockDestroy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !has {
-		t.Skip("this kernel lacks bpf_sock_destroy: no sweep mode, no flow marks to read")
-	}
-	cfg := modeConfig(t, FlowSweep)
+	cfg := sweepConfig(t)
 	d1, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -310,15 +302,7 @@ func TestFlowMarksAdoptedWithout(t *testing.T) {
 // first use costs no sweep (counted as skipped); one whose rule admitted a
 // flow is swept at its deadline and the flow is cut.
 func TestFlowMarksDeadline(t *testing.T) {
-	kerneltest.RequireRoot(t)
-	has, err := kernelHasSockDestroy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !has {
-		t.Skip("this kernel lacks bpf_sock_destroy: no sweep mode, no flow marks to read")
-	}
-	cfg := modeConfig(t, FlowSweep)
+	cfg := sweepConfig(t)
 	cfg.ExpiryInterval = time.Minute // the collector would free the slots
 	d := newDataplane(t, cfg)
 	s, _ := d.CreateSession("fd", Limits{})

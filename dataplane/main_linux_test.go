@@ -42,6 +42,21 @@ func flowModes(t testing.TB) []FlowMode {
 	return []FlowMode{FlowPacket}
 }
 
+// sweepConfig is testConfig in sweep mode, as root; it skips the test
+// where the kernel lacks bpf_sock_destroy (no sweep mode, no flow marks).
+func sweepConfig(t *testing.T) Config {
+	t.Helper()
+	kerneltest.RequireRoot(t)
+	has, err := kernelHasSockDestroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !has {
+		t.Skip("this kernel lacks bpf_sock_destroy: no sweep mode, no flow marks to read")
+	}
+	return modeConfig(t, FlowSweep)
+}
+
 // forModes runs f once per flow mode, as subtests named after the mode.
 func forModes(t *testing.T, f func(t *testing.T, mode FlowMode)) {
 	for _, m := range flowModes(t) {
