@@ -21,6 +21,7 @@ import (
 	"github.com/shinken-agent/shinken/agent/backend"
 	"github.com/shinken-agent/shinken/agent/policy"
 	"github.com/shinken-agent/shinken/agent/store"
+	"github.com/shinken-agent/shinken/dnsresolver"
 )
 
 // EventSink receives lifecycle events; an error fails the step that emitted
@@ -234,8 +235,9 @@ type Agent struct {
 	neverRules sync.Map
 	forbids    policy.KernelForbids // under mu: the deny table in force and the forbids only Decide enforces (forbids.go)
 
-	dns      DNSTarget           // under mu; nil: no resolver attached
-	dnsDirty map[string]struct{} // under mu: sessions whose resolver policy may have changed
+	dns      DNSTarget                     // under mu; nil: no resolver attached
+	dnsDirty map[string]struct{}           // under mu: sessions whose resolver policy may have changed
+	dnsGiven map[string]dnsresolver.Policy // under mu: the policy each session's resolver has now (unlock)
 	// bySession indexes st.Grants by session (tombstones included), under
 	// mu (grantindex.go): what a session's grants cost to find is its own
 	// grants, not every grant the state keeps.
@@ -286,7 +288,7 @@ func Open(cfg Config) (*Agent, error) {
 	db.Fault = cfg.StoreFault
 	db.OnFold = func(f store.Fold) { logFold(cfg.Logger, f) }
 	a := &Agent{cfg: cfg, engine: eng, kernel: cfg.Kernel, minter: minter{key}, store: db, st: db.State(), manifests: manifests, breaker: map[string]*BreakerState{}, bdirty: map[string]struct{}{}, kdWins: map[string]*kdWindow{},
-		dnsDirty: map[string]struct{}{}, bySession: newGrantIndex(db.State().Grants),
+		dnsDirty: map[string]struct{}{}, dnsGiven: map[string]dnsresolver.Policy{}, bySession: newGrantIndex(db.State().Grants),
 		children: newChildIndex(db.State().Grants), due: newDueIndex(db.State())}
 	if err := a.start(); err != nil {
 		db.Close() // the journal is not left open by an agent that never started

@@ -119,6 +119,7 @@ func (a *Agent) AttachDNS(t DNSTarget) {
 	a.mu.Lock()
 	defer a.unlock()
 	a.dns = t
+	clear(a.dnsGiven)
 	for id, s := range a.st.Sessions {
 		if s.Phase == SessionActive {
 			a.dnsDirty[id] = struct{}{}
@@ -153,11 +154,26 @@ func (a *Agent) unlock() {
 		p, ok := a.dnsPolicyOf(s, grants[s])
 		if !ok {
 			a.dns.RemovePolicy(s) // ended: nothing to resolve
+			delete(a.dnsGiven, s)
+			continue
+		}
+		// The same policy again (a grant without a domain, of net.egress
+		// or another class, came or went) is not given again: a new one
+		// voids the session's prepared replies and remembered decisions,
+		// and no decision about a name can have changed. A name request
+		// carries no address, so Decide leaves out every net.egress grant
+		// without domains (policy/cedar_index.go: its template is false
+		// for such a request, TestDecideMatchesFlatSet), and it evaluates
+		// only net.egress grants; the ones with domains are all in p.
+		if old, given := a.dnsGiven[s]; given && old.Equal(p) {
 			continue
 		}
 		if err := a.dns.SetPolicy(s, p); err != nil {
 			a.cfg.Logger.Error("dns policy", "session", s, "err", err)
+			delete(a.dnsGiven, s)
+			continue
 		}
+		a.dnsGiven[s] = p
 	}
 	a.mu.Unlock()
 }

@@ -24,8 +24,8 @@ type DecideFunc func(session, name string, port uint16) (allowed bool, rule stri
 // decider holds the decision hook, its generation (the fast path answers
 // from a prepared reply only while the generation it was prepared under is
 // the current one) and the answers it gave: one per session, name and port,
-// valid while the session's compiled policy (replaced with every grant or
-// session change) and the generation are the ones it was asked under, so a
+// valid while the session's compiled policy (replaced by every SetPolicy and
+// RemovePolicy) and the generation are the ones it was asked under, so a
 // name is asked once per policy, not once per query (retries, A and AAAA,
 // TCP).
 type decider struct {

@@ -39,8 +39,9 @@
 // MaxInflight, PerSessionLimit per session, beyond that dropped and
 // counted), so neither a slow upstream nor the dataplane's lock ever holds
 // the queries behind it. A change of one session's grants (SetPolicy, which
-// the agent calls at each of them) drops that session's prepared replies and
-// remembered decisions only, at the cost of that session's entries: another
+// the agent calls whenever the session's policy is no longer the one it gave:
+// a grant with a domain came or went; Policy.Equal) drops that session's
+// prepared replies and remembered decisions only, at the cost of that session's entries: another
 // session's prepared replies and written entries stay good (before
 // 2026-12-05 every such change walked the shared caches and voided every
 // session's prepared replies). The write memo is kept per session too: a

@@ -154,3 +154,37 @@ func TestWriteMemoFull(t *testing.T) {
 		t.Fatalf("a full memo of single entries: %d counted, %d parts after the walk and the add; want at most 76", w.n, len(w.s))
 	}
 }
+
+// TestPolicyEqual: Equal tells every field of every grant, their order and
+// the deny patterns apart.
+func TestPolicyEqual(t *testing.T) {
+	base := func() Policy {
+		return Policy{
+			Grants: []Grant{
+				{Pattern: "a.test", Handle: backend.HandleRef{Slot: 1, Generation: 1}, Proto: backend.ProtoTCP, Ports: backend.PortRange{Lo: 443, Hi: 443}, AllowNonPublic: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+				{Pattern: "*.b.test", Handle: backend.HandleRef{Slot: 2, Generation: 1}},
+			},
+			Deny: []string{"x.a.test"},
+		}
+	}
+	if !base().Equal(base()) || !(Policy{}).Equal(Policy{}) {
+		t.Fatal("equal policies compare unequal")
+	}
+	for name, change := range map[string]func(p *Policy){
+		"pattern":        func(p *Policy) { p.Grants[0].Pattern = "c.test" },
+		"handle":         func(p *Policy) { p.Grants[0].Handle.Generation = 2 },
+		"proto":          func(p *Policy) { p.Grants[0].Proto = backend.ProtoUDP },
+		"ports":          func(p *Policy) { p.Grants[0].Ports.Hi = 444 },
+		"non-public":     func(p *Policy) { p.Grants[0].AllowNonPublic = nil },
+		"order":          func(p *Policy) { p.Grants[0], p.Grants[1] = p.Grants[1], p.Grants[0] },
+		"one grant less": func(p *Policy) { p.Grants = p.Grants[:1] },
+		"deny":           func(p *Policy) { p.Deny = nil },
+		"another deny":   func(p *Policy) { p.Deny = []string{"y.a.test"} },
+	} {
+		p := base()
+		change(&p)
+		if p.Equal(base()) || base().Equal(p) {
+			t.Errorf("%s: a changed policy compares equal", name)
+		}
+	}
+}

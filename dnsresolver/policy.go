@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
@@ -117,6 +118,15 @@ type Policy struct {
 	// Deny patterns override grants, for the question name and every name on
 	// its CNAME chain.
 	Deny []string
+}
+
+// Equal reports whether p and q are the same policy: the same grants in the
+// same order, field for field, and the same deny patterns.
+func (p Policy) Equal(q Policy) bool {
+	return slices.EqualFunc(p.Grants, q.Grants, func(a, b Grant) bool {
+		return a.Pattern == b.Pattern && a.Handle == b.Handle && a.Proto == b.Proto && a.Ports == b.Ports &&
+			slices.Equal(a.AllowNonPublic, b.AllowNonPublic)
+	}) && slices.Equal(p.Deny, q.Deny)
 }
 
 type compiledGrant struct {

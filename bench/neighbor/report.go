@@ -73,8 +73,8 @@ func report(phases []*phase) {
 		v, bad, sent := dnsMs(p)
 		g := sorted(p.grants)
 		c, f := kindMs(p, "cached"), kindMs(p, "fresh")
-		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p99 %.3f, new names p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
-			p.name, sent, benchkit.Q(v, 0.5), benchkit.Q(v, 0.99), benchkit.Q(v, 1), benchkit.Q(c, 0.99), benchkit.Q(f, 0.99), bad, int(one(p.probe, "late")),
+		fmt.Printf("%-8s B DNS: %d sent, p50 %.3f p99 %.3f max %.3f ms (cached p50 %.3f p99 %.3f, new names p50 %.3f p99 %.3f), %d lost or failed, %d sends late; B grants: %d, p50 %.2f p99 %.2f max %.2f ms; agent RSS max %.1f MiB; ephemeral ports left min %d; host autobind failures %d; load %s\n",
+			p.name, sent, benchkit.Q(v, 0.5), benchkit.Q(v, 0.99), benchkit.Q(v, 1), benchkit.Q(c, 0.5), benchkit.Q(c, 0.99), benchkit.Q(f, 0.5), benchkit.Q(f, 0.99), bad, int(one(p.probe, "late")),
 			len(g), benchkit.Q(g, 0.5), benchkit.Q(g, 0.99), benchkit.Q(g, 1), float64(p.host.rssMaxKiB)/1024, p.host.portsLeftMin, p.host.autobindFailures, p.loadAfter)
 		if p.probeErr != "" {
 			fmt.Printf("         B's probe did not run, so its %d queries count as lost: %s\n", sent, p.probeErr)
