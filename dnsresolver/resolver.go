@@ -44,6 +44,7 @@ type Resolver struct {
 	started  bool
 	closed   bool
 	udp      *udpGroup
+	parked   int // UDP workers started (ParkedWorkers)
 	tcp      *net.TCPListener
 	ctx      context.Context
 	cancel   context.CancelFunc

@@ -71,8 +71,10 @@ func (g *udpGroup) close() error {
 	return errors.Join(errs...)
 }
 
-// serve starts the workers: workers per socket, one on the penalty socket.
-func (g *udpGroup) serve(r *Resolver, workers int) {
+// serve starts the workers: workers per socket, one on the penalty socket;
+// it returns how many it started.
+func (g *udpGroup) serve(r *Resolver, workers int) int {
+	started := 0
 	for i, u := range g.socks {
 		n := workers
 		if i == g.penaltySocket() {
@@ -81,7 +83,9 @@ func (g *udpGroup) serve(r *Resolver, workers int) {
 		for range n {
 			r.udpWG.Go(func() { u.serve(r) })
 		}
+		started += n
 	}
+	return started
 }
 
 // received counts the datagrams each socket read (tests).

@@ -82,7 +82,7 @@ func (r *Resolver) Start() error {
 		steer(r.Penalised())
 		r.box.mu.Unlock()
 	}
-	udp.serve(r, r.cfg.UDPWorkers)
+	r.parked = udp.serve(r, r.cfg.UDPWorkers)
 	r.wg.Go(r.serveTCP)
 	r.wg.Go(r.maintain)
 	r.log.Info("dns resolver listening", "port", udp.port, "upstreams", r.cfg.Upstreams)
@@ -97,6 +97,20 @@ func (r *Resolver) Port() uint16 {
 		return 0
 	}
 	return r.udp.port
+}
+
+// ParkedWorkers is how many goroutines the resolver keeps parked in blocking
+// system calls, waiting for queries: its UDP workers, each on a thread of
+// its own in recvmmsg(2) (0 before Start). The Go scheduler counts each
+// against GOMAXPROCS from its wake-up until the runtime's monitor takes
+// its processor back, up to 10 ms after it went back to sleep: a daemon
+// adds this many to GOMAXPROCS so that its other goroutines (a query's
+// upstream exchange, an API request) never wait for that while the
+// workers sleep (cmd/shinken-agent/gomaxprocs.go).
+func (r *Resolver) ParkedWorkers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.parked
 }
 
 // Close stops serving, waits for queries in flight, and releases the sockets.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -146,6 +147,10 @@ func (u *udpSocket) serveOne(r *Resolver) {
 		reply, limited := r.admit(idx, "udp", buf[:n], r.cfg.now(), nil)
 		if !limited {
 			reply = u.handle(r, dst, from, buf[:n])
+			if reply == nil {
+				runtime.Gosched() // see serve (udp_mmsg_linux.go)
+				continue
+			}
 		}
 		if reply == nil {
 			continue

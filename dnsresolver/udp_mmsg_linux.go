@@ -115,7 +115,7 @@ func (u *udpSocket) serve(r *Resolver) {
 			runtime.Gosched()
 			yielded = now
 		}
-		k := 0
+		k, spawned := 0, false
 		for i := range int(n) {
 			h := &hdrs[i].Hdr
 			ln := int(hdrs[i].Len)
@@ -141,6 +141,7 @@ func (u *udpSocket) serve(r *Resolver) {
 				from := &unix.SockaddrInet4{Port: port, Addr: names[i].Addr}
 				reply = u.handle(r, netip.AddrFrom4(dst4), from, bufs[i][:ln])
 				if reply == nil {
+					spawned = true // or dropped: a yield for nothing
 					continue
 				}
 			}
@@ -176,5 +177,12 @@ func (u *udpSocket) serve(r *Resolver) {
 			sent += int(m)
 		}
 		clear(outBufs[:k])
+		if spawned {
+			// The goroutines this batch started (handle: the upstream, or
+			// kernel writes) wait in this worker's P's run queue; the next
+			// recvmmsg(2) would sleep holding that P until the runtime's
+			// monitor takes it (up to 10 ms later). Yield it to them now.
+			runtime.Gosched()
+		}
 	}
 }

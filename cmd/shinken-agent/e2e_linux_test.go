@@ -49,6 +49,7 @@ type env struct {
 	extra     []string   // more flags for the next start
 	inherit   []*os.File // descriptors the next start inherits, from fd 3
 	setsid    bool       // the next start leads its own session, as under a service manager
+	env       []string   // more environment for the next start
 	agentLog  *bytes.Buffer
 	logMu     sync.Mutex
 	cgroupDir string
@@ -162,6 +163,9 @@ func (e *env) startAgent() {
 	cmd.Stdout = lockedBuf{&e.logMu, e.agentLog}
 	cmd.Stderr = lockedBuf{&e.logMu, e.agentLog}
 	cmd.ExtraFiles = e.inherit
+	if len(e.env) > 0 {
+		cmd.Env = append(os.Environ(), e.env...)
+	}
 	if e.setsid {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}

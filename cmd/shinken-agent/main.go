@@ -145,6 +145,9 @@ type daemon struct {
 	slice *sliceKeeper
 	// cpu is the agent's autogroup's weight (cpugroup_linux.go).
 	cpu *cpuGroup
+	// goProcs is GOMAXPROCS, raised by the goroutines parked in blocking
+	// system calls (gomaxprocs.go).
+	goProcs procsRaise
 }
 
 // eventSink receives the agent's lifecycle events: the event stream, and the
@@ -385,7 +388,7 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 		Status: func() map[string]any {
 			facts := d.dp.Probe().Facts
 			st := map[string]any{"state_dir": d.cfg.StateDir, "socket": d.cfg.Socket, "metrics_addr": d.cfg.MetricsAddr,
-				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"], "agent_cpu_slice": d.slice.fact(), "agent_cpu_group": d.cpu.fact()}
+				"flow_mode": facts["flow_mode"], "flow_mode_means": facts["flow_mode_means"], "agent_cpu_slice": d.slice.fact(), "agent_cpu_group": d.cpu.fact(), "agent_go_procs": d.goProcs.fact()}
 			if d.resolver != nil {
 				st["dns_resolver"] = fmt.Sprintf("0.0.0.0:%d", d.resolver.Port())
 				st["dns_upstreams"] = d.resolver.Upstreams()
@@ -417,7 +420,15 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 			return err
 		}
 	}
-	d.readKernelEvents()
+	parked := 0
+	if d.readKernelEvents() {
+		parked++
+	}
+	if d.resolver != nil {
+		parked += d.resolver.ParkedWorkers()
+	}
+	d.goProcs = raiseProcs(parked)
+	d.log.Info("go scheduler", "procs", d.goProcs.fact())
 	// What the start decoded and read (the journal's records, the kernel
 	// tables, every session adopted) is garbage now, and the runtime's
 	// scavenger gives such memory back to the host over minutes: a daemon
@@ -473,11 +484,13 @@ func (d *daemon) serve(ctx context.Context, opGID int) error {
 	return nil
 }
 
-func (d *daemon) readKernelEvents() {
+// readKernelEvents starts the kernel event reader, and says whether it did
+// (its goroutine waits in epoll_wait(2): gomaxprocs.go).
+func (d *daemon) readKernelEvents() bool {
 	rd, err := d.dp.Events()
 	if err != nil {
 		d.log.Error("kernel events", "err", err)
-		return
+		return false
 	}
 	d.events = rd
 	d.wg.Add(1)
@@ -495,6 +508,7 @@ func (d *daemon) readKernelEvents() {
 			}
 		}
 	}()
+	return true
 }
 
 func (d *daemon) close() {
