@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,17 +29,7 @@ func autogroupOf(t *testing.T, pid string) (string, int) {
 // agent outside autogroups, status must say so instead.
 func TestCPUGroup(t *testing.T) {
 	e := newEnv(t)
-	status := func() string {
-		t.Helper()
-		out := e.mustCtl("status", "-o", "json")
-		var st struct {
-			Group string `json:"agent_cpu_group"`
-		}
-		if err := json.NewDecoder(strings.NewReader(out)).Decode(&st); err != nil {
-			t.Fatalf("status: %v\n%s", err, out)
-		}
-		return st.Group
-	}
+	status := func() string { return e.statusString("agent_cpu_group") }
 	unavailable := ""
 	if b, _ := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled"); strings.TrimSpace(string(b)) != "1" {
 		unavailable = "kernel.sched_autogroup_enabled is 0"

@@ -186,6 +186,19 @@ func (e *env) startAgent() {
 	e.t.Fatalf("agent did not come up:\n%s", e.agentLog.String())
 }
 
+// statusString is the string field name of the agent's status (GET
+// /v1/status through shinkenctl).
+func (e *env) statusString(name string) string {
+	e.t.Helper()
+	out := e.mustCtl("status", "-o", "json")
+	var st map[string]any
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&st); err != nil {
+		e.t.Fatalf("status: %v\n%s", err, out)
+	}
+	v, _ := st[name].(string)
+	return v
+}
+
 func (e *env) stopAgent(sig syscall.Signal) {
 	if e.agent == nil || e.agent.Process == nil {
 		return

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -19,17 +18,7 @@ import (
 // running value; an operator's GOMAXPROCS is left alone.
 func TestGoProcs(t *testing.T) {
 	e := newEnv(t)
-	status := func() string {
-		t.Helper()
-		out := e.mustCtl("status", "-o", "json")
-		var st struct {
-			Procs string `json:"agent_go_procs"`
-		}
-		if err := json.NewDecoder(strings.NewReader(out)).Decode(&st); err != nil {
-			t.Fatalf("status: %v\n%s", err, out)
-		}
-		return st.Procs
-	}
+	status := func() string { return e.statusString("agent_go_procs") }
 	if os.Getenv("GOMAXPROCS") == "" {
 		e.startAgent()
 		got := status()
