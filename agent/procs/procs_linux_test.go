@@ -532,9 +532,39 @@ func TestUnadoptedIsSaid(t *testing.T) {
 	if len(u) != 1 || !strings.Contains(u[0].Error(), p.ID()) {
 		t.Errorf("Unadopted() = %v, want the process %s", u, p.ID())
 	}
-	if err := syscall.Kill(p.View().PID, syscall.SIGKILL); err != nil {
-		t.Logf("ending the test's process %d: %v", p.View().PID, err)
+	// The process's shim, whose job then ends, makes a spare's directory
+	// again and, finding its manager gone, removes it and exits: wait for
+	// that, or the test's directory is removed beside it.
+	// By its host pid: View's is the pid in the session's PID namespace.
+	p.mu.Lock()
+	pid := p.started.HostPID
+	p.mu.Unlock()
+	shim := parentOf(t, pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Logf("ending the test's process %d: %v", pid, err)
 	}
+	for i := 0; shim > 0 && syscall.Kill(shim, 0) == nil; i++ {
+		if i == 1000 {
+			t.Fatalf("the shim %d of an ended process still runs after 10 s", shim)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// parentOf is process pid's parent (0 if it cannot be read).
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // readFollowed reads stream 0 of f's process from off to its end with
