@@ -90,8 +90,11 @@ func TestStoreRotate(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitFold()
-	if got := rec.take(); !slices.Equal(got, []string{FaultRotate, FaultJournalWrite, FaultSnapshot}) {
-		t.Fatalf("over the bound: asked %v, want a rotation, the append, then the fold's snapshot", got)
+	// The fold starts on its goroutine before the append, so its snapshot
+	// may be asked before or after the append's write.
+	got := rec.take()
+	if len(got) != 3 || got[0] != FaultRotate || !slices.Contains(got, FaultJournalWrite) || !slices.Contains(got, FaultSnapshot) {
+		t.Fatalf("over the bound: asked %v, want a rotation, then the append and the fold's snapshot", got)
 	}
 	if s.seg != 1 || len(folds) != 1 || folds[0].Err != nil || folds[0].Through != 1 || folds[0].Bytes != s.sbytes.Load() {
 		t.Fatalf("segment %d, folds %+v, snapshot %d bytes", s.seg, folds, s.sbytes.Load())
