@@ -19,13 +19,16 @@ import (
 //
 //   - directly (directInit, the default where the kernel has procfs's
 //     pidns option, Linux 6.15): a thread of the agent unshares a new mount
-//     namespace, builds the session's mounts in it (package child's
-//     SessionMounts, less /proc), clones catatonit from it into new PID,
-//     IPC and cgroup namespaces and the session cgroup, joins that cgroup
-//     namespace and mounts cgroup2 from it (the session's own subtree),
-//     then mounts a proc instance of catatonit's PID namespace on /proc
-//     (fsopen, pidns=, fsmount, move_mount); the thread ends with the call. One fork and one exec of
-//     catatonit: no Go process starts.
+//     namespace and clones catatonit from it into new PID, IPC and cgroup
+//     namespaces and the session cgroup, while a second thread joined to
+//     that mount namespace builds the session's mounts in it (package
+//     child's SessionMounts, less /proc) and then the session user's
+//     identity; the first then joins catatonit's cgroup namespace and
+//     mounts cgroup2 from it (the session's own subtree), then mounts a
+//     proc instance of catatonit's PID namespace on /proc (fsopen, pidns=,
+//     fsmount, move_mount); both threads end with the call
+//     (holderFromThreads). One fork and one exec of catatonit: no Go
+//     process starts.
 //   - through the launcher binary in init mode (child.Init): the child
 //     starts in its new namespaces, mounts everything (/proc from inside
 //     its PID namespace, cgroup2 from inside its cgroup namespace) and
@@ -33,22 +36,20 @@ import (
 //     start-up (about a millisecond).
 
 // startHolder starts h's catatonit, the pid 1 of the session's namespaces,
-// directly in the session cgroup.
+// directly in the session cgroup, with the session user's name and home in
+// its view (identity_linux.go), before anything runs in the session.
 func (b *Boundary) startHolder(h *holder) error {
 	cg, err := unix.Open(h.cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open session cgroup: %w", err)
 	}
 	defer unix.Close(cg)
-	start := b.startHolderInit
 	if b.directInit {
-		start = b.startHolderDirect
+		return b.holderFromThreads(h, cg, true)
 	}
-	if err := start(h, cg); err != nil {
+	if err := b.startHolderInit(h, cg); err != nil {
 		return err
 	}
-	// The session user's name and home (identity_linux.go), before
-	// anything runs in the session.
 	if err := b.inMountNS(h, func() error { return sessionIdentity(h.uid) }); err != nil {
 		b.killHolder(h)
 		return fmt.Errorf("session init: %w", err)
@@ -56,42 +57,142 @@ func (b *Boundary) startHolder(h *holder) error {
 	return nil
 }
 
-// startHolderDirect makes the holder from a thread of our own (see above);
-// cg is the cgroup fd, or -1 for none (the probe).
-func (b *Boundary) startHolderDirect(h *holder, cg int) error {
-	// The thread's mount namespace is the session's.
-	return throwaway.Run(func() error { return b.holderFromThread(h, cg) })
+// startHolderDirect makes a holder from threads of our own (see above),
+// with no session user and no cgroup (the probe).
+func (b *Boundary) startHolderDirect(h *holder) error {
+	return b.holderFromThreads(h, -1, false)
 }
 
-func (b *Boundary) holderFromThread(h *holder, cg int) error {
-	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("session init: unshare mount namespace: %w", err)
-	}
-	if err := child.SessionMounts(false, b.cfg.TmpfsBytes); err != nil {
+// holderFromThreads makes h's holder directly; cg is the cgroup fd, or -1
+// for none; identity lays out the session user's name and home.
+//
+// Two threads of their own share the work, each ended with it (package
+// throwaway). The first unshares the new mount namespace, clones catatonit
+// from it and then mounts the views of catatonit's cgroup and PID
+// namespaces. The second joins that mount namespace, makes the session's
+// mounts (SessionMounts) and then the identity. So catatonit's fork and
+// exec (a millisecond or more) overlap the mounts, and the identity
+// overlaps the cgroup and proc mounts. Both threads are started first,
+// before either has work: a new thread asked for by a thread locked to its
+// goroutine comes from the runtime's template thread, half a millisecond
+// later here. What orders them: the cgroup and proc mounts wait for
+// SessionMounts (it lays out the tree they go on); catatonit runs nothing
+// in the file system after its exec, so the mounts may change under it;
+// and neither thread opens a file for writing in the new namespace while
+// SessionMounts runs (its read-only / would fail with EBUSY), which is why
+// catatonit's standard descriptors are /dev/null opened before the
+// namespace exists.
+func (b *Boundary) holderFromThreads(h *holder, cg int, identity bool) error {
+	// Opened in the new namespace, /dev/null would be a file of its copy
+	// of /dev, open for writing while SessionMounts makes / read-only.
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
 		return fmt.Errorf("session init: %w", err)
 	}
-	cmd := &exec.Cmd{Path: b.cfg.Catatonit, Args: []string{"catatonit", "-P"}, Env: []string{}}
+	defer null.Close()
+	nsc := make(chan int, 1) // the new mount namespace, or -1 for none
+	// The second thread says once on mounted how its SessionMounts went,
+	// and on done how the rest went, once it has ended its work.
+	mounted, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		done <- throwaway.Run(func() error {
+			ns := <-nsc
+			if ns < 0 {
+				mounted <- nil
+				return nil
+			}
+			err := joinMountNS(ns)
+			if err == nil {
+				err = child.SessionMounts(false, b.cfg.TmpfsBytes)
+			}
+			mounted <- err
+			if err != nil || !identity {
+				return nil // said on mounted
+			}
+			return sessionIdentity(h.uid)
+		})
+	}()
+	return throwaway.Run(func() error {
+		ns, err := b.holderNS()
+		nsc <- ns
+		if err != nil {
+			<-done
+			return err
+		}
+		defer unix.Close(ns)
+		return b.holderFromThread(h, cg, null, mounted, done)
+	})
+}
+
+// holderNS unshares this thread's file system context and mount namespace
+// and opens the new namespace.
+func (b *Boundary) holderNS() (int, error) {
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return -1, fmt.Errorf("session init: unshare mount namespace: %w", err)
+	}
+	ns, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("session init: open mount namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// holderFromThread is the first thread's work (see holderFromThreads),
+// on that thread, in the new mount namespace, while the second makes the
+// session's mounts and says so on mounted, and its end on done.
+func (b *Boundary) holderFromThread(h *holder, cg int, null *os.File, mounted, done <-chan error) error {
+	kill := func() {
+		if h.pid > 0 {
+			_ = unix.Kill(h.pid, unix.SIGKILL)
+			reap(h)
+			h.pid, h.child = 0, false
+		}
+	}
+	fail := func(err error) error {
+		<-done
+		kill()
+		return fmt.Errorf("session init: %w", err)
+	}
+	cmd := &exec.Cmd{Path: b.cfg.Catatonit, Args: []string{"catatonit", "-P"}, Env: []string{}, Stdin: null, Stdout: null, Stderr: null}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP, Setsid: true}
 	if cg >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg
 	}
 	// Start returns once catatonit is executing (or with why it could
 	// not be); it inherits this thread's mount namespace.
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("session init: %w", err)
+	startErr := cmd.Start()
+	if startErr == nil {
+		// Our child, reaped by release alone (see holder).
+		h.pid, h.child = cmd.Process.Pid, true
+		_ = cmd.Process.Release()
 	}
-	// Our child, reaped by release alone (see holder).
-	h.pid, h.child = cmd.Process.Pid, true
-	_ = cmd.Process.Release()
+	switch mountErr := <-mounted; {
+	case mountErr != nil:
+		return fail(mountErr)
+	case startErr != nil:
+		return fail(startErr)
+	}
 	if err := mountCgroup(h.pid); err != nil {
-		_ = unix.Kill(h.pid, unix.SIGKILL)
-		reap(h)
-		return fmt.Errorf("session init: %w", err)
+		return fail(err)
 	}
 	if err := mountProc(h.pid); err != nil {
-		_ = unix.Kill(h.pid, unix.SIGKILL)
-		reap(h)
+		return fail(err)
+	}
+	if err := <-done; err != nil {
+		kill()
 		return fmt.Errorf("session init: %w", err)
+	}
+	return nil
+}
+
+// joinMountNS moves this thread (its own file system context first) into
+// the mount namespace ns.
+func joinMountNS(ns int) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare(CLONE_FS): %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("join the new mount namespace: %w", err)
 	}
 	return nil
 }

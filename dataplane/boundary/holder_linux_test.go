@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shinken-agent/shinken/agent/backend"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,5 +122,62 @@ func TestAdoptNoDescriptors(t *testing.T) {
 	}
 	if err := b2.Launch("ad4", &exec.Cmd{Path: "/bin/true", Args: []string{"true"}}, LaunchOptions{}, true); err == nil {
 		t.Error("launch after release: want an error")
+	}
+}
+
+// TestHolderStartFails: a holder whose catatonit cannot start (made
+// directly: its two threads, holderFromThreads) fails the launch with why,
+// leaves no process in the session and no thread behind, and the next
+// launch starts it; the started holder's standard descriptors are
+// /dev/null and its session user is named in its view.
+func TestHolderStartFails(t *testing.T) {
+	b := newBoundary(t, Config{}, nil)
+	if !b.directInit {
+		t.Skip("this kernel's proc has no pidns option: holders come from the init mode")
+	}
+	dir := session(t, b, "hsf", 95)
+	catatonit := b.cfg.Catatonit
+	b.cfg.Catatonit = filepath.Join(t.TempDir(), "no-catatonit")
+	threads := func() int {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := threads()
+	for i := 0; i < 20; i++ {
+		err := b.Launch("hsf", &exec.Cmd{Path: "/bin/true", Args: []string{"true"}}, LaunchOptions{}, true)
+		if err == nil || !strings.Contains(err.Error(), "session init") || !strings.Contains(err.Error(), "no-catatonit") {
+			t.Fatalf("launch with no catatonit: %v, want the session init's error naming it", err)
+		}
+	}
+	if p := cgroupProcs(t, dir); len(p) != 0 {
+		t.Errorf("after failed starts: processes %v in the session cgroup", p)
+	}
+	if run, _ := b.HolderRunning("hsf"); run {
+		t.Error("after failed starts: holder running")
+	}
+	// Each start's two threads end with it; the runtime may keep a few idle.
+	if grew := threads() - before; grew >= 20 {
+		t.Errorf("20 failed starts left %d more threads", grew)
+	}
+	b.cfg.Catatonit = catatonit
+	out := runIn(t, b, "hsf", &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "cat /proc/1/comm; id -un; stat -f -c %T /tmp"}, Dir: "/"}, true)
+	if f := strings.Fields(out); len(f) != 3 || f[0] != "catatonit" || f[1] != backend.SessionUser || f[2] != "tmpfs" {
+		t.Errorf("inside the session after the failures: %q, want catatonit, %s and tmpfs", out, backend.SessionUser)
+	}
+	b.mu.Lock()
+	pid := b.holders["hsf"].pid
+	b.mu.Unlock()
+	var null unix.Stat_t
+	if err := unix.Stat(os.DevNull, &null); err != nil {
+		t.Fatal(err)
+	}
+	for fd := 0; fd < 3; fd++ {
+		var st unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), &st); err != nil || st.Rdev != null.Rdev || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			t.Errorf("catatonit's descriptor %d: rdev %#x mode %o (%v), want /dev/null", fd, st.Rdev, st.Mode, err)
+		}
 	}
 }

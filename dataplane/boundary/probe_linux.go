@@ -228,7 +228,7 @@ func (b *Boundary) probeInit() error {
 	err := procPidns()
 	if err == nil {
 		h := &holder{}
-		if err = b.startHolderDirect(h, -1); err == nil {
+		if err = b.startHolderDirect(h); err == nil {
 			b.directInit = true
 			b.tmpfsErr = tmpfsSized(h.pid, b.cfg.TmpfsBytes)
 			b.release(h)
