@@ -30,6 +30,10 @@ import (
 // table.
 const identitySource = "shinken-identity"
 
+// identityStage is where the identity tmpfs is attached for the moment on
+// a kernel that clones no path of a detached mount (before Linux 6.15).
+const identityStage = "/tmp/.shinken-identity"
+
 // sessionIdentity lays out the session user's name and home in the current
 // thread's mount namespace (the session's): see above.
 func sessionIdentity(uid uint32) error {
@@ -80,21 +84,20 @@ func sessionIdentity(uid uint32) error {
 		return fmt.Errorf("session identity: fsmount tmpfs: %w", err)
 	}
 	defer unix.Close(mnt)
-	// Linux before 6.15 clones no path of a detached mount (open_tree:
-	// EINVAL), so the tmpfs is attached for the moment below the session's
-	// own /tmp (a fresh tmpfs of its namespace: nothing of the session's
-	// runs yet), and detached once the files are bound.
-	stage := "/tmp/.shinken-identity"
-	if err := unix.Mkdir(stage, 0o700); err != nil {
-		return fmt.Errorf("session identity: %w", err)
-	}
-	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, stage, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		unix.Rmdir(stage)
-		return fmt.Errorf("session identity: attach tmpfs: %w", err)
-	}
+	// Each file is cloned from the tmpfs as a mount of its own. Linux 6.15
+	// and later clone a path of a detached mount (open_tree); before, that
+	// is EINVAL, and the tmpfs is attached for the moment below the
+	// session's own /tmp (a fresh tmpfs of its namespace: nothing of the
+	// session's runs yet) and detached once the files are bound: one more
+	// unmount, and so one more expedited RCU grace period, which
+	// interrupts every CPU of the host.
+	dir, at := mnt, ""
+	staged := false
 	defer func() {
-		unix.Unmount(stage, unix.MNT_DETACH)
-		unix.Rmdir(stage)
+		if staged {
+			unix.Unmount(identityStage, unix.MNT_DETACH)
+			unix.Rmdir(identityStage)
+		}
 	}()
 	for _, p := range []string{"/etc/passwd", "/etc/group"} {
 		if _, ok := host[p]; !ok {
@@ -112,7 +115,19 @@ func sessionIdentity(uid uint32) error {
 		if werr != nil {
 			return fmt.Errorf("session identity: write %s: %w", name, werr)
 		}
-		t, err := unix.OpenTree(unix.AT_FDCWD, stage+"/"+name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		const clone = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_SYMLINK_NOFOLLOW
+		t, err := unix.OpenTree(dir, at+name, clone)
+		if errors.Is(err, unix.EINVAL) && !staged {
+			if err := unix.Mkdir(identityStage, 0o700); err != nil {
+				return fmt.Errorf("session identity: %w", err)
+			}
+			if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, identityStage, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				unix.Rmdir(identityStage)
+				return fmt.Errorf("session identity: attach tmpfs: %w", err)
+			}
+			staged, dir, at = true, unix.AT_FDCWD, identityStage+"/"
+			t, err = unix.OpenTree(dir, at+name, clone)
+		}
 		if err != nil {
 			return fmt.Errorf("session identity: clone %s: %w", name, err)
 		}
