@@ -113,7 +113,7 @@ func (b *Boundary) holderFromThreads(h *holder, cg int, identity bool) error {
 		})
 	}()
 	return throwaway.Run(func() error {
-		ns, err := b.holderNS()
+		ns, err := holderNS()
 		nsc <- ns
 		if err != nil {
 			<-done
@@ -126,7 +126,7 @@ func (b *Boundary) holderFromThreads(h *holder, cg int, identity bool) error {
 
 // holderNS unshares this thread's file system context and mount namespace
 // and opens the new namespace.
-func (b *Boundary) holderNS() (int, error) {
+func holderNS() (int, error) {
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 		return -1, fmt.Errorf("session init: unshare mount namespace: %w", err)
 	}
@@ -181,18 +181,6 @@ func (b *Boundary) holderFromThread(h *holder, cg int, null *os.File, mounted, d
 	if err := <-done; err != nil {
 		kill()
 		return fmt.Errorf("session init: %w", err)
-	}
-	return nil
-}
-
-// joinMountNS moves this thread (its own file system context first) into
-// the mount namespace ns.
-func joinMountNS(ns int) error {
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("unshare(CLONE_FS): %w", err)
-	}
-	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("join the new mount namespace: %w", err)
 	}
 	return nil
 }

@@ -265,14 +265,24 @@ func (b *Boundary) inMountNS(h *holder, fn func() error) error {
 	defer unix.Close(pidfd)
 	// The thread's mount namespace is the session's.
 	return throwaway.Run(func() error {
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			return fmt.Errorf("unshare(CLONE_FS): %w", err)
-		}
-		if err := unix.Setns(pidfd, unix.CLONE_NEWNS); err != nil {
-			return fmt.Errorf("join session mount namespace (setns pidfd): %w", err)
+		if err := joinMountNS(pidfd); err != nil {
+			return err
 		}
 		return fn()
 	})
+}
+
+// joinMountNS moves this thread (its own file system context first) into
+// the mount namespace of ns: a mount namespace's descriptor, or a pidfd of
+// a process in it.
+func joinMountNS(ns int) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare(CLONE_FS): %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("join the session's mount namespace (setns): %w", err)
+	}
+	return nil
 }
 
 // HasMountAt says whether session name's view has a mount at dir that

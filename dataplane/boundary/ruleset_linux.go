@@ -322,11 +322,8 @@ func (b *Boundary) buildRuleset(name string, h *holder, fs, scoped uint64, rules
 // access with no supplementary group and no capability (this thread only:
 // raw system calls), and builds the ruleset as the launcher would.
 func buildInSession(pidfd int, uid uint32, fs, scoped uint64, rules []string) (int, error) {
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return -1, fmt.Errorf("unshare(CLONE_FS): %w", err)
-	}
-	if err := unix.Setns(pidfd, unix.CLONE_NEWNS); err != nil {
-		return -1, fmt.Errorf("join session mount namespace (setns pidfd): %w", err)
+	if err := joinMountNS(pidfd); err != nil {
+		return -1, err
 	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
 		return -1, fmt.Errorf("setgroups: %w", e)
