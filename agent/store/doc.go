@@ -61,7 +61,12 @@
 // one; a goroutine then folds the snapshot and the segments, read back from
 // the files one record at a time and never decoded (rawfold.go), into a new
 // snapshot and removes the segments. No write waits for a fold, and at most
-// one runs. Store.OnFold hears how each went.
+// one runs. The fold runs on a thread of its own at nice 19, which ends
+// with it (background_linux.go), and writes its snapshot out to the disk a
+// megabyte at a time as it encodes it (atomicfile.WriteWith), so that the
+// requests beside it neither wait for the CPU nor, at their journal's or
+// audit log's fsync, for the whole snapshot's data. Store.OnFold hears how
+// each went.
 //
 // Which writes are fsynced:
 //

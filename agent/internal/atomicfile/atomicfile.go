@@ -26,7 +26,12 @@ func Write(path string, data []byte, mode os.FileMode) error {
 // WriteWith is Write with the contents written by write, into the
 // temporary file (buffered by the caller if it writes in small pieces), so
 // a large file is never held whole in memory: an error from write leaves
-// path untouched, as any error before the rename does.
+// path untouched, as any error before the rename does. What write has
+// written goes out to the disk a step (WritebackStep) at a time as it
+// comes (writeback), so that the fsync at the end finds little left, and
+// a concurrent fsync of another file on the same filesystem (the agent's
+// journal or audit log behind a grant) does not wait, in the filesystem's
+// journal commit, for the whole file's data at once.
 func WriteWith(path string, mode os.FileMode, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
@@ -44,7 +49,7 @@ func WriteWith(path string, mode os.FileMode, write func(io.Writer) error) (err 
 	if err := f.Chmod(mode); err != nil {
 		return err
 	}
-	if err := write(f); err != nil {
+	if err := write(&stepWriter{f: f}); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
@@ -69,4 +74,31 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// WritebackStep is how much WriteWith lets its file gather before it
+// writes it out and waits (the "bytes per sync" of database engines).
+const WritebackStep = 1 << 20
+
+// stepWriter writes to f and, each time WritebackStep more bytes have been
+// written, writes them out to the disk and waits (writeback): a step of
+// write-out at a time, on the writer's own thread, not the whole file at
+// its fsync. Not a durability point: the fsync still makes the file
+// durable.
+type stepWriter struct {
+	f       *os.File
+	written int64 // bytes written so far
+	out     int64 // bytes written out by writeback
+}
+
+func (w *stepWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.written += int64(n)
+	if err == nil && w.written-w.out >= WritebackStep {
+		if err := writeback(w.f, w.out, w.written-w.out); err != nil {
+			return n, err
+		}
+		w.out = w.written
+	}
+	return n, err
 }
