@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -89,14 +90,21 @@ type stepWriter struct {
 	f       *os.File
 	written int64 // bytes written so far
 	out     int64 // bytes written out by writeback
+	none    bool  // the filesystem or OS has no writeback: leave it to the fsync
 }
+
+// errNoWriteback: writeback is not available for this file.
+var errNoWriteback = errors.New("atomicfile: no writeback here")
 
 func (w *stepWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	w.written += int64(n)
-	if err == nil && w.written-w.out >= WritebackStep {
-		if err := writeback(w.f, w.out, w.written-w.out); err != nil {
-			return n, err
+	if err == nil && !w.none && w.written-w.out >= WritebackStep {
+		switch werr := writeback(w.f, w.out, w.written-w.out); {
+		case errors.Is(werr, errNoWriteback):
+			w.none = true
+		case werr != nil:
+			return n, werr
 		}
 		w.out = w.written
 	}

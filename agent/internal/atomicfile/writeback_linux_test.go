@@ -111,3 +111,26 @@ func TestWriteWithLarge(t *testing.T) {
 		t.Fatalf("read back %d bytes (%v), want the %d written", len(got), err, len(data))
 	}
 }
+
+// TestStepWriterNoWriteback: a file that takes no sync_file_range (a pipe
+// here: ESPIPE) is written all the same, its writeback left to the fsync.
+func TestStepWriterNoWriteback(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	read := make(chan int64)
+	go func() { n, _ := io.Copy(io.Discard, r); read <- n }()
+	sw := &stepWriter{f: w}
+	data := make([]byte, 3*WritebackStep)
+	for p := data; len(p) > 0; p = p[64<<10:] {
+		if _, err := sw.Write(p[:64<<10]); err != nil {
+			t.Fatalf("write to a pipe through the step writer: %v", err)
+		}
+	}
+	w.Close()
+	if n := <-read; n != int64(len(data)) || !sw.none {
+		t.Fatalf("%d bytes through, writeback given up %v; want %d and true", n, sw.none, len(data))
+	}
+}
