@@ -65,8 +65,12 @@
 // with it (background_linux.go), and writes its snapshot out to the disk a
 // megabyte at a time as it encodes it (atomicfile.WriteWith), so that the
 // requests beside it neither wait for the CPU nor, at their journal's or
-// audit log's fsync, for the whole snapshot's data. Store.OnFold hears how
-// each went.
+// audit log's fsync, for the whole snapshot's data. The price: while the
+// agent's own threads keep every CPU busy, the fold gets about a
+// seventieth of a CPU against each of them and takes that much longer; the
+// journal is not rotated again until it ends, so it grows past its bound
+// meanwhile (a start replays it). Store.OnFold hears how each went and
+// how long it took.
 //
 // Which writes are fsynced:
 //
