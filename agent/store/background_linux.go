@@ -2,8 +2,7 @@ package store
 
 import (
 	"runtime"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // backgroundNice is the fold thread's nice value: the lowest priority
@@ -19,5 +18,5 @@ const backgroundNice = 19
 // the fold runs at the agent's priority, as before.
 func backgroundThread() {
 	runtime.LockOSThread()
-	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), backgroundNice)
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), backgroundNice)
 }

@@ -1,9 +1,10 @@
-//go:build !linux
+//go:build !linux || !(amd64 || arm64)
 
 package atomicfile
 
 import "os"
 
-// writeback is not available off Linux (no sync_file_range): the fsync at
-// the end writes the whole file out.
+// writeback is not used here (no sync_file_range off Linux; elsewhere its
+// arguments' order differs by architecture): the fsync at the end writes
+// the whole file out.
 func writeback(*os.File, int64, int64) error { return errNoWriteback }
