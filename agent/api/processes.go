@@ -67,26 +67,36 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	// The Origin check attach has (coder/websocket's, in Accept), made
-	// here before the start: a browser page cannot start a process
-	// cross-site only to have its upgrade refused.
+	p := s.start(w, r, m, req)
+	if p == nil {
+		return
+	}
+	writeJSON(w, http.StatusCreated, p.View())
+}
+
+// start starts req in the session the request names, for startProcess and
+// execProcess, after the Origin check attach has (coder/websocket's, in
+// Accept), made here before the start: a browser page cannot start a
+// process cross-site only to have its upgrade refused. On an error it
+// answers and returns nil.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, m *procs.Manager, req wire.ProcessStart) *procs.Proc {
 	if o := r.Header.Get("Origin"); o != "" {
 		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
 			writeErr(w, http.StatusForbidden, fmt.Errorf("exec: request Origin %q is not %q", o, r.Host))
-			return
+			return nil
 		}
 	}
 	id := r.PathValue("id")
 	if _, err := s.find(id); err != nil {
 		writeErr(w, statusFor(err), err)
-		return
+		return nil
 	}
 	p, err := m.Start(id, req, actor(r))
 	if err != nil {
 		writeErr(w, procStatus(err), err)
-		return
+		return nil
 	}
-	writeJSON(w, http.StatusCreated, p.View())
+	return p
 }
 
 // execProcess is POST .../processes and GET .../attach in one request:
@@ -118,23 +128,8 @@ func (s *Server) execProcess(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("%w: exec is a WebSocket upgrade with subprotocol %s", agent.ErrInvalidRequest, wire.AttachProtocol))
 		return
 	}
-	// The Origin check attach has (coder/websocket's, in Accept), made
-	// here before the start: a browser page cannot start a process
-	// cross-site only to have its upgrade refused.
-	if o := r.Header.Get("Origin"); o != "" {
-		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
-			writeErr(w, http.StatusForbidden, fmt.Errorf("exec: request Origin %q is not %q", o, r.Host))
-			return
-		}
-	}
-	id := r.PathValue("id")
-	if _, err := s.find(id); err != nil {
-		writeErr(w, statusFor(err), err)
-		return
-	}
-	p, err := m.Start(id, req, actor(r))
-	if err != nil {
-		writeErr(w, procStatus(err), err)
+	p := s.start(w, r, m, req)
+	if p == nil {
 		return
 	}
 	w.Header().Set("X-Shinken-Process", p.View().ID)
