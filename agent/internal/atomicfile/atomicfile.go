@@ -29,7 +29,8 @@ func Write(path string, data []byte, mode os.FileMode) error {
 // a large file is never held whole in memory: an error from write leaves
 // path untouched, as any error before the rename does. What write has
 // written goes out to the disk a step (WritebackStep) at a time as it
-// comes (writeback), so that the fsync at the end finds little left, and
+// comes (writeback: Linux on amd64 and arm64), so that the fsync at the
+// end finds little left, and
 // a concurrent fsync of another file on the same filesystem (the agent's
 // journal or audit log behind a grant) does not wait, in the filesystem's
 // journal commit, for the whole file's data at once.
