@@ -266,7 +266,7 @@ func (s *Store) report(f Fold) {
 }
 
 // startFold folds the snapshot and the segments up to n on a goroutine,
-// on a thread of its own at the lowest CPU priority (backgroundThread), so
+// on a thread of its own at nice 19 on Linux (backgroundThread), so
 // that a grant, a revoke or a DNS answer that wakes beside it takes the
 // CPU from it rather than wait: at 10,000 sessions a fold is tens of
 // milliseconds of decoding, encoding and collecting garbage on a 2-CPU
