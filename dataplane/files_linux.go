@@ -70,6 +70,11 @@ func (d *Dataplane) applyFiles(session string, es []backend.FileEntry) error {
 		if d.bnd == nil && fsAccessBits(e.Access) == 0 {
 			return fmt.Errorf("%w: %s: persistence and connect[] entries are mounts of the session's view, and the session boundary is off", ErrNotSupported, e)
 		}
+		if d.bnd != nil {
+			if err := d.bnd.CheckShown(e.Path); err != nil {
+				return fmt.Errorf("%w: %s: %w", backend.ErrInvalidFileEntry, e, err)
+			}
+		}
 		if e.Access == backend.FileDeny {
 			continue
 		}

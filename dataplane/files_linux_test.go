@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -179,7 +180,24 @@ func TestFileScope(t *testing.T) {
 	if err := d.Apply("fs", backend.Delta{Files: []backend.FileEntry{{Path: r + "/other", Access: backend.FileWrite, Handle: once}}}); err == nil {
 		t.Errorf("an approve-once file grant was applied")
 	}
+	// A path in the host's /tmp: the session has its own /tmp, so the
+	// view could neither show it nor hide it there. Refused with why;
+	// before, the mount failed inside the session's namespace at the
+	// next view change or launch.
+	tmp, err := os.MkdirTemp("/tmp", "shinken-fs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	h4, _ := d.NewHandle(HandleRef{}, time.Time{})
+	for _, a := range []backend.FileAccess{backend.FileRead, backend.FileWrite, backend.FileDeny} {
+		err := d.Apply("fs", backend.Delta{Files: []backend.FileEntry{{Path: r + "/other", Access: backend.FileWrite, Handle: h4}, {Path: tmp, Access: a, Handle: h4}}})
+		if !errors.Is(err, backend.ErrInvalidFileEntry) || !strings.Contains(err.Error(), "lies in /tmp") {
+			t.Errorf("%s entry in /tmp: %v, want ErrInvalidFileEntry saying it lies in /tmp", a, err)
+		}
+	}
 	wantSh(t, d, "write outside after refused applies", "echo x >> "+r+"/other/f", false)
+	wantSh(t, d, "write in the remaining grant after refused applies", "echo x >> "+r+"/repo/a/b/f", true)
 }
 
 // TestFileScopeCredentials: credential locations stay denied under a

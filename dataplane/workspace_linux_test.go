@@ -68,6 +68,22 @@ func TestWorkspaceThroughDataplane(t *testing.T) {
 			t.Errorf("refused workspace %+v left a session: %v", w, err)
 		}
 	}
+	// A directory in the host's /tmp: each session has a /tmp of its own,
+	// so the view could not show it. Refused at create with why, not at
+	// the session's first launch (before, the create passed and every
+	// launch after it failed: "open ... no such file or directory").
+	tmpWS, err := os.MkdirTemp("/tmp", "shinken-dp-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmpWS)
+	_, err = d.CreateSession("ws-tmp", Limits{Workspace: &backend.Workspace{Dir: tmpWS, Mode: backend.ModeWorkspaceWrite}})
+	if !errors.Is(err, backend.ErrInvalidSession) || !strings.Contains(err.Error(), "lies in /tmp") {
+		t.Errorf("workspace in /tmp: %v, want ErrInvalidSession saying it lies in /tmp", err)
+	}
+	if _, err := d.Session("ws-tmp"); !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("refused workspace in /tmp left a session: %v", err)
+	}
 	if _, err := d.CreateSession("ws-w", Limits{Workspace: &backend.Workspace{Dir: ws, Mode: backend.ModeWorkspaceWrite}}); err != nil {
 		t.Fatal(err)
 	}

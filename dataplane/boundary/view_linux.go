@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/shinken-agent/shinken/agent/backend"
 	"golang.org/x/sys/unix"
@@ -59,14 +60,45 @@ func CheckWorkspace(w backend.Workspace) error {
 }
 
 // CheckWorkspace is the package's CheckWorkspace, and refuses a workspace
-// in a credential location (Config.FileNever: the view would mask it).
+// in a credential location (Config.FileNever: the view would mask it) or
+// in a place each session has its own copy of (CheckShown).
 func (b *Boundary) CheckWorkspace(w backend.Workspace) error {
 	if err := CheckWorkspace(w); err != nil {
 		return err
 	}
+	if err := b.CheckShown(w.Dir); err != nil {
+		return fmt.Errorf("%w: workspace %w", backend.ErrInvalidSession, err)
+	}
 	for _, n := range b.cfg.FileNever {
 		if backend.PathUnder(w.Dir, n) {
 			return fmt.Errorf("%w: workspace %s lies in the credential location %s", backend.ErrInvalidSession, w.Dir, n)
+		}
+	}
+	return nil
+}
+
+// sessionOwn are the places each session's mount namespace has its own
+// copy of (child.SessionMounts): a fresh /tmp, a minimal /dev and the
+// /proc of its PID namespace. The host's files there are not in the
+// view, and the view cannot show a host path there: the mount point is
+// missing in the session's copy (an empty tmpfs), and making it would
+// mean writing in directories the session itself may write (its /tmp,
+// mode 1777). /run is the session's own too, but a view path there gets
+// its mount point made (sockets_linux.go mountPoint: the session cannot
+// write its /run).
+var sessionOwn = []string{"/tmp", "/dev", "/proc"}
+
+// CheckShown refuses a path the view is asked to show or hide (a
+// workspace, a file entry) that lies in one of sessionOwn where sessions
+// have their own mount namespace: accepted, it would fail every later
+// view change and launch of the session instead.
+func (b *Boundary) CheckShown(p string) error {
+	if !b.useNS {
+		return nil
+	}
+	for _, d := range sessionOwn {
+		if backend.PathUnder(p, d) {
+			return fmt.Errorf("%s lies in %s, which each session has its own copy of (the host's %s is not in its view); choose a path outside %s", p, d, d, strings.Join(sessionOwn, ", "))
 		}
 	}
 	return nil
