@@ -15,7 +15,7 @@ var (
 	ErrNotSupported    = errors.New("backend: not supported on this platform")
 	ErrSessionNotFound = errors.New("dataplane: unknown session")
 	ErrSessionExists   = errors.New("dataplane: session already exists")
-	ErrInvalidSession  = errors.New("dataplane: invalid session name")
+	ErrInvalidSession  = errors.New("dataplane: invalid session") // its name, workspace or limits
 	ErrInvalidPrefix   = errors.New("dataplane: invalid prefix")
 	ErrInvalidPorts    = errors.New("dataplane: invalid port range")
 	ErrInvalidProto    = errors.New("dataplane: invalid protocol")
