@@ -189,7 +189,7 @@ func statusFor(err error) int {
 		errors.Is(err, agent.ErrForgedHandle), errors.Is(err, agent.ErrInvalidCapability),
 		errors.Is(err, backend.ErrInvalidProto), errors.Is(err, backend.ErrInvalidHandle),
 		errors.Is(err, backend.ErrChainTooDeep), errors.Is(err, backend.ErrCoverTooDeep),
-		errors.Is(err, agent.ErrLaunch):
+		errors.Is(err, agent.ErrLaunch), errors.Is(err, backend.ErrExecFailed):
 		return http.StatusBadRequest
 	case errors.Is(err, agent.ErrUnknownSession), errors.Is(err, backend.ErrSessionNotFound),
 		errors.Is(err, agent.ErrUnknownApproval), errors.Is(err, agent.ErrUnknownHandle), errors.Is(err, agent.ErrUnknownCard):
@@ -199,7 +199,7 @@ func statusFor(err error) int {
 	case errors.Is(err, agent.ErrDenied), errors.Is(err, agent.ErrBlockTier), errors.Is(err, agent.ErrStandingInSession),
 		errors.Is(err, agent.ErrOutsideManifest), errors.Is(err, agent.ErrBreakerTripped), errors.Is(err, agent.ErrNotEnforceable),
 		errors.Is(err, agent.ErrSessionInactive), errors.Is(err, agent.ErrApprovalExpired),
-		errors.Is(err, agent.ErrWidens), errors.Is(err, agent.ErrHandleRevoked):
+		errors.Is(err, agent.ErrWidens), errors.Is(err, agent.ErrHandleRevoked), errors.Is(err, backend.ErrExecDenied):
 		return http.StatusForbidden
 	case errors.Is(err, backend.ErrLimitsUnsupported):
 		return http.StatusUnprocessableEntity

@@ -35,6 +35,13 @@ var (
 	// ErrLimitsUnsupported is returned when the host cannot enforce a quota
 	// (on hybrid cgroup hosts the controllers sit on v1).
 	ErrLimitsUnsupported = errors.New("dataplane: quota not enforceable on this host")
+	// ErrExecFailed: a launch's last step, the execve of the program the
+	// request names, failed for the program's sake (no such file, not a
+	// program, a loop of links, arguments too long): the request's fault.
+	ErrExecFailed = errors.New("backend: the program could not be executed")
+	// ErrExecDenied: that execve was refused (EACCES, EPERM: the file's
+	// mode, a noexec mount, the session's exec allowlist).
+	ErrExecDenied = errors.New("backend: executing the program was refused")
 )
 
 // validSessionName says whether name is 1-64 of [A-Za-z0-9_.-], not

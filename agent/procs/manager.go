@@ -351,6 +351,14 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (
 			b, _ = os.ReadFile(filepath.Join(dir, shimLog))
 			return st, fmt.Errorf("procs: shim ended without a report: %s", strings.TrimSpace(string(b)))
 		}
+		for _, k := range []struct {
+			prefix string
+			kind   error
+		}{{reportExecFailed, backend.ErrExecFailed}, {reportExecDenied, backend.ErrExecDenied}} {
+			if msg, ok := bytes.CutPrefix(b, []byte(k.prefix)); ok {
+				return st, startError{string(msg), k.kind}
+			}
+		}
 		return st, fmt.Errorf("procs: %s", b)
 	case <-time.After(m.cfg.StartTimeout):
 		where := taskStates(proc.Pid)
@@ -358,6 +366,17 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (
 		return st, fmt.Errorf("procs: the shim did not report a start within %v (its tasks, state and wait channel: %s)", m.cfg.StartTimeout, where)
 	}
 }
+
+// startError is a shim's report of a start whose program could not be
+// executed: its text, and which of backend.ErrExecFailed and
+// ErrExecDenied it is (errors.Is).
+type startError struct {
+	msg  string
+	kind error
+}
+
+func (e startError) Error() string { return "procs: " + e.msg }
+func (e startError) Unwrap() error { return e.kind }
 
 // Get returns session's process id.
 func (m *Manager) Get(session, id string) (*Proc, error) {

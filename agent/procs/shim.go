@@ -41,6 +41,15 @@ const spareArg = "spare"
 // started record (JSON) follows. Anything else is why it failed.
 const reportOK = "ok\n"
 
+// reportExecFailed and reportExecDenied begin a report of a start whose
+// program could not be executed (backend.ErrExecFailed, ErrExecDenied):
+// the request's fault, which the agent answers as such. The error's text
+// follows.
+const (
+	reportExecFailed = "exec-failed\n"
+	reportExecDenied = "exec-denied\n"
+)
+
 // shimEnv is a shim's whole environment. A shim relays bytes between
 // descriptors and computes nothing: with one P its goroutines (the pumps,
 // the control connections' readers and writers) hand work to each other
@@ -133,7 +142,14 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 	catchSignals()
 	report := func(err error) (int, bool) {
 		if err != nil {
-			fmt.Fprintf(status, "%v", err)
+			kind := ""
+			switch {
+			case errors.Is(err, backend.ErrExecFailed):
+				kind = reportExecFailed
+			case errors.Is(err, backend.ErrExecDenied):
+				kind = reportExecDenied
+			}
+			fmt.Fprintf(status, "%s%v", kind, err)
 			status.Close()
 			return 1, false
 		}

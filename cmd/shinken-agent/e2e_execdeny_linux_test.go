@@ -68,4 +68,15 @@ func TestExecDenialEndToEnd(t *testing.T) {
 	if strings.Contains(res0, "/usr/bin/true") {
 		t.Errorf("the allowed exec is in the audit record: %v", rec)
 	}
+
+	// A program the launch cannot execute is the request's fault, not
+	// the agent's: 403 for one the allowlist refuses, 400 for one that is
+	// not there (both were 500).
+	for _, c := range []struct{ prog, want string }{{"/usr/bin/id", "(HTTP 403)"}, {"/usr/bin/no-such-program", "(HTTP 400)"}} {
+		if out, err := e.ctl("run", "ex", "--", c.prog); err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("run %s: %v: %s, want an error %s", c.prog, err, out, c.want)
+		} else {
+			t.Logf("verified: run %s: %s", c.prog, strings.TrimSpace(out))
+		}
+	}
 }

@@ -449,7 +449,7 @@ func (b *Boundary) Launch(name string, cmd *exec.Cmd, opts LaunchOptions, ownRun
 	cmd.Env = origEnv
 	if err != nil {
 		b.removeRun(r)
-		return fmt.Errorf("boundary: launch in %s: %w", name, err)
+		return fmt.Errorf("boundary: launch in %s: %w", name, prepared.ExecFault(err))
 	}
 	if r != nil {
 		// A pidfd of our own (non-blocking, for the netpoller; the one

@@ -1,6 +1,7 @@
 package child
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -47,6 +48,14 @@ func fail(status int, err error) {
 	msg := "boundary: exec returned"
 	if err != nil {
 		msg = err.Error()
+		// "WHAT\0ERRNO", as the C launcher reports it: the errno
+		// crosses the pipe (prepared.StatusError).
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			if what, ok := strings.CutSuffix(msg, ": "+errno.Error()); ok {
+				msg = what + "\x00" + strconv.Itoa(int(errno))
+			}
+		}
 	}
 	_, _ = unix.Write(status, []byte(msg))
 	os.Exit(127)

@@ -128,10 +128,32 @@ func Start(req backend.StartRequest) (backend.Started, error) {
 		})
 	}
 	if err != nil {
-		return backend.Started{}, fmt.Errorf("boundary: start prepared launch: %w", err)
+		return backend.Started{}, fmt.Errorf("boundary: start prepared launch: %w", ExecFault(err))
 	}
 	return backend.Started{Process: cmd.Process, PTY: master}, nil
 }
+
+// ExecFault marks err, a launch's failure, as the program's when the
+// launcher reported it from its last step, the execve of the target
+// ("exec PATH" with its errno; either launcher): backend.ErrExecDenied for
+// EACCES and EPERM, backend.ErrExecFailed for the rest. Anything else,
+// the launcher's own start or a confinement step, stays the host's.
+func ExecFault(err error) error {
+	var errno unix.Errno
+	if !errors.As(err, &errno) || !strings.HasPrefix(err.Error(), "exec ") {
+		return err
+	}
+	if errno == unix.EACCES || errno == unix.EPERM {
+		return markedError{err, backend.ErrExecDenied}
+	}
+	return markedError{err, backend.ErrExecFailed}
+}
+
+// markedError is err, also matching mark (errors.Is), with err's message.
+type markedError struct{ err, mark error }
+
+func (e markedError) Error() string   { return e.err.Error() }
+func (e markedError) Unwrap() []error { return []error{e.err, e.mark} }
 
 // StartReporting starts cmd (a launcher, or the agent's binary in a
 // session mode: its status pipe at fd 3+len(ExtraFiles), the binary at
