@@ -135,18 +135,24 @@ func Start(req backend.StartRequest) (backend.Started, error) {
 
 // ExecFault marks err, a launch's failure, as the program's when the
 // launcher reported it from its last step, the execve of the target
-// ("exec PATH" with its errno; either launcher): backend.ErrExecDenied for
-// EACCES and EPERM, backend.ErrExecFailed for the rest. Anything else,
-// the launcher's own start or a confinement step, stays the host's.
+// ("exec PATH" with its errno; either launcher), and the errno says the
+// program is at fault: backend.ErrExecDenied for EACCES and EPERM,
+// backend.ErrExecFailed for a path or file that is no program. Anything
+// else stays the host's: the launcher's own start, a confinement step,
+// and an execve that failed for the host's or the session's state
+// (EAGAIN at the session's process bound, ENOMEM, EIO, ETXTBSY).
 func ExecFault(err error) error {
 	var errno unix.Errno
 	if !errors.As(err, &errno) || !strings.HasPrefix(err.Error(), "exec ") {
 		return err
 	}
-	if errno == unix.EACCES || errno == unix.EPERM {
+	switch errno {
+	case unix.EACCES, unix.EPERM:
 		return markedError{err, backend.ErrExecDenied}
+	case unix.ENOENT, unix.ENOTDIR, unix.ELOOP, unix.ENAMETOOLONG, unix.ENOEXEC, unix.E2BIG, unix.ELIBBAD:
+		return markedError{err, backend.ErrExecFailed}
 	}
-	return markedError{err, backend.ErrExecFailed}
+	return err
 }
 
 // markedError is err, also matching mark (errors.Is), with err's message.
