@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,6 +236,9 @@ func TestProcessesEndToEnd(t *testing.T) {
 		}
 		if !listedPaused() {
 			t.Error("session ls does not list p1 as paused")
+		}
+		if ls := e.mustCtl("session", "ls"); !strings.Contains(ls, "PAUSED") || !regexp.MustCompile(`(?m)^p1 .* paused +/`).MatchString(ls) {
+			t.Errorf("session ls's table does not show p1 paused:\n%s", ls)
 		}
 		u1 := cpuUsage(t, cg)
 		time.Sleep(time.Second)

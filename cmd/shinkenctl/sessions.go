@@ -75,9 +75,13 @@ func (c *client) session(args []string) error {
 			if v.Holder != nil {
 				holder = map[bool]string{true: "running", false: "none"}[*v.Holder]
 			}
-			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), uid, holder, v.Path})
+			paused := "-"
+			if v.Paused {
+				paused = "paused"
+			}
+			rows = append(rows, []string{v.ID, v.Image, v.TrustTier, v.Risk, strconv.Itoa(int(v.Index)), uid, holder, paused, v.Path})
 		}
-		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tUID\tHOLDER\tCGROUP", rows)
+		table("SESSION\tIMAGE\tTRUST\tRISK\tINDEX\tUID\tHOLDER\tPAUSED\tCGROUP", rows)
 		return nil
 	case "show":
 		if len(args) != 2 {
