@@ -277,13 +277,14 @@ func (s *Store) startFold(n uint64) {
 	s.folding = done
 	go func() {
 		defer close(done)
-		backgroundThread()
-		start := time.Now()
-		size, err := s.foldThrough(n)
-		if size > 0 {
-			s.sbytes.Store(size) // written, even if a segment's removal failed
-		}
-		s.report(Fold{Through: n, Bytes: size, Took: time.Since(start), Err: err})
+		backgroundThread(func() {
+			start := time.Now()
+			size, err := s.foldThrough(n)
+			if size > 0 {
+				s.sbytes.Store(size) // written, even if a segment's removal failed
+			}
+			s.report(Fold{Through: n, Bytes: size, Took: time.Since(start), Err: err})
+		})
 	}()
 }
 
