@@ -351,10 +351,7 @@ func (m *Manager) startShim(dir string, pl *backend.PreparedLaunch, sp *spare) (
 			b, _ = os.ReadFile(filepath.Join(dir, shimLog))
 			return st, fmt.Errorf("procs: shim ended without a report: %s", strings.TrimSpace(string(b)))
 		}
-		for _, k := range []struct {
-			prefix string
-			kind   error
-		}{{reportExecFailed, backend.ErrExecFailed}, {reportExecDenied, backend.ErrExecDenied}} {
+		for _, k := range execReports {
 			if msg, ok := bytes.CutPrefix(b, []byte(k.prefix)); ok {
 				return st, startError{string(msg), k.kind}
 			}

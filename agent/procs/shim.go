@@ -41,14 +41,14 @@ const spareArg = "spare"
 // started record (JSON) follows. Anything else is why it failed.
 const reportOK = "ok\n"
 
-// reportExecFailed and reportExecDenied begin a report of a start whose
-// program could not be executed (backend.ErrExecFailed, ErrExecDenied):
-// the request's fault, which the agent answers as such. The error's text
-// follows.
-const (
-	reportExecFailed = "exec-failed\n"
-	reportExecDenied = "exec-denied\n"
-)
+// execReports: the line that begins a report of a start whose program
+// could not be executed, for each kind of that failure (the request's
+// fault, which the agent answers as such); the error's text follows. The
+// shim writes them, the agent's startShim reads them.
+var execReports = []struct {
+	prefix string
+	kind   error
+}{{"exec-failed\n", backend.ErrExecFailed}, {"exec-denied\n", backend.ErrExecDenied}}
 
 // shimEnv is a shim's whole environment. A shim relays bytes between
 // descriptors and computes nothing: with one P its goroutines (the pumps,
@@ -142,14 +142,14 @@ func runShim(start backend.StartFunc, dir string, status *os.File, files []*os.F
 	catchSignals()
 	report := func(err error) (int, bool) {
 		if err != nil {
-			kind := ""
-			switch {
-			case errors.Is(err, backend.ErrExecFailed):
-				kind = reportExecFailed
-			case errors.Is(err, backend.ErrExecDenied):
-				kind = reportExecDenied
+			prefix := ""
+			for _, k := range execReports {
+				if errors.Is(err, k.kind) {
+					prefix = k.prefix
+					break
+				}
 			}
-			fmt.Fprintf(status, "%s%v", kind, err)
+			fmt.Fprintf(status, "%s%v", prefix, err)
 			status.Close()
 			return 1, false
 		}
